@@ -1,0 +1,74 @@
+#!/usr/bin/env node
+// Runs every test of the package: the Rust core (fmt, clippy, cargo test), then
+// the JS tests under Node 22 (the reference packages need >= 22.14) and under
+// the machine's own Node (20 here), which our package supports too.
+//
+//   node scripts/test.mjs            everything
+//   node scripts/test.mjs --js-only  skip the Rust steps
+//   node scripts/test.mjs FILE...    only these JS test files (Node 22 and 20)
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join, resolve, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const args = process.argv.slice(2);
+const jsOnly = args.includes("--js-only");
+const only = args.filter((a) => !a.startsWith("--"));
+
+const failures = [];
+function run(label, cmd, cmdArgs, opts = {}) {
+  console.log(`\n=== ${label}: ${cmd} ${cmdArgs.join(" ")}`);
+  const r = spawnSync(cmd, cmdArgs, { cwd: root, stdio: "inherit", ...opts });
+  if (r.status !== 0) failures.push(label);
+  return r.status === 0;
+}
+
+// A Node binary that is not the node_modules/.bin shim npm puts first on PATH.
+function systemNode() {
+  for (const dir of (process.env.PATH ?? "").split(":")) {
+    if (dir.includes("node_modules")) continue;
+    const candidate = join(dir, "node");
+    if (existsSync(candidate)) return candidate;
+  }
+  return process.execPath;
+}
+const node22 = join(root, "node_modules", "node", "bin", "node");
+const nodeSystem = systemNode();
+
+if (!jsOnly && only.length === 0) {
+  run("cargo fmt", "cargo", ["fmt", "--all", "--", "--check"]);
+  run("cargo clippy (core)", "cargo", ["clippy", "--all-targets", "--", "-D", "warnings"]);
+  run("cargo clippy (node binding)", "cargo", ["clippy", "--features", "node", "--", "-D", "warnings"]);
+  run("cargo test", "cargo", ["test"]);
+}
+
+const testDir = join(root, "__test__");
+const files = only.length
+  ? only
+  : readdirSync(testDir)
+      .filter((f) => f.endsWith(".test.mjs"))
+      .sort()
+      .map((f) => join("__test__", f));
+
+// Files that import the reference packages need Node >= 22.14; the rest run on both.
+const usesReference = (f) => /from\s+["']@byollm\/|import\(\s*["']@byollm\//.test(readFileSync(join(root, f), "utf8"));
+
+const env = { ...process.env, BYOLLM_TEST: "1" };
+if (files.length) {
+  const v22 = spawnSync(node22, ["--version"], { encoding: "utf8" }).stdout.trim();
+  run(`node ${v22} --test`, node22, ["--test", "--test-concurrency=1", ...files], { env });
+  const v20 = spawnSync(nodeSystem, ["--version"], { encoding: "utf8" }).stdout.trim();
+  const portable = files.filter((f) => !usesReference(f));
+  if (v20 !== v22 && portable.length) {
+    run(`node ${v20} --test`, nodeSystem, ["--test", "--test-concurrency=1", ...portable], { env });
+  } else if (v20 === v22) {
+    console.log(`(the machine's node is ${v20}, the same as node@22: no second run)`);
+  }
+}
+
+if (failures.length) {
+  console.error(`\nFAILED: ${failures.join(", ")}`);
+  process.exit(1);
+}
+console.log("\nall test steps passed");

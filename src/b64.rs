@@ -1,0 +1,1 @@
+//! Encodings used on the wire.
