@@ -9,4 +9,5 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** Version of the native core, for diagnostics. */
 export declare function nativeVersion(): string
