@@ -1,0 +1,376 @@
+// Full job cycle through the real HTTP handler, the way a user would measure it:
+// enqueue → claim → fetch (device opens) → result (device seals) → app.result.
+//
+// The same code drives the reference (@byollm/server) and ours; only the module
+// passed in differs. The simulated device uses @byollm/protocol for both, and its
+// time is reported apart from the server's. Every cycle must end `ok` with the
+// exact text the device sealed, or the number is void (the run throws).
+//
+// Run directly: node bench/full-cycle.mjs  (Node >= 22.14: the reference needs it)
+import { createServer } from "node:http";
+import { performance } from "node:perf_hooks";
+import { Worker, isMainThread, parentPort, workerData } from "node:worker_threads";
+import * as protocol from "@byollm/protocol";
+
+const OWNER = "user-bench";
+const CAP = {
+  kind: "llm.generate",
+  service: "bench",
+  backendId: "ollama",
+  backendClass: "http",
+  model: "bench-model",
+  offerScope: "private",
+};
+
+export async function loadImpls() {
+  const ref = await import("@byollm/server");
+  const ours = await import("../dist/index.js");
+  return { ref, ours };
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+
+// ---------------------------------------------------------------- the device side
+
+/** A simulated daemon: its keys, its pairing, and signed calls through `send`. */
+class Device {
+  constructor(send, origin) {
+    this.send = send;
+    this.origin = origin;
+    this.keys = protocol.generateKeys(Date.now());
+    this.deviceKeyId = protocol.keyId(this.keys.identityPublic);
+    this.deviceMs = 0;
+  }
+
+  async post(endpoint, body, signed = true) {
+    const t0 = performance.now();
+    const text = JSON.stringify(body);
+    const headers = { "content-type": "application/json", accept: "application/json" };
+    if (signed) {
+      const sig = protocol.signRequest(this.keys, {
+        endpoint,
+        runnerId: this.runnerId,
+        issuedAt: Date.now(),
+        body: text,
+      });
+      headers["x-byollm-runner"] = sig.runnerId;
+      headers["x-byollm-issued-at"] = String(sig.issuedAt);
+      headers["x-byollm-signature"] = sig.signature;
+    }
+    this.deviceMs += performance.now() - t0;
+    const { status, json } = await this.send(`${this.origin}/byollm/${endpoint}`, headers, text);
+    if (status !== 200) throw new Error(`${endpoint} answered ${status}: ${JSON.stringify(json)}`);
+    return json;
+  }
+
+  async pair(approve) {
+    const start = await this.post(
+      "pair",
+      {
+        protocolVersion: "2",
+        action: "start",
+        daemon: { version: "0.1.1", label: "bench", platform: "linux" },
+        device: protocol.publicIdentityOf(this.keys),
+        capabilities: [CAP],
+      },
+      false,
+    );
+    await approve(start.userCode);
+    const poll = await this.post("pair", { protocolVersion: "2", action: "poll", deviceCode: start.deviceCode }, false);
+    if (poll.status !== "approved") throw new Error(`pairing not approved: ${JSON.stringify(poll)}`);
+    this.runnerId = poll.runnerId;
+    const [siteKeyId, site] = Object.entries(poll.sites)[0];
+    this.siteKeyId = siteKeyId;
+    this.site = site;
+  }
+
+  /** One job: claim, fetch + open, seal + result. Returns the job id, or null if nothing was claimable. */
+  async runOne(textFor) {
+    const claim = await this.post("claim", { protocolVersion: "2", runnerId: this.runnerId, capabilities: [CAP], max: 1 });
+    const stub = claim.jobs[0];
+    if (!stub) return null;
+    const fetched = await this.post("fetch", {
+      protocolVersion: "2",
+      runnerId: this.runnerId,
+      jobId: stub.id,
+      leaseId: stub.lease.id,
+    });
+    let t0 = performance.now();
+    const opened = await protocol.open({
+      envelope: fetched.envelope,
+      recipientKeys: this.keys,
+      senderIdentityPublic: this.site.identity,
+      expected: { jobId: stub.id, senderKeyId: this.siteKeyId, recipientKeyId: this.deviceKeyId, direction: "payload" },
+    });
+    if (!opened.ok) throw new Error(`device could not open the payload: ${opened.reason}`);
+    const payload = JSON.parse(opened.plaintext);
+    const text = textFor(stub.id, payload);
+    const sealed = await protocol.seal({
+      plaintext: JSON.stringify({
+        outcome: { outcome: "ok", text },
+        ran: { model: CAP.model, backendClass: "http", durationMs: 1 },
+      }),
+      senderKeys: this.keys,
+      recipientEncryptionPublic: this.site.encryption,
+      context: {
+        jobId: stub.id,
+        senderKeyId: this.deviceKeyId,
+        recipientKeyId: this.siteKeyId,
+        deadlineAt: Date.now() + 86_400_000,
+        direction: "result",
+      },
+    });
+    this.deviceMs += performance.now() - t0;
+    const result = await this.post("result", {
+      protocolVersion: "2",
+      runnerId: this.runnerId,
+      jobId: stub.id,
+      leaseId: stub.lease.id,
+      envelope: sealed,
+      disposition: "ok",
+    });
+    if (!result.accepted) throw new Error(`result refused: ${JSON.stringify(result)}`);
+    return stub.id;
+  }
+}
+
+const textFor = (jobId, payload) => `done ${jobId} ${payload.prompt.length}`;
+
+// ---------------------------------------------------------------- the site side
+
+function makeSite(impl, { fill = 0 } = {}) {
+  const siteKeys = impl.generateSiteKeys();
+  const store = new impl.MemoryStore();
+  const app = new impl.ByollmApp({ store, siteKeys });
+  const handler = impl.createFetchHandler({ store, siteKeys, verificationUrl: "http://127.0.0.1/pair" });
+  return { siteKeys, store, app, handler, fill };
+}
+
+/** Stored history: `n` jobs that already ended (expired), as a long-running site accumulates. */
+async function fillStore(site, n) {
+  if (!n) return;
+  const t = Date.now() - 10_000;
+  const template = await site.app.enqueue({ kind: "llm.generate", payload: { prompt: "x".repeat(1000) }, owner: "someone-else", ttlMs: 1 });
+  for (let i = 0; i < n; i++) {
+    await site.store.create(
+      {
+        id: `fill-${i}`,
+        kind: "llm.generate",
+        envelope: template.record.envelope,
+        sizeClass: "small",
+        owner: "someone-else",
+        ttlMs: 1,
+      },
+      t,
+    );
+  }
+  await site.app.sweep();
+}
+
+function inProcessSend(site, timer) {
+  return async (url, headers, body) => {
+    const req = new Request(url, { method: "POST", headers, body });
+    const t0 = performance.now();
+    const res = await site.handler(req);
+    const json = await res.json();
+    timer.ms += performance.now() - t0;
+    return { status: res.status, json };
+  };
+}
+
+async function httpSend(url, headers, body) {
+  const res = await fetch(url, { method: "POST", headers, body });
+  return { status: res.status, json: await res.json() };
+}
+
+/** Serve a fetch-style handler with node:http (the way a plain Node app mounts it). */
+export function serve(handler) {
+  const server = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const body = Buffer.concat(chunks);
+    const headers = new Headers();
+    for (const [k, v] of Object.entries(req.headers)) if (typeof v === "string") headers.set(k, v);
+    const request = new Request(`http://127.0.0.1${req.url}`, {
+      method: req.method,
+      headers,
+      body: req.method === "GET" || req.method === "HEAD" ? undefined : body,
+    });
+    const response = await handler(request);
+    const out = Buffer.from(await response.arrayBuffer());
+    res.writeHead(response.status, Object.fromEntries(response.headers));
+    res.end(out);
+  });
+  return new Promise((resolve) =>
+    server.listen(0, "127.0.0.1", () => resolve({ server, origin: `http://127.0.0.1:${server.address().port}` })),
+  );
+}
+
+/** `jobs` full cycles with one device; returns jobs/s (server-side and wall) and the device's share. */
+async function cycles(impl, { jobs, promptChars, fill = 0, http = false }) {
+  const site = makeSite(impl);
+  await fillStore(site, fill);
+  const timer = { ms: 0 };
+  let served;
+  let send;
+  if (http) {
+    served = await serve(site.handler);
+    send = httpSend;
+  } else {
+    send = inProcessSend(site, timer);
+  }
+  const device = new Device(send, served ? served.origin : "http://127.0.0.1");
+  await device.pair((userCode) => site.app.approvePairing({ userCode, owner: OWNER }));
+  const prompt = "p".repeat(promptChars);
+  timer.ms = 0;
+  device.deviceMs = 0;
+  const t0 = performance.now();
+  for (let i = 0; i < jobs; i++) {
+    let s = performance.now();
+    const handle = await site.app.enqueue({ kind: "llm.generate", payload: { prompt }, owner: OWNER });
+    timer.ms += performance.now() - s;
+    const id = await device.runOne(textFor);
+    if (id !== handle.id) throw new Error(`claimed ${id}, expected ${handle.id}`);
+    s = performance.now();
+    const result = await site.app.result(id);
+    timer.ms += performance.now() - s;
+    const want = `done ${id} ${promptChars}`;
+    if (result?.state !== "ok" || result.outcome?.text !== want) {
+      throw new Error(`cycle ${i} did not complete with the exact text: ${JSON.stringify(result)}`);
+    }
+  }
+  const wallMs = performance.now() - t0;
+  if (served) served.server.close();
+  return {
+    serverJobsPerSec: http ? null : (jobs * 1000) / timer.ms,
+    wallJobsPerSec: (jobs * 1000) / wallMs,
+    deviceMsPerJob: device.deviceMs / jobs,
+  };
+}
+
+// ---------------------------------------------------------------- concurrent devices (workers)
+
+async function concurrent(impl, implName, { devices, jobs, promptChars }) {
+  const site = makeSite(impl);
+  const served = await serve(site.handler);
+  const prompt = "p".repeat(promptChars);
+  const workers = [];
+  // Pair every device first (the worker asks, the main thread approves).
+  for (let d = 0; d < devices; d++) {
+    const w = new Worker(new URL(import.meta.url), { workerData: { origin: served.origin } });
+    await new Promise((resolve, reject) => {
+      w.on("error", reject);
+      w.on("message", async (m) => {
+        if (m.type === "approve") {
+          await site.app.approvePairing({ userCode: m.userCode, owner: OWNER });
+          w.postMessage({ type: "approved" });
+        } else if (m.type === "paired") resolve();
+      });
+    });
+    workers.push(w);
+  }
+  const ids = [];
+  for (let i = 0; i < jobs; i++) ids.push((await site.app.enqueue({ kind: "llm.generate", payload: { prompt }, owner: OWNER })).id);
+  const t0 = performance.now();
+  const done = await Promise.all(
+    workers.map(
+      (w) =>
+        new Promise((resolve, reject) => {
+          w.on("error", reject);
+          w.on("message", (m) => {
+            if (m.type === "done") resolve(m.count);
+            if (m.type === "failed") reject(new Error(m.error));
+          });
+          w.postMessage({ type: "run" });
+        }),
+    ),
+  );
+  const wallMs = performance.now() - t0;
+  for (const w of workers) await w.terminate();
+  served.server.close();
+  const total = done.reduce((a, b) => a + b, 0);
+  if (total !== jobs) throw new Error(`${implName}: ${total} of ${jobs} jobs ran`);
+  for (const id of ids) {
+    const r = await site.app.result(id);
+    if (r?.state !== "ok" || r.outcome?.text !== `done ${id} ${promptChars}`) throw new Error(`${implName}: job ${id} ended ${JSON.stringify(r)}`);
+  }
+  return { wallJobsPerSec: (jobs * 1000) / wallMs };
+}
+
+if (!isMainThread && workerData?.origin) {
+  const device = new Device(httpSend, workerData.origin);
+  let approved;
+  parentPort.on("message", async (m) => {
+    if (m.type === "approved") approved();
+    if (m.type === "run") {
+      try {
+        let count = 0;
+        while ((await device.runOne(textFor)) !== null) count++;
+        parentPort.postMessage({ type: "done", count });
+      } catch (e) {
+        parentPort.postMessage({ type: "failed", error: String(e?.stack ?? e) });
+      }
+    }
+  });
+  await device.pair(
+    (userCode) =>
+      new Promise((resolve) => {
+        approved = resolve;
+        parentPort.postMessage({ type: "approve", userCode });
+      }),
+  );
+  parentPort.postMessage({ type: "paired" });
+}
+
+// ---------------------------------------------------------------- the section
+
+/** Medians over `rounds` runs of each measurement, reference and ours interleaved. */
+export async function run({ quick = false, impls } = {}) {
+  const { ref, ours } = impls ?? (await loadImpls());
+  const rounds = quick ? 1 : 3;
+  const rows = [];
+  const measure = async (name, unit, fn, pick) => {
+    const r = [];
+    const o = [];
+    for (let i = 0; i < rounds; i++) {
+      r.push(pick(await fn(ref, "reference")));
+      o.push(pick(await fn(ours, "ours")));
+    }
+    const row = { name, unit, ref: median(r), ours: median(o) };
+    row.ratio = row.ours / row.ref;
+    rows.push(row);
+    return row;
+  };
+  const n = quick ? 40 : 300;
+  await measure("full cycle in-process, server side (1 KB prompt)", "jobs/s", (impl) => cycles(impl, { jobs: n, promptChars: 1000 }), (x) => x.serverJobsPerSec);
+  await measure("full cycle over loopback HTTP (1 KB prompt)", "jobs/s", (impl) => cycles(impl, { jobs: n, promptChars: 1000, http: true }), (x) => x.wallJobsPerSec);
+  await measure("full cycle in-process, server side (1M-char prompt)", "jobs/s", (impl) => cycles(impl, { jobs: quick ? 3 : 10, promptChars: 1_000_000 }), (x) => x.serverJobsPerSec);
+  await measure(
+    "16 concurrent devices over HTTP (1 KB prompt)",
+    "jobs/s",
+    (impl, name) => concurrent(impl, name, { devices: quick ? 4 : 16, jobs: quick ? 80 : 800, promptChars: 1000 }),
+    (x) => x.wallJobsPerSec,
+  );
+  return rows;
+}
+
+/** jobs/s (server side, in-process) against stored job count, for the chart. */
+export async function scaling({ sizes = [1_000, 10_000, 100_000], oursOnly = [], jobs = 60, impls } = {}) {
+  const { ref, ours } = impls ?? (await loadImpls());
+  const points = [];
+  for (const fill of [...sizes, ...oursOnly]) {
+    const o = await cycles(ours, { jobs, promptChars: 1000, fill });
+    const r = oursOnly.includes(fill) ? null : await cycles(ref, { jobs: fill >= 100_000 ? Math.min(jobs, 30) : jobs, promptChars: 1000, fill });
+    points.push({ stored: fill, ref: r?.serverJobsPerSec ?? null, ours: o.serverJobsPerSec });
+  }
+  return points;
+}
+
+if (isMainThread && import.meta.url === `file://${process.argv[1]}`) {
+  const rows = await run({ quick: process.argv.includes("--quick") });
+  for (const r of rows) console.log(`${r.name.padEnd(56)} ref ${r.ref.toFixed(1).padStart(9)}  ours ${r.ours.toFixed(1).padStart(9)} ${r.unit}  ratio ${r.ratio.toFixed(2)}x`);
+}

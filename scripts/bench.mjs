@@ -1,0 +1,131 @@
+#!/usr/bin/env node
+// `npm run bench`: every benchmark section, the reference (@byollm/server 0.1.1,
+// @byollm/protocol 0.1.1) and ours side by side in one run. Prints medians and
+// ratios (ours / reference, higher is better), writes .bench/results.json and
+// the scaling chart docs/bench-scaling.svg.
+//
+//   npm run bench                 all sections
+//   npm run bench -- --quick      fewer iterations (a smoke run, numbers are rough)
+//   npm run bench -- crypto rules only these sections
+//
+// Needs Node >= 22.14 (the reference does) and a release build of the addon
+// (`npm run build:native`; `npm ci` makes one).
+import { mkdirSync, writeFileSync, existsSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import os from "node:os";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const args = process.argv.slice(2);
+const quick = args.includes("--quick");
+const wanted = args.filter((a) => !a.startsWith("--"));
+
+const [major, minor] = process.versions.node.split(".").map(Number);
+if (major < 22 || (major === 22 && minor < 14)) {
+  console.error(`the reference packages need Node >= 22.14; this is ${process.version}. Run it with npm run bench (which uses node@22 from devDependencies).`);
+  process.exit(2);
+}
+
+const sections = [
+  { key: "crypto", file: "bench/crypto.mjs", title: "Crypto (ours vs @byollm/protocol)" },
+  { key: "rules", file: "bench/rules.mjs", title: "Request validation (ours vs JSON.parse + zod)" },
+  { key: "store", file: "bench/store-scaling.mjs", title: "In-memory store scaling (ours vs reference MemoryStore)" },
+  { key: "cycle", file: "bench/full-cycle.mjs", title: "Full job cycle through createFetchHandler" },
+  { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
+];
+
+const machine = `${os.cpus()[0]?.model ?? "unknown CPU"} × ${os.cpus().length}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
+console.log(`byollm-server-native benchmarks — ${machine}${quick ? " (quick: rough numbers)" : ""}`);
+
+function fmt(x) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "—";
+  if (typeof x === "string") return x;
+  if (Math.abs(x) >= 100) return x.toFixed(0);
+  if (Math.abs(x) >= 1) return x.toFixed(2);
+  return x.toPrecision(3);
+}
+
+function printRows(rows) {
+  const w = Math.max(20, ...rows.map((r) => r.name.length));
+  console.log(`  ${"".padEnd(w)}  ${"reference".padStart(12)}  ${"ours".padStart(12)}  ${"unit".padEnd(10)} ratio`);
+  for (const r of rows) {
+    const ratio = r.ratio === undefined || r.ratio === null ? "" : `${fmt(r.ratio)}x`;
+    const target = r.target ? `  (target ${r.target})` : "";
+    console.log(`  ${r.name.padEnd(w)}  ${fmt(r.ref).padStart(12)}  ${fmt(r.ours).padStart(12)}  ${(r.unit ?? "ops/s").padEnd(10)} ${ratio}${target}`);
+  }
+}
+
+const results = { machine, quick, sections: {} };
+for (const s of sections) {
+  if (wanted.length && !wanted.includes(s.key)) continue;
+  console.log(`\n## ${s.title}`);
+  if (!existsSync(join(root, s.file))) {
+    console.log(`  (section not built yet: ${s.file} is missing)`);
+    continue;
+  }
+  const mod = await import(join(root, s.file));
+  const rows = await mod.run({ quick });
+  printRows(rows);
+  results.sections[s.key] = rows;
+  if (s.key === "cycle" && mod.scaling) {
+    console.log("\n## Full cycle against stored job count (server side, in-process)");
+    const points = await mod.scaling(
+      quick
+        ? { sizes: [1_000, 10_000], oursOnly: [], jobs: 20 }
+        : { sizes: [1_000, 10_000, 100_000], oursOnly: [1_000_000], jobs: 60 },
+    );
+    printRows(points.map((p) => ({ name: `${p.stored.toLocaleString("en")} stored jobs`, ref: p.ref, ours: p.ours, unit: "jobs/s", ratio: p.ref ? p.ours / p.ref : null })));
+    results.scaling = points;
+    const first = points[0];
+    const at100k = points.find((p) => p.stored === 100_000);
+    if (first && at100k) {
+      console.log(`  ours at 100,000 vs ours at 1,000: ${fmt(at100k.ours / first.ours)}x of the rate (target ≥ 0.67)`);
+    }
+    writeFileSync(join(root, "docs", "bench-scaling.svg"), chart(points, machine));
+    console.log("  chart written to docs/bench-scaling.svg");
+  }
+}
+
+mkdirSync(join(root, ".bench"), { recursive: true });
+writeFileSync(join(root, ".bench", "results.json"), JSON.stringify(results, null, 2));
+console.log("\nresults written to .bench/results.json");
+
+/** A small dependency-free SVG: jobs/s (log) against stored jobs (log), both implementations. */
+function chart(points, subtitle) {
+  const W = 640;
+  const H = 400;
+  const pad = { l: 70, r: 20, t: 50, b: 60 };
+  const xs = points.map((p) => p.stored);
+  const ys = points.flatMap((p) => [p.ref, p.ours]).filter((v) => v);
+  const lx = (v) => Math.log10(v);
+  const [x0, x1] = [lx(Math.min(...xs)), lx(Math.max(...xs))];
+  const [y0, y1] = [Math.floor(lx(Math.min(...ys))), Math.ceil(lx(Math.max(...ys)))];
+  const px = (v) => pad.l + ((lx(v) - x0) / (x1 - x0 || 1)) * (W - pad.l - pad.r);
+  const py = (v) => H - pad.b - ((lx(v) - y0) / (y1 - y0 || 1)) * (H - pad.t - pad.b);
+  const line = (key, color) => {
+    const pts = points.filter((p) => p[key]).map((p) => `${px(p.stored).toFixed(1)},${py(p[key]).toFixed(1)}`);
+    return `<polyline fill="none" stroke="${color}" stroke-width="2.5" points="${pts.join(" ")}"/>` +
+      pts.map((pt) => `<circle cx="${pt.split(",")[0]}" cy="${pt.split(",")[1]}" r="4" fill="${color}"/>`).join("");
+  };
+  let grid = "";
+  for (let e = y0; e <= y1; e++) {
+    const y = py(10 ** e);
+    grid += `<line x1="${pad.l}" x2="${W - pad.r}" y1="${y}" y2="${y}" stroke="#ddd"/><text x="${pad.l - 8}" y="${y + 4}" text-anchor="end" font-size="12">${(10 ** e).toLocaleString("en")}</text>`;
+  }
+  for (const x of xs) {
+    grid += `<text x="${px(x)}" y="${H - pad.b + 18}" text-anchor="middle" font-size="12">${x.toLocaleString("en")}</text>`;
+  }
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif">
+<rect width="100%" height="100%" fill="white"/>
+<text x="${W / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">Full job cycle (server side) vs stored jobs</text>
+<text x="${W / 2}" y="40" text-anchor="middle" font-size="10" fill="#555">${subtitle.replace(/&/g, "&amp;").replace(/</g, "&lt;")}</text>
+${grid}
+<text x="${W / 2}" y="${H - 18}" text-anchor="middle" font-size="12">stored jobs (log scale)</text>
+<text x="16" y="${H / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 16 ${H / 2})">jobs/s (log scale)</text>
+${line("ref", "#d9534f")}${line("ours", "#0275d8")}
+<rect x="${W - 210}" y="${pad.t}" width="190" height="44" fill="white" stroke="#ccc"/>
+<line x1="${W - 200}" x2="${W - 175}" y1="${pad.t + 15}" y2="${pad.t + 15}" stroke="#0275d8" stroke-width="3"/><text x="${W - 168}" y="${pad.t + 19}" font-size="12">byollm-server-native</text>
+<line x1="${W - 200}" x2="${W - 175}" y1="${pad.t + 33}" y2="${pad.t + 33}" stroke="#d9534f" stroke-width="3"/><text x="${W - 168}" y="${pad.t + 37}" font-size="12">@byollm/server 0.1.1</text>
+</svg>
+`;
+}
