@@ -1,0 +1,175 @@
+// End to end through the example site (`npm start`): a daemon-side client
+// built on @byollm/protocol pairs with it, a signed-in person approves the
+// code through the site's own form, enqueues a prompt, the client claims,
+// opens, answers, and the site's result endpoint shows the answer.
+//
+// The site runs as a child process, under Node 22 and under the machine's
+// own Node (20), since `npm start` has to work on both.
+import { test, describe, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { TestDaemon } from "./site-daemon.mjs";
+import { SiteUser, startSiteProcess } from "./site-harness.mjs";
+
+// The Node binaries to run the site under: this one, and /usr/bin/node when it
+// is a different version.
+const nodes = [process.execPath];
+if (existsSync("/usr/bin/node")) {
+  const other = spawnSync("/usr/bin/node", ["--version"], { encoding: "utf8" }).stdout.trim();
+  if (other !== process.version) nodes.push("/usr/bin/node");
+  else console.log(`# /usr/bin/node is ${other}, the same as this one: the site runs once`);
+}
+
+for (const node of nodes) {
+  const nodeVersion = spawnSync(node, ["--version"], { encoding: "utf8" }).stdout.trim();
+
+  describe(`example site under node ${nodeVersion}`, () => {
+    let site;
+    before(async () => {
+      site = await startSiteProcess({ node });
+    });
+    after(async () => {
+      await site?.stop();
+    });
+
+    test("prints how to connect a daemon, to the bare origin", () => {
+      const { stdout } = site.output();
+      assert.match(stdout, new RegExp(`^  npx byollm connect ${site.origin}$`, "m"));
+      assert.match(readFileSync(site.envFile, "utf8"), /^BYOLLM_SITE_KEYS=ey/m, "the generated keys are kept in the env file");
+    });
+
+    test("pair → approve as a signed-in person → enqueue → run → result", async () => {
+      const alice = new SiteUser(site.origin);
+      await alice.signIn("alice");
+
+      const daemon = new TestDaemon(site.origin, { label: "alice-laptop" });
+      const started = await daemon.pairStart();
+      assert.equal(started.verificationUrl, `${site.origin}/pair`, "the daemon is sent to the approval page");
+      assert.match(started.userCode, /^[A-Z0-9]{4}-[A-Z0-9]{4}$/);
+
+      // The approval page shows what is being approved before the button.
+      const pending = await alice.request(`/pair?code=${encodeURIComponent(started.userCode.toLowerCase())}`);
+      assert.equal(pending.status, 200);
+      assert.match(pending.text, /<td id="label">alice-laptop<\/td>/);
+      assert.ok(pending.text.includes(daemon.fingerprint), "the device fingerprint is on the page");
+      assert.match(pending.text, /echo-model/);
+
+      const approved = await alice.request("/pair/approve", { method: "POST", form: { code: started.userCode } });
+      assert.equal(approved.status, 200, approved.text);
+      const polled = await daemon.waitForApproval(started.deviceCode);
+      assert.equal(polled.owner, "alice", "the owner comes from the site's session");
+      assert.match(polled.runnerId, /^runner_[0-9a-f-]{36}$/);
+      assert.ok(approved.text.includes(polled.runnerId));
+      // The page's site fingerprint is the key the daemon pinned.
+      const home = await alice.request("/");
+      assert.ok(home.text.includes(daemon.siteKeyId), "the home page shows the pinned site key");
+
+      // The code is spent: a second approval is refused with a clear page.
+      const again = await alice.request("/pair/approve", { method: "POST", form: { code: started.userCode } });
+      assert.equal(again.status, 400);
+
+      const heartbeat = await daemon.heartbeat();
+      assert.equal(heartbeat.status, 200);
+      const prompts = await alice.request("/prompts");
+      assert.match(prompts.text, /A device of yours can run this/);
+
+      const jobId = await alice.sendPrompt("Say hello to the example site");
+      const queued = await alice.job(jobId);
+      assert.equal(queued.status, 200);
+      assert.deepEqual(queued.body, { jobId, state: "queued" });
+
+      const { stub, payload, result } = await daemon.runOne((p) => `echo: ${p.prompt}`);
+      assert.equal(stub.id, jobId);
+      assert.equal(stub.owner, "alice");
+      assert.deepEqual(payload, { prompt: "Say hello to the example site" });
+      assert.deepEqual(result, { accepted: true, state: "ok" });
+
+      const done = await alice.job(jobId);
+      assert.equal(done.body.state, "ok");
+      assert.deepEqual(done.body.outcome, { outcome: "ok", text: "echo: Say hello to the example site" });
+      assert.equal(done.body.provenance.runnerId, daemon.runnerId);
+      assert.equal(done.body.provenance.model, "echo-model");
+
+      // Another person sees neither the job nor the device.
+      const bob = new SiteUser(site.origin);
+      await bob.signIn("bob");
+      assert.equal((await bob.job(jobId)).status, 404);
+      assert.equal((await bob.request(`/prompts/${jobId}`)).status, 404);
+      const bobRevoke = await bob.request("/devices/revoke", { method: "POST", form: { id: daemon.runnerId } });
+      assert.equal(bobRevoke.status, 404);
+
+      // The owner revokes the device from the devices page; its next signed call is refused.
+      const devices = await alice.request("/devices");
+      assert.ok(devices.text.includes(daemon.runnerId));
+      const revoke = await alice.request("/devices/revoke", { method: "POST", form: { id: daemon.runnerId } });
+      assert.equal(revoke.status, 303);
+      const refused = await daemon.heartbeat();
+      assert.equal(refused.status, 403);
+      assert.equal(refused.body.error, "revoked");
+      assert.match((await alice.request("/devices")).text, /revoked/);
+    });
+
+    test("the protocol mount answers like the library: GET is 405, an unknown endpoint 404", async () => {
+      const get = await fetch(`${site.origin}/byollm/claim`);
+      assert.equal(get.status, 405);
+      assert.deepEqual(await get.json(), { error: "bad-request", message: "protocol endpoints accept POST only" });
+      const unknown = await fetch(`${site.origin}/byollm/nope`, { method: "POST", body: "{}" });
+      assert.equal(unknown.status, 404);
+      assert.deepEqual(await unknown.json(), { error: "not-found", message: "not a /byollm endpoint" });
+      const unsigned = await fetch(`${site.origin}/byollm/claim`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ protocolVersion: "2" }),
+      });
+      assert.equal(unsigned.status, 401);
+    });
+
+    test("pages need a session; a denied code ends the daemon's pairing", async () => {
+      const anonymous = new SiteUser(site.origin);
+      const pair = await anonymous.request("/pair?code=ABCD-EFGH");
+      assert.equal(pair.status, 303);
+      assert.equal(pair.location, `/?next=${encodeURIComponent("/pair?code=ABCD-EFGH")}`);
+      assert.equal((await anonymous.request("/prompts", { method: "POST", form: { prompt: "x" } })).status, 401);
+      assert.equal((await anonymous.job("00000000-0000-4000-8000-000000000000")).status, 401);
+
+      const carol = new SiteUser(site.origin);
+      const signedIn = await carol.request("/signin", { method: "POST", form: { name: "carol", next: "/pair?code=X" } });
+      assert.equal(signedIn.location, "/pair?code=X", "sign-in returns to the page that asked for it");
+      const offsite = await new SiteUser(site.origin).request("/signin", { method: "POST", form: { name: "dave", next: "//evil.test/" } });
+      assert.equal(offsite.location, "/", "never redirects off-site");
+
+      const unknown = await carol.request("/pair?code=ZZZZ-ZZZZ");
+      assert.equal(unknown.status, 404);
+
+      const daemon = new TestDaemon(site.origin, { label: "<script>alert(1)</script>" });
+      const started = await daemon.pairStart();
+      const shown = await carol.request(`/pair?code=${started.userCode}`);
+      assert.ok(!shown.text.includes("<script>alert(1)</script>"), "a daemon-supplied label is escaped");
+      assert.ok(shown.text.includes("&lt;script&gt;alert(1)&lt;/script&gt;"));
+      const denied = await carol.request("/pair/deny", { method: "POST", form: { code: started.userCode } });
+      assert.equal(denied.status, 200);
+      await assert.rejects(daemon.waitForApproval(started.deviceCode, { timeoutMs: 2000 }), /pairing ended: denied/);
+
+      const empty = await carol.request("/prompts", { method: "POST", form: { prompt: "" } });
+      assert.equal(empty.status, 400, "an empty prompt is refused by enqueue's payload check");
+      assert.match(empty.text, /invalid llm\.generate payload/);
+    });
+  });
+}
+
+test("a restart reuses the site keys from the env file", async () => {
+  const first = await startSiteProcess();
+  const fingerprint = /site key fingerprint: (\S+)/.exec(first.output().stdout)[1];
+  assert.match(first.output().stdout, /\(created now\)/);
+  first.child.kill("SIGTERM");
+  await new Promise((r) => first.child.once("exit", r));
+  const second = await startSiteProcess({ envFile: first.envFile });
+  try {
+    assert.match(second.output().stdout, /\(reused\)/);
+    assert.equal(/site key fingerprint: (\S+)/.exec(second.output().stdout)[1], fingerprint);
+  } finally {
+    await second.stop();
+    await first.stop();
+  }
+});
