@@ -4,8 +4,8 @@
 // it talks to a site exactly the way the real daemon does: it POSTs to
 // <origin>/byollm/<endpoint>, signs the exact body bytes it sends, opens the
 // payload with its own keys after checking the site it pinned at pairing, and
-// seals its result back to that site. Needs Node >= 22.14 (the reference
-// protocol package).
+// seals its result back to that site. (@byollm/protocol declares Node >=
+// 22.14; it also loads on Node 20, which the test runner's second pass uses.)
 import {
   ENVELOPE_MAX_AGE_MS,
   PROTOCOL_VERSION,
