@@ -5,6 +5,7 @@
 
 // --- encodings and keys
 pub mod b64;
+pub mod js_json;
 pub mod fingerprint;
 pub mod keys;
 pub mod site_keys;
@@ -25,3 +26,7 @@ pub mod store;
 
 #[cfg(feature = "node")]
 mod binding;
+
+// The WebAssembly binding behind `edge/` (scripts/build-wasm.mjs).
+#[cfg(feature = "wasm")]
+mod binding_wasm;
