@@ -1,0 +1,885 @@
+-- The store rules, once, as SQL functions.
+--
+-- Both `postgresStore` (node-postgres) and `supabaseStore` (supabase-js, via
+-- PostgREST's /rpc) call these functions and nothing else, so there is one
+-- implementation of every state transition. The semantics are those of the
+-- in-memory store (docs/stores.md, ../shared/spec/store.md); where the 0.1.1
+-- Supabase SQL behaved differently it is said below, at the place it differs.
+--
+-- Time: every function that the store contract gives a `now` takes it as
+-- `p_now bigint` (epoch milliseconds from the caller's clock) and never reads
+-- the database clock, so an app's injectable clock (and a test's fake one)
+-- governs leases, TTLs and deadlines exactly as it does in memory. Only the
+-- compatibility entry points kept from 0.1.1 (`byollm_claim_jobs`,
+-- `byollm_expire_due`, the browser's `byollm_approve_pairing`) default to
+-- `now()`, and `consumePairingToken` (which the contract gives no `now`)
+-- stamps `collected_at` with it.
+--
+-- Results: functions called by the stores return `jsonb` already in the
+-- record shapes of the contract (camelCase keys, epoch-ms numbers), so the two
+-- clients map nothing but key order.
+--
+-- Ids: columns are uuids. An id argument arrives as text; one that is not a
+-- canonical lowercase uuid names nothing (a lookup answers "missing", a lease
+-- check fails) rather than raising, because most of them come off the wire.
+
+-- ---------------------------------------------------------------------------
+-- Helpers
+-- ---------------------------------------------------------------------------
+
+create or replace function byollm_try_uuid(p text) returns uuid
+language plpgsql immutable
+as $$
+begin
+  -- Only the canonical spelling: Postgres would also accept upper case or
+  -- braces and hand back a different string than the caller stored.
+  if p is null or p !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' then
+    return null;
+  end if;
+  return p::uuid;
+end;
+$$;
+
+create or replace function byollm_at(p_ms bigint) returns timestamptz
+language sql stable
+as $$ select 'epoch'::timestamptz + p_ms * interval '1 millisecond' $$;
+
+create or replace function byollm_ms(p_at timestamptz) returns bigint
+language sql stable
+as $$ select (extract(epoch from p_at) * 1000)::bigint $$;
+
+create or replace function byollm_job_json(j byollm_jobs) returns jsonb
+language sql stable
+as $$
+  select case when j.id is null then null else jsonb_build_object(
+    'id', j.id,
+    'kind', j.kind,
+    'envelope', j.envelope,
+    'sizeClass', j.size_class,
+    'audience', j.audience,
+    'purpose', j.purpose,
+    'owner', j.owner,
+    'audienceAllow', to_jsonb(j.audience_allow),
+    'dependsOn', to_jsonb(j.depends_on),
+    'state', j.state,
+    -- A lease is an id plus an expiry. No runner means an adopted lease
+    -- (relay-granted), which the contract spells `runnerId: ""`.
+    'lease', case when j.lease_id is null or j.lease_expires_at is null then null
+                  else jsonb_build_object('id', j.lease_id,
+                                          'runnerId', coalesce(j.lease_runner::text, ''),
+                                          'expiresAt', byollm_ms(j.lease_expires_at)) end,
+    'completedByLeaseId', j.completed_by_lease_id,
+    'createdAt', byollm_ms(j.created_at),
+    'claimableAt', byollm_ms(j.claimable_at),
+    'ttlMs', j.ttl_ms,
+    'deadlineAt', byollm_ms(j.deadline_at),
+    'refusedBy', to_jsonb(j.refused_by),
+    'attempts', j.attempts,
+    'outcome', j.outcome,
+    'provenance', j.provenance,
+    'updatedAt', byollm_ms(j.updated_at)
+  ) end
+$$;
+
+create or replace function byollm_runner_json(r byollm_runners) returns jsonb
+language sql stable
+as $$
+  select case when r.id is null then null else jsonb_build_object(
+    'id', r.id,
+    'owner', r.owner,
+    'device', r.device,
+    'label', r.label,
+    'platform', r.platform,
+    'daemonVersion', r.daemon_version,
+    'capabilities', r.capabilities,
+    'revokedAt', byollm_ms(r.revoked_at),
+    'lastHeartbeatAt', byollm_ms(r.last_heartbeat_at),
+    'createdAt', byollm_ms(r.created_at)
+  ) end
+$$;
+
+create or replace function byollm_pairing_json(p byollm_pairings) returns jsonb
+language sql stable
+as $$
+  select case when p.device_code_hash is null then null else jsonb_build_object(
+    'deviceCodeHash', p.device_code_hash,
+    'userCode', p.user_code,
+    'state', p.state,
+    'owner', p.owner,
+    'runnerId', p.runner_id,
+    'collected', p.collected_at is not null,
+    'label', p.label,
+    'platform', p.platform,
+    'daemonVersion', p.daemon_version,
+    'capabilities', p.capabilities,
+    'device', p.device,
+    'expiresAt', byollm_ms(p.expires_at),
+    'createdAt', byollm_ms(p.created_at)
+  ) end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Audience: the server-side matcher (protocol §8.4 with the server's inputs)
+-- ---------------------------------------------------------------------------
+
+-- Cost class of a backend id, from the protocol's registry. `openai-http`
+-- (cost decided by the daemon from its base URL) and any id not in the
+-- registry count as `metered`, as the server does for a null cost.
+create or replace function byollm_backend_cost(p_backend_id text) returns text
+language sql immutable
+as $$
+  select case
+    when p_backend_id in ('ollama', 'mlx', 'llamacpp', 'vllm', 'lmstudio', 'jan', 'localai') then 'free'
+    when p_backend_id in ('claude-cli', 'codex-cli') then 'subscription'
+    else 'metered'
+  end
+$$;
+
+-- Why a runner owned by `p_runner_owner`, offering `p_offer_scope` on
+-- `p_backend_id`, may not take a job; null when it may. The server's inputs
+-- to the matcher are fixed: spend is taken as acknowledged with no ceiling
+-- reached (so the two metered refusals never fire here) and the device's own
+-- admission as yes. The daemon re-checks with the real values and releases
+-- with `refused` when it disagrees.
+--
+-- The 0.1.1 SQL (`byollm_audience_admits`) locked only `claude-cli`; the
+-- registry says `codex-cli` is a subscription backend too, and the in-memory
+-- store refuses it for other owners, so this does.
+create or replace function byollm_server_refusal(
+  p_job_owner      text,
+  p_audience       text,
+  p_audience_allow text[],
+  p_runner_owner   text,
+  p_offer_scope    text,
+  p_backend_id     text
+) returns text
+language plpgsql immutable
+as $$
+declare
+  v_same boolean := coalesce(p_job_owner = p_runner_owner, false);
+begin
+  if p_audience = 'private' and not v_same then
+    return 'audience-self-other-owner';
+  end if;
+  if p_audience = 'team' and not v_same and p_audience_allow is not null
+     and not coalesce(p_runner_owner = any (p_audience_allow), false) then
+    return 'not-in-server-allowlist';
+  end if;
+  if v_same then
+    return null;
+  end if;
+  if byollm_backend_cost(p_backend_id) = 'subscription' then
+    return 'subscription-self-lock';
+  end if;
+  if p_offer_scope = 'team' then
+    return null;
+  end if;
+  return 'offer-scope-too-narrow';
+end;
+$$;
+
+-- The claim predicate's capability side: the FIRST capability in the claim
+-- request whose kind is the job's kind decides (never the stored ones).
+create or replace function byollm_claim_refusal(
+  p_capabilities   jsonb,
+  p_kind           text,
+  p_job_owner      text,
+  p_audience       text,
+  p_audience_allow text[],
+  p_runner_owner   text
+) returns text
+language sql immutable
+as $$
+  select coalesce(
+    (select byollm_server_refusal(p_job_owner, p_audience, p_audience_allow, p_runner_owner,
+                                  c.value ->> 'offerScope', c.value ->> 'backendId')
+       from jsonb_array_elements(
+              case when jsonb_typeof(p_capabilities) = 'array' then p_capabilities else '[]'::jsonb end
+            ) with ordinality as c(value, n)
+      where c.value ->> 'kind' = p_kind
+      order by c.n
+      limit 1),
+    -- A refusal string is needed either way; this one is never reported.
+    case when exists (
+      select 1 from jsonb_array_elements(
+        case when jsonb_typeof(p_capabilities) = 'array' then p_capabilities else '[]'::jsonb end) c
+      where c ->> 'kind' = p_kind) then null else 'no-capability' end
+  )
+$$;
+
+-- Kept from 0.1.1 with its signature; now the same predicate as the claim.
+drop function if exists byollm_audience_admits(byollm_jobs, uuid, uuid, jsonb);
+create function byollm_audience_admits(
+  p_job          byollm_jobs,
+  p_runner_id    uuid,
+  p_runner_owner uuid,
+  p_capabilities jsonb
+) returns boolean
+language sql stable
+as $$
+  select byollm_claim_refusal(p_capabilities, p_job.kind, p_job.owner::text, p_job.audience::text,
+                              p_job.audience_allow::text[], p_runner_owner::text) is null
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Sweep: lease reclaim, adopted leases past their deadline, TTL/deadline
+-- ---------------------------------------------------------------------------
+
+-- Returns every record written, in the order written: pass 1, 2, 3, each in
+-- insertion order. A job can appear twice (requeued, then expired).
+--
+-- Differs from the 0.1.1 `byollm_expire_due`: adopted (relay-granted) leases
+-- are not reclaimed by their lease clock (the relay owns them) but expire at
+-- the job's deadline; a reclaim also clears `completed_by_lease_id`.
+-- Rows another transaction holds locked are skipped: that transaction is a
+-- claim, a completion or another sweep, and the next sweep sees the result.
+create or replace function byollm_sweep(p_now bigint) returns jsonb
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_reclaimed jsonb;
+  v_adopted jsonb;
+  v_expired jsonb;
+begin
+  with due as (
+    select id from byollm_jobs
+     where state in ('claimed', 'running')
+       and lease_id is not null and lease_runner is not null
+       and lease_expires_at <= v_now
+     for update skip locked
+  ), changed as (
+    update byollm_jobs j
+       set state = 'queued', lease_id = null, lease_runner = null, lease_expires_at = null,
+           completed_by_lease_id = null, claimable_at = v_now, updated_at = v_now
+      from due where j.id = due.id
+    returning j
+  )
+  select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_reclaimed
+    from changed c;
+
+  with due as (
+    select id from byollm_jobs
+     where state in ('claimed', 'running')
+       and lease_id is not null and lease_runner is null
+       and coalesce(deadline_at,
+                    coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now
+     for update skip locked
+  ), changed as (
+    update byollm_jobs j
+       set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
+           completed_by_lease_id = null, updated_at = v_now
+      from due where j.id = due.id
+    returning j
+  )
+  select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_adopted
+    from changed c;
+
+  with due as (
+    select id from byollm_jobs
+     where state = 'queued'
+       and ((deadline_at is not null and deadline_at <= v_now)
+            or (claimable_at is not null
+                and claimable_at + ttl_ms * interval '1 millisecond' <= v_now))
+     for update skip locked
+  ), changed as (
+    update byollm_jobs j
+       set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
+           completed_by_lease_id = null, updated_at = v_now
+      from due where j.id = due.id
+    returning j
+  )
+  select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_expired
+    from changed c;
+
+  return v_reclaimed || v_adopted || v_expired;
+end;
+$$;
+
+-- 0.1.1's name and signature: the sweep at the database clock, as a count.
+drop function if exists byollm_expire_due();
+create function byollm_expire_due() returns integer
+language sql volatile security definer set search_path = public
+as $$ select jsonb_array_length(byollm_sweep(byollm_ms(now()))) $$;
+
+-- ---------------------------------------------------------------------------
+-- Jobs
+-- ---------------------------------------------------------------------------
+
+-- `p_job`: {id, kind, envelope, sizeClass, owner, audience?, purpose?,
+-- audienceAllow?, dependsOn?, ttlMs, deadlineAt?} with ttlMs already
+-- defaulted by the store. Idempotent by id: an existing job is returned
+-- unchanged.
+create or replace function byollm_create_job(p_job jsonb, p_now bigint) returns jsonb
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_id uuid := byollm_try_uuid(p_job ->> 'id');
+  v_deps uuid[];
+  v_allow uuid[];
+  v_blocked boolean;
+  v_row byollm_jobs;
+begin
+  if v_id is null then
+    raise exception 'byollm: job ids must be lowercase UUIDs (the id column is a uuid)'
+      using errcode = '22023';
+  end if;
+
+  select * into v_row from byollm_jobs where id = v_id;
+  if found then
+    return byollm_job_json(v_row);
+  end if;
+
+  v_deps := coalesce(array(select jsonb_array_elements_text(p_job -> 'dependsOn'))::uuid[], '{}');
+  if jsonb_typeof(p_job -> 'audienceAllow') = 'array' then
+    v_allow := array(select jsonb_array_elements_text(p_job -> 'audienceAllow'))::uuid[];
+  end if;
+
+  -- Share-lock the dependencies while deciding: a dependency completing at
+  -- the same moment then either commits first (and is seen as ok here) or
+  -- waits for this insert (and its unblock step sees this job).
+  perform 1 from byollm_jobs where id = any (v_deps) for share;
+  v_blocked := exists (
+    select 1 from unnest(v_deps) d(id)
+     where not exists (select 1 from byollm_jobs j where j.id = d.id and j.state = 'ok'));
+
+  insert into byollm_jobs (id, kind, envelope, size_class, audience, purpose, owner,
+                           audience_allow, depends_on, state, lease_id, lease_runner,
+                           lease_expires_at, completed_by_lease_id, claimable_at, ttl_ms,
+                           deadline_at, refused_by, attempts, outcome, provenance,
+                           created_at, updated_at)
+  values (v_id, p_job ->> 'kind', p_job -> 'envelope', p_job ->> 'sizeClass',
+          coalesce(p_job ->> 'audience', 'private')::byollm_audience,
+          p_job ->> 'purpose', (p_job ->> 'owner')::uuid, v_allow, v_deps, 'queued',
+          null, null, null, null,
+          case when v_blocked then null else v_now end,
+          (p_job ->> 'ttlMs')::integer,
+          case when jsonb_typeof(p_job -> 'deadlineAt') = 'number'
+               then byollm_at((p_job ->> 'deadlineAt')::numeric::bigint) end,
+          '{}', 0, null, null, v_now, v_now)
+  on conflict (id) do nothing
+  returning * into v_row;
+
+  if not found then
+    -- Another transaction created it between our look and our insert.
+    select * into v_row from byollm_jobs where id = v_id;
+  end if;
+  return byollm_job_json(v_row);
+end;
+$$;
+
+create or replace function byollm_get_job(p_job_id text) returns jsonb
+language sql stable security definer set search_path = public
+as $$ select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id) $$;
+
+-- The atomic claim. One statement picks the oldest claimable jobs this
+-- runner may take (claimableAt ascending, ties in creation order), locks them
+-- with FOR UPDATE SKIP LOCKED so concurrent claims never see the same row,
+-- and grants each a fresh lease. Runs the sweep first so nothing already
+-- expired is handed out.
+--
+-- `p_runner_owner` is the caller's (the contract passes it); the runner must
+-- exist, because `lease_runner` references byollm_runners.
+create or replace function byollm_claim(
+  p_runner_id    text,
+  p_runner_owner text,
+  p_capabilities jsonb,
+  p_max          integer,
+  p_lease_ms     bigint,
+  p_now          bigint
+) returns jsonb
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_runner uuid := byollm_try_uuid(p_runner_id);
+  v_out jsonb;
+begin
+  perform byollm_sweep(p_now);
+  if p_max is null or p_max <= 0 then
+    return '[]'::jsonb;
+  end if;
+  if v_runner is null or not exists (select 1 from byollm_runners where id = v_runner) then
+    raise exception 'byollm: unknown runner' using errcode = '22023';
+  end if;
+
+  with candidate as (
+    select j.id
+      from byollm_jobs j
+     where j.state = 'queued'
+       and j.claimable_at is not null
+       and j.claimable_at <= v_now
+       and not (v_runner = any (j.refused_by))
+       and byollm_claim_refusal(p_capabilities, j.kind, j.owner::text, j.audience::text,
+                                j.audience_allow::text[], p_runner_owner) is null
+     order by j.claimable_at, j.byollm_seq
+     limit p_max
+     for update skip locked
+  ), claimed as (
+    update byollm_jobs j
+       set state = 'claimed',
+           lease_id = gen_random_uuid(),
+           lease_runner = v_runner,
+           lease_expires_at = v_now + p_lease_ms * interval '1 millisecond',
+           attempts = j.attempts + 1,
+           updated_at = v_now
+      from candidate c
+     where j.id = c.id
+    returning j
+  )
+  select coalesce(jsonb_agg(byollm_job_json(c.j)
+                            order by (c.j).claimable_at, (c.j).byollm_seq), '[]')
+    into v_out
+    from claimed c;
+  return v_out;
+end;
+$$;
+
+-- 0.1.1's claim RPC, same name and arguments (plus an optional clock). It
+-- looks the runner up itself and refuses unknown or revoked runners, then
+-- claims exactly as byollm_claim does.
+drop function if exists byollm_claim_jobs(uuid, jsonb, integer, integer);
+create or replace function byollm_claim_jobs(
+  p_runner_id    uuid,
+  p_capabilities jsonb,
+  p_max          integer,
+  p_lease_ms     integer,
+  p_now          timestamptz default now()
+) returns setof byollm_jobs
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_runner byollm_runners;
+  v_claimed jsonb;
+begin
+  select * into v_runner from byollm_runners where id = p_runner_id;
+  if not found then
+    raise exception 'unknown runner';
+  end if;
+  if v_runner.revoked_at is not null then
+    raise exception 'runner is revoked';
+  end if;
+  v_claimed := byollm_claim(p_runner_id::text, v_runner.owner::text, p_capabilities, p_max,
+                            p_lease_ms, byollm_ms(p_now));
+  return query
+    select j.* from byollm_jobs j
+      join jsonb_array_elements(v_claimed) with ordinality as c(v, n)
+        on j.id = (c.v ->> 'id')::uuid
+     order by c.n;
+end;
+$$;
+
+-- {renewed: [{jobId, expiresAt}], lost: [LeaseRef]}, each lease in the order
+-- given (a repeated one is processed twice). Sweeps first so a lapsed lease
+-- is reported lost rather than renewed.
+create or replace function byollm_renew_leases(
+  p_runner_id text,
+  p_leases    jsonb,
+  p_lease_ms  bigint,
+  p_now       bigint
+) returns jsonb
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_runner uuid := byollm_try_uuid(p_runner_id);
+  v_ref jsonb;
+  v_hit uuid;
+  v_renewed jsonb := '[]';
+  v_lost jsonb := '[]';
+begin
+  perform byollm_sweep(p_now);
+  for v_ref in select value from jsonb_array_elements(coalesce(p_leases, '[]'::jsonb)) loop
+    v_hit := null;
+    update byollm_jobs
+       set state = 'running',
+           lease_expires_at = v_now + p_lease_ms * interval '1 millisecond',
+           updated_at = v_now
+     where id = byollm_try_uuid(v_ref ->> 'jobId')
+       and lease_runner = v_runner
+       and lease_id = byollm_try_uuid(v_ref ->> 'leaseId')
+       and state in ('claimed', 'running')
+    returning id into v_hit;
+    if v_hit is not null then
+      v_renewed := v_renewed || jsonb_build_array(jsonb_build_object(
+        'jobId', v_ref -> 'jobId', 'expiresAt', p_now + p_lease_ms));
+    else
+      v_lost := v_lost || jsonb_build_array(jsonb_build_object(
+        'jobId', v_ref -> 'jobId', 'leaseId', v_ref -> 'leaseId'));
+    end if;
+  end loop;
+  return jsonb_build_object('renewed', v_renewed, 'lost', v_lost);
+end;
+$$;
+
+-- A relay-granted lease (cloud lane). Lease ids are uuids in this schema; any
+-- other lease id is refused (null), as is a job that is not queued/claimed or
+-- that holds a different lease.
+create or replace function byollm_adopt(
+  p_job_id     text,
+  p_lease_id   text,
+  p_expires_at bigint,
+  p_now        bigint
+) returns jsonb
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_row byollm_jobs;
+  v_lease uuid := byollm_try_uuid(p_lease_id);
+begin
+  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  if not found or v_row.state not in ('queued', 'claimed') then
+    return null;
+  end if;
+  if v_row.lease_id is not null and v_row.lease_id is distinct from v_lease then
+    return null;
+  end if;
+  if v_lease is null then
+    return null;
+  end if;
+  update byollm_jobs
+     set state = 'claimed', lease_id = v_lease, lease_runner = null,
+         lease_expires_at = byollm_at(p_expires_at), updated_at = byollm_at(p_now)
+   where id = v_row.id
+  returning * into v_row;
+  return byollm_job_json(v_row);
+end;
+$$;
+
+-- First terminal outcome wins. `p_holder` is {by:"runner", runnerId} or
+-- {by:"lease", leaseId}. Returns {accepted, duplicate?, job}.
+--
+-- Differs from the 0.1.1 adapter: a runner-held completion records the old
+-- lease id in completed_by_lease_id (as the in-memory store does), and the
+-- dependents are unblocked here at `p_now` instead of by a trigger at now().
+create or replace function byollm_complete_job(
+  p_job_id     text,
+  p_runner_id  text,
+  p_holder     jsonb,
+  p_outcome    jsonb,
+  p_provenance jsonb,
+  p_now        bigint
+) returns jsonb
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_row byollm_jobs;
+  v_by text := p_holder ->> 'by';
+  v_holds boolean;
+  v_state byollm_job_state;
+begin
+  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  if not found then
+    return jsonb_build_object('accepted', false, 'job', null);
+  end if;
+
+  if v_row.state in ('ok', 'error', 'canceled') then
+    -- A duplicate only for the same device presenting the same grant;
+    -- anyone else gets the plain refusal a live job would give them.
+    if v_row.provenance ->> 'runnerId' is not null
+       and v_row.provenance ->> 'runnerId' = p_runner_id
+       and v_by = 'lease'
+       and v_row.completed_by_lease_id is not null
+       and v_row.completed_by_lease_id = p_holder ->> 'leaseId' then
+      return jsonb_build_object('accepted', false, 'duplicate', true, 'job', byollm_job_json(v_row));
+    end if;
+    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
+  end if;
+  if v_row.state = 'expired' then
+    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
+  end if;
+
+  -- The holder check ignores lease expiry on purpose: only the sweep ends a
+  -- lease, so a late result that beats the sweep still counts.
+  if v_by = 'runner' then
+    v_holds := v_row.lease_id is not null and v_row.lease_expires_at is not null
+               and coalesce(v_row.lease_runner::text, '') = p_holder ->> 'runnerId';
+  else
+    v_holds := v_row.lease_id is not null and v_row.lease_expires_at is not null
+               and v_row.lease_id::text = p_holder ->> 'leaseId';
+  end if;
+  if not coalesce(v_holds, false) then
+    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
+  end if;
+
+  v_state := case p_outcome ->> 'outcome' when 'ok' then 'ok' when 'canceled' then 'canceled'
+                                          else 'error' end;
+  update byollm_jobs
+     set state = v_state,
+         completed_by_lease_id = case when v_by = 'lease' then p_holder ->> 'leaseId'
+                                      else lease_id::text end,
+         lease_id = null, lease_runner = null, lease_expires_at = null,
+         outcome = p_outcome, provenance = p_provenance, updated_at = v_now
+   where id = v_row.id
+  returning * into v_row;
+
+  delete from byollm_job_cancels where job_id = v_row.id;
+
+  if v_state = 'ok' then
+    -- Lock the blocked dependents first, then decide in a new statement (a
+    -- fresh snapshot): two dependencies completing at once serialise on
+    -- these rows, and the second sees the first one's `ok`.
+    perform 1 from byollm_jobs d
+      where d.claimable_at is null and v_row.id = any (d.depends_on)
+      order by d.byollm_seq
+      for update;
+    update byollm_jobs d
+       set claimable_at = v_now, updated_at = v_now
+     where d.claimable_at is null
+       and v_row.id = any (d.depends_on)
+       and not exists (
+         select 1 from unnest(d.depends_on) dep(id)
+          where not exists (select 1 from byollm_jobs x where x.id = dep.id and x.state = 'ok'));
+  end if;
+
+  return jsonb_build_object('accepted', true, 'job', byollm_job_json(v_row));
+end;
+$$;
+
+-- Returns the ids released, in the order given. Only the exact grant
+-- (runner and lease id) releases; anything else is skipped silently.
+create or replace function byollm_release(
+  p_runner_id text,
+  p_leases    jsonb,
+  p_reason    text,
+  p_now       bigint
+) returns jsonb
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_runner uuid := byollm_try_uuid(p_runner_id);
+  v_ref jsonb;
+  v_hit uuid;
+  v_out jsonb := '[]';
+begin
+  for v_ref in select value from jsonb_array_elements(coalesce(p_leases, '[]'::jsonb)) loop
+    v_hit := null;
+    update byollm_jobs
+       set state = 'queued', lease_id = null, lease_runner = null, lease_expires_at = null,
+           completed_by_lease_id = null,
+           claimable_at = v_now,
+           refused_by = case when p_reason = 'refused' and not (v_runner = any (refused_by))
+                             then refused_by || v_runner else refused_by end,
+           updated_at = v_now
+     where id = byollm_try_uuid(v_ref ->> 'jobId')
+       and lease_runner = v_runner
+       and lease_id = byollm_try_uuid(v_ref ->> 'leaseId')
+    returning id into v_hit;
+    if v_hit is not null then
+      v_out := v_out || jsonb_build_array(v_ref -> 'jobId');
+    end if;
+  end loop;
+  return v_out;
+end;
+$$;
+
+-- queued → canceled; held → a cancel request for the holder's next
+-- heartbeat (job unchanged); terminal → unchanged; missing → null.
+create or replace function byollm_cancel_job(p_job_id text, p_now bigint) returns jsonb
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_row byollm_jobs;
+begin
+  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  if not found then
+    return null;
+  end if;
+  if v_row.state = 'queued' then
+    update byollm_jobs
+       set state = 'canceled', lease_id = null, lease_runner = null, lease_expires_at = null,
+           completed_by_lease_id = null, updated_at = byollm_at(p_now)
+     where id = v_row.id
+    returning * into v_row;
+  elsif v_row.state in ('claimed', 'running') then
+    insert into byollm_job_cancels (job_id, requested_at)
+    values (v_row.id, byollm_at(p_now))
+    on conflict (job_id) do nothing;
+  end if;
+  return byollm_job_json(v_row);
+end;
+$$;
+
+create or replace function byollm_list_claimed_by(p_runner_id text) returns jsonb
+language sql stable security definer set search_path = public
+as $$
+  select coalesce(jsonb_agg(byollm_job_json(j) order by j.byollm_seq), '[]')
+    from byollm_jobs j
+   where j.lease_runner = byollm_try_uuid(p_runner_id) and j.lease_id is not null
+$$;
+
+-- A request lingers until a completion removes it, so after a release it is
+-- delivered to whichever runner holds the job next.
+create or replace function byollm_list_cancel_requests(p_runner_id text) returns jsonb
+language sql stable security definer set search_path = public
+as $$
+  select coalesce(jsonb_agg(jsonb_build_object('jobId', j.id, 'leaseId', j.lease_id)
+                            order by c.byollm_seq), '[]')
+    from byollm_job_cancels c
+    join byollm_jobs j on j.id = c.job_id
+   where j.lease_runner = byollm_try_uuid(p_runner_id) and j.lease_id is not null
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Pairings and runners
+-- ---------------------------------------------------------------------------
+
+-- Stores a PairingRecord; the same device-code hash overwrites (keeping its
+-- place in insertion order).
+create or replace function byollm_create_pairing(p_pairing jsonb) returns void
+language sql volatile security definer set search_path = public
+as $$
+  insert into byollm_pairings as p (device_code_hash, user_code, state, owner, runner_id,
+                                    collected_at, label, platform, daemon_version,
+                                    capabilities, device, expires_at, created_at)
+  values (p_pairing ->> 'deviceCodeHash', p_pairing ->> 'userCode', p_pairing ->> 'state',
+          (p_pairing ->> 'owner')::uuid, (p_pairing ->> 'runnerId')::uuid,
+          case when (p_pairing ->> 'collected')::boolean then now() end,
+          p_pairing ->> 'label', p_pairing ->> 'platform', p_pairing ->> 'daemonVersion',
+          coalesce(p_pairing -> 'capabilities', '[]'::jsonb), p_pairing -> 'device',
+          byollm_at((p_pairing ->> 'expiresAt')::numeric::bigint),
+          byollm_at((p_pairing ->> 'createdAt')::numeric::bigint))
+  on conflict (device_code_hash) do update
+     set user_code = excluded.user_code, state = excluded.state, owner = excluded.owner,
+         runner_id = excluded.runner_id, collected_at = excluded.collected_at,
+         label = excluded.label, platform = excluded.platform,
+         daemon_version = excluded.daemon_version, capabilities = excluded.capabilities,
+         device = excluded.device, expires_at = excluded.expires_at,
+         created_at = excluded.created_at
+$$;
+
+create or replace function byollm_get_pairing_by_device_code_hash(p_hash text) returns jsonb
+language sql stable security definer set search_path = public
+as $$ select byollm_pairing_json(p) from byollm_pairings p where p.device_code_hash = p_hash $$;
+
+-- The first pairing (insertion order) with that code, whatever its state.
+create or replace function byollm_get_pairing_by_user_code(p_user_code text) returns jsonb
+language sql stable security definer set search_path = public
+as $$
+  select byollm_pairing_json(p) from byollm_pairings p
+   where p.user_code = p_user_code order by p.byollm_seq limit 1
+$$;
+
+-- The one door for creating a runner. The owner is the approving session's;
+-- the runner id is the caller's when it is a uuid, otherwise a fresh uuid
+-- (the column is a uuid; ByollmApp suggests `runner_<uuid>`, which the
+-- returned record and the pairing then replace). Raises the in-memory
+-- store's messages: unknown code, expired code, already approved/denied.
+create or replace function byollm_approve_pairing_as(
+  p_user_code text,
+  p_owner     text,
+  p_runner_id text,
+  p_now       bigint
+) returns jsonb
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_pairing byollm_pairings;
+  v_runner byollm_runners;
+begin
+  select * into v_pairing from byollm_pairings
+   where user_code = p_user_code order by byollm_seq limit 1 for update;
+  if not found then
+    raise exception 'unknown pairing code: %', p_user_code using errcode = 'P0002';
+  end if;
+  if v_pairing.expires_at <= v_now then
+    raise exception 'pairing code has expired' using errcode = '22023';
+  end if;
+  if v_pairing.state <> 'pending' then
+    raise exception 'pairing is already %', v_pairing.state using errcode = '22023';
+  end if;
+
+  insert into byollm_runners (id, owner, device, label, platform, daemon_version, capabilities,
+                              revoked_at, last_heartbeat_at, created_at)
+  values (coalesce(byollm_try_uuid(p_runner_id), gen_random_uuid()), p_owner::uuid,
+          v_pairing.device, v_pairing.label, v_pairing.platform, v_pairing.daemon_version,
+          v_pairing.capabilities, null, v_now, v_now)
+  returning * into v_runner;
+
+  update byollm_pairings
+     set state = 'approved', owner = v_runner.owner, runner_id = v_runner.id, collected_at = null
+   where device_code_hash = v_pairing.device_code_hash;
+
+  return byollm_runner_json(v_runner);
+end;
+$$;
+
+-- 0.1.1's browser-facing approval: the owner is the caller's own session
+-- (auth.uid()), never an argument, so a daemon can never say whose it is.
+drop function if exists byollm_approve_pairing(text);
+create function byollm_approve_pairing(p_user_code text) returns byollm_runners
+language plpgsql volatile security definer set search_path = public
+as $$
+declare
+  v_owner uuid := (select auth.uid());
+  v_runner jsonb;
+  v_row byollm_runners;
+begin
+  if v_owner is null then
+    raise exception 'approving a pairing requires an authenticated user';
+  end if;
+  v_runner := byollm_approve_pairing_as(p_user_code, v_owner::text, null, byollm_ms(now()));
+  select * into v_row from byollm_runners where id = (v_runner ->> 'id')::uuid;
+  return v_row;
+end;
+$$;
+
+-- Denies the first pairing with that code whatever its state (an approved
+-- runner survives); an unknown code is a no-op.
+create or replace function byollm_deny_pairing(p_user_code text, p_now bigint) returns void
+language sql volatile security definer set search_path = public
+as $$
+  update byollm_pairings set state = 'denied'
+   where device_code_hash = (select device_code_hash from byollm_pairings
+                              where user_code = p_user_code order by byollm_seq limit 1)
+$$;
+
+-- Deliver-once. The contract passes no time, so the stamp is the database's;
+-- only its presence is read back.
+create or replace function byollm_consume_pairing_token(p_hash text) returns void
+language sql volatile security definer set search_path = public
+as $$
+  update byollm_pairings set collected_at = coalesce(collected_at, now())
+   where device_code_hash = p_hash
+$$;
+
+create or replace function byollm_get_runner(p_runner_id text) returns jsonb
+language sql stable security definer set search_path = public
+as $$ select byollm_runner_json(r) from byollm_runners r where r.id = byollm_try_uuid(p_runner_id) $$;
+
+create or replace function byollm_touch_runner(
+  p_runner_id      text,
+  p_capabilities   jsonb,
+  p_daemon_version text,
+  p_now            bigint
+) returns jsonb
+language sql volatile security definer set search_path = public
+as $$
+  update byollm_runners r
+     set capabilities = p_capabilities, daemon_version = p_daemon_version,
+         last_heartbeat_at = byollm_at(p_now)
+   where r.id = byollm_try_uuid(p_runner_id)
+  returning byollm_runner_json(r)
+$$;
+
+-- One-way: the first revocation time is kept. Leases the runner holds lapse
+-- on their own (its heartbeats are refused from now on).
+create or replace function byollm_revoke_runner(p_runner_id text, p_now bigint) returns void
+language sql volatile security definer set search_path = public
+as $$
+  update byollm_runners set revoked_at = byollm_at(p_now)
+   where id = byollm_try_uuid(p_runner_id) and revoked_at is null
+$$;
+
+-- All runners, or one owner's; revoked ones included; insertion order.
+create or replace function byollm_list_runners(p_owner text default null) returns jsonb
+language sql stable security definer set search_path = public
+as $$
+  select coalesce(jsonb_agg(byollm_runner_json(r) order by r.byollm_seq), '[]')
+    from byollm_runners r
+   where p_owner is null or r.owner = byollm_try_uuid(p_owner)
+$$;

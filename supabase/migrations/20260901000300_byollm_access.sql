@@ -1,0 +1,87 @@
+-- Who may touch what: row-level security, grants, the Realtime publication.
+--
+-- Three kinds of caller:
+--
+--   * the server (postgresStore / supabaseStore): the schema owner or
+--     `service_role`. It writes only through the functions of the rules file,
+--     which are SECURITY DEFINER, and it is the only caller granted them.
+--   * a browser session (`authenticated`, auth.uid() = the user): may READ
+--     its own rows and approve a pairing for itself (byollm_approve_pairing),
+--     nothing else.
+--   * `anon`: nothing at all.
+--
+-- Narrower than 0.1.1, on purpose: that schema also let a browser insert jobs
+-- and cancel rows and update or delete its runners. Each of those bypasses a
+-- rule here (a job needs an envelope sealed by the site's key; a cancel of a
+-- queued job must cancel it, not file a request; clearing `revoked_at` would
+-- un-revoke; deleting a runner turns its leases into what reads as relay
+-- leases). Those actions go through the app (ByollmApp), which calls the
+-- store.
+
+alter table byollm_runners     enable row level security;
+alter table byollm_jobs        enable row level security;
+alter table byollm_pairings    enable row level security;
+alter table byollm_job_cancels enable row level security;
+
+-- Policies are recreated whole (dropping the 0.1.1 ones by name) so that a
+-- database migrated by either package ends with exactly this set.
+drop policy if exists byollm_runners_owner_select on byollm_runners;
+drop policy if exists byollm_runners_owner_update on byollm_runners;
+drop policy if exists byollm_runners_owner_delete on byollm_runners;
+drop policy if exists byollm_jobs_owner_select on byollm_jobs;
+drop policy if exists byollm_jobs_owner_insert on byollm_jobs;
+drop policy if exists byollm_pairings_owner_select on byollm_pairings;
+drop policy if exists byollm_job_cancels_owner_select on byollm_job_cancels;
+drop policy if exists byollm_job_cancels_owner_insert on byollm_job_cancels;
+
+-- `(select auth.uid())` is evaluated once per statement, not per row.
+create policy byollm_runners_owner_select on byollm_runners
+  for select to authenticated using ((select auth.uid()) = owner);
+create policy byollm_jobs_owner_select on byollm_jobs
+  for select to authenticated using ((select auth.uid()) = owner);
+create policy byollm_pairings_owner_select on byollm_pairings
+  for select to authenticated using ((select auth.uid()) = owner);
+create policy byollm_job_cancels_owner_select on byollm_job_cancels
+  for select to authenticated using (
+    exists (select 1 from byollm_jobs j
+             where j.id = byollm_job_cancels.job_id and j.owner = (select auth.uid())));
+
+-- Table privileges: revoke whatever a platform's default privileges handed
+-- out, then grant exactly what is meant. RLS picks the rows; these pick the
+-- operations; both are needed.
+revoke all on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels
+  from public, anon, authenticated;
+grant select on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels
+  to authenticated;
+grant select, insert, update, delete
+  on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels to service_role;
+
+-- Functions: PostgREST exposes every function it can see at /rpc, so nothing
+-- is executable by default.
+do $$
+declare
+  f regprocedure;
+begin
+  for f in
+    select p.oid::regprocedure from pg_proc p
+     where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
+  loop
+    execute format('revoke all on function %s from public, anon, authenticated', f);
+    execute format('grant execute on function %s to service_role', f);
+  end loop;
+end
+$$;
+
+-- The browser approves its own pairings (owner = auth.uid()).
+grant execute on function byollm_approve_pairing(text) to authenticated;
+
+-- Realtime delivery listens to job updates where Supabase Realtime exists.
+do $$
+begin
+  if exists (select 1 from pg_publication where pubname = 'supabase_realtime')
+     and not exists (select 1 from pg_publication_tables
+                      where pubname = 'supabase_realtime' and tablename = 'byollm_jobs') then
+    execute 'alter publication supabase_realtime add table byollm_jobs';
+  end if;
+end
+$$;
