@@ -1,0 +1,138 @@
+// The reference conformance kit (@byollm/conformance@0.1.1, 32 checks driving
+// a real daemon) against our ByollmApp + HTTP handler: with our MemoryStore,
+// through the ./next mount, with the reference MemoryStore passed in (any JS
+// store must work), and once on the real clock.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { certify, formatReport, CHECKS } from "@byollm/conformance";
+import { MemoryStore as ReferenceMemoryStore } from "@byollm/server";
+import { ByollmApp, MemoryStore, createFetchHandler, generateSiteKeys } from "../dist/index.js";
+import { createHandler } from "../dist/next.js";
+
+const ORIGIN = "https://conformance.byollm.test";
+const SITE_KEYS = generateSiteKeys();
+
+/**
+ * A target over one store, app and handler, rebuilt on reset. With a fake
+ * clock, `now` is the real clock plus an offset: the kit's daemon signs with
+ * Date.now(), so the server's clock must stay within the signature window.
+ */
+function makeTarget({ name, makeStore, mount, fakeClock, leaseMs, ttlMs, pairingTtlMs }) {
+  let offset = 0;
+  const now = () => Date.now() + offset;
+  let app;
+  let serve;
+  const build = () => {
+    offset = 0;
+    const store = makeStore(ttlMs);
+    app = new ByollmApp({ store, siteKeys: SITE_KEYS, ...(fakeClock ? { now } : {}) });
+    const config = {
+      store,
+      siteKeys: SITE_KEYS,
+      verificationUrl: `${ORIGIN}/settings/runners`,
+      leaseMs,
+      ...(pairingTtlMs === undefined ? {} : { pairingTtlMs }),
+      ...(fakeClock ? { now } : {}),
+    };
+    serve = mount(config);
+  };
+  build();
+  return {
+    name,
+    origin: ORIGIN,
+    leaseMs,
+    ttlMs,
+    fetch: (request) => serve(request),
+    enqueue: async (input) => ({ id: (await app.enqueue(input)).id }),
+    approvePairing: async (userCode, owner) => {
+      await app.approvePairing({ userCode, owner });
+    },
+    revokeRunner: (runnerId) => app.revokeRunner(runnerId),
+    cancelJob: async (jobId) => {
+      await app.cancel(jobId);
+    },
+    job: async (jobId) => {
+      const record = await app.job(jobId);
+      if (!record) return null;
+      return {
+        state: record.state,
+        ...(record.outcome === null ? {} : { outcome: record.outcome }),
+        ...(record.provenance === null ? {} : { provenance: record.provenance }),
+      };
+    },
+    runnerAvailability: (input) => app.runnerAvailability(input),
+    sweep: async () => {
+      await app.sweep();
+    },
+    ...(fakeClock
+      ? {
+          advanceTime: async (ms) => {
+            offset += ms;
+          },
+        }
+      : {}),
+    reset: async () => build(),
+  };
+}
+
+const viaFetchHandler = (config) => createFetchHandler(config);
+const viaNext = (config) => {
+  // The lazy form, as a Next.js route would write it.
+  const route = createHandler(() => config);
+  assert.equal(route.dynamic, "force-dynamic");
+  return (request) => route.POST(request);
+};
+
+async function certifyAndReport(target) {
+  const report = await certify(target);
+  const failed = report.results.filter((r) => !r.passed);
+  if (failed.length > 0) console.log(formatReport(report));
+  assert.equal(report.results.length, CHECKS.length);
+  assert.equal(CHECKS.length, 32);
+  assert.deepEqual(
+    failed.map((r) => `${r.check.id}: ${r.error}`),
+    [],
+  );
+  assert.equal(report.passed, true);
+}
+
+// Short lease and TTL even on the fake clock: an advance of more than the
+// two-minute signature window would make the kit's own daemon stale.
+const FAKE = { fakeClock: true, leaseMs: 20_000, ttlMs: 30_000 };
+
+test("certify: ByollmApp + createFetchHandler + our MemoryStore (fake clock)", { timeout: 120_000 }, async () => {
+  await certifyAndReport(
+    makeTarget({ name: "native (memory)", makeStore: (ttl) => new MemoryStore({ defaultTtlMs: ttl }), mount: viaFetchHandler, ...FAKE }),
+  );
+});
+
+test("certify: through the ./next createHandler (fake clock)", { timeout: 120_000 }, async () => {
+  await certifyAndReport(
+    makeTarget({ name: "native (next)", makeStore: (ttl) => new MemoryStore({ defaultTtlMs: ttl }), mount: viaNext, ...FAKE }),
+  );
+});
+
+test("certify: with the reference MemoryStore passed in (a JS store)", { timeout: 120_000 }, async () => {
+  await certifyAndReport(
+    makeTarget({
+      name: "native (reference store)",
+      makeStore: (ttl) => new ReferenceMemoryStore({ defaultTtlMs: ttl }),
+      mount: viaFetchHandler,
+      ...FAKE,
+    }),
+  );
+});
+
+test("certify: real clock (no advanceTime), short lease/TTL/pairing TTL", { timeout: 180_000 }, async () => {
+  await certifyAndReport(
+    makeTarget({
+      name: "native (real clock)",
+      makeStore: (ttl) => new MemoryStore({ defaultTtlMs: ttl }),
+      mount: viaFetchHandler,
+      fakeClock: false,
+      leaseMs: 1_500,
+      ttlMs: 1_200,
+      pairingTtlMs: 1_500,
+    }),
+  );
+});

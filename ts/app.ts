@@ -1,0 +1,273 @@
+// The app-facing half: enqueue (validated and sealed before the store sees
+// it), read results, the no-runner signal, pairing approval, revocation.
+import { CloudLane } from "./cloud.js";
+import { PollingDelivery } from "./delivery.js";
+import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
+import { native, type SiteKeyringHandle } from "./native.js";
+import type {
+  AvailabilityQuery,
+  ByollmAppOptions,
+  ByollmStore,
+  DeliveredResult,
+  EnqueueInput,
+  JobHandle,
+  JobKind,
+  JobRecord,
+  NoRunnerReason,
+  PendingPairing,
+  PollingDeliveryDeps,
+  ResultDelivery,
+  RunnerAvailability,
+  RunnerRecord,
+  SealedEnvelope,
+  SizeClass,
+  WaitOptions,
+} from "./types.js";
+
+export { normalizeUserCode };
+
+const DEFAULT_LIVENESS_MS = 35_000;
+/** How long a sealed payload is worth keeping; bound into its signature. */
+const ENVELOPE_MAX_AGE_MS = 86_400_000;
+/** Payloads longer than this (UTF-16 units) are sealed on the thread pool. */
+const ASYNC_SEAL_THRESHOLD = 64 * 1024;
+
+/**
+ * Every option `enqueue` understands. Anything else is refused, because an
+ * ignored option is a job that runs differently than asked with nothing to see.
+ */
+const ENQUEUE_OPTIONS = new Set([
+  "kind",
+  "payload",
+  "owner",
+  "audience",
+  "purpose",
+  "audienceAllow",
+  "dependsOn",
+  "ttlMs",
+  "deadlineAt",
+  "id",
+]);
+
+export class ByollmApp {
+  readonly #store: ByollmStore;
+  readonly #keyring: SiteKeyringHandle;
+  readonly #now: () => number;
+  readonly #livenessMs: number;
+  readonly #delivery: ResultDelivery;
+  /** The relay side of this site; present only on the cloud lane. */
+  readonly cloud: CloudLane | undefined;
+
+  constructor(options: ByollmAppOptions) {
+    this.#store = options.store;
+    this.#keyring = new native.SiteKeyring(options.siteKeys);
+    this.#now = options.now ?? Date.now;
+    this.#livenessMs = options.livenessMs ?? DEFAULT_LIVENESS_MS;
+    this.cloud =
+      options.lane === undefined
+        ? undefined
+        : new CloudLane({ options: options.lane, store: options.store, siteKeys: options.siteKeys, now: this.#now });
+    // On the cloud lane devices pair with the relay, so this site cannot see
+    // runners: delivery gets no availability instrument rather than one that
+    // would always answer "none".
+    const deps: PollingDeliveryDeps = {
+      ...(options.noRunnerGraceMs === undefined ? {} : { graceMs: options.noRunnerGraceMs }),
+      read: (jobId) => this.result(jobId),
+      ...(this.cloud === undefined ? { availability: (jobId: string) => this.#availabilityOf(jobId) } : {}),
+    };
+    this.#delivery = options.delivery?.(deps) ?? new PollingDelivery(deps);
+  }
+
+  async #availabilityOf(jobId: string): Promise<{ available: boolean; reason?: string; blocked: boolean }> {
+    const job = await this.#store.get(jobId);
+    if (!job) return { available: false, reason: "unknown-job", blocked: false };
+    // Waiting on a dependency is waiting, not "no runner".
+    if (job.claimableAt === null) return { available: true, blocked: true };
+    const availability = await this.runnerAvailability({
+      kind: job.kind,
+      owner: job.owner,
+      audience: job.audience,
+      ...(job.audienceAllow === undefined ? {} : { audienceAllow: job.audienceAllow }),
+    });
+    return {
+      available: availability.available,
+      ...(availability.reason === undefined ? {} : { reason: availability.reason }),
+      blocked: false,
+    };
+  }
+
+  /** Validate, seal to this site's own key, store; on the cloud lane, publish the stub. */
+  async enqueue<K extends JobKind>(input: EnqueueInput<K>): Promise<JobHandle> {
+    const unknown = Object.keys(input).filter((key) => !ENQUEUE_OPTIONS.has(key));
+    if (unknown.length > 0) {
+      throw new Error(
+        `enqueue does not understand ${unknown.map((k) => `\`${k}\``).join(", ")}. ` +
+          "An option this @byollm/server does not know is refused rather than ignored, because an ignored " +
+          "option is a job that runs differently than you asked with nothing to see — most often an SDK older " +
+          "than the code calling it. Upgrade @byollm/server, or remove the option.",
+      );
+    }
+    if (this.cloud !== undefined && input.audience !== undefined) {
+      throw new Error(
+        "enqueue does not take `audience` on the cloud lane. Who may serve a job is derived from the person's " +
+          "own mapping — the service they chose, its owner, and that owner's sharing — which your site is not " +
+          "told and cannot compute. Remove `audience`; ask for the kind and the purpose, and their decision does " +
+          "the rest.",
+      );
+    }
+
+    const checked = native.validatePayload(String(input.kind), payloadJson(input.payload));
+    if (!checked.ok) throw new Error(payloadError(String(input.kind), checked.message));
+
+    // One clock reading for both the record and the envelope it binds.
+    const createdAt = this.#now();
+    const id = input.id ?? generateJobId();
+    const deadlineAt = createdAt + ENVELOPE_MAX_AGE_MS;
+    const envelope: SealedEnvelope =
+      checked.canonical.length > ASYNC_SEAL_THRESHOLD
+        ? await this.#keyring.sealPayloadAsync(checked.canonical, id, deadlineAt)
+        : this.#keyring.sealPayload(checked.canonical, id, deadlineAt);
+
+    // The plaintext payload is not handed to the store (its interface never
+    // had it); everything else the caller passed goes through unchanged.
+    const { payload: _plaintext, ...rest } = input;
+    const record = await this.#store.create(
+      {
+        ...rest,
+        // On the cloud lane who may serve is decided at the relay; `team` defers to it.
+        ...(this.cloud === undefined ? {} : { audience: "team" as const }),
+        id,
+        envelope,
+        sizeClass: checked.sizeClass as SizeClass,
+      },
+      createdAt,
+    );
+    // The job is stored before it is published: a relay that is down delays routing, it loses nothing.
+    await this.cloud?.publish(record);
+
+    return {
+      id: record.id,
+      record,
+      result: (options?: WaitOptions) => this.#delivery.waitFor(record.id, options),
+      cancel: async () => {
+        await this.cancel(record.id);
+      },
+    };
+  }
+
+  /** A job's current record (after running the expiry sweep). */
+  async job(jobId: string): Promise<JobRecord | null> {
+    await this.#store.expireDue(this.#now());
+    return this.#store.get(jobId);
+  }
+
+  /** State, outcome and provenance. Check `provenance.untrusted` before showing the text as your own. */
+  async result(jobId: string): Promise<DeliveredResult | null> {
+    const job = await this.job(jobId);
+    if (!job) return null;
+    return {
+      jobId: job.id,
+      state: job.state,
+      ...(job.outcome === null ? {} : { outcome: job.outcome }),
+      ...(job.provenance === null ? {} : { provenance: job.provenance }),
+    };
+  }
+
+  /** Queued jobs cancel at once; held jobs at the runner's next heartbeat. */
+  async cancel(jobId: string): Promise<JobRecord | null> {
+    const cancelled = await this.#store.cancel(jobId, this.#now());
+    if (cancelled && this.cloud) {
+      // The job is cancelled here whatever the relay says; its own deadline sweep is the backstop.
+      await this.cloud.cancel(jobId).catch(() => undefined);
+    }
+    return cancelled;
+  }
+
+  /** Could a live runner take a job of this shape? The same audience rule the claim applies. */
+  async runnerAvailability(query: AvailabilityQuery): Promise<RunnerAvailability> {
+    if (this.cloud !== undefined) {
+      throw new Error(
+        "runnerAvailability cannot answer on the cloud lane. It counts runners this site knows about, and on " +
+          "the cloud lane devices pair with the relay rather than with you — so the answer would be `none` " +
+          "whatever the truth is. Enqueue the job: the result says whether it ran, and the person's own " +
+          "dashboard says why not.",
+      );
+    }
+    const now = this.#now();
+    const runners = await this.#store.listRunners();
+    const answer = native.runnerAvailability(
+      runners,
+      {
+        kind: query.kind,
+        owner: query.owner,
+        audience: query.audience ?? "private",
+        ...(query.audienceAllow === undefined ? {} : { audienceAllow: query.audienceAllow }),
+      },
+      now,
+      this.#livenessMs,
+    );
+    return answer.available
+      ? { available: true, candidates: answer.candidates }
+      : { available: false, reason: answer.reason as NoRunnerReason, candidates: answer.candidates };
+  }
+
+  /** Approve a pairing; `owner` must come from the approving user's own session. */
+  async approvePairing(args: { userCode: string; owner: string }): Promise<RunnerRecord> {
+    return this.#store.approvePairing({
+      userCode: normalizeUserCode(args.userCode),
+      owner: args.owner,
+      runnerId: generateRunnerId(),
+      now: this.#now(),
+    });
+  }
+
+  async denyPairing(userCode: string): Promise<void> {
+    return this.#store.denyPairing(normalizeUserCode(userCode), this.#now());
+  }
+
+  /** What a pending, unexpired code refers to, for the approval page; otherwise null. */
+  async pendingPairing(userCode: string): Promise<PendingPairing | null> {
+    const pairing = await this.#store.getPairingByUserCode(normalizeUserCode(userCode));
+    if (pairing?.state !== "pending") return null;
+    if (pairing.expiresAt <= this.#now()) return null;
+    return {
+      label: pairing.label,
+      platform: pairing.platform,
+      daemonVersion: pairing.daemonVersion,
+      capabilities: pairing.capabilities.map((c) => ({ kind: c.kind, model: c.model })),
+      expiresAt: pairing.expiresAt,
+    };
+  }
+
+  /** A user's runners, revoked ones included. */
+  async runners(owner: string): Promise<RunnerRecord[]> {
+    return this.#store.listRunners(owner);
+  }
+
+  async revokeRunner(runnerId: string): Promise<void> {
+    return this.#store.revokeRunner(runnerId, this.#now());
+  }
+
+  /** The expiry sweep; idempotent, safe on a timer. */
+  async sweep(): Promise<JobRecord[]> {
+    return this.#store.expireDue(this.#now());
+  }
+}
+
+/**
+ * The payload as JSON for the core's validator. A value JSON cannot carry
+ * (undefined, a function, a BigInt, a cycle) is passed as `null`, which the
+ * schema refuses like any other non-object.
+ */
+function payloadJson(payload: unknown): string {
+  try {
+    return JSON.stringify(payload) ?? "null";
+  } catch {
+    return "null";
+  }
+}
+
+/** The core reports the issue list; the sentence around it names the kind. */
+function payloadError(kind: string, message: string): string {
+  return message.startsWith("invalid ") ? message : `invalid ${kind} payload — ${message}`;
+}

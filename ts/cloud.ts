@@ -1,0 +1,210 @@
+// The site's side of a relay (the cloud lane): publish stubs, and in `pump()`
+// seal payloads to whichever device claimed and collect sealed results.
+// Daemons never reach this site on this lane, so the site polls, signing each
+// call with its identity key (`site/<endpoint>`).
+import { EnqueueRefused, RelayUnavailable } from "./errors.js";
+import { deadlineFor, openOutcome } from "./handlers.js";
+import { native, type SiteKeyringHandle } from "./native.js";
+import type {
+  ByollmStore,
+  CloudLaneOptions,
+  JobOutcome,
+  JobRecord,
+  PublicIdentity,
+  PumpReport,
+  SealedEnvelope,
+  StoredKeys,
+} from "./types.js";
+
+export { EnqueueRefused, RelayUnavailable };
+export type { CloudLaneOptions, PumpReport };
+
+const PROTOCOL_VERSION = "2";
+
+interface PendingClaim {
+  jobId: string;
+  device: PublicIdentity;
+  runnerId: string;
+  leaseId: string;
+  awaitingUntil: number;
+  leaseExpiresAt: number;
+}
+
+interface FinishedJob {
+  jobId: string;
+  envelope: SealedEnvelope;
+  disposition: JobOutcome["outcome"];
+  runnerId: string;
+  leaseId: string;
+  device: PublicIdentity;
+  runnerOwner: string;
+}
+
+export class CloudLane {
+  readonly #options: CloudLaneOptions;
+  readonly #store: ByollmStore;
+  readonly #keyring: SiteKeyringHandle;
+  readonly #now: () => number;
+  readonly #fetch: typeof fetch;
+
+  constructor(deps: { options: CloudLaneOptions; store: ByollmStore; siteKeys: StoredKeys; now: () => number }) {
+    this.#options = deps.options;
+    this.#store = deps.store;
+    this.#keyring = new native.SiteKeyring(deps.siteKeys);
+    this.#now = deps.now;
+    this.#fetch = deps.options.fetch ?? globalThis.fetch;
+  }
+
+  /**
+   * Send the job's stub (never the payload, never `audienceAllow`) so the relay
+   * can route it. A 409 means the relay declined to queue it: EnqueueRefused.
+   */
+  async publish(record: JobRecord): Promise<void> {
+    const stub = {
+      id: record.id,
+      kind: record.kind,
+      owner: record.owner,
+      site: this.#keyring.keyId,
+      audience: record.audience,
+      ...(record.purpose === undefined ? {} : { purpose: record.purpose }),
+      sizeClass: record.sizeClass,
+      streaming: false,
+      deadlineAt: deadlineFor(record, this.#now()),
+    };
+    await this.#post("enqueue", { siteId: this.#options.siteId, stub });
+  }
+
+  /** Tell the relay a job was cancelled here, so the device holding it hears at its next heartbeat. */
+  async cancel(jobId: string): Promise<void> {
+    await this.#post("cancel", { siteId: this.#options.siteId, jobId });
+  }
+
+  /**
+   * One cycle: seal for every claimed job, then collect every finished one.
+   * A relay that says "later" (5xx, 429, not-ready) ends the cycle with
+   * `deferred`; any other refusal is thrown, since it will not fix itself.
+   */
+  async pump(): Promise<PumpReport> {
+    const sealed: string[] = [];
+    const completed: string[] = [];
+    const refused: string[] = [];
+    try {
+      await this.#cycle(sealed, completed, refused);
+      return { sealed, completed, refused };
+    } catch (error) {
+      if (error instanceof RelayUnavailable && error.retryable) {
+        return { sealed, completed, refused, deferred: error.message };
+      }
+      throw error;
+    }
+  }
+
+  async #cycle(sealed: string[], completed: string[], refused: string[]): Promise<void> {
+    const pending = (await this.#get("pending")) as { jobs: PendingClaim[] };
+    for (const claim of pending.jobs) {
+      const record = await this.#store.get(claim.jobId);
+      if (!record) continue;
+      const envelope = await this.#keyring.resealForDeviceAsync(record.envelope, record.id, record.createdAt, claim.device);
+      if (envelope === null) {
+        refused.push(claim.jobId);
+        continue;
+      }
+      // Record the relay's grant (with the lease's own expiry) before handing
+      // over the work; a store that will not lend the job out (terminal,
+      // already leased) means nothing is sealed for it.
+      const adopted = await this.#store.adopt({
+        jobId: claim.jobId,
+        leaseId: claim.leaseId,
+        expiresAt: claim.leaseExpiresAt,
+        now: this.#now(),
+      });
+      if (!adopted) {
+        refused.push(claim.jobId);
+        continue;
+      }
+      await this.#post("payload", { siteId: this.#options.siteId, jobId: claim.jobId, envelope });
+      sealed.push(claim.jobId);
+    }
+
+    const finished = (await this.#get("results")) as { jobs: FinishedJob[] };
+    for (const done of finished.jobs) {
+      const record = await this.#store.get(done.jobId);
+      if (!record || record.state === "ok" || record.state === "error") continue;
+      // The relay names the device; the device's signature has to agree.
+      const outcome = await openOutcome(this.#keyring, done.envelope, done.jobId, done.device.identity, done.disposition);
+      if (!outcome.ok) {
+        refused.push(done.jobId);
+        continue;
+      }
+      const ran = outcome.ran;
+      await this.#store.complete({
+        jobId: done.jobId,
+        runnerId: done.runnerId,
+        holder: { by: "lease", leaseId: done.leaseId },
+        outcome: outcome.outcome as unknown as JobOutcome,
+        provenance: native.provenanceFor({
+          audience: record.audience,
+          runnerId: done.runnerId,
+          runnerOwner: done.runnerOwner,
+          backendClass: ran["backendClass"],
+          model: ran["model"],
+          ...(ran["stop"] === undefined ? {} : { stop: ran["stop"] }),
+          ...(ran["stopReported"] === undefined ? {} : { stopReported: ran["stopReported"] }),
+        }),
+        now: this.#now(),
+      });
+      completed.push(done.jobId);
+    }
+  }
+
+  #headers(endpoint: string, rawBody: string): Record<string, string> {
+    const issuedAt = this.#now();
+    const signature = this.#keyring.signSiteRequest(endpoint, this.#options.siteId, issuedAt, rawBody);
+    return {
+      "x-byollm-site": this.#options.siteId,
+      "x-byollm-issued-at": String(issuedAt),
+      "x-byollm-signature": signature,
+    };
+  }
+
+  async #answer(response: Response, endpoint: string): Promise<unknown> {
+    if (response.ok) return response.json();
+    let code = "";
+    let message: string;
+    try {
+      const body = (await response.json()) as { error?: string; message?: string };
+      code = body.error ?? "";
+      message = body.message ?? "";
+    } catch {
+      // Not JSON: an intermediary answered, not the relay.
+      message = `HTTP ${String(response.status)}`;
+    }
+    const retryable = response.status >= 500 || response.status === 429 || code === "not-ready" || code === "server-error";
+    // On enqueue a 409 means "not queued"; only `not-ready` there means "ask again soon".
+    if (endpoint === "enqueue" && response.status === 409 && code !== "not-ready") {
+      throw new EnqueueRefused(message, code);
+    }
+    throw new RelayUnavailable(`${endpoint}: ${code || "refused"} — ${message}`, retryable, code);
+  }
+
+  async #post(endpoint: string, body: Record<string, unknown>): Promise<unknown> {
+    // The version first in every body, added here so no call can leave it out.
+    const rawBody = JSON.stringify({ protocolVersion: PROTOCOL_VERSION, ...body });
+    const response = await this.#fetch(`${this.#options.relayOrigin}/relay/site/${endpoint}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...this.#headers(endpoint, rawBody) },
+      body: rawBody,
+    });
+    return this.#answer(response, endpoint);
+  }
+
+  async #get(endpoint: string): Promise<unknown> {
+    // No body on a GET: the version rides in the query and the signature covers "".
+    const url =
+      `${this.#options.relayOrigin}/relay/site/${endpoint}` +
+      `?siteId=${encodeURIComponent(this.#options.siteId)}` +
+      `&protocolVersion=${encodeURIComponent(PROTOCOL_VERSION)}`;
+    const response = await this.#fetch(url, { headers: this.#headers(endpoint, "") });
+    return this.#answer(response, endpoint);
+  }
+}

@@ -1,0 +1,449 @@
+// The six protocol endpoints over any ByollmStore, without a transport.
+// Crypto, schemas and provenance are the core's; this file is the order of
+// operations and the wire answers.
+import { native, type SiteKeyringHandle } from "./native.js";
+import { generateDeviceCode, generateUserCode, hashSecret } from "./ids.js";
+import type {
+  AuthContext,
+  ByollmStore,
+  Capability,
+  Endpoint,
+  HandlerConfig,
+  HandlerResult,
+  JobOutcome,
+  JobRecord,
+  LeaseRef,
+  PublicIdentity,
+  RunnerRecord,
+  SealedEnvelope,
+} from "./types.js";
+
+export type { AuthContext, HandlerConfig, HandlerResult };
+
+/** The protocol version this package serves. */
+export const SERVED_PROTOCOL_VERSION = "2" as const;
+
+const DEFAULT_LEASE_MS = 60_000;
+const DEFAULT_PAIRING_TTL_MS = 600_000;
+const DEFAULT_POLL_INTERVAL_MS = 2_000;
+/** Envelopes bigger than this are opened/sealed on the thread pool, off the event loop. */
+const ASYNC_CRYPTO_THRESHOLD = 64 * 1024;
+
+const INCONSISTENT_KEYS =
+  "siteKeys are not internally consistent: the encryption key is not signed by the identity key. " +
+  "Generate a fresh pair with `npx --package @byollm/server keygen`.";
+
+type WireCode = "bad-request" | "unauthorized" | "revoked" | "not-found" | "server-error";
+const STATUS: Record<WireCode, number> = {
+  "bad-request": 400,
+  unauthorized: 401,
+  revoked: 403,
+  "not-found": 404,
+  "server-error": 500,
+};
+
+function fail(error: WireCode, message: string): HandlerResult {
+  return { status: STATUS[error], body: { error, message } };
+}
+
+function ok(body: unknown): HandlerResult {
+  return { status: 200, body };
+}
+
+/** A body already checked against its endpoint's schema, or the fact that it failed. */
+export type CheckedBody = { ok: true; body: Record<string, unknown> } | { ok: false };
+
+interface PairStart {
+  action: "start";
+  daemon: { version: string; label: string; platform: "darwin" | "linux" | "win32" };
+  device: PublicIdentity;
+  capabilities: Capability[];
+}
+interface PairPoll {
+  action: "poll";
+  deviceCode: string;
+}
+interface ClaimBody {
+  runnerId: string;
+  capabilities: Capability[];
+  max: number;
+}
+interface FetchBody {
+  runnerId: string;
+  jobId: string;
+  leaseId: string;
+}
+interface HeartbeatBody {
+  runnerId: string;
+  daemonVersion: string;
+  capabilities: Capability[];
+  activeLeases: LeaseRef[];
+}
+interface ResultBody {
+  runnerId: string;
+  jobId: string;
+  leaseId: string;
+  envelope: SealedEnvelope;
+  disposition: JobOutcome["outcome"];
+}
+interface ReleaseBody {
+  runnerId: string;
+  leases: LeaseRef[];
+  reason: "shutdown" | "pause" | "revoked" | "backend-down" | "refused";
+}
+
+/**
+ * The strict `{runnerId, issuedAt, signature}` shape of a request signature:
+ * non-empty strings, a positive safe-integer timestamp, no other keys.
+ */
+function asSignature(value: unknown): { runnerId: string; issuedAt: number; signature: string } | null {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return null;
+  const v = value as Record<string, unknown>;
+  for (const key of Object.keys(v)) {
+    if (key !== "runnerId" && key !== "issuedAt" && key !== "signature") return null;
+  }
+  const { runnerId, issuedAt, signature } = v;
+  if (typeof runnerId !== "string" || runnerId.length === 0) return null;
+  if (typeof signature !== "string" || signature.length === 0) return null;
+  if (typeof issuedAt !== "number" || !Number.isSafeInteger(issuedAt) || issuedAt <= 0) return null;
+  return { runnerId, issuedAt, signature };
+}
+
+/** The deadline a stub carries: the job's own, else the end of its TTL window. */
+export function deadlineFor(job: JobRecord, now: number): number {
+  return job.deadlineAt ?? (job.claimableAt ?? now) + job.ttlMs;
+}
+
+/** Check a parsed JSON value against an endpoint's schema (used by `handle`, which gets objects). */
+function checkValue(endpoint: Endpoint, body: unknown): CheckedBody {
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(body);
+  } catch {
+    return { ok: false };
+  }
+  if (json === undefined) return { ok: false };
+  const checked = native.validateRequestBody(endpoint, json);
+  return checked.ok ? { ok: true, body: checked.body } : { ok: false };
+}
+
+let dispatchChecked: (
+  handlers: ByollmHandlers,
+  endpoint: Endpoint,
+  checked: CheckedBody,
+  auth: AuthContext,
+) => Promise<HandlerResult>;
+
+/**
+ * The transport-free protocol handler. `handle` takes an already-parsed body;
+ * the HTTP handler (`createFetchHandler`) adds the version check and parses
+ * the body once in the core.
+ */
+export class ByollmHandlers {
+  readonly #store: ByollmStore;
+  readonly #verificationUrl: string;
+  readonly #leaseMs: number;
+  readonly #pairingTtlMs: number;
+  readonly #pollIntervalMs: number;
+  readonly #now: () => number;
+  readonly #keyring: SiteKeyringHandle;
+  readonly #siteKeyId: string;
+  readonly #siteIdentity: PublicIdentity;
+
+  static {
+    dispatchChecked = (handlers, endpoint, checked, auth) => handlers.#dispatch(endpoint, checked, auth);
+  }
+
+  constructor(config: HandlerConfig) {
+    // Refuse to start with keys whose encryption half is not signed by the
+    // identity half: every daemon would refuse this site one pairing at a time.
+    let consistent = false;
+    try {
+      consistent = native.verifyPublicIdentity(native.publicIdentityOf(config.siteKeys));
+    } catch {
+      consistent = false;
+    }
+    if (!consistent) throw new Error(INCONSISTENT_KEYS);
+    this.#keyring = new native.SiteKeyring(config.siteKeys);
+    this.#siteKeyId = this.#keyring.keyId;
+    this.#siteIdentity = this.#keyring.publicIdentity();
+    this.#store = config.store;
+    this.#verificationUrl = config.verificationUrl;
+    this.#leaseMs = config.leaseMs ?? DEFAULT_LEASE_MS;
+    this.#pairingTtlMs = config.pairingTtlMs ?? DEFAULT_PAIRING_TTL_MS;
+    this.#pollIntervalMs = config.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
+    this.#now = config.now ?? Date.now;
+  }
+
+  /**
+   * Serve one call. `body` is the parsed, untrusted JSON; `auth` carries the
+   * signature and the exact text it covers. No version check here: the
+   * endpoint schemas pin `protocolVersion: "2"`, so a wrong one is a schema failure.
+   */
+  async handle(endpoint: Endpoint, body: unknown, auth: AuthContext): Promise<HandlerResult> {
+    return this.#dispatch(endpoint, checkValue(endpoint, body), auth);
+  }
+
+  async #dispatch(endpoint: Endpoint, checked: CheckedBody, auth: AuthContext): Promise<HandlerResult> {
+    switch (endpoint) {
+      case "pair":
+        if (!checked.ok) return fail("bad-request", "pair request failed schema validation");
+        return this.#pair(checked.body as unknown as PairStart | PairPoll);
+      case "claim":
+        return this.#authed(auth, checked, (b, r) => this.#claim(b as unknown as ClaimBody, r));
+      case "fetch":
+        return this.#authed(auth, checked, (b, r) => this.#fetch(b as unknown as FetchBody, r));
+      case "heartbeat":
+        return this.#authed(auth, checked, (b, r) => this.#heartbeat(b as unknown as HeartbeatBody, r));
+      case "result":
+        return this.#authed(auth, checked, (b, r) => this.#result(b as unknown as ResultBody, r));
+      case "release":
+        return this.#authed(auth, checked, (b, r) => this.#release(b as unknown as ReleaseBody, r));
+      default:
+        return fail("not-found", "unknown endpoint");
+    }
+  }
+
+  /**
+   * Authentication before the schema, so a stranger probing an endpoint learns
+   * nothing about its wire format; one message for stale and forged signatures,
+   * so a forger is not told which half already works.
+   */
+  async #authed(
+    auth: AuthContext,
+    checked: CheckedBody,
+    run: (body: Record<string, unknown>, runner: RunnerRecord) => Promise<HandlerResult>,
+  ): Promise<HandlerResult> {
+    const signature = asSignature(auth.signature);
+    if (signature === null) return fail("unauthorized", "this request is not signed");
+    const runner = await this.#store.getRunner(signature.runnerId);
+    if (!runner) return fail("unauthorized", "this runner is not recognised");
+    // Against the identity pinned at approval, never a key the request carries.
+    const failure = native.verifyRequest({
+      identityPublic: runner.device.identity,
+      endpoint: auth.endpoint,
+      body: auth.rawBody,
+      signature,
+      now: this.#now(),
+    });
+    if (failure !== null) return fail("unauthorized", "this request's signature is not valid");
+    if (runner.revokedAt !== null) return fail("revoked", "this runner has been revoked by its owner");
+    if (!checked.ok) return fail("bad-request", "request body failed schema validation");
+    return run(checked.body, runner);
+  }
+
+  async #pair(request: PairStart | PairPoll): Promise<HandlerResult> {
+    const now = this.#now();
+    if (request.action === "start") {
+      const deviceCode = generateDeviceCode();
+      const userCode = generateUserCode();
+      const expiresAt = now + this.#pairingTtlMs;
+      // Otherwise a caller could pair someone's identity with an encryption
+      // key it holds the secret for, and read everything later sealed to it.
+      if (!native.verifyPublicIdentity(request.device)) {
+        return fail("bad-request", "the device's encryption key is not signed by the identity it was presented with");
+      }
+      await this.#store.createPairing({
+        device: request.device,
+        deviceCodeHash: hashSecret(deviceCode),
+        userCode,
+        state: "pending",
+        owner: null,
+        runnerId: null,
+        collected: false,
+        label: request.daemon.label,
+        platform: request.daemon.platform,
+        daemonVersion: request.daemon.version,
+        capabilities: request.capabilities,
+        expiresAt,
+        createdAt: now,
+      });
+      return ok({
+        deviceCode,
+        userCode,
+        verificationUrl: this.#verificationUrl,
+        expiresAt,
+        pollIntervalMs: this.#pollIntervalMs,
+      });
+    }
+
+    const pairing = await this.#store.getPairingByDeviceCodeHash(hashSecret(request.deviceCode));
+    if (!pairing) return fail("not-found", "unknown device code");
+    if (pairing.state === "denied") return ok({ status: "denied" });
+    if (pairing.state === "pending" && pairing.expiresAt <= now) return ok({ status: "expired" });
+    if (pairing.state === "approved" && !pairing.collected && pairing.runnerId !== null && pairing.owner !== null) {
+      // The site's keys travel only with an approval, and only once.
+      const response = {
+        status: "approved",
+        runnerId: pairing.runnerId,
+        owner: pairing.owner,
+        sites: { [this.#siteKeyId]: this.#siteIdentity },
+      };
+      await this.#store.consumePairingToken(pairing.deviceCodeHash);
+      return ok(response);
+    }
+    if (pairing.state === "approved") return fail("not-found", "this pairing has already been collected");
+    return ok({ status: "pending" });
+  }
+
+  async #claim(request: ClaimBody, runner: RunnerRecord): Promise<HandlerResult> {
+    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
+    const now = this.#now();
+    // The capabilities of this request, not the stored ones: a daemon that just
+    // lost a backend must not be handed work for it.
+    const jobs = await this.#store.claim({
+      runnerId: runner.id,
+      runnerOwner: runner.owner,
+      capabilities: request.capabilities,
+      max: request.max,
+      leaseMs: this.#leaseMs,
+      now,
+    });
+    return ok({
+      jobs: jobs.map((job) => {
+        if (!job.lease) {
+          throw new Error(
+            `store returned job ${job.id} from claim with no lease; the store contract requires a claimed job to hold one`,
+          );
+        }
+        // Exactly the stub fields: the daemon parses strictly, and audienceAllow
+        // (who may run it) is never disclosed.
+        return {
+          id: job.id,
+          kind: job.kind,
+          audience: job.audience,
+          owner: job.owner,
+          site: this.#siteKeyId,
+          ...(job.purpose === undefined ? {} : { purpose: job.purpose }),
+          sizeClass: job.sizeClass,
+          streaming: false,
+          deadlineAt: deadlineFor(job, now),
+          lease: { id: job.lease.id, runnerId: job.lease.runnerId, expiresAt: job.lease.expiresAt },
+        };
+      }),
+      leaseMs: this.#leaseMs,
+    });
+  }
+
+  async #fetch(request: FetchBody, runner: RunnerRecord): Promise<HandlerResult> {
+    const job = await this.#store.get(request.jobId);
+    // One answer for "no such job", "not yours" and "a lease you no longer hold".
+    if (!job || job.lease?.runnerId !== runner.id || job.lease.id !== request.leaseId) {
+      return fail("not-found", "no such lease on this job");
+    }
+    const big = job.envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
+    const envelope = big
+      ? await this.#keyring.resealForDeviceAsync(job.envelope, job.id, job.createdAt, runner.device)
+      : this.#keyring.resealForDevice(job.envelope, job.id, job.createdAt, runner.device);
+    if (envelope === null) return fail("server-error", "this job's payload could not be opened");
+    return ok({ envelope });
+  }
+
+  async #heartbeat(request: HeartbeatBody, runner: RunnerRecord): Promise<HandlerResult> {
+    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
+    const now = this.#now();
+    await this.#store.touchRunner({
+      runnerId: runner.id,
+      capabilities: request.capabilities,
+      daemonVersion: request.daemonVersion,
+      now,
+    });
+    const { lost } = await this.#store.renewLeases({
+      runnerId: runner.id,
+      leases: request.activeLeases,
+      leaseMs: this.#leaseMs,
+      now,
+    });
+    const cancel = await this.#store.listCancelRequests(runner.id);
+    return ok({
+      sites: { [this.#siteKeyId]: this.#siteIdentity },
+      awaitingConsent: [],
+      cancel: [...cancel],
+      lost: [...lost],
+      serverTime: now,
+    });
+  }
+
+  async #result(request: ResultBody, runner: RunnerRecord): Promise<HandlerResult> {
+    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
+    const now = this.#now();
+    const job = await this.#store.get(request.jobId);
+    if (!job) return fail("not-found", "unknown job");
+
+    const outcome = await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition);
+    if (!outcome.ok) return fail("bad-request", outcome.why);
+
+    // Built from the job and the authenticated runner, never from the daemon's word.
+    const provenance = native.provenanceFor({
+      audience: job.audience,
+      runnerId: runner.id,
+      runnerOwner: runner.owner,
+      backendClass: outcome.ran["backendClass"],
+      model: outcome.ran["model"],
+      ...(outcome.ran["stop"] === undefined ? {} : { stop: outcome.ran["stop"] }),
+      ...(outcome.ran["stopReported"] === undefined ? {} : { stopReported: outcome.ran["stopReported"] }),
+    });
+    const { accepted, duplicate, job: updated } = await this.#store.complete({
+      jobId: request.jobId,
+      runnerId: runner.id,
+      // The holder is the grant: any paired runner presenting the live lease id
+      // and a result sealed with its own key is accepted.
+      holder: { by: "lease", leaseId: request.leaseId },
+      outcome: outcome.outcome as unknown as JobOutcome,
+      provenance,
+      now,
+    });
+    return ok({ accepted, ...(duplicate === true ? { duplicate: true } : {}), state: updated?.state ?? job.state });
+  }
+
+  async #release(request: ReleaseBody, runner: RunnerRecord): Promise<HandlerResult> {
+    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
+    const released = await this.#store.release({
+      runnerId: runner.id,
+      leases: request.leases,
+      reason: request.reason,
+      now: this.#now(),
+    });
+    return ok({ released });
+  }
+}
+
+/** Dispatch a body the transport already checked against its schema (one parse per request). */
+export function handleChecked(
+  handlers: ByollmHandlers,
+  endpoint: Endpoint,
+  checked: CheckedBody,
+  auth: AuthContext,
+): Promise<HandlerResult> {
+  return dispatchChecked(handlers, endpoint, checked, auth);
+}
+
+export type OpenedOutcome =
+  | { ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> }
+  | { ok: false; why: string };
+
+/**
+ * Open a sealed result from a device and check it: signature and context, a
+ * SealedOutcome inside, and the clear-text disposition equal to the sealed one
+ * (the disposition travels in the clear for routing, so it is checked, never
+ * believed). Shared by the direct handler and the cloud lane.
+ */
+export async function openOutcome(
+  keyring: SiteKeyringHandle,
+  envelope: SealedEnvelope,
+  jobId: string,
+  deviceIdentity: string,
+  disposition: string,
+): Promise<OpenedOutcome> {
+  const big = typeof envelope.ciphertext === "string" && envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
+  const opened = big
+    ? await keyring.openResultAsync(envelope, jobId, deviceIdentity)
+    : keyring.openResult(envelope, jobId, deviceIdentity);
+  if (!opened.ok) return { ok: false, why: "the result did not verify as coming from this device" };
+  const parsed = native.parseSealedOutcome(opened.plaintext);
+  if (!parsed.ok) return { ok: false, why: parsed.message };
+  if (parsed.outcome["outcome"] !== disposition) {
+    return { ok: false, why: "the declared disposition is not the one that was sealed" };
+  }
+  return { ok: true, outcome: parsed.outcome, ran: parsed.ran };
+}

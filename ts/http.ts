@@ -1,0 +1,110 @@
+// The web-standard Request → Response mount of the protocol: method, route,
+// size limits, one parse of the body in the core, then the handlers.
+import { ByollmHandlers, handleChecked, type CheckedBody } from "./handlers.js";
+import { native } from "./native.js";
+import type { Endpoint, HandlerConfig } from "./types.js";
+
+const DEFAULT_BASE_PATH = "/byollm";
+const ENDPOINTS: readonly string[] = ["pair", "claim", "fetch", "heartbeat", "result", "release"];
+/** One envelope at its 6 MiB cap plus 512 KiB of JSON around it. */
+const MAX_BODY_BYTES = 6_291_456 + 524_288;
+
+const HEADERS = { "content-type": "application/json", "cache-control": "no-store" } as const;
+
+/**
+ * One trailing slash is forgiven; anything that is not a plain absolute path
+ * is a deployment mistake and is refused when it is configured, not discovered
+ * later as a stream of 404s.
+ */
+function normalizeBasePath(basePath: string): string {
+  const trimmed = basePath.endsWith("/") ? basePath.slice(0, -1) : basePath;
+  if (!trimmed.startsWith("/")) throw new Error(`basePath must start with "/": got ${basePath}`);
+  if (trimmed.includes("//") || /[?#*]/.test(trimmed)) throw new Error(`basePath must be a plain path: got ${basePath}`);
+  return trimmed;
+}
+
+/**
+ * The endpoint a path names, or null. The whole path must be
+ * `<basePath>/<endpoint>` (one trailing slash allowed): matching on the last
+ * segment alone would answer on paths nobody meant to expose.
+ */
+export function routeEndpoint(pathname: string, basePath: string = DEFAULT_BASE_PATH): Endpoint | null {
+  return routeNormalized(pathname, normalizeBasePath(basePath));
+}
+
+function routeNormalized(pathname: string, base: string): Endpoint | null {
+  const path = pathname.endsWith("/") ? pathname.slice(0, -1) : pathname;
+  if (!path.startsWith(`${base}/`)) return null;
+  const rest = path.slice(base.length + 1);
+  return ENDPOINTS.includes(rest) ? (rest as Endpoint) : null;
+}
+
+/**
+ * The request signature from the `x-byollm-*` headers, or undefined when any
+ * is missing. The timestamp is read with `Number()` (so `""` is 0 and hex and
+ * exponents parse); a non-finite value means no signature.
+ */
+export function signatureFrom(headers: Headers): unknown {
+  const runnerId = headers.get("x-byollm-runner");
+  const rawIssuedAt = headers.get("x-byollm-issued-at");
+  const signature = headers.get("x-byollm-signature");
+  // Checked before Number(): Number(null) is 0, a plausible-looking timestamp.
+  if (runnerId === null || rawIssuedAt === null || signature === null) return undefined;
+  const issuedAt = Number(rawIssuedAt);
+  if (!Number.isFinite(issuedAt)) return undefined;
+  return { runnerId, issuedAt, signature };
+}
+
+function json(status: number, body: unknown, retryAfterSeconds?: number): Response {
+  const headers: Record<string, string> = { ...HEADERS };
+  if (retryAfterSeconds !== undefined) headers["retry-after"] = String(retryAfterSeconds);
+  return new Response(JSON.stringify(body), { status, headers });
+}
+
+/** A `(Request) => Promise<Response>` handler for the whole protocol (Next.js, Hono, Bun, Deno, Workers…). */
+export function createFetchHandler(
+  config: HandlerConfig & { readonly basePath?: string },
+): (request: Request) => Promise<Response> {
+  const handlers = new ByollmHandlers(config);
+  const basePath = normalizeBasePath(config.basePath ?? DEFAULT_BASE_PATH);
+
+  return async function handle(request: Request): Promise<Response> {
+    if (request.method !== "POST") {
+      return json(405, { error: "bad-request", message: "protocol endpoints accept POST only" });
+    }
+    const endpoint = routeNormalized(new URL(request.url).pathname, basePath);
+    if (endpoint === null) return json(404, { error: "not-found", message: `not a ${basePath} endpoint` });
+
+    const declared = request.headers.get("content-length");
+    if (declared !== null && Number(declared) > MAX_BODY_BYTES) {
+      return json(400, { error: "bad-request", message: native.tooLargeMessage(Number(declared)) });
+    }
+
+    let rawBody: string;
+    try {
+      // UTF-8 decode, leading BOM dropped, bad sequences as U+FFFD: the text the signature covers.
+      rawBody = await request.text();
+    } catch {
+      return json(400, { error: "bad-request", message: "request body is not valid JSON" });
+    }
+    if (rawBody.length > MAX_BODY_BYTES) {
+      return json(400, { error: "bad-request", message: native.tooLargeMessage(rawBody.length) });
+    }
+
+    // JSON, protocol version and the endpoint's schema in one pass. JSON and
+    // version failures are answered now; a schema failure only after the
+    // signature is checked, so strangers learn nothing about the wire format.
+    const inspected = native.inspectRequest(endpoint, rawBody);
+    let checked: CheckedBody;
+    if (inspected.stage === "ok") checked = { ok: true, body: inspected.body };
+    else if (inspected.stage === "schema") checked = { ok: false };
+    else return json(inspected.status, inspected.error);
+
+    const result = await handleChecked(handlers, endpoint, checked, {
+      endpoint,
+      rawBody,
+      signature: signatureFrom(request.headers),
+    });
+    return json(result.status, result.body, result.retryAfterSeconds);
+  };
+}

@@ -1,0 +1,55 @@
+// Identifiers, codes and secret hashing. All minted and compared in the core.
+import { native } from "./native.js";
+
+/** 32 random bytes, base64url: the secret a daemon polls pairing with. */
+export function generateDeviceCode(): string {
+  return native.generateDeviceCode();
+}
+
+/** `runner_<uuid v4>`. */
+export function generateRunnerId(): string {
+  return native.generateRunnerId();
+}
+
+/** A bare UUID v4 (the Supabase adapter's id columns are uuids). */
+export function generateJobId(): string {
+  return native.generateJobId();
+}
+
+/** A fresh id per lease grant. */
+export function generateLeaseId(): string {
+  return native.generateLeaseId();
+}
+
+/** `XXXX-XXXX` over a 27-symbol alphabet without look-alike characters. */
+export function generateUserCode(): string {
+  return native.generateUserCode();
+}
+
+/** Lowercase hex SHA-256 of the UTF-8 text; device codes are stored only as this. */
+export function hashSecret(secret: string): string {
+  return native.hashSecret(secret);
+}
+
+/**
+ * Constant-time comparison of two hex digests. Different string lengths are
+ * simply unequal; equal string lengths that hex-decode to different byte
+ * lengths throw the same RangeError the reference's `timingSafeEqual` throws,
+ * so callers that relied on it see the same thing.
+ */
+export function secretsMatch(aHex: string, bHex: string): boolean {
+  if (aHex.length !== bHex.length) return false;
+  // Node's lenient hex decoder stops at the first non-hex pair, so "zz" is 0 bytes and "ab" is 1.
+  if (Buffer.from(aHex, "hex").length !== Buffer.from(bHex, "hex").length) {
+    throw new RangeError("Input buffers must have the same byte length");
+  }
+  return native.secretsMatch(aHex, bHex);
+}
+
+/**
+ * Accept a pairing code however it was typed: uppercased, everything but
+ * A-Z/0-9 dropped, and the dash put back when eight characters remain.
+ */
+export function normalizeUserCode(input: string): string {
+  return native.normalizeUserCode(input);
+}

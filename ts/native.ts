@@ -1,0 +1,153 @@
+// The native core as the shell sees it: the generated loader (`index.js` at the
+// package root), typed against the binding contract in docs/architecture.md.
+// The generated `index.d.ts` describes the same functions; typing them here
+// keeps the shell compiling while parts of the binding are still being built,
+// and makes a missing function fail loudly at first use rather than as
+// `undefined is not a function` deep inside a request.
+import * as loaded from "../index.js";
+import type {
+  Capability,
+  PublicIdentity,
+  ResultProvenance,
+  SealedEnvelope,
+  StoredKeys,
+} from "./types.js";
+
+export type Direction = "payload" | "result";
+
+export interface EnvelopeContext {
+  jobId: string;
+  senderKeyId: string;
+  recipientKeyId: string;
+  deadlineAt: number;
+  direction: Direction;
+}
+
+export interface OpenExpected {
+  jobId: string;
+  senderKeyId: string;
+  recipientKeyId: string;
+  direction: Direction;
+}
+
+export type OpenFailure = "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch";
+export type OpenResult = { ok: true; plaintext: string } | { ok: false; reason: OpenFailure };
+
+export interface RequestSignature {
+  runnerId: string;
+  issuedAt: number;
+  signature: string;
+}
+
+export interface WireErrorBody {
+  error: string;
+  message: string;
+  supported?: string[];
+  minimum?: string;
+}
+
+export type Inspected =
+  | { stage: "ok"; body: Record<string, unknown> }
+  | { stage: "json" | "version" | "schema"; status: number; error: WireErrorBody };
+
+export interface SiteKeyringHandle {
+  readonly keyId: string;
+  publicIdentity(): PublicIdentity;
+  isConsistent(): boolean;
+  sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope;
+  sealPayloadAsync(plaintext: string, jobId: string, deadlineAt: number): Promise<SealedEnvelope>;
+  resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null;
+  resealForDeviceAsync(
+    atRest: SealedEnvelope,
+    jobId: string,
+    createdAt: number,
+    device: PublicIdentity,
+  ): Promise<SealedEnvelope | null>;
+  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): OpenResult;
+  openResultAsync(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): Promise<OpenResult>;
+  signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string;
+}
+
+export interface NativeBinding {
+  nativeVersion(): string;
+  // crypto
+  generateKeys(now?: number): StoredKeys;
+  publicIdentityOf(keys: StoredKeys): PublicIdentity;
+  verifyPublicIdentity(identity: unknown): boolean;
+  keyId(identityPublic: string): string;
+  formatSiteKeys(keys: StoredKeys): string;
+  siteKeysFromEnvValue(variable: string, value: string | undefined | null): StoredKeys;
+  seal(opts: {
+    plaintext: string;
+    senderKeys: StoredKeys;
+    recipientEncryptionPublic: string;
+    context: EnvelopeContext;
+  }): SealedEnvelope;
+  open(opts: {
+    envelope: SealedEnvelope;
+    recipientKeys: StoredKeys;
+    senderIdentityPublic: string;
+    expected: OpenExpected;
+  }): OpenResult;
+  canonicalRequest(endpoint: string, runnerId: string, issuedAt: number, body: string): string;
+  signRequest(
+    keys: StoredKeys,
+    req: { endpoint: string; runnerId: string; issuedAt: number; body: string },
+  ): RequestSignature;
+  verifyRequest(opts: {
+    identityPublic: string;
+    endpoint: string;
+    body: string;
+    signature: RequestSignature;
+    now: number;
+    maxSkewMs?: number;
+  }): null | "stale" | "bad-signature";
+  generateDeviceCode(): string;
+  generateUserCode(): string;
+  generateRunnerId(): string;
+  generateJobId(): string;
+  generateLeaseId(): string;
+  hashSecret(secret: string): string;
+  secretsMatch(a: string, b: string): boolean;
+  normalizeUserCode(input: string): string;
+  SiteKeyring: new (keys: StoredKeys) => SiteKeyringHandle;
+  // protocol rules
+  inspectRequest(endpoint: string, rawBody: string): Inspected;
+  validateRequestBody(endpoint: string, json: string): { ok: true; body: Record<string, unknown> } | { ok: false };
+  checkProtocolVersion(json: string): WireErrorBody | null;
+  parseSealedOutcome(
+    plaintext: string,
+  ): { ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> } | { ok: false; message: string };
+  validatePayload(
+    kind: string,
+    payloadJson: string,
+  ): { ok: true; canonical: string; textLength: number; sizeClass: string } | { ok: false; message: string };
+  tooLargeMessage(bytes: number): string;
+  provenanceFor(input: Record<string, unknown>): ResultProvenance;
+  capabilityFor(caps: readonly Capability[], kind: string): Capability | undefined | null;
+  runnerAvailability(
+    runners: readonly unknown[],
+    query: { kind: string; owner: string; audience?: string; audienceAllow?: readonly string[] },
+    now: number,
+    livenessMs: number,
+  ): { available: boolean; reason?: string; candidates: number };
+}
+
+const table = loaded as unknown as Record<string, unknown>;
+
+/**
+ * The binding, with every access checked: a function the loaded addon does not
+ * export throws a clear error naming it (a stale or partial native build).
+ */
+export const native: NativeBinding = new Proxy({} as NativeBinding, {
+  get(_target, name: string | symbol) {
+    const value = typeof name === "string" ? table[name] : undefined;
+    if (value === undefined) {
+      throw new Error(
+        `byollm-server-native: the native addon does not export \`${String(name)}\`. ` +
+          "The installed .node file is older than this JavaScript; rebuild or reinstall the package.",
+      );
+    }
+    return value;
+  },
+});

@@ -1,0 +1,28 @@
+// `byollm-server-native/next` (drop-in for `@byollm/server/next`): a Next.js
+// route-handler mount. Pass a config *function* so nothing (store, secrets)
+// is built when `next build` imports the route module; it is called on the
+// first request and the handler is kept.
+import { createFetchHandler } from "./http.js";
+import type { HandlerConfig } from "./types.js";
+
+export type { HandlerConfig };
+
+/** The handler config plus where the route is mounted (usually `"/api/byollm"`). */
+export type NextHandlerConfig = HandlerConfig & { readonly basePath?: string };
+
+export function createHandler(config: NextHandlerConfig | (() => NextHandlerConfig)): {
+  POST: (request: Request) => Promise<Response>;
+  /** The same handler, so a stray GET gets the protocol's 405 rather than a framework 404. */
+  GET: (request: Request) => Promise<Response>;
+  /** Never cached: every call changes lease state. */
+  dynamic: "force-dynamic";
+} {
+  let built: ((request: Request) => Promise<Response>) | undefined;
+  // Not async on purpose: a config that fails to build throws synchronously
+  // from POST/GET, and is tried again on the next request.
+  const handler = (request: Request): Promise<Response> => {
+    built ??= createFetchHandler(typeof config === "function" ? config() : config);
+    return built(request);
+  };
+  return { POST: handler, GET: handler, dynamic: "force-dynamic" };
+}
