@@ -662,6 +662,12 @@ for (const impl of IMPLEMENTATIONS) {
         const kept = await app.job(id);
         assert.equal(kept.state, "queued");
         assert.equal(kept.envelope.recipientKeyId, keyId(siteKeys.identityPublic));
+        // Once the relay is back, the stored job can be published again as it is.
+        assert.equal((await h.relay.state.jobs()).some((j) => j.id === id), false);
+        await app.cloud.publish(kept);
+        const routed = (await h.relay.state.jobs()).find((j) => j.id === id);
+        assert.equal(routed.state, "queued");
+        assert.equal(routed.stub.owner, h.owner);
       });
 
       it("409 not-ready on enqueue is a retryable RelayUnavailable, not a refusal", async () => {
