@@ -1,1 +1,680 @@
-//! (to be written)
+//! Envelopes: a plaintext signed by the sender's Ed25519 identity, then sealed
+//! to the recipient's X25519 key with libsodium's `crypto_box_seal`.
+//!
+//! Seal: signed body (compact JSON, fixed key order) → Ed25519 signature →
+//! inner JSON `{"body","signature"}` → sealed box → base64url.
+//! Open: the reference's checks in the reference's order, each failure one of
+//! five reasons, never a panic or an error.
+//!
+//! The sealed box is composed here from RustCrypto parts (X25519 from
+//! `x25519-dalek`, HSalsa20 from `salsa20`, XSalsa20-Poly1305 from
+//! `crypto_secretbox`, the BLAKE2b nonce from `blake2`) rather than called as
+//! `crypto_box::PublicKey::seal` / `SecretKey::unseal`, for two reasons:
+//! * libsodium refuses a box whose shared secret is all zeros (a small-order
+//!   ephemeral or recipient key); `crypto_box` accepts it. The reference
+//!   answers `unopenable` there, and refuses to seal to such a key.
+//! * `unseal` re-derives the recipient's public key on every call; a parsed
+//!   key handle already has it, which saves a scalar multiplication per open.
+//!
+//! The byte layout (`epk ‖ tag ‖ ciphertext`, nonce = BLAKE2b-192(epk ‖ pk))
+//! is pinned by the known-answer vectors and cross-checked against
+//! `crypto_box` in the tests below.
+
+use blake2::digest::consts::U24;
+use blake2::{Blake2b, Digest};
+use crypto_secretbox::aead::{AeadInPlace, KeyInit};
+use crypto_secretbox::{Nonce, Tag, XSalsa20Poly1305};
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use rand_core::{CryptoRng, OsRng, RngCore};
+use salsa20::hsalsa;
+use x25519_dalek::{PublicKey as XPublicKey, StaticSecret};
+use zeroize::Zeroizing;
+
+use crate::b64;
+use crate::js_json::{self, JsString, Value};
+use crate::keys;
+
+/// `v` of the signed body.
+pub const ENVELOPE_BODY_VERSION: &str = "byollm/v1/envelope";
+/// Envelope deadline offset from creation.
+pub const ENVELOPE_MAX_AGE_MS: f64 = 86_400_000.0;
+/// Ephemeral public key plus Poly1305 tag.
+pub const SEAL_OVERHEAD: usize = 48;
+
+/// A plaintext as it arrives from JavaScript: usually UTF-8, or the exact
+/// UTF-16 code units when it may hold lone surrogates.
+#[derive(Clone, Copy, Debug)]
+pub enum Text<'a> {
+    Utf8(&'a str),
+    Utf16(&'a [u16]),
+}
+
+/// What the signature binds besides the plaintext.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Context {
+    pub job_id: String,
+    pub sender_key_id: String,
+    pub recipient_key_id: String,
+    pub deadline_at: f64,
+    pub direction: String,
+}
+
+/// The wire envelope (field order = serialisation order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SealedEnvelope {
+    pub ciphertext: String,
+    pub recipient_key_id: String,
+    pub sender_key_id: String,
+    pub direction: String,
+    pub deadline_at: f64,
+}
+
+/// What the opener expects (the deadline comes from the envelope itself).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expected {
+    pub job_id: String,
+    pub sender_key_id: String,
+    pub recipient_key_id: String,
+    pub direction: String,
+}
+
+/// Why an envelope did not open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenFailure {
+    NotForUs,
+    Unopenable,
+    Malformed,
+    BadSignature,
+    ContextMismatch,
+}
+
+impl OpenFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpenFailure::NotForUs => "not-for-us",
+            OpenFailure::Unopenable => "unopenable",
+            OpenFailure::Malformed => "malformed",
+            OpenFailure::BadSignature => "bad-signature",
+            OpenFailure::ContextMismatch => "context-mismatch",
+        }
+    }
+}
+
+/// Why sealing failed (the reference throws in these cases).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SealError {
+    /// The sender's `identityPrivate` is unusable.
+    SenderKey(keys::KeyError),
+    /// The recipient encryption key does not decode to 32 bytes.
+    RecipientKeyLength(usize),
+    /// The recipient key is of small order: libsodium refuses to seal to it.
+    RecipientKeyWeak,
+}
+
+impl std::fmt::Display for SealError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SealError::SenderKey(e) => write!(f, "cannot seal: sender keys: {e}"),
+            SealError::RecipientKeyLength(n) => write!(
+                f,
+                "cannot seal: the recipient encryption key must be 32 bytes of base64url, got {n} bytes"
+            ),
+            SealError::RecipientKeyWeak => f.write_str(
+                "cannot seal: the recipient encryption key is a small-order point (no shared secret)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SealError {}
+
+/// The exact bytes the envelope signature covers: `JSON.stringify` of
+/// `{v, jobId, senderKeyId, recipientKeyId, deadlineAt, direction, plaintext}`.
+pub fn signed_body(context: &Context, plaintext: Text<'_>) -> Vec<u8> {
+    let plain_len = match plaintext {
+        Text::Utf8(s) => s.len(),
+        Text::Utf16(u) => u.len() * 3,
+    };
+    let mut out = Vec::with_capacity(200 + plain_len + plain_len / 16);
+    out.extend_from_slice(b"{\"v\":");
+    js_json::write_string(&mut out, ENVELOPE_BODY_VERSION);
+    out.extend_from_slice(b",\"jobId\":");
+    js_json::write_string(&mut out, &context.job_id);
+    out.extend_from_slice(b",\"senderKeyId\":");
+    js_json::write_string(&mut out, &context.sender_key_id);
+    out.extend_from_slice(b",\"recipientKeyId\":");
+    js_json::write_string(&mut out, &context.recipient_key_id);
+    out.extend_from_slice(b",\"deadlineAt\":");
+    if context.deadline_at.is_finite() {
+        out.extend_from_slice(js_json::number_to_string(context.deadline_at).as_bytes());
+    } else {
+        // JSON.stringify writes non-finite numbers as null.
+        out.extend_from_slice(b"null");
+    }
+    out.extend_from_slice(b",\"direction\":");
+    js_json::write_string(&mut out, &context.direction);
+    out.extend_from_slice(b",\"plaintext\":");
+    match plaintext {
+        Text::Utf8(s) => js_json::write_string(&mut out, s),
+        Text::Utf16(u) => js_json::write_string_utf16(&mut out, u),
+    }
+    out.push(b'}');
+    out
+}
+
+/// The inner JSON `{"body":<base64url body>,"signature":<signature>}`.
+pub fn inner_json(body: &[u8], signature: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() / 3 * 4 + signature.len() + 32);
+    out.extend_from_slice(b"{\"body\":\"");
+    out.extend_from_slice(b64::encode_url(body).as_bytes());
+    out.extend_from_slice(b"\",\"signature\":");
+    // A signature we made is base64url, but escape anyway so the output is
+    // always the JSON.stringify of whatever was given.
+    js_json::write_string(&mut out, signature);
+    out.push(b'}');
+    out
+}
+
+/// BLAKE2b-192 over `epk ‖ recipient pk`: the sealed-box nonce.
+fn seal_nonce(ephemeral_public: &[u8; 32], recipient_public: &[u8; 32]) -> Nonce {
+    let mut hasher = Blake2b::<U24>::new();
+    hasher.update(ephemeral_public);
+    hasher.update(recipient_public);
+    hasher.finalize()
+}
+
+/// X25519 then HSalsa20 (`crypto_box_beforenm`), refusing an all-zero shared
+/// secret like libsodium does.
+fn box_key(secret: &StaticSecret, their_public: &[u8; 32]) -> Option<XSalsa20Poly1305> {
+    let shared = secret.diffie_hellman(&XPublicKey::from(*their_public));
+    if !shared.was_contributory() {
+        return None;
+    }
+    let key = Zeroizing::new(hsalsa::<salsa20::cipher::consts::U10>(
+        shared.as_bytes().into(),
+        &Default::default(),
+    ));
+    Some(XSalsa20Poly1305::new(&key))
+}
+
+/// `crypto_box_seal` with a given ephemeral secret (for known answers; real
+/// seals use [`seal_box`]). `None` when the recipient key is of small order.
+pub fn seal_box_with_ephemeral(
+    ephemeral: &StaticSecret,
+    recipient_public: &[u8; 32],
+    message: &[u8],
+) -> Option<Vec<u8>> {
+    let ephemeral_public = *XPublicKey::from(ephemeral).as_bytes();
+    let cipher = box_key(ephemeral, recipient_public)?;
+    let nonce = seal_nonce(&ephemeral_public, recipient_public);
+    let mut out = Vec::with_capacity(SEAL_OVERHEAD + message.len());
+    out.extend_from_slice(&ephemeral_public);
+    out.extend_from_slice(&[0u8; 16]);
+    out.extend_from_slice(message);
+    let tag = cipher
+        .encrypt_in_place_detached(&nonce, b"", out.get_mut(SEAL_OVERHEAD..)?)
+        .ok()?;
+    out.get_mut(32..SEAL_OVERHEAD)?.copy_from_slice(&tag);
+    Some(out)
+}
+
+/// `crypto_box_seal` with a fresh ephemeral key from `rng`.
+pub fn seal_box<R: RngCore + CryptoRng>(
+    rng: &mut R,
+    recipient_public: &[u8; 32],
+    message: &[u8],
+) -> Option<Vec<u8>> {
+    let ephemeral = StaticSecret::random_from_rng(rng);
+    seal_box_with_ephemeral(&ephemeral, recipient_public, message)
+}
+
+/// `crypto_box_seal_open`: `None` for anything that does not open (too short,
+/// zero shared secret, wrong key, bad tag).
+pub fn open_box(secret: &StaticSecret, own_public: &[u8; 32], sealed: &[u8]) -> Option<Vec<u8>> {
+    if sealed.len() < SEAL_OVERHEAD {
+        return None;
+    }
+    let ephemeral_public: [u8; 32] = sealed.get(..32)?.try_into().ok()?;
+    let tag = Tag::clone_from_slice(sealed.get(32..SEAL_OVERHEAD)?);
+    let cipher = box_key(secret, &ephemeral_public)?;
+    let nonce = seal_nonce(&ephemeral_public, own_public);
+    let mut buffer = sealed.get(SEAL_OVERHEAD..)?.to_vec();
+    cipher
+        .decrypt_in_place_detached(&nonce, b"", &mut buffer, &tag)
+        .ok()?;
+    Some(buffer)
+}
+
+/// Seal `plaintext` from `sender` to `recipient_encryption_public`.
+pub fn seal_with_rng<R: RngCore + CryptoRng>(
+    rng: &mut R,
+    plaintext: Text<'_>,
+    sender: &SigningKey,
+    recipient_encryption_public: &str,
+    context: &Context,
+) -> Result<SealedEnvelope, SealError> {
+    let recipient = b64::decode_lenient(recipient_encryption_public);
+    let recipient: [u8; 32] = recipient
+        .as_slice()
+        .try_into()
+        .map_err(|_| SealError::RecipientKeyLength(recipient.len()))?;
+    let body = signed_body(context, plaintext);
+    let signature = b64::encode_url(&ed25519_dalek::Signer::sign(sender, &body).to_bytes());
+    let inner = inner_json(&body, &signature);
+    drop(body);
+    let sealed = seal_box(rng, &recipient, &inner).ok_or(SealError::RecipientKeyWeak)?;
+    Ok(SealedEnvelope {
+        ciphertext: b64::encode_url(&sealed),
+        recipient_key_id: context.recipient_key_id.clone(),
+        sender_key_id: context.sender_key_id.clone(),
+        direction: context.direction.clone(),
+        deadline_at: context.deadline_at,
+    })
+}
+
+/// Seal with OS randomness.
+pub fn seal(
+    plaintext: Text<'_>,
+    sender: &SigningKey,
+    recipient_encryption_public: &str,
+    context: &Context,
+) -> Result<SealedEnvelope, SealError> {
+    seal_with_rng(
+        &mut OsRng,
+        plaintext,
+        sender,
+        recipient_encryption_public,
+        context,
+    )
+}
+
+/// `seal()` over raw `StoredKeys` fields, parsing the sender key each call
+/// (what the reference does); prefer a [`keys::KeyHandle`] when reused.
+pub fn seal_with_keys(
+    plaintext: Text<'_>,
+    sender_identity_private: &str,
+    recipient_encryption_public: &str,
+    context: &Context,
+) -> Result<SealedEnvelope, SealError> {
+    let sender = keys::parse_signing_key(sender_identity_private).map_err(SealError::SenderKey)?;
+    seal(plaintext, &sender, recipient_encryption_public, context)
+}
+
+/// The recipient side of an open: a parsed X25519 secret and its public key.
+pub struct Recipient<'a> {
+    pub secret: &'a StaticSecret,
+    pub public: &'a [u8; 32],
+}
+
+/// Open an envelope. Checks, in the reference's order:
+/// 1. the envelope's key ids and direction are the expected ones (`not-for-us`);
+/// 2. the sealed box opens (`unopenable`);
+/// 3. the inner text is JSON with string `body` and `signature`, and `body`
+///    passes the strict decoder (`malformed`);
+/// 4. the signature verifies under the sender identity (`bad-signature`);
+/// 5. the signed body is JSON (`malformed`);
+/// 6. the signed claims match the expected context and the envelope's deadline
+///    (`context-mismatch`);
+/// 7. `plaintext` is a string (`malformed`).
+///
+/// Deliberate difference: where the reference throws a `TypeError` (the inner
+/// text or the signed body is the JSON literal `null`), this returns
+/// `malformed`, so a paired runner cannot make the result handler fail.
+pub fn open(
+    envelope: &SealedEnvelope,
+    recipient: Option<Recipient<'_>>,
+    sender: Option<&VerifyingKey>,
+    expected: &Expected,
+) -> Result<JsString, OpenFailure> {
+    if envelope.recipient_key_id != expected.recipient_key_id
+        || envelope.sender_key_id != expected.sender_key_id
+        || envelope.direction != expected.direction
+    {
+        return Err(OpenFailure::NotForUs);
+    }
+
+    // An unusable recipient key is just another box that does not open.
+    let recipient = recipient.ok_or(OpenFailure::Unopenable)?;
+    let sealed = b64::decode_lenient(&envelope.ciphertext);
+    let inner =
+        open_box(recipient.secret, recipient.public, &sealed).ok_or(OpenFailure::Unopenable)?;
+    drop(sealed);
+
+    // Buffer#toString("utf8"): invalid sequences become U+FFFD, a BOM is kept
+    // (and then fails JSON parsing, as in the reference).
+    let inner = utf8_lossy_owned(inner);
+    let parsed = js_json::parse(&inner).map_err(|_| OpenFailure::Malformed)?;
+    drop(inner);
+    let body_text = parsed
+        .get("body")
+        .and_then(Value::as_str)
+        .ok_or(OpenFailure::Malformed)?;
+    let signature = parsed
+        .get("signature")
+        .and_then(Value::as_str)
+        .ok_or(OpenFailure::Malformed)?;
+    if body_text.utf16.is_some() {
+        return Err(OpenFailure::Malformed);
+    }
+    let body = b64::decode_inner_body(&body_text.text).ok_or(OpenFailure::Malformed)?;
+
+    // The signature text is decoded leniently; a lone surrogate in it is
+    // skipped by that decoder, exactly like the U+FFFD that stands in for it.
+    let verified = match sender {
+        Some(key) => keys::verify_with_key(key, &body, &signature.text),
+        None => false,
+    };
+    if !verified {
+        return Err(OpenFailure::BadSignature);
+    }
+    drop(parsed);
+
+    // TextDecoder: one leading BOM dropped, invalid sequences become U+FFFD.
+    let body_slice = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&body);
+    let claims_text = match std::str::from_utf8(body_slice) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(body_slice),
+    };
+    let mut claims = js_json::parse(&claims_text).map_err(|_| OpenFailure::Malformed)?;
+    drop(claims_text);
+    if claims == Value::Null {
+        return Err(OpenFailure::Malformed);
+    }
+
+    let is_text = |v: Option<&Value>, want: &str| matches!(v, Some(Value::String(s)) if s.is(want));
+    let deadline_matches =
+        matches!(claims.get("deadlineAt"), Some(Value::Number(n)) if *n == envelope.deadline_at);
+    if !is_text(claims.get("jobId"), &expected.job_id)
+        || !is_text(claims.get("senderKeyId"), &expected.sender_key_id)
+        || !is_text(claims.get("recipientKeyId"), &expected.recipient_key_id)
+        || !deadline_matches
+        || !is_text(claims.get("direction"), &expected.direction)
+    {
+        return Err(OpenFailure::ContextMismatch);
+    }
+    match claims.take("plaintext") {
+        Some(Value::String(plaintext)) => Ok(plaintext),
+        _ => Err(OpenFailure::Malformed),
+    }
+}
+
+/// `open()` over raw `StoredKeys` / identity text, parsing both keys each call.
+pub fn open_with_keys(
+    envelope: &SealedEnvelope,
+    recipient_encryption_private: &str,
+    sender_identity_public: &str,
+    expected: &Expected,
+) -> Result<JsString, OpenFailure> {
+    let secret = keys::parse_encryption_secret(recipient_encryption_private).ok();
+    let public = secret.as_ref().map(|s| *XPublicKey::from(s).as_bytes());
+    let recipient = match (&secret, &public) {
+        (Some(secret), Some(public)) => Some(Recipient { secret, public }),
+        _ => None,
+    };
+    let sender = keys::verifying_key(sender_identity_public);
+    open(envelope, recipient, sender.as_ref(), expected)
+}
+
+fn utf8_lossy_owned(bytes: Vec<u8>) -> String {
+    match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::key_id;
+    use crate::keys::{KeyHandle, StoredKeys};
+
+    fn party(n: u8) -> KeyHandle {
+        match KeyHandle::new(StoredKeys::from_secrets(
+            &[n; 32],
+            &[n.wrapping_add(100); 32],
+            1,
+        )) {
+            Ok(h) => h,
+            Err(e) => panic!("fixture keys: {e}"),
+        }
+    }
+
+    fn context(from: &KeyHandle, to: &KeyHandle) -> Context {
+        Context {
+            job_id: "job-1".into(),
+            sender_key_id: from.key_id().into(),
+            recipient_key_id: to.key_id().into(),
+            deadline_at: 1_767_312_000_000.0,
+            direction: "result".into(),
+        }
+    }
+
+    fn expected(ctx: &Context) -> Expected {
+        Expected {
+            job_id: ctx.job_id.clone(),
+            sender_key_id: ctx.sender_key_id.clone(),
+            recipient_key_id: ctx.recipient_key_id.clone(),
+            direction: ctx.direction.clone(),
+        }
+    }
+
+    fn open_as(
+        to: &KeyHandle,
+        from: &KeyHandle,
+        env: &SealedEnvelope,
+        exp: &Expected,
+    ) -> Result<JsString, OpenFailure> {
+        let sender = keys::verifying_key(&from.keys().identity_public);
+        let recipient = Recipient {
+            secret: to.encryption_secret(),
+            public: to.encryption_public(),
+        };
+        open(env, Some(recipient), sender.as_ref(), exp)
+    }
+
+    fn seal_raw_inner(to: &KeyHandle, inner: &[u8]) -> String {
+        match seal_box(&mut OsRng, to.encryption_public(), inner) {
+            Some(sealed) => b64::encode_url(&sealed),
+            None => panic!("seal to a fixture key"),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let (site, device) = (party(1), party(2));
+        let ctx = context(&device, &site);
+        let sender =
+            keys::parse_signing_key(&device.keys().identity_private).map_err(|e| e.to_string());
+        let Ok(sender) = sender else {
+            panic!("sender key")
+        };
+        let env = seal(
+            Text::Utf8("héllo 😀\u{2028}"),
+            &sender,
+            &site.keys().encryption_public,
+            &ctx,
+        );
+        let Ok(env) = env else { panic!("seal failed") };
+        assert_eq!(env.recipient_key_id, key_id(&site.keys().identity_public));
+        let opened = open_as(&site, &device, &env, &expected(&ctx));
+        assert_eq!(opened.map(|p| p.text), Ok("héllo 😀\u{2028}".to_string()));
+        // Wrong sender pin.
+        assert_eq!(
+            open_as(&site, &site, &env, &expected(&ctx)).err(),
+            Some(OpenFailure::BadSignature)
+        );
+        // Wrong recipient secret.
+        assert_eq!(
+            open_as(&device, &device, &env, &expected(&ctx)).err(),
+            Some(OpenFailure::Unopenable)
+        );
+    }
+
+    #[test]
+    fn lone_surrogates_survive_a_round_trip() {
+        let (site, device) = (party(3), party(4));
+        let ctx = context(&device, &site);
+        let Ok(sender) = keys::parse_signing_key(&device.keys().identity_private) else {
+            panic!()
+        };
+        let units = [0x61, 0xD800, 0x62];
+        let Ok(env) = seal(
+            Text::Utf16(&units),
+            &sender,
+            &site.keys().encryption_public,
+            &ctx,
+        ) else {
+            panic!()
+        };
+        let opened = open_as(&site, &device, &env, &expected(&ctx));
+        assert_eq!(opened.ok().and_then(|p| p.utf16), Some(units.to_vec()));
+    }
+
+    #[test]
+    fn zero_shared_secret_is_refused_both_ways() {
+        let site = party(5);
+        // u = 0 and u = 1 are small-order points: X25519 gives all zeros.
+        for weak in [[0u8; 32], {
+            let mut one = [0u8; 32];
+            one[0] = 1;
+            one
+        }] {
+            assert!(seal_box(&mut OsRng, &weak, b"x").is_none());
+            // A box whose ephemeral key is small order: crypto_box would open
+            // it (with the all-zero key); libsodium, and we, refuse.
+            let mut forged = weak.to_vec();
+            let zero_key = XSalsa20Poly1305::new(&hsalsa::<salsa20::cipher::consts::U10>(
+                &[0u8; 32].into(),
+                &Default::default(),
+            ));
+            let nonce = seal_nonce(&weak, site.encryption_public());
+            let mut msg = b"{}".to_vec();
+            let Ok(tag) = zero_key.encrypt_in_place_detached(&nonce, b"", &mut msg) else {
+                panic!()
+            };
+            forged.extend_from_slice(&tag);
+            forged.extend_from_slice(&msg);
+            assert!(
+                open_box(site.encryption_secret(), site.encryption_public(), &forged).is_none()
+            );
+            let cb = crypto_box::SecretKey::from(site.encryption_secret().to_bytes());
+            assert!(cb.unseal(&forged).is_ok(), "crypto_box alone accepts it");
+        }
+    }
+
+    #[test]
+    fn interoperates_with_crypto_box() {
+        let site = party(6);
+        let theirs = crypto_box::PublicKey::from(*site.encryption_public());
+        let Ok(sealed) = theirs.seal(&mut OsRng, b"from crypto_box") else {
+            panic!()
+        };
+        assert_eq!(
+            open_box(site.encryption_secret(), site.encryption_public(), &sealed),
+            Some(b"from crypto_box".to_vec())
+        );
+        let Some(ours) = seal_box(&mut OsRng, site.encryption_public(), b"from us") else {
+            panic!()
+        };
+        let cb = crypto_box::SecretKey::from(site.encryption_secret().to_bytes());
+        assert_eq!(cb.unseal(&ours).ok(), Some(b"from us".to_vec()));
+    }
+
+    #[test]
+    fn null_inner_and_null_claims_are_malformed_not_a_throw() {
+        let (site, device) = (party(7), party(8));
+        let ctx = context(&device, &site);
+        let exp = expected(&ctx);
+        let mut env = SealedEnvelope {
+            ciphertext: seal_raw_inner(&site, b"null"),
+            recipient_key_id: ctx.recipient_key_id.clone(),
+            sender_key_id: ctx.sender_key_id.clone(),
+            direction: ctx.direction.clone(),
+            deadline_at: ctx.deadline_at,
+        };
+        assert_eq!(
+            open_as(&site, &device, &env, &exp).err(),
+            Some(OpenFailure::Malformed)
+        );
+        let body = b"null";
+        let inner = inner_json(body, &device.sign_text(body));
+        env.ciphertext = seal_raw_inner(&site, &inner);
+        assert_eq!(
+            open_as(&site, &device, &env, &exp).err(),
+            Some(OpenFailure::Malformed)
+        );
+        // A validly signed non-object body reads as "no claims": context-mismatch,
+        // as in the reference (property reads on a number are undefined).
+        let body = b"5";
+        let inner = inner_json(body, &device.sign_text(body));
+        env.ciphertext = seal_raw_inner(&site, &inner);
+        assert_eq!(
+            open_as(&site, &device, &env, &exp).err(),
+            Some(OpenFailure::ContextMismatch)
+        );
+    }
+
+    #[test]
+    fn duplicate_claim_keys_last_wins_and_bom_is_dropped() {
+        let (site, device) = (party(9), party(10));
+        let ctx = context(&device, &site);
+        let exp = expected(&ctx);
+        let good = String::from_utf8(signed_body(&ctx, Text::Utf8("first"))).unwrap_or_default();
+        let body = format!(
+            "\u{feff}{},\"plaintext\":\"second\"}}",
+            good.trim_end_matches('}')
+        );
+        let inner = inner_json(body.as_bytes(), &device.sign_text(body.as_bytes()));
+        let env = SealedEnvelope {
+            ciphertext: seal_raw_inner(&site, &inner),
+            recipient_key_id: ctx.recipient_key_id.clone(),
+            sender_key_id: ctx.sender_key_id.clone(),
+            direction: ctx.direction.clone(),
+            deadline_at: ctx.deadline_at,
+        };
+        assert_eq!(
+            open_as(&site, &device, &env, &exp).map(|p| p.text),
+            Ok("second".to_string())
+        );
+        // A BOM before the inner JSON is not dropped: malformed.
+        let mut inner_bom = b"\xEF\xBB\xBF".to_vec();
+        inner_bom.extend_from_slice(&inner);
+        let env2 = SealedEnvelope {
+            ciphertext: seal_raw_inner(&site, &inner_bom),
+            ..env
+        };
+        assert_eq!(
+            open_as(&site, &device, &env2, &exp).err(),
+            Some(OpenFailure::Malformed)
+        );
+    }
+
+    #[test]
+    fn bad_keys_never_panic() {
+        let ctx = context(&party(1), &party(2));
+        let env = SealedEnvelope {
+            ciphertext: "garbage".into(),
+            recipient_key_id: ctx.recipient_key_id.clone(),
+            sender_key_id: ctx.sender_key_id.clone(),
+            direction: ctx.direction.clone(),
+            deadline_at: 1.0,
+        };
+        assert_eq!(
+            open_with_keys(&env, "x", "y", &expected(&ctx)).err(),
+            Some(OpenFailure::Unopenable)
+        );
+        assert!(matches!(
+            seal_with_keys(Text::Utf8("x"), "bad", "bad", &ctx),
+            Err(SealError::SenderKey(_))
+        ));
+        let sender = party(1).keys().identity_private.clone();
+        assert_eq!(
+            seal_with_keys(Text::Utf8("x"), &sender, "AAAA", &ctx).err(),
+            Some(SealError::RecipientKeyLength(3))
+        );
+        assert_eq!(
+            seal_with_keys(Text::Utf8("x"), &sender, &b64::encode_url(&[0; 32]), &ctx).err(),
+            Some(SealError::RecipientKeyWeak)
+        );
+    }
+}

@@ -523,6 +523,139 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// JavaScript's `String(n)` / `JSON.stringify(n)` for a number: plain digits
+/// for integers below 1e21, shortest round-trip digits otherwise, exponent
+/// form outside [1e-7, 1e21). (`JSON.stringify` writes `null` for non-finite
+/// numbers; callers that serialise handle that themselves.)
+pub fn number_to_string(n: f64) -> String {
+    if n.is_nan() {
+        return "NaN".into();
+    }
+    if n == 0.0 {
+        return "0".into(); // also -0
+    }
+    if n.is_infinite() {
+        return if n > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
+    }
+    if n.fract() == 0.0 && n.abs() <= 9_007_199_254_740_992.0 {
+        // Exact integer with at most 16 digits: its digits are its shortest
+        // round-trip form. (Larger ones are padded with zeros below, like JS.)
+        return format!("{n:.0}");
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits, like JavaScript's
+    // Number::toString; only the layout differs.
+    let sci = format!("{:e}", n.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let k = digits.len() as i32;
+    let point = exp + 1; // position of the decimal point after the first digit
+    let mut out = String::new();
+    if n < 0.0 {
+        out.push('-');
+    }
+    if k <= point && point <= 21 {
+        out.push_str(&digits);
+        out.extend(std::iter::repeat_n('0', (point - k) as usize));
+    } else if 0 < point && point <= 21 {
+        out.push_str(digits.get(..point as usize).unwrap_or(""));
+        out.push('.');
+        out.push_str(digits.get(point as usize..).unwrap_or(""));
+    } else if -6 < point && point <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-point) as usize));
+        out.push_str(&digits);
+    } else {
+        out.push_str(digits.get(..1).unwrap_or(""));
+        if k > 1 {
+            out.push('.');
+            out.push_str(digits.get(1..).unwrap_or(""));
+        }
+        out.push('e');
+        out.push(if point - 1 < 0 { '-' } else { '+' });
+        out.push_str(&(point - 1).abs().to_string());
+    }
+    out
+}
+
+/// Append `JSON.stringify(text)`: quotes, `\"` and `\\`, the short escapes
+/// `\b \t \n \f \r`, other C0 controls as lowercase `\u00xx`; everything
+/// else (U+007F, U+2028/2029, all non-ASCII) raw.
+pub fn write_string(out: &mut Vec<u8>, text: &str) {
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut run = 0;
+    for (at, &b) in bytes.iter().enumerate() {
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
+        }
+        out.extend_from_slice(bytes.get(run..at).unwrap_or(&[]));
+        push_escape(out, u16::from(b));
+        run = at + 1;
+    }
+    out.extend_from_slice(bytes.get(run..).unwrap_or(&[]));
+    out.push(b'"');
+}
+
+/// Append `JSON.stringify(text)` for a JavaScript string given as UTF-16 code
+/// units: as [`write_string`], and a lone surrogate is written as `\udxxx`
+/// (well-formed `JSON.stringify`), so no information is lost.
+pub fn write_string_utf16(out: &mut Vec<u8>, units: &[u16]) {
+    out.reserve(units.len() + 2);
+    out.push(b'"');
+    let mut at = 0;
+    while let Some(&unit) = units.get(at) {
+        at += 1;
+        match unit {
+            0x20..=0x7F if unit != u16::from(b'"') && unit != u16::from(b'\\') => {
+                out.push(unit as u8)
+            }
+            0x00..=0x7F => push_escape(out, unit),
+            0xD800..=0xDBFF => match units.get(at) {
+                Some(&low @ 0xDC00..=0xDFFF) => {
+                    at += 1;
+                    let cp =
+                        0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
+                    push_char(out, cp);
+                }
+                _ => push_escape(out, unit),
+            },
+            0xDC00..=0xDFFF => push_escape(out, unit),
+            _ => push_char(out, u32::from(unit)),
+        }
+    }
+    out.push(b'"');
+}
+
+fn push_char(out: &mut Vec<u8>, cp: u32) {
+    let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
+    let mut buf = [0u8; 4];
+    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+}
+
+fn push_escape(out: &mut Vec<u8>, unit: u16) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    match unit {
+        0x22 => out.extend_from_slice(b"\\\""),
+        0x5C => out.extend_from_slice(b"\\\\"),
+        0x08 => out.extend_from_slice(b"\\b"),
+        0x09 => out.extend_from_slice(b"\\t"),
+        0x0A => out.extend_from_slice(b"\\n"),
+        0x0C => out.extend_from_slice(b"\\f"),
+        0x0D => out.extend_from_slice(b"\\r"),
+        _ => {
+            out.extend_from_slice(b"\\u");
+            for shift in [12, 8, 4, 0] {
+                out.push(HEX[usize::from((unit >> shift) & 0xF)]);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,6 +665,45 @@ mod tests {
             text: text.to_string(),
             utf16: None,
         })
+    }
+
+    #[test]
+    fn numbers_format_like_javascript() {
+        let cases: [(f64, &str); 14] = [
+            (0.0, "0"),
+            (-0.0, "0"),
+            (1767225660000.0, "1767225660000"),
+            (1.5, "1.5"),
+            (-2.25, "-2.25"),
+            (1e21, "1e+21"),
+            (123456789012345680000.0, "123456789012345680000"),
+            (1.5e-7, "1.5e-7"),
+            (0.000001, "0.000001"),
+            (1e-7, "1e-7"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (f64::INFINITY, "Infinity"),
+            (5e-324, "5e-324"),
+        ];
+        for (n, want) in cases {
+            assert_eq!(number_to_string(n), want, "{n:e}");
+        }
+    }
+
+    #[test]
+    fn strings_escape_like_json_stringify() {
+        let text = "a\"b\\c/\u{8}\u{c}\n\r\t\u{0}\u{1f}\u{7f}\u{2028}é😀";
+        let mut out = Vec::new();
+        write_string(&mut out, text);
+        let want = "\"a\\\"b\\\\c/\\b\\f\\n\\r\\t\\u0000\\u001f\u{7f}\u{2028}é😀\"";
+        assert_eq!(String::from_utf8_lossy(&out), want);
+        let units: Vec<u16> = text.encode_utf16().collect();
+        let mut out16 = Vec::new();
+        write_string_utf16(&mut out16, &units);
+        assert_eq!(out16, out);
+        let mut lone = Vec::new();
+        write_string_utf16(&mut lone, &[0x61, 0xD800, 0x62, 0xDC00]);
+        assert_eq!(String::from_utf8_lossy(&lone), "\"a\\ud800b\\udc00\"");
     }
 
     #[test]
