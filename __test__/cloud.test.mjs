@@ -572,6 +572,166 @@ for (const impl of IMPLEMENTATIONS) {
       });
     });
 
+    describe("pump details", () => {
+      let h;
+      let siteKeys;
+      let app;
+      let store;
+
+      beforeEach(async () => {
+        siteKeys = impl.mod.generateSiteKeys();
+        h = await startRelay({ siteKeys });
+        ({ app, store } = siteOn(h.origin, h.siteId, siteKeys));
+        await h.device.pair();
+      });
+      afterEach(async () => {
+        await h?.close();
+      });
+
+      const sealFor = (stub, outcome, ran = RAN) =>
+        h.device.sealResult({
+          jobId: stub.id,
+          siteKeyId: stub.site,
+          outcome,
+          ran,
+          deadlineAt: Date.now() + 600_000,
+        });
+
+      it("the stub's deadline is the job's deadline, or claimable time plus TTL", async () => {
+        const fixed = Date.now() + 3_600_000;
+        const a = await app.enqueue({ kind: "llm.generate", owner: h.owner, payload: { prompt: "a" }, deadlineAt: fixed });
+        const b = await app.enqueue({ kind: "llm.generate", owner: h.owner, payload: { prompt: "b" }, ttlMs: 90_000 });
+        const stubs = Object.fromEntries(enqueueBodies(h).map((body) => [body.stub.id, body.stub]));
+        assert.equal(stubs[a.id].deadlineAt, fixed);
+        assert.equal(stubs[b.id].deadlineAt, b.record.claimableAt + 90_000);
+        assert.equal(stubs[b.id].sizeClass, b.record.sizeClass);
+      });
+
+      it("several claims in one cycle; the site adopts each lease with the lease's own expiry; ok and error outcomes", async () => {
+        const jobs = [];
+        for (const [i, kind, payload] of [
+          [0, "llm.generate", { prompt: "first" }],
+          [1, "llm.chat", { messages: [{ role: "user", content: "second" }] }],
+          [2, "llm.generate", { prompt: "third" }],
+        ]) {
+          jobs.push(await app.enqueue({ id: `job-multi-${i}-${tag()}`, kind, owner: h.owner, payload }));
+        }
+        const capabilities = [CAPABILITY, { ...CAPABILITY, kind: "llm.chat" }];
+        // The relay hands out at most two unsealed grants per (site, owner);
+        // the site's pump is what lets the third through.
+        const first = await h.device.claim(8, capabilities);
+        assert.equal(first.status, 200, first.text);
+        assert.equal(first.body.jobs.length, 2);
+        const report = await app.cloud.pump();
+        assert.deepEqual([...report.sealed].sort(), first.body.jobs.map((j) => j.id).sort());
+        assert.deepEqual(report.completed, []);
+        assert.deepEqual(report.refused, []);
+        const rest = await h.device.claim(8, capabilities);
+        assert.equal(rest.body.jobs.length, 1);
+        assert.deepEqual(await app.cloud.pump(), { sealed: [rest.body.jobs[0].id], completed: [], refused: [] });
+        const stubs = Object.fromEntries(
+          [...first.body.jobs, ...rest.body.jobs].map((stub) => [stub.id, stub]),
+        );
+        assert.deepEqual(Object.keys(stubs).sort(), jobs.map((j) => j.id).sort());
+
+        const routed = await h.relay.state.jobs();
+        for (const job of jobs) {
+          const record = await store.get(job.id);
+          const claimedBy = routed.find((r) => r.id === job.id).claimedBy;
+          assert.equal(record.state, "claimed");
+          assert.equal(record.lease.id, claimedBy.leaseId);
+          // The lease's clock, not the relay's short wait-for-payload clock.
+          assert.equal(record.lease.expiresAt, claimedBy.leaseExpiresAt);
+          const fetched = await h.device.fetchPayload(job.id, stubs[job.id].lease.id);
+          assert.equal(fetched.status, 200, fetched.text);
+          const opened = await h.device.openPayload(job.id, fetched.body.envelope, stubs[job.id].site);
+          assert.equal(opened.ok, true);
+        }
+
+        const [okJob, errorJob, chatJob] = jobs;
+        const failure = { outcome: "error", code: "backend-down", message: "ollama is not running", retryable: true };
+        const errorRan = { model: RAN.model, backendClass: RAN.backendClass, durationMs: 3 };
+        for (const [job, outcome, ran, disposition] of [
+          [okJob, { outcome: "ok", text: "one" }, RAN, "ok"],
+          [errorJob, failure, errorRan, "error"],
+          [chatJob, { outcome: "ok", text: "two" }, { ...RAN, stop: "length" }, "ok"],
+        ]) {
+          const stub = stubs[job.id];
+          const posted = await h.device.postResult({
+            jobId: job.id,
+            leaseId: stub.lease.id,
+            envelope: await sealFor(stub, outcome, ran),
+            disposition,
+          });
+          assert.equal(posted.status, 200, posted.text);
+        }
+        const second = await app.cloud.pump();
+        assert.deepEqual([...second.completed].sort(), jobs.map((j) => j.id).sort());
+        assert.deepEqual(second.refused, []);
+
+        const ok = await app.result(okJob.id);
+        assert.equal(ok.state, "ok");
+        assert.equal(ok.outcome.text, "one");
+        const failed = await app.result(errorJob.id);
+        assert.equal(failed.state, "error");
+        assert.deepEqual(failed.outcome, failure);
+        assert.deepEqual(failed.provenance, {
+          audience: "team",
+          runnerId: h.device.runnerId,
+          runnerOwner: h.owner,
+          backendClass: RAN.backendClass,
+          model: RAN.model,
+          untrusted: true,
+        });
+        const chat = await app.result(chatJob.id);
+        assert.equal(chat.state, "ok");
+        assert.equal(chat.provenance.stop, "length");
+      });
+
+      it("a claim for a job this store does not hold is skipped, neither sealed nor refused", async () => {
+        // Another instance of the same site (same keys, its own store) publishes a job.
+        const { app: elsewhere } = siteOn(h.origin, h.siteId, siteKeys);
+        const foreign = await elsewhere.enqueue({ kind: "llm.generate", owner: h.owner, payload: { prompt: "f" } });
+        const claim = await h.device.claim();
+        assert.equal(claim.body.jobs[0].id, foreign.id);
+        const payloadsBefore = h.requestsTo("/relay/site/payload").length;
+        assert.deepEqual(await app.cloud.pump(), { sealed: [], completed: [], refused: [] });
+        assert.equal(h.requestsTo("/relay/site/payload").length, payloadsBefore);
+        // The instance that holds it seals it.
+        assert.deepEqual((await elsewhere.cloud.pump()).sealed, [foreign.id]);
+      });
+
+      it("an at-rest envelope this site cannot open is refused and nothing is sent for it", async () => {
+        // A record whose envelope was sealed by other keys (a restored backup
+        // from another deployment, say), published as this site's job.
+        const { app: other } = siteOn(h.origin, "unregistered", impl.mod.generateSiteKeys());
+        const id = `job-foreign-envelope-${tag()}`;
+        const alien = await other.enqueue({ id, kind: "llm.generate", owner: h.owner, payload: { prompt: "x" } }).catch(
+          () => null,
+        );
+        assert.equal(alien, null, "the relay refuses the unregistered site's enqueue");
+        const foreignRecord = await other.job(id);
+        const record = await store.create(
+          {
+            id,
+            kind: "llm.generate",
+            owner: h.owner,
+            audience: "team",
+            envelope: foreignRecord.envelope,
+            sizeClass: foreignRecord.sizeClass,
+          },
+          Date.now(),
+        );
+        await app.cloud.publish(record);
+        const claim = await h.device.claim();
+        assert.equal(claim.body.jobs[0].id, id);
+        const payloadsBefore = h.requestsTo("/relay/site/payload").length;
+        assert.deepEqual(await app.cloud.pump(), { sealed: [], completed: [], refused: [id] });
+        assert.equal(h.requestsTo("/relay/site/payload").length, payloadsBefore);
+        assert.equal((await app.job(id)).state, "queued");
+      });
+    });
+
     describe("relay refusals and outages", () => {
       let h;
       let siteKeys;
