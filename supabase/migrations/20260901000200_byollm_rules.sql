@@ -309,7 +309,7 @@ as $$ select jsonb_array_length(byollm_sweep(byollm_ms(now()))) $$;
 -- `p_job`: {id, kind, envelope, sizeClass, owner, audience?, purpose?,
 -- audienceAllow?, dependsOn?, ttlMs, deadlineAt?} with ttlMs already
 -- defaulted by the store. Idempotent by id: an existing job is returned
--- unchanged.
+-- unchanged. Answers {created, job}.
 create or replace function byollm_create_job(p_job jsonb, p_now bigint) returns jsonb
 language plpgsql volatile security definer set search_path = public
 as $$
@@ -328,7 +328,7 @@ begin
 
   select * into v_row from byollm_jobs where id = v_id;
   if found then
-    return byollm_job_json(v_row);
+    return jsonb_build_object('created', false, 'job', byollm_job_json(v_row));
   end if;
 
   v_deps := coalesce(array(select jsonb_array_elements_text(p_job -> 'dependsOn'))::uuid[], '{}');
@@ -364,8 +364,9 @@ begin
   if not found then
     -- Another transaction created it between our look and our insert.
     select * into v_row from byollm_jobs where id = v_id;
+    return jsonb_build_object('created', false, 'job', byollm_job_json(v_row));
   end if;
-  return byollm_job_json(v_row);
+  return jsonb_build_object('created', true, 'job', byollm_job_json(v_row));
 end;
 $$;
 

@@ -1,0 +1,50 @@
+// Shared by the Postgres/Supabase store tests: find the test server started by
+// scripts/pg-start.sh, and give each test file its own freshly migrated
+// database (dropped at the end), so files never see each other's rows.
+import { readFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import pg from "pg";
+import { migratePostgres } from "../dist/postgres.js";
+
+/** The admin connection string: $BYOLLM_PG_URL, else the file pg-start.sh writes. */
+export function adminUrl() {
+  if (process.env.BYOLLM_PG_URL) return process.env.BYOLLM_PG_URL;
+  const file = `${process.env.BYOLLM_PG_DIR ?? "/tmp/byollm-pg"}/url`;
+  try {
+    return readFileSync(file, "utf8").trim();
+  } catch {
+    throw new Error(
+      `no PostgreSQL for the store tests: set BYOLLM_PG_URL or run \`bash scripts/pg-start.sh\` (it writes ${file})`,
+    );
+  }
+}
+
+/** Create a database, apply the migrations, return its URL and a dropper. */
+export async function freshDatabase(label) {
+  const admin = adminUrl();
+  const name = `byollm_t_${label}_${randomBytes(4).toString("hex")}`;
+  const client = new pg.Client({ connectionString: admin });
+  try {
+    await client.connect();
+  } catch (error) {
+    throw new Error(
+      `PostgreSQL is not reachable at ${admin} (${error.message}); start it with \`bash scripts/pg-start.sh\``,
+    );
+  }
+  await client.query(`create database ${name}`);
+  await client.end();
+  const url = new URL(admin);
+  url.pathname = `/${name}`;
+  const dbUrl = url.toString();
+  await migratePostgres({ connectionString: dbUrl });
+  return {
+    url: dbUrl,
+    name,
+    async drop() {
+      const c = new pg.Client({ connectionString: admin });
+      await c.connect();
+      await c.query(`drop database if exists ${name} with (force)`);
+      await c.end();
+    },
+  };
+}

@@ -1,0 +1,140 @@
+// `byollm-server-native/postgres`: the store on a plain PostgreSQL, through
+// node-postgres. Every method is one call to a SQL function of
+// supabase/migrations (the same functions supabaseStore calls), so the claim is
+// atomic in the database (FOR UPDATE SKIP LOCKED) and any number of app
+// processes can share one database.
+//
+// Time: the caller's `now` (ByollmApp's and the handlers' injectable clock) is
+// passed to SQL as epoch milliseconds; the functions never read the database
+// clock, so a fake clock drives leases and TTLs here exactly as in memory.
+import { readdir, readFile } from "node:fs/promises";
+import pg from "pg";
+import type { Pool, PoolClient, PoolConfig } from "pg";
+import { sqlStore, type SqlCall, type SqlStoreOptions } from "./sql-store.js";
+import type { ByollmStore } from "./types.js";
+
+export type PostgresStoreOptions = (
+  | {
+      /** A pool you own (you end it). Connect as the schema owner or a role granted `service_role`. */
+      readonly pool: Pool;
+      readonly connectionString?: never;
+    }
+  | {
+      /** The store creates (and `close()` ends) its own pool. */
+      readonly connectionString: string;
+      readonly pool?: never;
+      /** Extra pool settings (size, ssl, …) when the store creates the pool. */
+      readonly poolConfig?: Omit<PoolConfig, "connectionString">;
+    }
+) & {
+  /** TTL of a job once claimable, when the enqueue names none (default 900000). */
+  readonly defaultTtlMs?: number;
+};
+
+export interface PostgresStore extends ByollmStore {
+  /** Ends the pool if the store created it; a pool you passed in is left alone. */
+  close(): Promise<void>;
+}
+
+/** Error codes our SQL functions raise for a refused request (the message is the answer). */
+const REFUSAL_CODES = new Set(["P0001", "P0002", "22023"]);
+
+function sqlText(call: SqlCall): string {
+  const args = call.args.map(([name, , type], i) => `${name} => $${String(i + 1)}::${type}`).join(", ");
+  // The function name is one of ours (sql-store.ts), never input.
+  return `select ${call.fn}(${args}) as r`;
+}
+
+function sqlValue(value: unknown, type: string): unknown {
+  if (value === null || value === undefined) return null;
+  // node-postgres turns JS arrays into Postgres array literals; jsonb wants JSON.
+  if (type === "jsonb") return JSON.stringify(value);
+  return value;
+}
+
+/** The ByollmStore on PostgreSQL. Apply the migrations first (`migratePostgres`). */
+export function postgresStore(options: PostgresStoreOptions): PostgresStore {
+  const owned = options.pool === undefined;
+  const pool: Pool =
+    options.pool ??
+    new pg.Pool({
+      ...("poolConfig" in options ? options.poolConfig : {}),
+      connectionString: options.connectionString,
+    });
+  if (owned) {
+    // An idle client's connection can drop (server restart); without a
+    // listener that error would end the process.
+    pool.on("error", () => undefined);
+  }
+
+  const call = async (c: SqlCall): Promise<unknown> => {
+    try {
+      const result = await pool.query<{ r: unknown }>(
+        sqlText(c),
+        c.args.map(([, value, type]) => sqlValue(value, type)),
+      );
+      return result.rows[0]?.r ?? null;
+    } catch (error) {
+      const e = error as { code?: string; message?: string };
+      if (typeof e.code === "string" && REFUSAL_CODES.has(e.code) && typeof e.message === "string") {
+        // The function's own message (e.g. "pairing code has expired"), as
+        // the in-memory store words it.
+        throw new Error(e.message);
+      }
+      throw error;
+    }
+  };
+
+  const storeOptions: SqlStoreOptions =
+    options.defaultTtlMs === undefined ? {} : { defaultTtlMs: options.defaultTtlMs };
+  const store = sqlStore(call, storeOptions);
+  return Object.assign(store, {
+    async close(): Promise<void> {
+      if (owned) await pool.end();
+    },
+  });
+}
+
+/** The migration files shipped with the package, in the order to apply them. */
+export async function postgresMigrations(): Promise<{ name: string; sql: string }[]> {
+  const dir = new URL("../supabase/migrations/", import.meta.url);
+  const names = (await readdir(dir)).filter((n) => n.endsWith(".sql")).sort();
+  return Promise.all(names.map(async (name) => ({ name, sql: await readFile(new URL(name, dir), "utf8") })));
+}
+
+/**
+ * Apply the shipped migrations to a plain PostgreSQL (on Supabase use the
+ * Supabase CLI with the same files). Every file is idempotent, so running this
+ * at each start is safe; an advisory lock keeps two processes from racing.
+ * Needs a role allowed to create roles and schemas (the bootstrap creates
+ * `anon`, `authenticated`, `service_role` and `auth.uid()` when absent).
+ */
+export async function migratePostgres(target: { pool: Pool } | { connectionString: string }): Promise<string[]> {
+  const pool = "pool" in target ? target.pool : new pg.Pool({ connectionString: target.connectionString, max: 1 });
+  let client: PoolClient | undefined;
+  try {
+    client = await pool.connect();
+    const applied: string[] = [];
+    // Any fixed key will do; it only has to be the same in every process.
+    await client.query("select pg_advisory_lock(7388120101)");
+    try {
+      for (const { name, sql } of await postgresMigrations()) {
+        await client.query("begin");
+        try {
+          await client.query(sql);
+          await client.query("commit");
+        } catch (error) {
+          await client.query("rollback");
+          throw new Error(`migration ${name} failed: ${(error as Error).message}`);
+        }
+        applied.push(name);
+      }
+    } finally {
+      await client.query("select pg_advisory_unlock(7388120101)");
+    }
+    return applied;
+  } finally {
+    client?.release();
+    if (!("pool" in target)) await pool.end();
+  }
+}

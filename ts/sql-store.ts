@@ -1,0 +1,439 @@
+// The store over the SQL functions of supabase/migrations, shared by
+// postgresStore (node-postgres) and supabaseStore (supabase-js). The rules live
+// in SQL; this file only names the function each method calls, passes the
+// caller's arguments (every `now` included, as epoch ms) and gives the JSON the
+// database returns the key order of the in-memory records.
+import type {
+  AdoptArgs,
+  ApproveArgs,
+  ByollmStore,
+  ClaimArgs,
+  CompleteArgs,
+  CompleteResult,
+  JobRecord,
+  LeaseRef,
+  PairingRecord,
+  ReleaseArgs,
+  RenewArgs,
+  RenewResult,
+  RunnerRecord,
+  StoredJobInput,
+  TouchArgs,
+} from "./types.js";
+
+/** How an argument is typed on the SQL side (node-postgres sends text). */
+export type SqlArgType = "text" | "jsonb" | "bigint" | "integer";
+
+/** One call: a function of the rules file, named arguments in order. */
+export interface SqlCall {
+  readonly fn: string;
+  readonly args: readonly (readonly [name: string, value: unknown, type: SqlArgType])[];
+}
+
+/** Runs one SQL function and answers its JSON result (`null` for void). */
+export type SqlCaller = (call: SqlCall) => Promise<unknown>;
+
+export interface SqlStoreOptions {
+  /** TTL of a job once claimable, when the enqueue names none (default 900000). */
+  readonly defaultTtlMs?: number;
+  /**
+   * The push seam. Absent: watchers are called after every write made through
+   * this store object (writes by other processes are not seen; the contract
+   * allows missed calls, and delivery polls anyway).
+   */
+  readonly subscribe?: (jobId: string, onChange: () => void) => () => void;
+}
+
+const DEFAULT_TTL_MS = 900_000;
+
+// Epoch ms cross into SQL as bigint; a fractional clock is truncated to the
+// millisecond the columns can hold.
+const ms = (n: number): number => Math.trunc(n);
+
+type Json = Record<string, unknown>;
+
+const obj = (v: unknown, what: string): Json => {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) {
+    throw new Error(`byollm store: the database returned no ${what}`);
+  }
+  return v as Json;
+};
+
+const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
+
+// jsonb stores object keys in its own order (shortest first). The nested
+// protocol objects are given back the key order their producers write, so a
+// record read from Postgres serialises like one kept in memory.
+const ENVELOPE_KEYS = ["ciphertext", "recipientKeyId", "senderKeyId", "direction", "deadlineAt"];
+const OUTCOME_KEYS = ["outcome", "text", "artifactUrl", "code", "message", "retryable"];
+const PROVENANCE_KEYS = ["audience", "runnerId", "runnerOwner", "backendClass", "model", "untrusted", "stop", "stopReported"];
+const CAPABILITY_KEYS = ["kind", "service", "backendId", "backendClass", "model", "knownModels", "offerScope"];
+const IDENTITY_KEYS = ["identity", "encryption", "encryptionSig"];
+
+function ordered(v: unknown, keys: readonly string[]): unknown {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) return v;
+  const src = v as Json;
+  const out: Json = {};
+  for (const k of keys) if (k in src) out[k] = src[k];
+  for (const k of Object.keys(src)) if (!(k in out)) out[k] = src[k];
+  return out;
+}
+
+const capabilities = (v: unknown): unknown => (Array.isArray(v) ? v.map((c) => ordered(c, CAPABILITY_KEYS)) : v);
+
+/** JobRecord in the in-memory store's field order; absent optionals as `undefined`. */
+export function jobFromJson(v: unknown): JobRecord {
+  const j = obj(v, "job");
+  const lease = j["lease"] as { id: string; runnerId: string; expiresAt: number } | null;
+  return {
+    id: j["id"],
+    kind: j["kind"],
+    envelope: ordered(j["envelope"], ENVELOPE_KEYS),
+    sizeClass: j["sizeClass"],
+    audience: j["audience"],
+    purpose: j["purpose"] ?? undefined,
+    owner: j["owner"],
+    audienceAllow: j["audienceAllow"] ?? undefined,
+    dependsOn: j["dependsOn"] ?? [],
+    state: j["state"],
+    lease: lease === null || lease === undefined ? null : { id: lease.id, runnerId: lease.runnerId, expiresAt: lease.expiresAt },
+    completedByLeaseId: j["completedByLeaseId"] ?? null,
+    createdAt: j["createdAt"],
+    claimableAt: j["claimableAt"] ?? null,
+    ttlMs: j["ttlMs"],
+    deadlineAt: j["deadlineAt"] ?? null,
+    refusedBy: j["refusedBy"] ?? [],
+    attempts: j["attempts"],
+    outcome: ordered(j["outcome"] ?? null, OUTCOME_KEYS),
+    provenance: ordered(j["provenance"] ?? null, PROVENANCE_KEYS),
+    updatedAt: j["updatedAt"],
+  } as JobRecord;
+}
+
+/** RunnerRecord in the in-memory store's field order. */
+export function runnerFromJson(v: unknown): RunnerRecord {
+  const r = obj(v, "runner");
+  return {
+    id: r["id"],
+    owner: r["owner"],
+    device: ordered(r["device"], IDENTITY_KEYS),
+    label: r["label"],
+    platform: r["platform"],
+    daemonVersion: r["daemonVersion"],
+    capabilities: capabilities(r["capabilities"]),
+    revokedAt: r["revokedAt"] ?? null,
+    lastHeartbeatAt: r["lastHeartbeatAt"],
+    createdAt: r["createdAt"],
+  } as RunnerRecord;
+}
+
+/** PairingRecord in the in-memory store's field order. */
+export function pairingFromJson(v: unknown): PairingRecord {
+  const p = obj(v, "pairing");
+  return {
+    deviceCodeHash: p["deviceCodeHash"],
+    userCode: p["userCode"],
+    state: p["state"],
+    owner: p["owner"] ?? null,
+    runnerId: p["runnerId"] ?? null,
+    collected: p["collected"] === true,
+    label: p["label"],
+    platform: p["platform"],
+    daemonVersion: p["daemonVersion"],
+    capabilities: capabilities(p["capabilities"]),
+    device: ordered(p["device"], IDENTITY_KEYS),
+    expiresAt: p["expiresAt"],
+    createdAt: p["createdAt"],
+  } as PairingRecord;
+}
+
+const maybe = <T>(v: unknown, f: (v: unknown) => T): T | null => (v === null || v === undefined ? null : f(v));
+
+/** In-process watchers: the fallback push seam (see SqlStoreOptions.subscribe). */
+class Watchers {
+  readonly #byJob = new Map<string, Set<() => void>>();
+
+  subscribe(jobId: string, onChange: () => void): () => void {
+    // A wrapper per registration, so the same function registered twice is
+    // removed once per unsubscribe, like two separate waiters.
+    const entry = (): void => onChange();
+    let set = this.#byJob.get(jobId);
+    if (!set) {
+      set = new Set();
+      this.#byJob.set(jobId, set);
+    }
+    set.add(entry);
+    let live = true;
+    return () => {
+      if (!live) return;
+      live = false;
+      const current = this.#byJob.get(jobId);
+      current?.delete(entry);
+      if (current && current.size === 0) this.#byJob.delete(jobId);
+    };
+  }
+
+  notify(jobIds: Iterable<string>): void {
+    for (const id of jobIds) {
+      const set = this.#byJob.get(id);
+      if (!set) continue;
+      for (const handler of [...set]) {
+        try {
+          handler();
+        } catch {
+          // A watcher's failure is its own; the write already happened.
+        }
+      }
+    }
+  }
+}
+
+/** The ByollmStore over one SqlCaller. */
+export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): ByollmStore {
+  const defaultTtlMs = options.defaultTtlMs ?? DEFAULT_TTL_MS;
+  const watchers = new Watchers();
+  const notifyIds = (ids: readonly string[]): void => {
+    if (!options.subscribe) watchers.notify(ids);
+  };
+  const notify = (records: readonly (JobRecord | null)[]): void => {
+    notifyIds(records.flatMap((r) => (r ? [r.id] : [])));
+  };
+  const jobs = (v: unknown): JobRecord[] => list(v).map(jobFromJson);
+  const refs = (leases: readonly LeaseRef[]): LeaseRef[] => leases.map((l) => ({ jobId: l.jobId, leaseId: l.leaseId }));
+
+  return {
+    async create(input: StoredJobInput, now: number): Promise<JobRecord> {
+      // Only the fields a job keeps: the object ByollmApp hands over still
+      // carries the plaintext payload, which must never reach the database.
+      const job = {
+        id: input.id,
+        kind: input.kind,
+        envelope: input.envelope,
+        sizeClass: input.sizeClass,
+        owner: input.owner,
+        audience: input.audience ?? "private",
+        purpose: input.purpose ?? null,
+        audienceAllow: input.audienceAllow === undefined ? null : [...input.audienceAllow],
+        dependsOn: [...(input.dependsOn ?? [])],
+        ttlMs: input.ttlMs ?? defaultTtlMs,
+        deadlineAt: input.deadlineAt ?? null,
+      };
+      const out = obj(
+        await call({ fn: "byollm_create_job", args: [["p_job", job, "jsonb"], ["p_now", ms(now), "bigint"]] }),
+        "job",
+      );
+      const record = jobFromJson(out["job"]);
+      // An existing id is returned unchanged and, like in memory, notifies nobody.
+      if (out["created"] === true) notify([record]);
+      return record;
+    },
+
+    async get(jobId: string): Promise<JobRecord | null> {
+      return maybe(await call({ fn: "byollm_get_job", args: [["p_job_id", jobId, "text"]] }), jobFromJson);
+    },
+
+    async claim(args: ClaimArgs): Promise<JobRecord[]> {
+      const claimed = jobs(
+        await call({
+          fn: "byollm_claim",
+          args: [
+            ["p_runner_id", args.runnerId, "text"],
+            ["p_runner_owner", args.runnerOwner, "text"],
+            ["p_capabilities", args.capabilities, "jsonb"],
+            ["p_max", Math.max(0, Math.floor(args.max)), "integer"],
+            ["p_lease_ms", ms(args.leaseMs), "bigint"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+      );
+      notify(claimed);
+      return claimed;
+    },
+
+    async adopt(args: AdoptArgs): Promise<JobRecord | null> {
+      const adopted = maybe(
+        await call({
+          fn: "byollm_adopt",
+          args: [
+            ["p_job_id", args.jobId, "text"],
+            ["p_lease_id", args.leaseId, "text"],
+            ["p_expires_at", ms(args.expiresAt), "bigint"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+        jobFromJson,
+      );
+      notify([adopted]);
+      return adopted;
+    },
+
+    async renewLeases(args: RenewArgs): Promise<RenewResult> {
+      const out = obj(
+        await call({
+          fn: "byollm_renew_leases",
+          args: [
+            ["p_runner_id", args.runnerId, "text"],
+            ["p_leases", refs(args.leases), "jsonb"],
+            ["p_lease_ms", ms(args.leaseMs), "bigint"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+        "renewal",
+      );
+      const renewed = list(out["renewed"]).map((r) => {
+        const x = obj(r, "renewal");
+        return { jobId: x["jobId"] as string, expiresAt: x["expiresAt"] as number };
+      });
+      const lost = list(out["lost"]).map((r) => {
+        const x = obj(r, "lease");
+        return { jobId: x["jobId"] as string, leaseId: x["leaseId"] as string };
+      });
+      notifyIds(renewed.map((r) => r.jobId));
+      return { renewed, lost };
+    },
+
+    async complete(args: CompleteArgs): Promise<CompleteResult> {
+      const holder =
+        args.holder.by === "runner"
+          ? { by: "runner", runnerId: args.holder.runnerId }
+          : { by: "lease", leaseId: args.holder.leaseId };
+      const out = obj(
+        await call({
+          fn: "byollm_complete_job",
+          args: [
+            ["p_job_id", args.jobId, "text"],
+            ["p_runner_id", args.runnerId, "text"],
+            ["p_holder", holder, "jsonb"],
+            ["p_outcome", args.outcome, "jsonb"],
+            ["p_provenance", args.provenance, "jsonb"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+        "completion",
+      );
+      const job = maybe(out["job"], jobFromJson);
+      if (out["accepted"] === true) {
+        notify([job]);
+        return { accepted: true, job };
+      }
+      return out["duplicate"] === true ? { accepted: false, duplicate: true, job } : { accepted: false, job };
+    },
+
+    async release(args: ReleaseArgs): Promise<string[]> {
+      const released = list(
+        await call({
+          fn: "byollm_release",
+          args: [
+            ["p_runner_id", args.runnerId, "text"],
+            ["p_leases", refs(args.leases), "jsonb"],
+            ["p_reason", args.reason, "text"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+      ).map(String);
+      notifyIds(released);
+      return released;
+    },
+
+    async expireDue(now: number): Promise<JobRecord[]> {
+      const changed = jobs(await call({ fn: "byollm_sweep", args: [["p_now", ms(now), "bigint"]] }));
+      notify(changed);
+      return changed;
+    },
+
+    async cancel(jobId: string, now: number): Promise<JobRecord | null> {
+      const job = maybe(
+        await call({ fn: "byollm_cancel_job", args: [["p_job_id", jobId, "text"], ["p_now", ms(now), "bigint"]] }),
+        jobFromJson,
+      );
+      if (job?.state === "canceled") notify([job]);
+      return job;
+    },
+
+    async listClaimedBy(runnerId: string): Promise<JobRecord[]> {
+      return jobs(await call({ fn: "byollm_list_claimed_by", args: [["p_runner_id", runnerId, "text"]] }));
+    },
+
+    async listCancelRequests(runnerId: string): Promise<LeaseRef[]> {
+      return list(await call({ fn: "byollm_list_cancel_requests", args: [["p_runner_id", runnerId, "text"]] })).map(
+        (r) => {
+          const x = obj(r, "cancel request");
+          return { jobId: x["jobId"] as string, leaseId: x["leaseId"] as string };
+        },
+      );
+    },
+
+    subscribe(jobId: string, onChange: () => void): () => void {
+      return options.subscribe ? options.subscribe(jobId, onChange) : watchers.subscribe(jobId, onChange);
+    },
+
+    async createPairing(record: PairingRecord): Promise<void> {
+      await call({ fn: "byollm_create_pairing", args: [["p_pairing", record, "jsonb"]] });
+    },
+
+    async getPairingByDeviceCodeHash(hash: string): Promise<PairingRecord | null> {
+      return maybe(
+        await call({ fn: "byollm_get_pairing_by_device_code_hash", args: [["p_hash", hash, "text"]] }),
+        pairingFromJson,
+      );
+    },
+
+    async getPairingByUserCode(userCode: string): Promise<PairingRecord | null> {
+      return maybe(
+        await call({ fn: "byollm_get_pairing_by_user_code", args: [["p_user_code", userCode, "text"]] }),
+        pairingFromJson,
+      );
+    },
+
+    async approvePairing(args: ApproveArgs): Promise<RunnerRecord> {
+      return runnerFromJson(
+        await call({
+          fn: "byollm_approve_pairing_as",
+          args: [
+            ["p_user_code", args.userCode, "text"],
+            ["p_owner", args.owner, "text"],
+            ["p_runner_id", args.runnerId, "text"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+      );
+    },
+
+    async denyPairing(userCode: string, now: number): Promise<void> {
+      await call({ fn: "byollm_deny_pairing", args: [["p_user_code", userCode, "text"], ["p_now", ms(now), "bigint"]] });
+    },
+
+    async consumePairingToken(deviceCodeHash: string): Promise<void> {
+      await call({ fn: "byollm_consume_pairing_token", args: [["p_hash", deviceCodeHash, "text"]] });
+    },
+
+    async getRunner(runnerId: string): Promise<RunnerRecord | null> {
+      return maybe(await call({ fn: "byollm_get_runner", args: [["p_runner_id", runnerId, "text"]] }), runnerFromJson);
+    },
+
+    async touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
+      return maybe(
+        await call({
+          fn: "byollm_touch_runner",
+          args: [
+            ["p_runner_id", args.runnerId, "text"],
+            ["p_capabilities", args.capabilities, "jsonb"],
+            ["p_daemon_version", args.daemonVersion, "text"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+        runnerFromJson,
+      );
+    },
+
+    async revokeRunner(runnerId: string, now: number): Promise<void> {
+      await call({ fn: "byollm_revoke_runner", args: [["p_runner_id", runnerId, "text"], ["p_now", ms(now), "bigint"]] });
+    },
+
+    async listRunners(owner?: string): Promise<RunnerRecord[]> {
+      return list(
+        await call({ fn: "byollm_list_runners", args: [["p_owner", owner ?? null, "text"]] }),
+      ).map(runnerFromJson);
+    },
+  };
+}
