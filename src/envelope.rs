@@ -31,7 +31,7 @@ use x25519_dalek::{PublicKey as XPublicKey, StaticSecret};
 use zeroize::Zeroizing;
 
 use crate::b64;
-use crate::js_json::{self, JsString, Value};
+use crate::json::{self, JsStr, Node};
 use crate::keys;
 
 /// `v` of the signed body.
@@ -135,44 +135,45 @@ pub fn signed_body(context: &Context, plaintext: Text<'_>) -> Vec<u8> {
         Text::Utf8(s) => s.len(),
         Text::Utf16(u) => u.len() * 3,
     };
-    let mut out = Vec::with_capacity(200 + plain_len + plain_len / 16);
-    out.extend_from_slice(b"{\"v\":");
-    js_json::write_string(&mut out, ENVELOPE_BODY_VERSION);
-    out.extend_from_slice(b",\"jobId\":");
-    js_json::write_string(&mut out, &context.job_id);
-    out.extend_from_slice(b",\"senderKeyId\":");
-    js_json::write_string(&mut out, &context.sender_key_id);
-    out.extend_from_slice(b",\"recipientKeyId\":");
-    js_json::write_string(&mut out, &context.recipient_key_id);
-    out.extend_from_slice(b",\"deadlineAt\":");
+    let mut out = String::with_capacity(200 + plain_len + plain_len / 16);
+    out.push_str("{\"v\":");
+    json::write_json_str(ENVELOPE_BODY_VERSION, &mut out);
+    out.push_str(",\"jobId\":");
+    json::write_json_str(&context.job_id, &mut out);
+    out.push_str(",\"senderKeyId\":");
+    json::write_json_str(&context.sender_key_id, &mut out);
+    out.push_str(",\"recipientKeyId\":");
+    json::write_json_str(&context.recipient_key_id, &mut out);
+    out.push_str(",\"deadlineAt\":");
     if context.deadline_at.is_finite() {
-        out.extend_from_slice(js_json::number_to_string(context.deadline_at).as_bytes());
+        out.push_str(&json::js_number_to_string(context.deadline_at));
     } else {
         // JSON.stringify writes non-finite numbers as null.
-        out.extend_from_slice(b"null");
+        out.push_str("null");
     }
-    out.extend_from_slice(b",\"direction\":");
-    js_json::write_string(&mut out, &context.direction);
-    out.extend_from_slice(b",\"plaintext\":");
+    out.push_str(",\"direction\":");
+    json::write_json_str(&context.direction, &mut out);
+    out.push_str(",\"plaintext\":");
     match plaintext {
-        Text::Utf8(s) => js_json::write_string(&mut out, s),
-        Text::Utf16(u) => js_json::write_string_utf16(&mut out, u),
+        Text::Utf8(s) => json::write_json_str(s, &mut out),
+        // Lone surrogates are written as `\udxxx` escapes, like JSON.stringify.
+        Text::Utf16(u) => JsStr::from_utf16(u).write_json(&mut out),
     }
-    out.push(b'}');
-    out
+    out.push('}');
+    out.into_bytes()
 }
 
 /// The inner JSON `{"body":<base64url body>,"signature":<signature>}`.
 pub fn inner_json(body: &[u8], signature: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() / 3 * 4 + signature.len() + 32);
-    out.extend_from_slice(b"{\"body\":\"");
-    out.extend_from_slice(b64::encode_url(body).as_bytes());
-    out.extend_from_slice(b"\",\"signature\":");
+    let mut out = String::with_capacity(body.len() / 3 * 4 + signature.len() + 32);
+    out.push_str("{\"body\":\"");
+    out.push_str(&b64::encode_url(body));
+    out.push_str("\",\"signature\":");
     // A signature we made is base64url, but escape anyway so the output is
     // always the JSON.stringify of whatever was given.
-    js_json::write_string(&mut out, signature);
-    out.push(b'}');
-    out
+    json::write_json_str(signature, &mut out);
+    out.push('}');
+    out.into_bytes()
 }
 
 /// BLAKE2b-192 over `epk ‖ recipient pk`: the sealed-box nonce.
@@ -325,7 +326,7 @@ pub fn open(
     recipient: Option<Recipient<'_>>,
     sender: Option<&VerifyingKey>,
     expected: &Expected,
-) -> Result<JsString, OpenFailure> {
+) -> Result<JsStr, OpenFailure> {
     if envelope.recipient_key_id != expected.recipient_key_id
         || envelope.sender_key_id != expected.sender_key_id
         || envelope.direction != expected.direction
@@ -343,25 +344,26 @@ pub fn open(
     // Buffer#toString("utf8"): invalid sequences become U+FFFD, a BOM is kept
     // (and then fails JSON parsing, as in the reference).
     let inner = utf8_lossy_owned(inner);
-    let parsed = js_json::parse(&inner).map_err(|_| OpenFailure::Malformed)?;
+    let parsed = json::parse(&inner).map_err(|_| OpenFailure::Malformed)?;
     drop(inner);
-    let body_text = parsed
-        .get("body")
-        .and_then(Value::as_str)
-        .ok_or(OpenFailure::Malformed)?;
-    let signature = parsed
-        .get("signature")
-        .and_then(Value::as_str)
-        .ok_or(OpenFailure::Malformed)?;
-    if body_text.utf16.is_some() {
+    // `null` has no properties (the reference throws here); any other
+    // non-object lacks `body`. Both are malformed.
+    let field = |name: &str| {
+        parsed
+            .get(parsed.root(), name)
+            .and_then(|id| parsed.str(id))
+    };
+    let body_text = field("body").ok_or(OpenFailure::Malformed)?;
+    let signature = field("signature").ok_or(OpenFailure::Malformed)?;
+    if body_text.has_lone_surrogate() {
         return Err(OpenFailure::Malformed);
     }
-    let body = b64::decode_inner_body(&body_text.text).ok_or(OpenFailure::Malformed)?;
+    let body = b64::decode_inner_body(body_text.as_str()).ok_or(OpenFailure::Malformed)?;
 
     // The signature text is decoded leniently; a lone surrogate in it is
     // skipped by that decoder, exactly like the U+FFFD that stands in for it.
     let verified = match sender {
-        Some(key) => keys::verify_with_key(key, &body, &signature.text),
+        Some(key) => keys::verify_with_key(key, &body, signature.as_str()),
         None => false,
     };
     if !verified {
@@ -375,26 +377,36 @@ pub fn open(
         Ok(text) => std::borrow::Cow::Borrowed(text),
         Err(_) => String::from_utf8_lossy(body_slice),
     };
-    let mut claims = js_json::parse(&claims_text).map_err(|_| OpenFailure::Malformed)?;
+    let claims = json::parse(&claims_text).map_err(|_| OpenFailure::Malformed)?;
     drop(claims_text);
-    if claims == Value::Null {
+    let root = claims.root();
+    if matches!(claims.node(root), Node::Null) {
         return Err(OpenFailure::Malformed);
     }
 
-    let is_text = |v: Option<&Value>, want: &str| matches!(v, Some(Value::String(s)) if s.is(want));
-    let deadline_matches =
-        matches!(claims.get("deadlineAt"), Some(Value::Number(n)) if *n == envelope.deadline_at);
-    if !is_text(claims.get("jobId"), &expected.job_id)
-        || !is_text(claims.get("senderKeyId"), &expected.sender_key_id)
-        || !is_text(claims.get("recipientKeyId"), &expected.recipient_key_id)
+    // A non-object body has none of these properties: context-mismatch, as
+    // in the reference.
+    let is_text = |name: &str, want: &str| {
+        claims
+            .get(root, name)
+            .and_then(|id| claims.str(id))
+            .is_some_and(|s| s.is(want))
+    };
+    let deadline_matches = matches!(
+        claims.get(root, "deadlineAt").map(|id| claims.node(id)),
+        Some(Node::Number(n)) if *n == envelope.deadline_at
+    );
+    if !is_text("jobId", &expected.job_id)
+        || !is_text("senderKeyId", &expected.sender_key_id)
+        || !is_text("recipientKeyId", &expected.recipient_key_id)
         || !deadline_matches
-        || !is_text(claims.get("direction"), &expected.direction)
+        || !is_text("direction", &expected.direction)
     {
         return Err(OpenFailure::ContextMismatch);
     }
-    match claims.take("plaintext") {
-        Some(Value::String(plaintext)) => Ok(plaintext),
-        _ => Err(OpenFailure::Malformed),
+    match claims.get(root, "plaintext").and_then(|id| claims.str(id)) {
+        Some(plaintext) => Ok(plaintext.clone()),
+        None => Err(OpenFailure::Malformed),
     }
 }
 
@@ -404,7 +416,7 @@ pub fn open_with_keys(
     recipient_encryption_private: &str,
     sender_identity_public: &str,
     expected: &Expected,
-) -> Result<JsString, OpenFailure> {
+) -> Result<JsStr, OpenFailure> {
     let secret = keys::parse_encryption_secret(recipient_encryption_private).ok();
     let public = secret.as_ref().map(|s| *XPublicKey::from(s).as_bytes());
     let recipient = match (&secret, &public) {
@@ -463,7 +475,7 @@ mod tests {
         from: &KeyHandle,
         env: &SealedEnvelope,
         exp: &Expected,
-    ) -> Result<JsString, OpenFailure> {
+    ) -> Result<JsStr, OpenFailure> {
         let sender = keys::verifying_key(&from.keys().identity_public);
         let recipient = Recipient {
             secret: to.encryption_secret(),
@@ -497,7 +509,10 @@ mod tests {
         let Ok(env) = env else { panic!("seal failed") };
         assert_eq!(env.recipient_key_id, key_id(&site.keys().identity_public));
         let opened = open_as(&site, &device, &env, &expected(&ctx));
-        assert_eq!(opened.map(|p| p.text), Ok("héllo 😀\u{2028}".to_string()));
+        assert_eq!(
+            opened.map(|p| p.as_str().to_string()),
+            Ok("héllo 😀\u{2028}".to_string())
+        );
         // Wrong sender pin.
         assert_eq!(
             open_as(&site, &site, &env, &expected(&ctx)).err(),
@@ -527,7 +542,12 @@ mod tests {
             panic!()
         };
         let opened = open_as(&site, &device, &env, &expected(&ctx));
-        assert_eq!(opened.ok().and_then(|p| p.utf16), Some(units.to_vec()));
+        assert_eq!(
+            opened
+                .ok()
+                .and_then(|p| p.lone_utf16().map(<[u16]>::to_vec)),
+            Some(units.to_vec())
+        );
     }
 
     #[test]
@@ -633,7 +653,7 @@ mod tests {
             deadline_at: ctx.deadline_at,
         };
         assert_eq!(
-            open_as(&site, &device, &env, &exp).map(|p| p.text),
+            open_as(&site, &device, &env, &exp).map(|p| p.as_str().to_string()),
             Ok("second".to_string())
         );
         // A BOM before the inner JSON is not dropped: malformed.

@@ -14,7 +14,7 @@ use zeroize::Zeroizing;
 
 use crate::b64;
 use crate::fingerprint;
-use crate::js_json::Value;
+use crate::json::{Doc, Node};
 
 /// Domain separator of the encryption-key signature.
 pub const ENCRYPTION_KEY_CONTEXT: &str = "byollm/v1/encryption-key";
@@ -137,7 +137,7 @@ impl StoredKeys {
     /// `version` the number 1, non-empty strings, `createdAt` a positive safe
     /// integer. A string holding a lone surrogate is kept with U+FFFD in its
     /// place (every key field is decoded leniently, which skips either).
-    pub fn from_json(value: &Value) -> Result<StoredKeys, KeyError> {
+    pub fn from_json(doc: &Doc) -> Result<StoredKeys, KeyError> {
         const FIELDS: [&str; 7] = [
             "version",
             "identityPublic",
@@ -147,24 +147,26 @@ impl StoredKeys {
             "encryptionSig",
             "createdAt",
         ];
-        let Value::Object(members) = value else {
+        let root = doc.root();
+        let Node::Object(members) = doc.node(root) else {
             return Err(KeyError::Schema("expected an object"));
         };
         if members.iter().any(|(k, _)| !FIELDS.iter().any(|f| k.is(f))) {
             return Err(KeyError::Schema("unknown key"));
         }
+        let field = |name: &str| doc.get(root, name).map(|id| doc.node(id));
         let text = |name: &'static str| -> Result<String, KeyError> {
-            match value.get(name) {
-                Some(Value::String(s)) if !s.text.is_empty() => Ok(s.text.clone()),
+            match field(name) {
+                Some(Node::String(s)) if !s.as_str().is_empty() => Ok(s.as_str().to_string()),
                 _ => Err(KeyError::Schema(name)),
             }
         };
-        match value.get("version") {
-            Some(Value::Number(n)) if *n == 1.0 => {}
+        match field("version") {
+            Some(Node::Number(n)) if *n == 1.0 => {}
             _ => return Err(KeyError::Schema("version")),
         }
-        let created_at = match value.get("createdAt") {
-            Some(Value::Number(n)) if is_positive_safe_integer(*n) => *n as u64,
+        let created_at = match field("createdAt") {
+            Some(Node::Number(n)) if is_positive_safe_integer(*n) => *n as u64,
             _ => return Err(KeyError::Schema("createdAt")),
         };
         Ok(StoredKeys {
@@ -332,7 +334,7 @@ impl KeyHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::js_json;
+    use crate::json;
 
     #[test]
     fn generated_keys_are_consistent_and_well_formed() {
@@ -356,24 +358,26 @@ mod tests {
         let keys = StoredKeys::from_secrets(&[7; 32], &[9; 32], 42);
         let text = keys.to_json();
         assert!(text.starts_with("{\"version\":1,\"identityPublic\":"));
-        let parsed = js_json::parse(&text)
+        let parsed = json::parse(&text)
             .map_err(|e| e.to_string())
             .and_then(|v| StoredKeys::from_json(&v).map_err(|e| e.to_string()));
         assert_eq!(parsed, Ok(keys.clone()));
         let extra = text.replacen('{', "{\"x\":1,", 1);
-        let v = js_json::parse(&extra).unwrap_or(Value::Null);
-        assert!(StoredKeys::from_json(&v).is_err());
-        for (from, to) in [
+        let from = |t: &str| {
+            json::parse(t)
+                .map_err(|_| KeyError::Schema("json"))
+                .and_then(|d| StoredKeys::from_json(&d))
+        };
+        assert!(from(&extra).is_err());
+        for (f, to) in [
             ("\"createdAt\":42", "\"createdAt\":4.5"),
             ("\"version\":1", "\"version\":2"),
             ("\"createdAt\":42", "\"createdAt\":0"),
         ] {
-            let v = js_json::parse(&text.replace(from, to)).unwrap_or(Value::Null);
-            assert!(StoredKeys::from_json(&v).is_err(), "{to}");
+            assert!(from(&text.replace(f, to)).is_err(), "{to}");
         }
-        let v = js_json::parse(&text.replace("\"createdAt\":42", "\"createdAt\":4.2e1"))
-            .unwrap_or(Value::Null);
-        assert_eq!(StoredKeys::from_json(&v).map(|k| k.created_at), Ok(42));
+        let exp = text.replace("\"createdAt\":42", "\"createdAt\":4.2e1");
+        assert_eq!(from(&exp).map(|k| k.created_at), Ok(42));
     }
 
     #[test]

@@ -5,7 +5,6 @@
 
 // --- encodings and keys
 pub mod b64;
-pub mod js_json;
 pub mod fingerprint;
 pub mod keys;
 pub mod site_keys;
