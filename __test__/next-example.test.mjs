@@ -207,6 +207,8 @@ test("the mount answers at /byollm with the library's own errors; /api/byollm ha
   // Where the reference README mounts it; a daemon never calls this path.
   const legacy = await fetch(`${origin}/api/byollm/claim`, { method: "POST", body: "{}" });
   assert.equal(legacy.status, 404);
+  // Next's own HTML page, which the daemon reports as "a body that is not JSON".
+  assert.match(legacy.headers.get("content-type") ?? "", /^text\/html/);
 });
 
 test("next build finishes in reasonable time", { skip }, () => {
