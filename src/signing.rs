@@ -1,1 +1,227 @@
-//! (to be written)
+//! Request signatures: Ed25519 over five canonical lines, with a freshness
+//! window checked before the signature.
+
+use std::collections::HashMap;
+
+use ed25519_dalek::VerifyingKey;
+use sha2::{Digest, Sha256};
+
+use crate::b64;
+use crate::json;
+use crate::keys::{self, KeyHandle};
+
+/// How far `issuedAt` may be from the verifier's clock, either way (inclusive).
+pub const MAX_CLOCK_SKEW_MS: f64 = 120_000.0;
+
+/// First line of the canonical request.
+pub const CANONICAL_PREFIX: &str = "byollm/v1/request";
+
+/// The signed triple a request carries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestSignature {
+    pub runner_id: String,
+    pub issued_at: f64,
+    pub signature: String,
+}
+
+/// Why a signed request was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignatureFailure {
+    Stale,
+    BadSignature,
+}
+
+impl SignatureFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignatureFailure::Stale => "stale",
+            SignatureFailure::BadSignature => "bad-signature",
+        }
+    }
+}
+
+/// The canonical bytes: prefix, endpoint, runner id, `String(issuedAt)`, and
+/// the lowercase hex SHA-256 of the body's UTF-8, joined by `\n`.
+pub fn canonical_request(endpoint: &str, runner_id: &str, issued_at: f64, body: &str) -> String {
+    let digest = b64::hex_lower(&Sha256::digest(body.as_bytes()));
+    let issued = json::js_number_to_string(issued_at);
+    let mut out = String::with_capacity(
+        CANONICAL_PREFIX.len() + endpoint.len() + runner_id.len() + issued.len() + 68,
+    );
+    for (i, part) in [CANONICAL_PREFIX, endpoint, runner_id, &issued, &digest]
+        .iter()
+        .enumerate()
+    {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(part);
+    }
+    out
+}
+
+/// `signRequest(keys, {endpoint, runnerId, issuedAt, body})`.
+pub fn sign_request(
+    keys: &KeyHandle,
+    endpoint: &str,
+    runner_id: &str,
+    issued_at: f64,
+    body: &str,
+) -> RequestSignature {
+    let canonical = canonical_request(endpoint, runner_id, issued_at, body);
+    RequestSignature {
+        runner_id: runner_id.to_string(),
+        issued_at,
+        signature: keys.sign_text(canonical.as_bytes()),
+    }
+}
+
+/// The site plane signs `site/<endpoint>` with the site id in the caller slot.
+pub fn site_endpoint(endpoint: &str) -> String {
+    format!("site/{endpoint}")
+}
+
+/// Freshness, exactly as `Math.abs(now - issuedAt) > maxSkewMs` in doubles
+/// (so a NaN anywhere is *not* stale, as in the reference).
+pub fn is_stale(now: f64, issued_at: f64, max_skew_ms: f64) -> bool {
+    (now - issued_at).abs() > max_skew_ms
+}
+
+/// `verifyRequest`: `None` when valid. Staleness is checked first; a missing
+/// or malformed key or signature is `BadSignature`.
+pub fn verify_request(
+    key: Option<&VerifyingKey>,
+    endpoint: &str,
+    body: &str,
+    signature: &RequestSignature,
+    now: f64,
+    max_skew_ms: f64,
+) -> Option<SignatureFailure> {
+    if is_stale(now, signature.issued_at, max_skew_ms) {
+        return Some(SignatureFailure::Stale);
+    }
+    let Some(key) = key else {
+        return Some(SignatureFailure::BadSignature);
+    };
+    let canonical = canonical_request(endpoint, &signature.runner_id, signature.issued_at, body);
+    if keys::verify_with_key(key, canonical.as_bytes(), &signature.signature) {
+        None
+    } else {
+        Some(SignatureFailure::BadSignature)
+    }
+}
+
+/// Decoded identity keys by their base64url text, so a runner's pinned key is
+/// not decoded (a point decompression) on every request. Bounded: two
+/// generations of at most `capacity / 2` entries each; a hit in the older one
+/// is promoted, and when the young one fills, the old one is dropped. Keys that
+/// do not decode are remembered as such too.
+pub struct VerifyingKeyCache {
+    capacity: usize,
+    young: HashMap<String, Option<VerifyingKey>>,
+    old: HashMap<String, Option<VerifyingKey>>,
+}
+
+impl VerifyingKeyCache {
+    pub fn new(capacity: usize) -> VerifyingKeyCache {
+        VerifyingKeyCache {
+            capacity: capacity.max(2),
+            young: HashMap::new(),
+            old: HashMap::new(),
+        }
+    }
+
+    /// The decoded key for `identity_public`, `None` if it is not a key.
+    pub fn get(&mut self, identity_public: &str) -> Option<VerifyingKey> {
+        if let Some(hit) = self.young.get(identity_public) {
+            return *hit;
+        }
+        let value = match self.old.remove(identity_public) {
+            Some(hit) => hit,
+            None => keys::verifying_key(identity_public),
+        };
+        if self.young.len() >= self.capacity / 2 {
+            self.old = std::mem::take(&mut self.young);
+        }
+        self.young.insert(identity_public.to_string(), value);
+        value
+    }
+
+    /// Entries held (both generations).
+    pub fn len(&self) -> usize {
+        self.young.len() + self.old.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::StoredKeys;
+
+    fn device() -> KeyHandle {
+        match KeyHandle::new(StoredKeys::from_secrets(&[11; 32], &[12; 32], 1)) {
+            Ok(h) => h,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn canonical_shape() {
+        let c = canonical_request("claim", "runner_1", 1_767_225_660_000.0, "");
+        assert_eq!(
+            c,
+            "byollm/v1/request\nclaim\nrunner_1\n1767225660000\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert!(canonical_request("x", "r", 1.5, "").contains("\n1.5\n"));
+    }
+
+    #[test]
+    fn window_is_inclusive_both_ways_and_checked_first() {
+        let d = device();
+        let key = keys::verifying_key(&d.keys().identity_public);
+        let sig = sign_request(&d, "claim", "r", 1_000_000.0, "{}");
+        let v = |now: f64, k: Option<&VerifyingKey>| {
+            verify_request(k, "claim", "{}", &sig, now, MAX_CLOCK_SKEW_MS)
+        };
+        assert_eq!(v(1_000_000.0, key.as_ref()), None);
+        assert_eq!(v(1_120_000.0, key.as_ref()), None);
+        assert_eq!(v(880_000.0, key.as_ref()), None);
+        assert_eq!(v(1_120_001.0, key.as_ref()), Some(SignatureFailure::Stale));
+        assert_eq!(v(879_999.0, key.as_ref()), Some(SignatureFailure::Stale));
+        assert_eq!(v(879_999.0, None), Some(SignatureFailure::Stale));
+        assert_eq!(v(1_000_000.0, None), Some(SignatureFailure::BadSignature));
+        assert_eq!(
+            verify_request(
+                key.as_ref(),
+                "release",
+                "{}",
+                &sig,
+                1_000_000.0,
+                MAX_CLOCK_SKEW_MS
+            ),
+            Some(SignatureFailure::BadSignature)
+        );
+        assert!(!is_stale(f64::NAN, 1.0, MAX_CLOCK_SKEW_MS));
+    }
+
+    #[test]
+    fn cache_is_bounded_and_correct() {
+        let d = device();
+        let id = d.keys().identity_public.clone();
+        let mut cache = VerifyingKeyCache::new(8);
+        assert_eq!(
+            cache.get(&id).map(|k| k.to_bytes()),
+            keys::verifying_key(&id).map(|k| k.to_bytes())
+        );
+        assert!(cache.get("nope").is_none());
+        for i in 0..100 {
+            cache.get(&format!("junk{i}"));
+            assert!(cache.len() <= 8);
+        }
+        assert!(cache.get(&id).is_some());
+    }
+}
