@@ -1,0 +1,279 @@
+//! Records leave the store as JSON text that `JSON.parse` turns into plain
+//! values in one native call; the JS side then builds the record object with
+//! the reference's key order. A record is an array (no key names on the
+//! wire between us and ourselves):
+//!
+//! ```text
+//! [id, kind, envelope, sizeClass, audience, purpose, owner, audienceAllow,
+//!  dependsOn, state, lease, completedByLeaseId, createdAt, claimableAt, ttlMs,
+//!  deadlineAt, refusedBy, attempts, outcome, provenance, updatedAt]
+//! ```
+//!
+//! * `envelope`: `[ciphertext, recipientKeyId, senderKeyId, direction,
+//!   deadlineAt]` for a sealed envelope, or the caller's own JSON object;
+//! * `purpose`: `0` for `undefined`, else `[value]`;
+//! * `audienceAllow`: `0` for `undefined`, else the array;
+//! * `lease`: `null` or `[id, runnerId, expiresAt]`;
+//! * `outcome`, `provenance`: the JSON the caller gave, or `null`.
+
+use std::fmt::Write as _;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+
+use super::{Ciphertext, Envelope, JobRef, LeaseRef, RenewResult, Store};
+
+/// Append `text` as a JSON string literal.
+pub(crate) fn push_str(out: &mut String, text: &str) {
+    out.push('"');
+    let mut start = 0;
+    for (at, byte) in text.bytes().enumerate() {
+        let escape: Option<&str> = match byte {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            0..=0x1f => None,
+            _ => continue,
+        };
+        out.push_str(text.get(start..at).unwrap_or(""));
+        match escape {
+            Some(e) => out.push_str(e),
+            None => {
+                let _ = write!(out, "\\u{:04x}", byte);
+            }
+        }
+        start = at + 1;
+    }
+    out.push_str(text.get(start..).unwrap_or(""));
+    out.push('"');
+}
+
+/// Append a JS number. Rust prints finite doubles as the shortest decimal
+/// that reads back as the same double, never in exponent form, which
+/// `JSON.parse` reads back exactly; infinities go through an out-of-range
+/// literal that `JSON.parse` reads as ±Infinity. NaN has no JSON spelling and
+/// comes back as `null` (only a NaN clock can put one here).
+pub(crate) fn push_num(out: &mut String, value: f64) {
+    if value.is_finite() {
+        let _ = write!(out, "{}", value);
+    } else if value.is_nan() {
+        out.push_str("null");
+    } else if value > 0.0 {
+        out.push_str("1e999");
+    } else {
+        out.push_str("-1e999");
+    }
+}
+
+fn push_opt_num(out: &mut String, value: Option<f64>) {
+    match value {
+        Some(v) => push_num(out, v),
+        None => out.push_str("null"),
+    }
+}
+
+fn push_str_list<S: AsRef<str>>(out: &mut String, items: &[S]) {
+    out.push('[');
+    for (at, item) in items.iter().enumerate() {
+        if at > 0 {
+            out.push(',');
+        }
+        push_str(out, item.as_ref());
+    }
+    out.push(']');
+}
+
+impl Store {
+    /// Append one job record (see the module docs for the layout).
+    pub fn push_job_json(&self, r: JobRef, out: &mut String) {
+        let Some(job) = self.live(r) else {
+            out.push_str("null");
+            return;
+        };
+        let name = |sym| self.syms.name(sym);
+        out.push('[');
+        push_str(out, &job.id);
+        out.push(',');
+        push_str(out, name(job.kind));
+        out.push(',');
+        match &job.envelope {
+            Envelope::Sealed {
+                ciphertext,
+                recipient,
+                sender,
+                direction,
+                deadline_at,
+            } => {
+                out.push('[');
+                match ciphertext {
+                    // base64url needs no escaping.
+                    Ciphertext::Bytes(bytes) => {
+                        out.push('"');
+                        URL_SAFE_NO_PAD.encode_string(bytes, out);
+                        out.push('"');
+                    }
+                    Ciphertext::Text(text) => push_str(out, text),
+                }
+                out.push(',');
+                push_str(out, name(*recipient));
+                out.push(',');
+                push_str(out, name(*sender));
+                out.push(',');
+                push_str(out, name(*direction));
+                out.push(',');
+                push_num(out, *deadline_at);
+                out.push(']');
+            }
+            Envelope::Raw(json) => out.push_str(json),
+        }
+        out.push(',');
+        push_str(out, name(job.size_class));
+        out.push(',');
+        push_str(out, name(job.audience));
+        out.push(',');
+        match &job.purpose {
+            Some(json) => {
+                out.push('[');
+                out.push_str(json);
+                out.push(']');
+            }
+            None => out.push('0'),
+        }
+        out.push(',');
+        push_str(out, name(job.owner));
+        out.push(',');
+        match &job.audience_allow {
+            Some(list) => push_str_list(out, list),
+            None => out.push('0'),
+        }
+        out.push(',');
+        push_str_list(out, &job.depends_on);
+        out.push_str(",\"");
+        out.push_str(job.state.as_str());
+        out.push_str("\",");
+        match &job.lease {
+            Some(lease) => {
+                out.push('[');
+                push_str(out, &lease.id);
+                out.push(',');
+                push_str(out, name(lease.runner));
+                out.push(',');
+                push_num(out, lease.expires_at);
+                out.push(']');
+            }
+            None => out.push_str("null"),
+        }
+        out.push(',');
+        match &job.completed_by_lease_id {
+            Some(id) => push_str(out, id),
+            None => out.push_str("null"),
+        }
+        out.push(',');
+        push_num(out, job.created_at);
+        out.push(',');
+        push_opt_num(out, job.claimable_at);
+        out.push(',');
+        push_num(out, job.ttl_ms);
+        out.push(',');
+        push_opt_num(out, job.deadline_at);
+        out.push_str(",[");
+        for (at, runner) in job.refused_by.iter().enumerate() {
+            if at > 0 {
+                out.push(',');
+            }
+            push_str(out, name(*runner));
+        }
+        out.push_str("],");
+        push_num(out, job.attempts);
+        out.push(',');
+        out.push_str(job.outcome.as_deref().unwrap_or("null"));
+        out.push(',');
+        out.push_str(job.provenance.as_deref().unwrap_or("null"));
+        out.push(',');
+        push_num(out, job.updated_at);
+        out.push(']');
+    }
+
+    /// One record as JSON text.
+    pub fn job_json(&self, r: JobRef) -> String {
+        let mut out = String::with_capacity(self.json_size_hint(r));
+        self.push_job_json(r, &mut out);
+        out
+    }
+
+    /// A JSON array of records.
+    pub fn jobs_json(&self, refs: &[JobRef]) -> String {
+        let hint: usize = refs.iter().map(|&r| self.json_size_hint(r)).sum();
+        let mut out = String::with_capacity(hint + 2);
+        out.push('[');
+        for (at, &r) in refs.iter().enumerate() {
+            if at > 0 {
+                out.push(',');
+            }
+            self.push_job_json(r, &mut out);
+        }
+        out.push(']');
+        out
+    }
+
+    fn json_size_hint(&self, r: JobRef) -> usize {
+        let Some(job) = self.live(r) else { return 4 };
+        let envelope = match &job.envelope {
+            Envelope::Sealed {
+                ciphertext: Ciphertext::Bytes(b),
+                ..
+            } => b.len() * 4 / 3 + 4,
+            Envelope::Sealed {
+                ciphertext: Ciphertext::Text(t),
+                ..
+            } => t.len() + 4,
+            Envelope::Raw(json) => json.len(),
+        };
+        let opaque = job.outcome.as_deref().map_or(0, str::len)
+            + job.provenance.as_deref().map_or(0, str::len);
+        envelope + opaque + 400
+    }
+
+    /// `{renewed: [{jobId, expiresAt}], lost: [{jobId, leaseId}]}` as JSON.
+    pub fn renew_json(result: &RenewResult) -> String {
+        let mut out = String::from("{\"renewed\":[");
+        for (at, (job_id, expires_at)) in result.renewed.iter().enumerate() {
+            if at > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"jobId\":");
+            push_str(&mut out, job_id);
+            out.push_str(",\"expiresAt\":");
+            push_num(&mut out, *expires_at);
+            out.push('}');
+        }
+        out.push_str("],\"lost\":");
+        push_lease_refs(&mut out, &result.lost);
+        out.push('}');
+        out
+    }
+
+    /// `[{jobId, leaseId}]` as JSON.
+    pub fn lease_refs_json(refs: &[LeaseRef]) -> String {
+        let mut out = String::new();
+        push_lease_refs(&mut out, refs);
+        out
+    }
+}
+
+fn push_lease_refs(out: &mut String, refs: &[LeaseRef]) {
+    out.push('[');
+    for (at, r) in refs.iter().enumerate() {
+        if at > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"jobId\":");
+        push_str(out, &r.job_id);
+        out.push_str(",\"leaseId\":");
+        push_str(out, &r.lease_id);
+        out.push('}');
+    }
+    out.push(']');
+}
