@@ -11,7 +11,12 @@ import * as ourNext from "../dist/next.js";
 /** class / function / the primitive type / object. */
 function kindOf(value) {
   if (typeof value === "function") {
-    return /^class[\s{]/.test(Function.prototype.toString.call(value)) ? "class" : "function";
+    const source = Function.prototype.toString.call(value);
+    if (/^class[\s{]/.test(source)) return "class";
+    // A native (napi) class prints as `function X() { [native code] }`; it is
+    // a class to its users if it has methods on its prototype.
+    if (/\[native code\]/.test(source) && Object.getOwnPropertyNames(value.prototype ?? {}).length > 1) return "class";
+    return "function";
   }
   if (value === null) return "null";
   return typeof value;
