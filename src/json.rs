@@ -346,7 +346,7 @@ pub fn js_number_to_string(n: f64) -> String {
             out.push_str(&digits[1..]);
         }
         out.push('e');
-        out.push(if point - 1 >= 0 { '+' } else { '-' });
+        out.push(if point >= 1 { '+' } else { '-' });
         out.push_str(&(point - 1).abs().to_string());
     }
     out

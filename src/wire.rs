@@ -1,1 +1,824 @@
-//! (to be written)
+//! The wire contract: endpoints, request schemas, the protocol-version check,
+//! the error vocabulary with its HTTP statuses, the too-large message, and
+//! [`inspect_request`], which takes a raw body through JSON, version and
+//! schema in one parse (protocol.md §2, §4, §6).
+
+pub mod schema;
+
+use crate::json::{self, Doc, Node};
+use schema::{opt, req, Field, Out, Presence, Schema};
+
+pub use schema::{Issue, IssueKind, Seg, Validated};
+
+/// The protocol version this server speaks.
+pub const PROTOCOL_VERSION: &str = "2";
+/// Every version accepted (first = minimum).
+pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &[PROTOCOL_VERSION];
+/// The oldest supported version.
+pub const MIN_PROTOCOL_VERSION: &str = PROTOCOL_VERSION;
+/// Quoted in version refusals.
+pub const UPGRADE_COMMAND: &str = "npm i -g byollm@latest";
+/// Largest sealed envelope.
+pub const MAX_ENVELOPE_BYTES: u64 = 6 * 1024 * 1024;
+/// Largest request body (an envelope plus room for the JSON around it).
+pub const MAX_BODY_BYTES: u64 = MAX_ENVELOPE_BYTES + 512 * 1024;
+
+/// The six protocol endpoints, in the reference's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    Pair,
+    Claim,
+    Fetch,
+    Heartbeat,
+    Result,
+    Release,
+}
+
+impl Endpoint {
+    pub const ALL: &'static [Endpoint] = &[
+        Endpoint::Pair,
+        Endpoint::Claim,
+        Endpoint::Fetch,
+        Endpoint::Heartbeat,
+        Endpoint::Result,
+        Endpoint::Release,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Pair => "pair",
+            Endpoint::Claim => "claim",
+            Endpoint::Fetch => "fetch",
+            Endpoint::Heartbeat => "heartbeat",
+            Endpoint::Result => "result",
+            Endpoint::Release => "release",
+        }
+    }
+
+    /// Exact, case-sensitive.
+    pub fn parse(name: &str) -> Option<Endpoint> {
+        Endpoint::ALL.iter().copied().find(|e| e.as_str() == name)
+    }
+
+    /// The strict request schema of this endpoint.
+    pub fn schema(self) -> &'static Schema {
+        match self {
+            Endpoint::Pair => &PAIR_REQUEST,
+            Endpoint::Claim => &CLAIM_REQUEST,
+            Endpoint::Fetch => &FETCH_REQUEST,
+            Endpoint::Heartbeat => &HEARTBEAT_REQUEST,
+            Endpoint::Result => &RESULT_REQUEST,
+            Endpoint::Release => &RELEASE_REQUEST,
+        }
+    }
+
+    /// The message of a schema failure on this endpoint.
+    pub fn schema_failure_message(self) -> &'static str {
+        match self {
+            Endpoint::Pair => "pair request failed schema validation",
+            _ => "request body failed schema validation",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Error vocabulary
+
+/// Every wire error code, with its HTTP status in one table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    BadRequest,
+    UnsupportedProtocolVersion,
+    DaemonBelowFloor,
+    Unauthorized,
+    Forbidden,
+    Revoked,
+    NotFound,
+    NotReady,
+    TooLate,
+    ClockSkew,
+    RateLimited,
+    ServerError,
+}
+
+impl ErrorCode {
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::BadRequest,
+        ErrorCode::UnsupportedProtocolVersion,
+        ErrorCode::DaemonBelowFloor,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::Revoked,
+        ErrorCode::NotFound,
+        ErrorCode::NotReady,
+        ErrorCode::TooLate,
+        ErrorCode::ClockSkew,
+        ErrorCode::RateLimited,
+        ErrorCode::ServerError,
+    ];
+
+    /// `(code, status)` for every code.
+    fn row(self) -> (&'static str, u16) {
+        match self {
+            ErrorCode::BadRequest => ("bad-request", 400),
+            ErrorCode::UnsupportedProtocolVersion => ("unsupported-protocol-version", 400),
+            ErrorCode::DaemonBelowFloor => ("daemon-below-floor", 426),
+            ErrorCode::Unauthorized => ("unauthorized", 401),
+            ErrorCode::Forbidden => ("forbidden", 403),
+            ErrorCode::Revoked => ("revoked", 403),
+            ErrorCode::NotFound => ("not-found", 404),
+            ErrorCode::NotReady => ("not-ready", 409),
+            ErrorCode::TooLate => ("too-late", 409),
+            ErrorCode::ClockSkew => ("clock-skew", 401),
+            ErrorCode::RateLimited => ("rate-limited", 429),
+            ErrorCode::ServerError => ("server-error", 500),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.row().0
+    }
+
+    /// The HTTP status the reference pairs with this code.
+    pub fn status(self) -> u16 {
+        self.row().1
+    }
+
+    pub fn parse(code: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.iter().copied().find(|c| c.as_str() == code)
+    }
+}
+
+/// A wire error body: `{error, message}` plus, on a version refusal,
+/// `supported` and `minimum` (in that order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireError {
+    pub error: ErrorCode,
+    pub message: String,
+    pub version: Option<VersionFields>,
+}
+
+/// The extra fields of an `unsupported-protocol-version` refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionFields {
+    pub supported: &'static [&'static str],
+    pub minimum: &'static str,
+}
+
+impl WireError {
+    pub fn new(error: ErrorCode, message: impl Into<String>) -> WireError {
+        WireError {
+            error,
+            message: message.into(),
+            version: None,
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.error.status()
+    }
+
+    /// The compact JSON body, keys in the reference's order.
+    pub fn to_json(&self) -> String {
+        let mut out = String::from("{\"error\":");
+        json::write_json_str(self.error.as_str(), &mut out);
+        out.push_str(",\"message\":");
+        json::write_json_str(&self.message, &mut out);
+        if let Some(v) = &self.version {
+            out.push_str(",\"supported\":[");
+            for (i, s) in v.supported.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                json::write_json_str(s, &mut out);
+            }
+            out.push_str("],\"minimum\":");
+            json::write_json_str(v.minimum, &mut out);
+        }
+        out.push('}');
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Protocol version
+
+fn version_refusal(message: String) -> WireError {
+    WireError {
+        error: ErrorCode::UnsupportedProtocolVersion,
+        message,
+        version: Some(VersionFields {
+            supported: SUPPORTED_PROTOCOL_VERSIONS,
+            minimum: MIN_PROTOCOL_VERSION,
+        }),
+    }
+}
+
+/// The version check of the HTTP layer (protocol.md §2.4). Only an own
+/// `protocolVersion` key of an object counts; a non-string or empty value
+/// is "no version". Older/newer is decided by plain UTF-16 string
+/// comparison with the minimum, as the reference does, so `"10"` reads as
+/// older than `"2"`.
+pub fn check_protocol_version(doc: &Doc) -> Option<WireError> {
+    let declared = doc
+        .get(doc.root(), "protocolVersion")
+        .and_then(|v| doc.str(v));
+    let declared = match declared {
+        Some(s) if s.utf16_len() > 0 => s,
+        _ => return Some(version_refusal(format!(
+            "this request declared no protocol version. Upgrade the daemon: `{UPGRADE_COMMAND}`."
+        ))),
+    };
+    if SUPPORTED_PROTOCOL_VERSIONS.iter().any(|v| declared.is(v)) {
+        return None;
+    }
+    let older = match declared.lone_utf16() {
+        Some(units) => {
+            units
+                < MIN_PROTOCOL_VERSION
+                    .encode_utf16()
+                    .collect::<Vec<_>>()
+                    .as_slice()
+        }
+        None => declared
+            .as_str()
+            .encode_utf16()
+            .lt(MIN_PROTOCOL_VERSION.encode_utf16()),
+    };
+    let advice = if older {
+        format!("Upgrade the daemon: `{UPGRADE_COMMAND}`.")
+    } else {
+        "This daemon is newer than the server; the server needs upgrading.".to_owned()
+    };
+    Some(version_refusal(format!(
+        "this server speaks protocol {} and the daemon asked for {}. {advice}",
+        SUPPORTED_PROTOCOL_VERSIONS.join(", "),
+        declared.as_str()
+    )))
+}
+
+// ---------------------------------------------------------------------------
+// Size
+
+/// `describeBytes`: megabytes rounded **up** to one decimal, e.g. `6.6 MB`.
+pub fn describe_bytes(bytes: f64) -> String {
+    let tenths = (bytes / (1024.0 * 1024.0) * 10.0).ceil() / 10.0;
+    // toFixed(1) switches to the plain number text from 1e21 up (and for
+    // non-finite values); below that one decimal digit is exact here.
+    if !tenths.is_finite() || tenths.abs() >= 1e21 {
+        return format!("{} MB", json::js_number_to_string(tenths));
+    }
+    let text = format!("{tenths:.1}");
+    // toFixed never prints a negative zero.
+    let text = if text == "-0.0" {
+        "0.0".to_owned()
+    } else {
+        text
+    };
+    format!("{text} MB")
+}
+
+/// The message for a body over [`MAX_BODY_BYTES`] (U+2014 dash).
+pub fn too_large_message(bytes: f64) -> String {
+    format!(
+        "this message is {} and the limit is {} \u{2014} it is a limit on one message rather than on how many you send. Split the work into smaller jobs and send them separately.",
+        describe_bytes(bytes),
+        describe_bytes(MAX_BODY_BYTES as f64)
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Schemas (protocol.md §4.0–4.6)
+
+const S: Schema = Schema::Str {
+    min: None,
+    max: None,
+};
+const S1: Schema = Schema::Str {
+    min: Some(1),
+    max: None,
+};
+const POSITIVE_INT: Schema = Schema::Int {
+    min: None,
+    max: None,
+    gt_zero: true,
+};
+const VERSION: Schema = Schema::Enum(&[PROTOCOL_VERSION]);
+const OFFER_SCOPE: Schema = Schema::Enum(&["private", "team"]);
+const BACKEND_CLASS: Schema = Schema::Enum(&["http", "process"]);
+const JOB_KIND: Schema = Schema::Enum(&["llm.generate", "llm.chat"]);
+const BACKEND_IDS: [&str; 19] = {
+    let mut ids = [""; 19];
+    let mut i = 0;
+    while i < 19 {
+        ids[i] = crate::audience::BACKENDS[i].id;
+        i += 1;
+    }
+    ids
+};
+const BACKEND_ID: Schema = Schema::Enum(&BACKEND_IDS);
+
+pub static PUBLIC_IDENTITY: Schema = Schema::Object {
+    fields: &[
+        req("identity", &S1),
+        req("encryption", &S1),
+        req("encryptionSig", &S1),
+    ],
+    refine: None,
+};
+
+pub static CAPABILITY: Schema = Schema::Object {
+    fields: &[
+        req("kind", &JOB_KIND),
+        req("service", &S1),
+        req("backendId", &BACKEND_ID),
+        req("backendClass", &BACKEND_CLASS),
+        req("model", &S1),
+        opt(
+            "knownModels",
+            &Schema::Array {
+                elem: &S1,
+                min: None,
+                max: None,
+            },
+        ),
+        req("offerScope", &OFFER_SCOPE),
+    ],
+    refine: None,
+};
+
+static CAPABILITIES: Schema = Schema::Array {
+    elem: &CAPABILITY,
+    min: None,
+    max: None,
+};
+
+pub static GRANT_REF: Schema = Schema::Object {
+    fields: &[req("jobId", &S1), req("leaseId", &S1)],
+    refine: None,
+};
+
+static GRANT_REFS: Schema = Schema::Array {
+    elem: &GRANT_REF,
+    min: None,
+    max: None,
+};
+
+static WITHHELD_KIND: Schema = Schema::Object {
+    fields: &[
+        req("kind", &JOB_KIND),
+        req(
+            "claimants",
+            &Schema::Array {
+                elem: &Schema::Object {
+                    fields: &[req("service", &S1), req("offer", &OFFER_SCOPE)],
+                    refine: None,
+                },
+                min: Some(2),
+                max: None,
+            },
+        ),
+    ],
+    refine: None,
+};
+
+pub static SEALED_ENVELOPE: Schema = Schema::Object {
+    fields: &[
+        req("ciphertext", &S1),
+        req("recipientKeyId", &S1),
+        req("senderKeyId", &S1),
+        req("direction", &Schema::Enum(&["payload", "result"])),
+        req("deadlineAt", &POSITIVE_INT),
+    ],
+    refine: None,
+};
+
+pub static PAIR_START_REQUEST: Schema = Schema::Object {
+    fields: &[
+        req("protocolVersion", &VERSION),
+        req("action", &Schema::Enum(&["start"])),
+        req(
+            "daemon",
+            &Schema::Object {
+                fields: &[
+                    req("version", &S1),
+                    req(
+                        "label",
+                        &Schema::Str {
+                            min: Some(1),
+                            max: Some(120),
+                        },
+                    ),
+                    req("platform", &Schema::Enum(&["darwin", "linux", "win32"])),
+                ],
+                refine: None,
+            },
+        ),
+        req("device", &PUBLIC_IDENTITY),
+        req("capabilities", &CAPABILITIES),
+    ],
+    refine: None,
+};
+
+pub static PAIR_POLL_REQUEST: Schema = Schema::Object {
+    fields: &[
+        req("protocolVersion", &VERSION),
+        req("action", &Schema::Enum(&["poll"])),
+        req(
+            "deviceCode",
+            &Schema::Str {
+                min: Some(20),
+                max: None,
+            },
+        ),
+    ],
+    refine: None,
+};
+
+pub static PAIR_REQUEST: Schema = Schema::Union {
+    key: "action",
+    options: &[("start", &PAIR_START_REQUEST), ("poll", &PAIR_POLL_REQUEST)],
+};
+
+pub static CLAIM_REQUEST: Schema = Schema::Object {
+    fields: &[
+        req("protocolVersion", &VERSION),
+        req("runnerId", &S1),
+        req("capabilities", &CAPABILITIES),
+        req(
+            "max",
+            &Schema::Int {
+                min: Some(1.0),
+                max: Some(64.0),
+                gt_zero: false,
+            },
+        ),
+    ],
+    refine: None,
+};
+
+pub static FETCH_REQUEST: Schema = Schema::Object {
+    fields: &[
+        req("protocolVersion", &VERSION),
+        req("runnerId", &S1),
+        req("jobId", &S1),
+        req("leaseId", &S1),
+    ],
+    refine: None,
+};
+
+pub static HEARTBEAT_REQUEST: Schema = Schema::Object {
+    fields: &[
+        req("protocolVersion", &VERSION),
+        req("runnerId", &S1),
+        req("daemonVersion", &S1),
+        req("capabilities", &CAPABILITIES),
+        Field {
+            name: "withheld",
+            schema: &Schema::Array {
+                elem: &WITHHELD_KIND,
+                min: None,
+                max: None,
+            },
+            presence: Presence::DefaultEmptyArray,
+        },
+        req("activeLeases", &GRANT_REFS),
+    ],
+    refine: None,
+};
+
+pub static RESULT_REQUEST: Schema = Schema::Object {
+    fields: &[
+        req("protocolVersion", &VERSION),
+        req("runnerId", &S1),
+        req("jobId", &S1),
+        req("leaseId", &S1),
+        req("envelope", &SEALED_ENVELOPE),
+        req("disposition", &Schema::Enum(&["ok", "error", "canceled"])),
+    ],
+    refine: None,
+};
+
+pub static RELEASE_REQUEST: Schema = Schema::Object {
+    fields: &[
+        req("protocolVersion", &VERSION),
+        req("runnerId", &S1),
+        req("leases", &GRANT_REFS),
+        req(
+            "reason",
+            &Schema::Enum(&["shutdown", "pause", "revoked", "backend-down", "refused"]),
+        ),
+    ],
+    refine: None,
+};
+
+static JOB_OUTCOME: Schema = Schema::Union {
+    key: "outcome",
+    options: &[
+        (
+            "ok",
+            &Schema::Object {
+                fields: &[
+                    req("outcome", &Schema::Enum(&["ok"])),
+                    req("text", &S),
+                    opt("artifactUrl", &Schema::Url),
+                ],
+                refine: None,
+            },
+        ),
+        (
+            "error",
+            &Schema::Object {
+                fields: &[
+                    req("outcome", &Schema::Enum(&["error"])),
+                    req("code", &S1),
+                    req("message", &S1),
+                    req("retryable", &Schema::Bool),
+                ],
+                refine: None,
+            },
+        ),
+        (
+            "canceled",
+            &Schema::Object {
+                fields: &[req("outcome", &Schema::Enum(&["canceled"]))],
+                refine: None,
+            },
+        ),
+    ],
+};
+
+static RUN_METADATA: Schema = Schema::Object {
+    fields: &[
+        req("model", &S1),
+        req("backendClass", &BACKEND_CLASS),
+        req(
+            "durationMs",
+            &Schema::Int {
+                min: Some(0.0),
+                max: None,
+                gt_zero: false,
+            },
+        ),
+        opt(
+            "stop",
+            &Schema::Enum(&["end", "length", "stop-sequence", "unknown"]),
+        ),
+        opt("stopReported", &Schema::Bool),
+    ],
+    refine: None,
+};
+
+/// The plaintext of a result envelope: `{outcome, ran}`.
+pub static SEALED_OUTCOME: Schema = Schema::Object {
+    fields: &[req("outcome", &JOB_OUTCOME), req("ran", &RUN_METADATA)],
+    refine: None,
+};
+
+// ---------------------------------------------------------------------------
+// Request inspection
+
+/// The stage at which a request body was answered.
+#[derive(Debug)]
+pub enum Inspection {
+    /// Valid: the parsed document and the schema's output (what zod's
+    /// `safeParse(...).data` would be).
+    Ok { doc: Doc, body: Out },
+    /// Not JSON: 400 `bad-request` "request body is not valid JSON".
+    Json,
+    /// Version refusal: 400 with the refusal body.
+    Version(WireError),
+    /// Strict schema failure: 400 `bad-request` with the endpoint's message.
+    Schema,
+}
+
+impl Inspection {
+    /// The HTTP error body for a failed stage (`None` for `Ok`).
+    pub fn error(&self, endpoint: Endpoint) -> Option<WireError> {
+        match self {
+            Inspection::Ok { .. } => None,
+            Inspection::Json => Some(WireError::new(
+                ErrorCode::BadRequest,
+                "request body is not valid JSON",
+            )),
+            Inspection::Version(refusal) => Some(refusal.clone()),
+            Inspection::Schema => Some(WireError::new(
+                ErrorCode::BadRequest,
+                endpoint.schema_failure_message(),
+            )),
+        }
+    }
+
+    pub fn stage(&self) -> &'static str {
+        match self {
+            Inspection::Ok { .. } => "ok",
+            Inspection::Json => "json",
+            Inspection::Version(_) => "version",
+            Inspection::Schema => "schema",
+        }
+    }
+}
+
+/// URL acceptance for cores without a JS engine at hand: a scheme, a colon
+/// and something after it, and for the special schemes a non-empty host.
+/// The Node binding passes Node's own `URL.canParse` instead, which is what
+/// zod calls, so this approximation only serves plain-Rust callers.
+pub fn basic_url_ok(s: &str) -> bool {
+    let Some((scheme, rest)) = s.split_once(':') else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    if !chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    {
+        return false;
+    }
+    let special = ["http", "https", "ws", "wss", "ftp"]
+        .iter()
+        .any(|sp| scheme.eq_ignore_ascii_case(sp));
+    if special {
+        let host = rest.trim_start_matches(['/', '\\']);
+        let host = host.split(['/', '\\', '?', '#']).next().unwrap_or("");
+        let host = host.rsplit('@').next().unwrap_or("");
+        return !host.is_empty() && !host.starts_with(':');
+    }
+    true
+}
+
+/// One parse of a raw request body: JSON, then the protocol version, then
+/// the endpoint's strict schema.
+pub fn inspect_request(endpoint: Endpoint, raw: &str, url_ok: &dyn Fn(&str) -> bool) -> Inspection {
+    let Ok(doc) = json::parse(raw) else {
+        return Inspection::Json;
+    };
+    if let Some(refusal) = check_protocol_version(&doc) {
+        return Inspection::Version(refusal);
+    }
+    match validate_doc(endpoint, &doc, url_ok) {
+        Some(body) => Inspection::Ok { doc, body },
+        None => Inspection::Schema,
+    }
+}
+
+/// The strict schema alone (what `ByollmHandlers.handle` runs, without the
+/// HTTP layer's version check).
+pub fn validate_doc(endpoint: Endpoint, doc: &Doc, url_ok: &dyn Fn(&str) -> bool) -> Option<Out> {
+    let v = schema::validate(doc, Some(doc.root()), endpoint.schema(), url_ok, 1);
+    if v.ok() {
+        v.out
+    } else {
+        None
+    }
+}
+
+/// The result of opening a sealed outcome's plaintext.
+#[derive(Debug)]
+pub enum SealedOutcomeResult {
+    Ok { doc: Doc, outcome: Out },
+    Refused(&'static str),
+}
+
+/// Parse and check the plaintext of a result envelope. The messages are
+/// the reference's (`the sealed result was not valid JSON` / `… not an
+/// outcome`).
+pub fn parse_sealed_outcome(plaintext: &str, url_ok: &dyn Fn(&str) -> bool) -> SealedOutcomeResult {
+    let Ok(doc) = json::parse(plaintext) else {
+        return SealedOutcomeResult::Refused("the sealed result was not valid JSON");
+    };
+    let v = schema::validate(&doc, Some(doc.root()), &SEALED_OUTCOME, url_ok, 1);
+    match v.out {
+        Some(outcome) if v.issues.is_empty() => SealedOutcomeResult::Ok { doc, outcome },
+        _ => SealedOutcomeResult::Refused("the sealed result was not an outcome"),
+    }
+}
+
+/// Is the value at the root a JSON object (for callers that need the raw
+/// shape)?
+pub fn is_object(doc: &Doc) -> bool {
+    matches!(doc.node(doc.root()), Node::Object(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inspect(endpoint: Endpoint, raw: &str) -> Inspection {
+        inspect_request(endpoint, raw, &basic_url_ok)
+    }
+
+    const CAP: &str = r#"{"kind":"llm.generate","service":"local","backendId":"ollama","backendClass":"http","model":"llama3.2","offerScope":"private"}"#;
+
+    #[test]
+    fn claim_stages() {
+        assert_eq!(inspect(Endpoint::Claim, "{not json").stage(), "json");
+        assert_eq!(inspect(Endpoint::Claim, r#"{"max":1}"#).stage(), "version");
+        let ok =
+            format!(r#"{{"protocolVersion":"2","runnerId":"r","capabilities":[{CAP}],"max":5.0}}"#);
+        let Inspection::Ok { doc, body } = inspect(Endpoint::Claim, &ok) else {
+            panic!("claim should pass")
+        };
+        let mut text = String::new();
+        body.write_json(&doc, &mut text);
+        assert_eq!(
+            text,
+            format!(r#"{{"protocolVersion":"2","runnerId":"r","capabilities":[{CAP}],"max":5}}"#)
+        );
+        for bad in [
+            r#"{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":0}"#,
+            r#"{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":65}"#,
+            r#"{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":1.5}"#,
+            r#"{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":1e400}"#,
+            r#"{"protocolVersion":"2","runnerId":"","capabilities":[],"max":1}"#,
+            r#"{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":1,"x":0}"#,
+            r#"{"protocolVersion":"2","runnerId":"r","capabilities":null,"max":1}"#,
+        ] {
+            assert_eq!(inspect(Endpoint::Claim, bad).stage(), "schema", "{bad}");
+        }
+    }
+
+    #[test]
+    fn heartbeat_defaults_withheld_in_schema_order() {
+        let raw = r#"{"activeLeases":[],"capabilities":[],"daemonVersion":"1","runnerId":"r","protocolVersion":"2"}"#;
+        let Inspection::Ok { doc, body } = inspect(Endpoint::Heartbeat, raw) else {
+            panic!()
+        };
+        let mut text = String::new();
+        body.write_json(&doc, &mut text);
+        assert_eq!(
+            text,
+            r#"{"protocolVersion":"2","runnerId":"r","daemonVersion":"1","capabilities":[],"withheld":[],"activeLeases":[]}"#
+        );
+    }
+
+    #[test]
+    fn version_check_is_lexicographic() {
+        let msg = |raw: &str| check_protocol_version(&json::parse(raw).unwrap()).map(|e| e.message);
+        assert_eq!(msg(r#"{"protocolVersion":"2"}"#), None);
+        assert!(msg(r#"{"protocolVersion":"10"}"#)
+            .unwrap()
+            .ends_with("Upgrade the daemon: `npm i -g byollm@latest`."));
+        assert!(msg(r#"{"protocolVersion":"2 "}"#)
+            .unwrap()
+            .ends_with("the server needs upgrading."));
+        assert!(msg(r#"{"protocolVersion":"\ud800"}"#)
+            .unwrap()
+            .ends_with("the server needs upgrading."));
+        assert!(msg(r#"{"protocolVersion":"!"}"#)
+            .unwrap()
+            .ends_with("`npm i -g byollm@latest`."));
+        assert!(msg(r#"[]"#)
+            .unwrap()
+            .contains("declared no protocol version"));
+        let refusal = check_protocol_version(&json::parse("5").unwrap()).unwrap();
+        assert_eq!(
+            refusal.to_json(),
+            r#"{"error":"unsupported-protocol-version","message":"this request declared no protocol version. Upgrade the daemon: `npm i -g byollm@latest`.","supported":["2"],"minimum":"2"}"#
+        );
+    }
+
+    #[test]
+    fn describe_bytes_rounds_up() {
+        assert_eq!(describe_bytes(0.0), "0.0 MB");
+        assert_eq!(describe_bytes(6815745.0), "6.6 MB");
+        assert_eq!(describe_bytes(f64::INFINITY), "Infinity MB");
+    }
+
+    #[test]
+    fn error_table() {
+        assert_eq!(ErrorCode::ALL.len(), 12);
+        assert_eq!(
+            ErrorCode::parse("clock-skew").map(ErrorCode::status),
+            Some(401)
+        );
+        assert_eq!(ErrorCode::DaemonBelowFloor.status(), 426);
+    }
+
+    #[test]
+    fn sealed_outcome() {
+        let ok = r#"{"outcome":{"outcome":"ok","text":"","artifactUrl":" https://x.example/a\n "},"ran":{"model":"m","backendClass":"http","durationMs":0}}"#;
+        let SealedOutcomeResult::Ok { doc, outcome } = parse_sealed_outcome(ok, &basic_url_ok)
+        else {
+            panic!()
+        };
+        let mut text = String::new();
+        outcome.write_json(&doc, &mut text);
+        assert!(
+            text.contains(r#""artifactUrl":"https://x.example/a""#),
+            "{text}"
+        );
+        for bad in [
+            "nope",
+            r#"{"outcome":{"outcome":"ok"},"ran":{"model":"m","backendClass":"http","durationMs":0}}"#,
+            r#"{"outcome":{"outcome":"ok","text":""},"ran":{"model":"m","backendClass":"http","durationMs":-1}}"#,
+            r#"{"outcome":{"outcome":"done"},"ran":{"model":"m","backendClass":"http","durationMs":0}}"#,
+        ] {
+            assert!(
+                matches!(
+                    parse_sealed_outcome(bad, &basic_url_ok),
+                    SealedOutcomeResult::Refused(_)
+                ),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,844 @@
+//! A small validator that behaves like the zod v4 schemas of the reference
+//! (`zod` 4.6.x, the version `@byollm/protocol@0.1.1` resolves to): the same
+//! accept/reject decisions, the same parsed output (keys in schema order,
+//! absent optionals left out, defaults filled in), and the same issues, in
+//! the same order, with the same messages — the enqueue error shows them.
+//!
+//! Only the zod features the protocol uses are modelled: strict objects,
+//! strings with min/max, `z.url()`, enums/literals, safe integers with
+//! bounds, booleans, arrays with min/max, `.optional()`, `.default([])`,
+//! discriminated unions and the two payload-total refinements.
+//!
+//! zod details reproduced on purpose (they decide messages and outcomes):
+//! * string `min`/`max` count **code points** in this zod version (a lone
+//!   surrogate counts as one), while the payload totals count UTF-16 units;
+//! * length checks still run after a type error when the value has a
+//!   `length` (a string where an array belongs, an array where a string
+//!   belongs, an object with a `length` key), comparing with JS semantics;
+//! * an array longer than its `max` is refused before its elements are
+//!   looked at, and that refusal stops every later check;
+//! * unknown keys never stop later checks; a refinement runs only when no
+//!   issue so far has stopped the object.
+
+use crate::json::{is_js_space, js_number_to_string, js_to_number, Doc, JsStr, Node, NodeId};
+
+/// A schema node.
+#[derive(Debug)]
+pub enum Schema {
+    /// `z.string()` with optional `.min(n)` / `.max(n)` (code points).
+    Str { min: Option<u32>, max: Option<u32> },
+    /// `z.url()`: a string that the WHATWG URL parser accepts once trimmed.
+    Url,
+    /// `z.enum([...])` or `z.literal(v)` (one value).
+    Enum(&'static [&'static str]),
+    /// `z.number().int()` with bounds; `gt_zero` is `.positive()`.
+    Int {
+        min: Option<f64>,
+        max: Option<f64>,
+        gt_zero: bool,
+    },
+    /// `z.boolean()`.
+    Bool,
+    /// `z.array(elem)` with optional `.min(n)` / `.max(n)`.
+    Array {
+        elem: &'static Schema,
+        min: Option<u32>,
+        max: Option<u32>,
+    },
+    /// `z.object({...}).strict()`, optionally refined.
+    Object {
+        fields: &'static [Field],
+        refine: Option<Refine>,
+    },
+    /// `z.discriminatedUnion(key, options)`.
+    Union {
+        key: &'static str,
+        options: &'static [(&'static str, &'static Schema)],
+    },
+}
+
+/// How a key may be absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    Required,
+    /// `.optional()`: may be absent; `null` is still a type error.
+    Optional,
+    /// `.default([])`: absent reads as an empty array.
+    DefaultEmptyArray,
+}
+
+/// One key of a strict object.
+#[derive(Debug)]
+pub struct Field {
+    pub name: &'static str,
+    pub schema: &'static Schema,
+    pub presence: Presence,
+}
+
+/// The object-level refinements the payload schemas carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refine {
+    /// `prompt.length + (system?.length ?? 0) <= 4_000_000` (UTF-16 units).
+    GenerateTotal,
+    /// `Σ messages[i].content.length + (system?.length ?? 0) <= 4_000_000`.
+    ChatTotal,
+}
+
+/// Total payload text limit, in UTF-16 units.
+pub const MAX_TOTAL_CHARS: usize = 4_000_000;
+
+/// Const helpers so schema tables read like the zod source.
+pub const fn req(name: &'static str, schema: &'static Schema) -> Field {
+    Field {
+        name,
+        schema,
+        presence: Presence::Required,
+    }
+}
+
+pub const fn opt(name: &'static str, schema: &'static Schema) -> Field {
+    Field {
+        name,
+        schema,
+        presence: Presence::Optional,
+    }
+}
+
+/// The validated value, in zod's output shape. Strings that came from the
+/// input are referenced by node id (no copy).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    Str(NodeId),
+    /// A string zod rewrote (a trimmed URL).
+    Owned(JsStr),
+    Num(f64),
+    Bool(bool),
+    Arr(Vec<Out>),
+    Obj(Vec<(&'static str, Out)>),
+}
+
+impl Out {
+    /// The value of `key` in an object output.
+    pub fn field(&self, key: &str) -> Option<&Out> {
+        match self {
+            Out::Obj(fields) => fields.iter().find(|(k, _)| *k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The string this output holds, if any.
+    pub fn as_js_str<'d>(&'d self, doc: &'d Doc) -> Option<&'d JsStr> {
+        match self {
+            Out::Str(id) => doc.str(*id),
+            Out::Owned(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Append `JSON.stringify` of this output.
+    pub fn write_json(&self, doc: &Doc, out: &mut String) {
+        match self {
+            Out::Str(id) => match doc.str(*id) {
+                Some(s) => s.write_json(out),
+                None => out.push_str("null"),
+            },
+            Out::Owned(s) => s.write_json(out),
+            Out::Num(n) if n.is_finite() => out.push_str(&js_number_to_string(*n)),
+            Out::Num(_) => out.push_str("null"),
+            Out::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Out::Arr(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    item.write_json(doc, out);
+                }
+                out.push(']');
+            }
+            Out::Obj(fields) => {
+                out.push('{');
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    crate::json::write_json_str(k, out);
+                    out.push(':');
+                    v.write_json(doc, out);
+                }
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// One step of an issue path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seg {
+    Key(&'static str),
+    Index(usize),
+}
+
+/// What kind of thing a length check was looking at (zod's `origin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    String,
+    Array,
+    Number,
+    Unknown,
+}
+
+impl Origin {
+    fn name(self) -> &'static str {
+        match self {
+            Origin::String => "string",
+            Origin::Array => "array",
+            Origin::Number => "number",
+            Origin::Unknown => "unknown",
+        }
+    }
+
+    fn unit(self) -> Option<&'static str> {
+        match self {
+            Origin::String => Some("characters"),
+            Origin::Array => Some("items"),
+            _ => None,
+        }
+    }
+}
+
+/// What went wrong, with the data zod's English messages need.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IssueKind {
+    InvalidType {
+        expected: &'static str,
+        received: String,
+    },
+    InvalidValue {
+        values: &'static [&'static str],
+    },
+    TooSmall {
+        origin: Origin,
+        minimum: f64,
+        inclusive: bool,
+    },
+    TooBig {
+        origin: Origin,
+        maximum: f64,
+    },
+    UnrecognizedKeys {
+        keys: Vec<String>,
+    },
+    InvalidUnion {
+        options: Vec<&'static str>,
+    },
+    InvalidUrl,
+    Custom {
+        message: &'static str,
+    },
+}
+
+/// Whether an issue lets later checks run (zod's `continue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cont {
+    /// `continue: true`.
+    Yes,
+    /// `continue` unset: stops checks without a `when`.
+    Stop,
+    /// `continue: false`: stops every later check.
+    Hard,
+}
+
+/// One validation issue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issue {
+    pub path: Vec<Seg>,
+    pub kind: IssueKind,
+    cont: Cont,
+}
+
+impl Issue {
+    /// zod v4's English message for this issue.
+    pub fn message(&self) -> String {
+        match &self.kind {
+            IssueKind::InvalidType { expected, received } => {
+                format!("Invalid input: expected {expected}, received {received}")
+            }
+            IssueKind::InvalidValue { values } => match values {
+                [one] => format!("Invalid input: expected \"{one}\""),
+                _ => format!("Invalid option: expected one of {}", quoted(values, "|")),
+            },
+            IssueKind::TooSmall {
+                origin,
+                minimum,
+                inclusive,
+            } => {
+                let adj = if *inclusive { ">=" } else { ">" };
+                let n = js_number_to_string(*minimum);
+                match origin.unit() {
+                    Some(unit) => format!(
+                        "Too small: expected {} to have {adj}{n} {unit}",
+                        origin.name()
+                    ),
+                    None => format!("Too small: expected {} to be {adj}{n}", origin.name()),
+                }
+            }
+            IssueKind::TooBig { origin, maximum } => {
+                let n = js_number_to_string(*maximum);
+                match origin.unit() {
+                    Some(unit) => {
+                        format!("Too big: expected {} to have <={n} {unit}", origin.name())
+                    }
+                    None => format!("Too big: expected {} to be <={n}", origin.name()),
+                }
+            }
+            IssueKind::UnrecognizedKeys { keys } => {
+                let plural = if keys.len() > 1 { "s" } else { "" };
+                let list: Vec<&str> = keys.iter().map(String::as_str).collect();
+                format!("Unrecognized key{plural}: {}", quoted(&list, ", "))
+            }
+            IssueKind::InvalidUnion { options } => {
+                let opts: Vec<String> = options.iter().map(|o| format!("'{o}'")).collect();
+                format!("Invalid discriminator value. Expected {}", opts.join(" | "))
+            }
+            IssueKind::InvalidUrl => "Invalid URL".to_owned(),
+            IssueKind::Custom { message } => (*message).to_owned(),
+        }
+    }
+
+    /// The path joined with `.` as the enqueue error prints it, `(root)`
+    /// when empty.
+    pub fn path_text(&self) -> String {
+        if self.path.is_empty() {
+            return "(root)".to_owned();
+        }
+        let parts: Vec<String> = self
+            .path
+            .iter()
+            .map(|s| match s {
+                Seg::Key(k) => (*k).to_owned(),
+                Seg::Index(i) => i.to_string(),
+            })
+            .collect();
+        parts.join(".")
+    }
+}
+
+// JS comparisons with NaN are all false, so "not at least the minimum" must
+// be written as the negation of the comparison, never as `<`.
+fn holds_ge(a: f64, b: f64) -> bool {
+    a >= b
+}
+
+fn holds_le(a: f64, b: f64) -> bool {
+    a <= b
+}
+
+fn holds_gt(a: f64, b: f64) -> bool {
+    a > b
+}
+
+fn quoted(values: &[&str], sep: &str) -> String {
+    let parts: Vec<String> = values.iter().map(|v| format!("\"{v}\"")).collect();
+    parts.join(sep)
+}
+
+/// zod's name for the type of a value, as "received …" prints it.
+fn received(doc: &Doc, value: Option<NodeId>) -> String {
+    match value.map(|v| doc.node(v)) {
+        None => "undefined".into(),
+        Some(Node::Null) => "null".into(),
+        Some(Node::Bool(_)) => "boolean".into(),
+        Some(Node::Number(n)) if n.is_finite() => "number".into(),
+        Some(Node::Number(n)) => js_number_to_string(*n),
+        Some(Node::String(_)) => "string".into(),
+        Some(Node::Array(_)) => "array".into(),
+        Some(Node::Object(_)) => "object".into(),
+    }
+}
+
+/// A parent chain for issue paths, materialised only when an issue is made.
+#[derive(Clone, Copy)]
+struct Path<'p> {
+    seg: Option<Seg>,
+    parent: Option<&'p Path<'p>>,
+}
+
+impl Path<'_> {
+    const ROOT: Path<'static> = Path {
+        seg: None,
+        parent: None,
+    };
+
+    fn child(&self, seg: Seg) -> Path<'_> {
+        Path {
+            seg: Some(seg),
+            parent: Some(self),
+        }
+    }
+
+    fn segments(&self) -> Vec<Seg> {
+        let mut segs = Vec::new();
+        let mut at = Some(self);
+        while let Some(p) = at {
+            if let Some(s) = p.seg {
+                segs.push(s);
+            }
+            at = p.parent;
+        }
+        segs.reverse();
+        segs
+    }
+}
+
+/// Runs schemas over a parsed document.
+pub struct Validator<'d> {
+    doc: &'d Doc,
+    url_ok: &'d dyn Fn(&str) -> bool,
+    issues: Vec<Issue>,
+    /// Stop collecting after this many issues (a request only needs one to
+    /// be refused; the enqueue message wants them all).
+    limit: usize,
+}
+
+/// The outcome of validating one value.
+#[derive(Debug)]
+pub struct Validated {
+    pub out: Option<Out>,
+    pub issues: Vec<Issue>,
+}
+
+impl Validated {
+    pub fn ok(&self) -> bool {
+        self.issues.is_empty() && self.out.is_some()
+    }
+}
+
+/// Validate `value` (`None` = JS `undefined`) against `schema`.
+/// `url_ok` answers `URL.canParse` for `z.url()`; `limit` caps the issues
+/// collected (use 1 when only the verdict matters).
+pub fn validate(
+    doc: &Doc,
+    value: Option<NodeId>,
+    schema: &Schema,
+    url_ok: &dyn Fn(&str) -> bool,
+    limit: usize,
+) -> Validated {
+    let mut v = Validator {
+        doc,
+        url_ok,
+        issues: Vec::new(),
+        limit: limit.max(1),
+    };
+    let out = v.run(schema, value, &Path::ROOT);
+    Validated {
+        out: if v.issues.is_empty() { out } else { None },
+        issues: v.issues,
+    }
+}
+
+/// What a length check measures.
+enum Measured {
+    /// An exact count (code points of a string, items of an array).
+    Count(f64, Origin),
+    /// An object's own `length` value, compared with JS coercion.
+    Coerced(f64),
+}
+
+impl<'d> Validator<'d> {
+    fn full(&self) -> bool {
+        self.issues.len() >= self.limit
+    }
+
+    fn push(&mut self, path: &Path<'_>, kind: IssueKind, cont: Cont) {
+        if self.full() {
+            return;
+        }
+        self.issues.push(Issue {
+            path: path.segments(),
+            kind,
+            cont,
+        });
+    }
+
+    fn soft_aborted(&self, start: usize) -> bool {
+        self.issues
+            .get(start..)
+            .is_some_and(|s| s.iter().any(|i| i.cont != Cont::Yes))
+    }
+
+    fn hard_aborted(&self, start: usize) -> bool {
+        self.issues
+            .get(start..)
+            .is_some_and(|s| s.iter().any(|i| i.cont == Cont::Hard))
+    }
+
+    /// zod's `_whenHasLength`: not null/undefined and `.length` defined.
+    fn measure(&self, value: Option<NodeId>) -> Option<Measured> {
+        match self.doc.node(value?) {
+            Node::String(s) => Some(Measured::Count(s.code_points() as f64, Origin::String)),
+            Node::Array(items) => Some(Measured::Count(items.len() as f64, Origin::Array)),
+            Node::Object(_) => {
+                let len = self.doc.get(value?, "length")?;
+                Some(Measured::Coerced(js_to_number(self.doc, len)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The `.min()` / `.max()` length checks, in declaration order (min
+    /// first), skipped only after a hard abort.
+    fn length_checks(
+        &mut self,
+        value: Option<NodeId>,
+        path: &Path<'_>,
+        start: usize,
+        min: Option<u32>,
+        max: Option<u32>,
+    ) {
+        for (is_min, bound) in [(true, min), (false, max)] {
+            let Some(bound) = bound else { continue };
+            if self.hard_aborted(start) {
+                return;
+            }
+            let Some(m) = self.measure(value) else { return };
+            let (n, origin) = match m {
+                Measured::Count(n, o) => (n, o),
+                Measured::Coerced(n) => (n, Origin::Unknown),
+            };
+            let bound = f64::from(bound);
+            if is_min && !holds_ge(n, bound) {
+                self.push(
+                    path,
+                    IssueKind::TooSmall {
+                        origin,
+                        minimum: bound,
+                        inclusive: true,
+                    },
+                    Cont::Yes,
+                );
+            } else if !is_min && !holds_le(n, bound) {
+                self.push(
+                    path,
+                    IssueKind::TooBig {
+                        origin,
+                        maximum: bound,
+                    },
+                    Cont::Yes,
+                );
+            }
+        }
+    }
+
+    fn run(&mut self, schema: &Schema, value: Option<NodeId>, path: &Path<'_>) -> Option<Out> {
+        if self.full() {
+            return None;
+        }
+        let node = value.map(|v| self.doc.node(v));
+        let start = self.issues.len();
+        match schema {
+            Schema::Str { min, max } => {
+                let out = match node {
+                    Some(Node::String(_)) => value.map(Out::Str),
+                    _ => {
+                        let received = received(self.doc, value);
+                        self.push(
+                            path,
+                            IssueKind::InvalidType {
+                                expected: "string",
+                                received,
+                            },
+                            Cont::Stop,
+                        );
+                        None
+                    }
+                };
+                self.length_checks(value, path, start, *min, *max);
+                out
+            }
+            Schema::Url => {
+                let Some(Node::String(s)) = node else {
+                    let received = received(self.doc, value);
+                    self.push(
+                        path,
+                        IssueKind::InvalidType {
+                            expected: "string",
+                            received,
+                        },
+                        Cont::Stop,
+                    );
+                    return None;
+                };
+                let trimmed = s.as_str().trim_matches(is_js_space);
+                if (self.url_ok)(trimmed) {
+                    let kept: String = trimmed
+                        .chars()
+                        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+                        .collect();
+                    if kept.len() == s.as_str().len() && !s.has_lone_surrogate() {
+                        value.map(Out::Str)
+                    } else {
+                        Some(Out::Owned(JsStr::new(kept)))
+                    }
+                } else {
+                    self.push(path, IssueKind::InvalidUrl, Cont::Yes);
+                    None
+                }
+            }
+            Schema::Enum(values) => match node {
+                Some(Node::String(s)) if values.iter().any(|v| s.is(v)) => value.map(Out::Str),
+                _ => {
+                    self.push(path, IssueKind::InvalidValue { values }, Cont::Stop);
+                    None
+                }
+            },
+            Schema::Bool => match node {
+                Some(Node::Bool(b)) => Some(Out::Bool(*b)),
+                _ => {
+                    let received = received(self.doc, value);
+                    self.push(
+                        path,
+                        IssueKind::InvalidType {
+                            expected: "boolean",
+                            received,
+                        },
+                        Cont::Stop,
+                    );
+                    None
+                }
+            },
+            Schema::Int { min, max, gt_zero } => {
+                let n = match node {
+                    Some(Node::Number(n)) if n.is_finite() => *n,
+                    _ => {
+                        let received = received(self.doc, value);
+                        self.push(
+                            path,
+                            IssueKind::InvalidType {
+                                expected: "number",
+                                received,
+                            },
+                            Cont::Stop,
+                        );
+                        return None;
+                    }
+                };
+                if n.fract() != 0.0 {
+                    self.push(
+                        path,
+                        IssueKind::InvalidType {
+                            expected: "int",
+                            received: "number".into(),
+                        },
+                        Cont::Hard,
+                    );
+                    return None;
+                }
+                const SAFE: f64 = 9_007_199_254_740_991.0;
+                if n > SAFE {
+                    self.push(
+                        path,
+                        IssueKind::TooBig {
+                            origin: Origin::Number,
+                            maximum: SAFE,
+                        },
+                        Cont::Yes,
+                    );
+                } else if n < -SAFE {
+                    self.push(
+                        path,
+                        IssueKind::TooSmall {
+                            origin: Origin::Number,
+                            minimum: -SAFE,
+                            inclusive: true,
+                        },
+                        Cont::Yes,
+                    );
+                }
+                if let Some(min) = min {
+                    if !holds_ge(n, *min) {
+                        self.push(
+                            path,
+                            IssueKind::TooSmall {
+                                origin: Origin::Number,
+                                minimum: *min,
+                                inclusive: true,
+                            },
+                            Cont::Yes,
+                        );
+                    }
+                }
+                if *gt_zero && !holds_gt(n, 0.0) {
+                    self.push(
+                        path,
+                        IssueKind::TooSmall {
+                            origin: Origin::Number,
+                            minimum: 0.0,
+                            inclusive: false,
+                        },
+                        Cont::Yes,
+                    );
+                }
+                if let Some(max) = max {
+                    if !holds_le(n, *max) {
+                        self.push(
+                            path,
+                            IssueKind::TooBig {
+                                origin: Origin::Number,
+                                maximum: *max,
+                            },
+                            Cont::Yes,
+                        );
+                    }
+                }
+                Some(Out::Num(n))
+            }
+            Schema::Array { elem, min, max } => {
+                let Some(Node::Array(items)) = node else {
+                    let received = received(self.doc, value);
+                    self.push(
+                        path,
+                        IssueKind::InvalidType {
+                            expected: "array",
+                            received,
+                        },
+                        Cont::Stop,
+                    );
+                    self.length_checks(value, path, start, *min, *max);
+                    return None;
+                };
+                if let Some(max) = max {
+                    if items.len() > *max as usize {
+                        // zod refuses an oversized array before parsing any
+                        // element, and nothing after that runs.
+                        self.push(
+                            path,
+                            IssueKind::TooBig {
+                                origin: Origin::Array,
+                                maximum: f64::from(*max),
+                            },
+                            Cont::Hard,
+                        );
+                        return None;
+                    }
+                }
+                let mut outs = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    let child = path.child(Seg::Index(i));
+                    if let Some(o) = self.run(elem, Some(*item), &child) {
+                        outs.push(o);
+                    }
+                    if self.full() {
+                        return None;
+                    }
+                }
+                self.length_checks(value, path, start, *min, *max);
+                Some(Out::Arr(outs))
+            }
+            Schema::Object { fields, refine } => {
+                let Some(Node::Object(entries)) = node else {
+                    let received = received(self.doc, value);
+                    self.push(
+                        path,
+                        IssueKind::InvalidType {
+                            expected: "object",
+                            received,
+                        },
+                        Cont::Stop,
+                    );
+                    return None;
+                };
+                let obj = value?;
+                let mut outs = Vec::with_capacity(fields.len());
+                for field in fields.iter() {
+                    let present = self.doc.get(obj, field.name);
+                    let child = path.child(Seg::Key(field.name));
+                    match (field.presence, present) {
+                        (Presence::Optional, None) => {}
+                        (Presence::DefaultEmptyArray, None) => {
+                            outs.push((field.name, Out::Arr(Vec::new())))
+                        }
+                        _ => {
+                            if let Some(o) = self.run(field.schema, present, &child) {
+                                outs.push((field.name, o));
+                            }
+                        }
+                    }
+                    if self.full() {
+                        return None;
+                    }
+                }
+                let unknown: Vec<String> = entries
+                    .iter()
+                    .filter(|(k, _)| !fields.iter().any(|f| k.is(f.name)))
+                    .map(|(k, _)| k.as_str().to_owned())
+                    .collect();
+                if !unknown.is_empty() {
+                    self.push(
+                        path,
+                        IssueKind::UnrecognizedKeys { keys: unknown },
+                        Cont::Yes,
+                    );
+                }
+                let out = Out::Obj(outs);
+                if let Some(refine) = refine {
+                    if !self.soft_aborted(start) && !self.refine_holds(*refine, &out) {
+                        let message = "payload exceeds 4000000 characters";
+                        self.push(path, IssueKind::Custom { message }, Cont::Yes);
+                    }
+                }
+                Some(out)
+            }
+            Schema::Union { key, options } => {
+                let Some(Node::Object(_)) = node else {
+                    let received = received(self.doc, value);
+                    self.push(
+                        path,
+                        IssueKind::InvalidType {
+                            expected: "object",
+                            received,
+                        },
+                        Cont::Stop,
+                    );
+                    return None;
+                };
+                let tag = value
+                    .and_then(|v| self.doc.get(v, key))
+                    .and_then(|t| self.doc.str(t));
+                let chosen = tag.and_then(|t| options.iter().find(|(name, _)| t.is(name)));
+                match chosen {
+                    Some((_, schema)) => self.run(schema, value, path),
+                    None => {
+                        let options = options.iter().map(|(name, _)| *name).collect();
+                        self.push(
+                            &path.child(Seg::Key(key)),
+                            IssueKind::InvalidUnion { options },
+                            Cont::Stop,
+                        );
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    fn text_len(&self, out: Option<&Out>) -> usize {
+        out.and_then(|o| o.as_js_str(self.doc))
+            .map_or(0, JsStr::utf16_len)
+    }
+
+    fn refine_holds(&self, refine: Refine, out: &Out) -> bool {
+        let system = self.text_len(out.field("system"));
+        let body = match refine {
+            Refine::GenerateTotal => self.text_len(out.field("prompt")),
+            Refine::ChatTotal => match out.field("messages") {
+                Some(Out::Arr(messages)) => messages
+                    .iter()
+                    .map(|m| self.text_len(m.field("content")))
+                    .sum(),
+                _ => 0,
+            },
+        };
+        body + system <= MAX_TOTAL_CHARS
+    }
+}
