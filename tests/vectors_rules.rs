@@ -199,3 +199,219 @@ fn provenance_cases() {
         assert_eq!(ours, theirs, "{case}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// misc.json: the rule parts
+
+use byollm_server_native::json;
+use byollm_server_native::kinds::{self, SizeClass};
+use byollm_server_native::wire::{self, Endpoint, ErrorCode, Inspection};
+
+#[test]
+fn misc_constants() {
+    let v = vector("misc.json");
+    let c = &v["constants"];
+    assert_eq!(s(c, "PROTOCOL_VERSION"), wire::PROTOCOL_VERSION);
+    assert_eq!(s(c, "MIN_PROTOCOL_VERSION"), wire::MIN_PROTOCOL_VERSION);
+    assert_eq!(s(c, "UPGRADE_COMMAND"), wire::UPGRADE_COMMAND);
+    assert_eq!(c["MAX_BODY_BYTES"].as_u64(), Some(wire::MAX_BODY_BYTES));
+    assert_eq!(
+        c["MAX_ENVELOPE_BYTES"].as_u64(),
+        Some(wire::MAX_ENVELOPE_BYTES)
+    );
+    let endpoints: Vec<&str> = c["ENDPOINTS"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        endpoints,
+        Endpoint::ALL.iter().map(|e| e.as_str()).collect::<Vec<_>>()
+    );
+    let statuses = c["ERROR_STATUS"].as_object().unwrap();
+    assert_eq!(statuses.len(), ErrorCode::ALL.len());
+    for (code, status) in statuses {
+        let ours = ErrorCode::parse(code).unwrap_or_else(|| panic!("code {code}"));
+        assert_eq!(u64::from(ours.status()), status.as_u64().unwrap(), "{code}");
+    }
+    let limits = &c["PAYLOAD_LIMITS"];
+    assert_eq!(
+        limits["maxTextChars"].as_u64(),
+        Some(u64::from(kinds::MAX_TEXT_CHARS))
+    );
+    assert_eq!(
+        limits["maxMessages"].as_u64(),
+        Some(u64::from(kinds::MAX_MESSAGES))
+    );
+    assert_eq!(
+        limits["maxTotalChars"].as_u64(),
+        Some(kinds::MAX_TOTAL_CHARS as u64)
+    );
+}
+
+#[test]
+fn misc_check_protocol_version() {
+    let v = vector("misc.json");
+    let cases = v["checkProtocolVersion"].as_array().unwrap();
+    assert!(cases.len() >= 10);
+    for case in cases {
+        let doc = json::parse(&serde_json::to_string(&case["body"]).unwrap()).unwrap();
+        let ours = wire::check_protocol_version(&doc).map(|r| r.to_json());
+        let theirs =
+            (!case["refusal"].is_null()).then(|| serde_json::to_string(&case["refusal"]).unwrap());
+        assert_eq!(ours, theirs, "{case}");
+    }
+}
+
+#[test]
+fn misc_sizes_and_lengths() {
+    let v = vector("misc.json");
+    for case in v["sizeClassOf"].as_array().unwrap() {
+        let n = case["textChars"].as_f64().unwrap();
+        assert_eq!(
+            kinds::size_class_of(n),
+            SizeClass::parse(s(case, "sizeClass")).unwrap(),
+            "{case}"
+        );
+    }
+    for case in v["payloadTextLength"].as_array().unwrap() {
+        let input = &case["input"];
+        let payload = serde_json::to_string(&input["payload"]).unwrap();
+        let kind = s(input, "kind");
+        let ok = kinds::validate_payload(Some(kind), kind, Some(&payload)).unwrap();
+        assert_eq!(
+            ok.text_length as u64,
+            case["payloadTextLength"].as_u64().unwrap(),
+            "{case}"
+        );
+    }
+    for case in v["tooLarge"].as_array().unwrap() {
+        let bytes = case["bytes"].as_f64().unwrap();
+        assert_eq!(wire::describe_bytes(bytes), s(case, "describeBytes"));
+        assert_eq!(wire::too_large_message(bytes), s(case, "tooLargeMessage"));
+    }
+}
+
+#[test]
+fn misc_enqueue_payload_refusals_and_canonical_form() {
+    let v = vector("misc.json");
+    let mut checked = 0;
+    for case in v["enqueueRefusals"].as_array().unwrap() {
+        let message = case["result"]["error"]["message"].as_str().unwrap();
+        if !message.starts_with("invalid ") {
+            continue; // unknown-option refusals belong to the TS shell
+        }
+        let input = &case["input"];
+        let kind = input["kind"].as_str();
+        let display = kind.unwrap_or("undefined");
+        let payload = (!input["payload"].is_null())
+            .then(|| serde_json::to_string(&input["payload"]).unwrap());
+        let got = kinds::validate_payload(kind, display, payload.as_deref());
+        assert_eq!(
+            got.as_ref().err().map(String::as_str),
+            Some(message),
+            "{case}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 7, "only {checked} payload refusals checked");
+    let stores = &v["enqueueStores"];
+    let payload = serde_json::to_string(&stores["input"]["payload"]).unwrap();
+    let kind = s(&stores["input"], "kind");
+    let ok = kinds::validate_payload(Some(kind), kind, Some(&payload)).unwrap();
+    assert_eq!(ok.canonical, s(stores, "sealedPlaintext"));
+    assert_eq!(ok.size_class.as_str(), s(&stores["record"], "sizeClass"));
+}
+
+// ---------------------------------------------------------------------------
+// http-transcript.json: request bodies and the stage the reference answered at
+
+/// Placeholders (`<runnerId>`, `<ciphertext: 710 bytes>`) stand for minted
+/// values; give them a realistic long value so length rules see real data.
+fn fill_placeholders(v: &mut Value) {
+    match v {
+        Value::String(s) if s.starts_with('<') && s.ends_with('>') => *s = "x".repeat(43),
+        Value::Array(items) => items.iter_mut().for_each(fill_placeholders),
+        Value::Object(map) => map.values_mut().for_each(fill_placeholders),
+        _ => {}
+    }
+}
+
+#[test]
+fn transcript_request_bodies() {
+    let v = vector("http-transcript.json");
+    let mut checked = 0;
+    for step in v["steps"].as_array().unwrap() {
+        let Some(request) = step.get("request") else {
+            continue;
+        };
+        if request["method"] != "POST" {
+            continue;
+        }
+        let Some(endpoint) = request["path"]
+            .as_str()
+            .and_then(|p| p.strip_prefix("/api/byollm/"))
+            .and_then(Endpoint::parse)
+        else {
+            continue;
+        };
+        let raw = match &request["body"] {
+            Value::String(text) => text.clone(),
+            body => {
+                let mut body = body.clone();
+                fill_placeholders(&mut body);
+                serde_json::to_string(&body).unwrap()
+            }
+        };
+        let status = step["status"].as_u64().unwrap();
+        let response = &step["response"];
+        let message = response["message"].as_str().unwrap_or("");
+        let got = wire::inspect_request(endpoint, &raw, &wire::basic_url_ok);
+        let name = s(step, "name");
+        match (status, response["error"].as_str(), message) {
+            (400, Some("unsupported-protocol-version"), _) => {
+                assert_eq!(got.stage(), "version", "{name}");
+                let body = got.error(endpoint).unwrap();
+                assert_eq!(
+                    body.to_json(),
+                    serde_json::to_string(response).unwrap(),
+                    "{name}"
+                );
+            }
+            (400, _, "request body is not valid JSON") => {
+                assert_eq!(got.stage(), "json", "{name}");
+                assert_eq!(
+                    got.error(endpoint).unwrap().to_json(),
+                    serde_json::to_string(response).unwrap()
+                );
+            }
+            (400, _, m) if m.ends_with("failed schema validation") => {
+                assert_eq!(got.stage(), "schema", "{name}");
+                assert_eq!(
+                    got.error(endpoint).unwrap().to_json(),
+                    serde_json::to_string(response).unwrap()
+                );
+            }
+            // Everything the handler got past validation with must validate.
+            (200, _, _) | (403, _, _) | (404, _, _) => {
+                assert_eq!(got.stage(), "ok", "{name}");
+            }
+            // Refused by size before any parsing.
+            (400, _, m) if m.starts_with("this message is") => continue,
+            (400, _, m) if !m.is_empty() => assert_eq!(got.stage(), "ok", "{name}: {m}"),
+            _ => continue, // 401s: refused before the schema ran
+        }
+        if let Inspection::Ok { doc, body } = &got {
+            // The validated body re-serialises to the request as sent (the
+            // transcript's bodies are already in schema order).
+            let mut text = String::new();
+            body.write_json(doc, &mut text);
+            if endpoint != Endpoint::Heartbeat {
+                assert_eq!(text, raw, "{name}");
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 25, "only {checked} transcript requests checked");
+}
