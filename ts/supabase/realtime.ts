@@ -95,6 +95,8 @@ class RealtimeDelivery implements ResultDelivery {
     }, AVAILABILITY_INTERVAL_MS);
     const abort = (): void => fail(options.signal?.reason ?? new Error("wait aborted"));
     options.signal?.addEventListener("abort", abort, { once: true });
+    // Aborted while the first read was in flight: the listener came too late.
+    if (options.signal?.aborted === true) abort();
 
     try {
       return await settled;
