@@ -21,6 +21,16 @@ const DEVICE = { identity: "id-pub", encryption: "enc-pub", encryptionSig: "sig"
 const CAP = { kind: KIND, service: "default", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
 const OK = { outcome: "ok", text: "done" };
 
+// These clients never open Realtime (the stand-in has none). supabase-js on
+// Node 20 (no global WebSocket) insists on a transport at construction; this
+// one refuses to be used, so a test that did reach Realtime would fail loudly.
+class NoRealtimeHere {
+  constructor() {
+    throw new Error("this test has no Realtime server");
+  }
+}
+const CLIENT_OPTIONS = { auth: { persistSession: false, autoRefreshToken: false }, realtime: { transport: NoRealtimeHere } };
+
 let db;
 let pool;
 let standIn;
@@ -28,7 +38,7 @@ let service;
 let store;
 const clientFor = (claims) =>
   createClient(standIn.url, signJwt({ role: "anon" }, SECRET), {
-    auth: { persistSession: false, autoRefreshToken: false },
+    ...CLIENT_OPTIONS,
     global: { headers: { Authorization: `Bearer ${signJwt(claims, SECRET)}` } },
   });
 
@@ -36,7 +46,7 @@ before(async () => {
   db = await freshDatabase("supa");
   pool = new pg.Pool({ connectionString: db.url, max: 2 });
   standIn = await startPostgrestStandIn({ connectionString: db.url, jwtSecret: SECRET });
-  service = createClient(standIn.url, signJwt({ role: "service_role" }, SECRET), { auth: { persistSession: false, autoRefreshToken: false } });
+  service = createClient(standIn.url, signJwt({ role: "service_role" }, SECRET), CLIENT_OPTIONS);
   store = supabaseStore({ client: service, defaultTtlMs: 60_000 });
 });
 after(async () => {
