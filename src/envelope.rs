@@ -301,6 +301,35 @@ pub fn seal_with_keys(
     seal(plaintext, &sender, recipient_encryption_public, context)
 }
 
+/// Seal with a parsed key handle as the sender.
+pub fn seal_with_handle(
+    plaintext: Text<'_>,
+    sender: &keys::KeyHandle,
+    recipient_encryption_public: &str,
+    context: &Context,
+) -> Result<SealedEnvelope, SealError> {
+    seal(
+        plaintext,
+        sender.signing_key(),
+        recipient_encryption_public,
+        context,
+    )
+}
+
+/// Open with a parsed key handle as the recipient.
+pub fn open_with_handle(
+    envelope: &SealedEnvelope,
+    recipient: &keys::KeyHandle,
+    sender: Option<&VerifyingKey>,
+    expected: &Expected,
+) -> Result<JsStr, OpenFailure> {
+    let recipient = Recipient {
+        secret: recipient.encryption_secret(),
+        public: recipient.encryption_public(),
+    };
+    open(envelope, Some(recipient), sender, expected)
+}
+
 /// The recipient side of an open: a parsed X25519 secret and its public key.
 pub struct Recipient<'a> {
     pub secret: &'a StaticSecret,

@@ -279,6 +279,8 @@ pub struct KeyHandle {
     /// Derived from the secret, as the reference's open does, rather than
     /// trusted from `encryptionPublic`.
     encryption_public: [u8; 32],
+    /// `identityPublic` decoded (for verifying our own at-rest envelopes).
+    identity_key: Option<VerifyingKey>,
     key_id: String,
 }
 
@@ -290,11 +292,13 @@ impl KeyHandle {
         let encryption_secret = parse_encryption_secret(&keys.encryption_private)?;
         let encryption_public = *XPublicKey::from(&encryption_secret).as_bytes();
         let key_id = fingerprint::key_id(&keys.identity_public);
+        let identity_key = verifying_key(&keys.identity_public);
         Ok(KeyHandle {
             keys,
             signing,
             encryption_secret,
             encryption_public,
+            identity_key,
             key_id,
         })
     }
@@ -320,6 +324,15 @@ impl KeyHandle {
     /// Ed25519 signature over `data`, base64url.
     pub fn sign_text(&self, data: &[u8]) -> String {
         b64::encode_url(&self.signing.sign(data).to_bytes())
+    }
+
+    pub fn signing_key(&self) -> &SigningKey {
+        &self.signing
+    }
+
+    /// `identityPublic` as a key, if it is one.
+    pub fn identity_key(&self) -> Option<&VerifyingKey> {
+        self.identity_key.as_ref()
     }
 
     pub fn encryption_secret(&self) -> &StaticSecret {

@@ -1,1 +1,801 @@
-//! (to be written)
+//! The crypto exports: keys, key ids, envelopes, request signatures, ids,
+//! site keys, and the `SiteKeyring` key handle (see docs/architecture.md).
+//!
+//! Conversions only: every rule lives in the core modules. Objects returned
+//! to JavaScript are `#[napi(object)]` structs, whose field order is the key
+//! order JavaScript sees.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use napi::bindgen_prelude::*;
+use napi::ValueType;
+use napi_derive::napi;
+
+use crate::envelope::{self, OpenFailure, Text};
+use crate::fingerprint;
+use crate::ids;
+use crate::json::JsStr;
+use crate::keys::{self, is_positive_safe_integer, KeyHandle, PublicIdentity, StoredKeys};
+use crate::signing::{self, RequestSignature, VerifyingKeyCache};
+use crate::site_keys;
+
+// ---------------------------------------------------------------- shapes
+
+#[napi(object, js_name = "StoredKeys")]
+pub struct JsStoredKeys {
+    #[napi(ts_type = "1")]
+    pub version: f64,
+    pub identity_public: String,
+    pub identity_private: String,
+    pub encryption_public: String,
+    pub encryption_private: String,
+    pub encryption_sig: String,
+    pub created_at: f64,
+}
+
+#[napi(object, js_name = "PublicIdentity")]
+pub struct JsPublicIdentity {
+    pub identity: String,
+    pub encryption: String,
+    pub encryption_sig: String,
+}
+
+#[napi(object, js_name = "SealedEnvelope")]
+pub struct JsSealedEnvelope {
+    pub ciphertext: String,
+    pub recipient_key_id: String,
+    pub sender_key_id: String,
+    #[napi(ts_type = "\"payload\" | \"result\"")]
+    pub direction: String,
+    pub deadline_at: f64,
+}
+
+#[napi(object, js_name = "EnvelopeContext")]
+pub struct JsEnvelopeContext {
+    pub job_id: String,
+    pub sender_key_id: String,
+    pub recipient_key_id: String,
+    pub deadline_at: f64,
+    #[napi(ts_type = "\"payload\" | \"result\"")]
+    pub direction: String,
+}
+
+#[napi(object, js_name = "OpenExpected")]
+pub struct JsOpenExpected {
+    pub job_id: String,
+    pub sender_key_id: String,
+    pub recipient_key_id: String,
+    #[napi(ts_type = "\"payload\" | \"result\"")]
+    pub direction: String,
+}
+
+/// `{ok: true, plaintext}` or `{ok: false, reason}` (absent fields are not set).
+#[napi(object, js_name = "OpenResult")]
+pub struct JsOpenResult {
+    pub ok: bool,
+    #[napi(ts_type = "string")]
+    pub plaintext: Option<Either<String, Utf16String>>,
+    #[napi(
+        ts_type = "\"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\""
+    )]
+    pub reason: Option<String>,
+}
+
+#[napi(object)]
+pub struct SealOptions {
+    pub plaintext: String,
+    pub sender_keys: JsStoredKeys,
+    pub recipient_encryption_public: String,
+    pub context: JsEnvelopeContext,
+}
+
+#[napi(object)]
+pub struct OpenOptions {
+    pub envelope: JsSealedEnvelope,
+    pub recipient_keys: JsStoredKeys,
+    pub sender_identity_public: String,
+    pub expected: JsOpenExpected,
+}
+
+#[napi(object, js_name = "RequestSignature")]
+pub struct JsRequestSignature {
+    pub runner_id: String,
+    pub issued_at: f64,
+    pub signature: String,
+}
+
+#[napi(object)]
+pub struct RequestToSign {
+    pub endpoint: String,
+    pub runner_id: String,
+    pub issued_at: f64,
+    pub body: String,
+}
+
+#[napi(object)]
+pub struct VerifyRequestOptions {
+    pub identity_public: String,
+    pub endpoint: String,
+    pub body: String,
+    pub signature: JsRequestSignature,
+    pub now: f64,
+    pub max_skew_ms: Option<f64>,
+}
+
+// ---------------------------------------------------------------- conversions
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::new(Status::InvalidArg, message.into())
+}
+
+impl JsStoredKeys {
+    /// The strict schema, applied to an object that came from JavaScript.
+    fn to_core(&self) -> Result<StoredKeys> {
+        if self.version != 1.0 {
+            return Err(invalid("StoredKeys.version must be 1"));
+        }
+        if !is_positive_safe_integer(self.created_at) {
+            return Err(invalid(
+                "StoredKeys.createdAt must be a positive integer (epoch ms)",
+            ));
+        }
+        let fields = [
+            ("identityPublic", &self.identity_public),
+            ("identityPrivate", &self.identity_private),
+            ("encryptionPublic", &self.encryption_public),
+            ("encryptionPrivate", &self.encryption_private),
+            ("encryptionSig", &self.encryption_sig),
+        ];
+        if let Some((name, _)) = fields.iter().find(|(_, v)| v.is_empty()) {
+            return Err(invalid(format!(
+                "StoredKeys.{name} must be a non-empty string"
+            )));
+        }
+        Ok(StoredKeys {
+            version: 1,
+            identity_public: self.identity_public.clone(),
+            identity_private: self.identity_private.clone(),
+            encryption_public: self.encryption_public.clone(),
+            encryption_private: self.encryption_private.clone(),
+            encryption_sig: self.encryption_sig.clone(),
+            created_at: self.created_at as u64,
+        })
+    }
+
+    fn from_core(keys: StoredKeys) -> JsStoredKeys {
+        JsStoredKeys {
+            version: f64::from(keys.version),
+            identity_public: keys.identity_public,
+            identity_private: keys.identity_private,
+            encryption_public: keys.encryption_public,
+            encryption_private: keys.encryption_private,
+            encryption_sig: keys.encryption_sig,
+            created_at: keys.created_at as f64,
+        }
+    }
+}
+
+impl From<PublicIdentity> for JsPublicIdentity {
+    fn from(p: PublicIdentity) -> Self {
+        JsPublicIdentity {
+            identity: p.identity,
+            encryption: p.encryption,
+            encryption_sig: p.encryption_sig,
+        }
+    }
+}
+
+impl From<envelope::SealedEnvelope> for JsSealedEnvelope {
+    fn from(e: envelope::SealedEnvelope) -> Self {
+        JsSealedEnvelope {
+            ciphertext: e.ciphertext,
+            recipient_key_id: e.recipient_key_id,
+            sender_key_id: e.sender_key_id,
+            direction: e.direction,
+            deadline_at: e.deadline_at,
+        }
+    }
+}
+
+impl From<JsSealedEnvelope> for envelope::SealedEnvelope {
+    fn from(e: JsSealedEnvelope) -> Self {
+        envelope::SealedEnvelope {
+            ciphertext: e.ciphertext,
+            recipient_key_id: e.recipient_key_id,
+            sender_key_id: e.sender_key_id,
+            direction: e.direction,
+            deadline_at: e.deadline_at,
+        }
+    }
+}
+
+fn open_result(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult {
+    match result {
+        Ok(text) => {
+            // A plaintext holding a lone surrogate goes back as exact UTF-16.
+            let plaintext = match text.lone_utf16() {
+                Some(units) => Either::B(Utf16String::from(units.to_vec())),
+                None => Either::A(text.as_str().to_string()),
+            };
+            JsOpenResult {
+                ok: true,
+                plaintext: Some(plaintext),
+                reason: None,
+            }
+        }
+        Err(reason) => JsOpenResult {
+            ok: false,
+            plaintext: None,
+            reason: Some(reason.as_str().to_string()),
+        },
+    }
+}
+
+fn seal_error(e: envelope::SealError) -> Error {
+    invalid(e.to_string())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(1)
+}
+
+// ---------------------------------------------------------------- keys
+
+/// `generateSiteKeys(now = Date.now())`.
+#[napi(catch_unwind)]
+pub fn generate_keys(now: Option<f64>) -> Result<JsStoredKeys> {
+    let now = match now {
+        None => now_ms(),
+        Some(n) if is_positive_safe_integer(n) => n as u64,
+        Some(_) => {
+            return Err(invalid(
+                "generateKeys: now must be a positive integer (epoch ms)",
+            ))
+        }
+    };
+    Ok(JsStoredKeys::from_core(site_keys::generate_site_keys(now)))
+}
+
+#[napi(catch_unwind)]
+pub fn public_identity_of(keys: JsStoredKeys) -> JsPublicIdentity {
+    JsPublicIdentity {
+        identity: keys.identity_public,
+        encryption: keys.encryption_public,
+        encryption_sig: keys.encryption_sig,
+    }
+}
+
+/// Never throws: anything that is not an object of three strings is `false`.
+#[napi(catch_unwind)]
+pub fn verify_public_identity(identity: Unknown<'_>) -> bool {
+    fn read(identity: &Unknown<'_>) -> Option<PublicIdentity> {
+        if identity.get_type().ok()? != ValueType::Object {
+            return None;
+        }
+        // SAFETY: the value was just checked to be an object.
+        let object: Object<'_> = unsafe { identity.cast().ok()? };
+        let text = |name: &str| -> Option<String> {
+            let value: Unknown<'_> = object.get(name).ok()??;
+            if value.get_type().ok()? != ValueType::String {
+                return None;
+            }
+            // SAFETY: checked to be a string.
+            unsafe { value.cast::<String>().ok() }
+        };
+        Some(PublicIdentity {
+            identity: text("identity")?,
+            encryption: text("encryption")?,
+            encryption_sig: text("encryptionSig")?,
+        })
+    }
+    read(&identity).is_some_and(|p| keys::verify_public_identity(&p))
+}
+
+#[napi(catch_unwind)]
+pub fn key_id(identity_public: String) -> String {
+    fingerprint::key_id(&identity_public)
+}
+
+#[napi(catch_unwind)]
+pub fn format_site_keys(keys: JsStoredKeys) -> Result<String> {
+    Ok(site_keys::format_site_keys(&keys.to_core()?))
+}
+
+/// `siteKeysFromEnv` given the variable's name and value; the shell reads
+/// `process.env`. Throws the reference's three messages.
+#[napi(catch_unwind)]
+pub fn site_keys_from_env_value(variable: String, value: Option<String>) -> Result<JsStoredKeys> {
+    site_keys::site_keys_from_env(&variable, value.as_deref())
+        .map(JsStoredKeys::from_core)
+        .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))
+}
+
+// ---------------------------------------------------------------- envelopes
+
+fn core_context(c: &JsEnvelopeContext) -> envelope::Context {
+    envelope::Context {
+        job_id: c.job_id.clone(),
+        sender_key_id: c.sender_key_id.clone(),
+        recipient_key_id: c.recipient_key_id.clone(),
+        deadline_at: c.deadline_at,
+        direction: c.direction.clone(),
+    }
+}
+
+fn core_expected(e: JsOpenExpected) -> envelope::Expected {
+    envelope::Expected {
+        job_id: e.job_id,
+        sender_key_id: e.sender_key_id,
+        recipient_key_id: e.recipient_key_id,
+        direction: e.direction,
+    }
+}
+
+#[napi(catch_unwind)]
+pub fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
+    envelope::seal_with_keys(
+        Text::Utf8(&opts.plaintext),
+        &opts.sender_keys.identity_private,
+        &opts.recipient_encryption_public,
+        &core_context(&opts.context),
+    )
+    .map(JsSealedEnvelope::from)
+    .map_err(seal_error)
+}
+
+/// Never throws for a bad envelope or bad keys: those are reasons.
+#[napi(catch_unwind)]
+pub fn open(opts: OpenOptions) -> JsOpenResult {
+    let envelope = envelope::SealedEnvelope::from(opts.envelope);
+    open_result(envelope::open_with_keys(
+        &envelope,
+        &opts.recipient_keys.encryption_private,
+        &opts.sender_identity_public,
+        &core_expected(opts.expected),
+    ))
+}
+
+// ---------------------------------------------------------------- request signatures
+
+#[napi(catch_unwind)]
+pub fn canonical_request(
+    endpoint: String,
+    runner_id: String,
+    issued_at: f64,
+    body: String,
+) -> String {
+    signing::canonical_request(&endpoint, &runner_id, issued_at, &body)
+}
+
+#[napi(catch_unwind)]
+pub fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<JsRequestSignature> {
+    let signer =
+        keys::parse_signing_key(&keys.identity_private).map_err(|e| invalid(e.to_string()))?;
+    let canonical =
+        signing::canonical_request(&req.endpoint, &req.runner_id, req.issued_at, &req.body);
+    let signature = crate::b64::encode_url(
+        &ed25519_dalek::Signer::sign(&signer, canonical.as_bytes()).to_bytes(),
+    );
+    Ok(JsRequestSignature {
+        runner_id: req.runner_id,
+        issued_at: req.issued_at,
+        signature,
+    })
+}
+
+/// Pinned identity keys, decoded once (bounded).
+fn key_cache() -> &'static Mutex<VerifyingKeyCache> {
+    static CACHE: OnceLock<Mutex<VerifyingKeyCache>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(VerifyingKeyCache::new(4096)))
+}
+
+fn cached_key(identity_public: &str) -> Option<ed25519_dalek::VerifyingKey> {
+    match key_cache().lock() {
+        Ok(mut cache) => cache.get(identity_public),
+        // A poisoned lock only means another call panicked mid-update; decode
+        // directly rather than fail this request.
+        Err(_) => keys::verifying_key(identity_public),
+    }
+}
+
+#[napi(catch_unwind, ts_return_type = "null | \"stale\" | \"bad-signature\"")]
+pub fn verify_request(opts: VerifyRequestOptions) -> Option<&'static str> {
+    let key = cached_key(&opts.identity_public);
+    let signature = RequestSignature {
+        runner_id: opts.signature.runner_id,
+        issued_at: opts.signature.issued_at,
+        signature: opts.signature.signature,
+    };
+    signing::verify_request(
+        key.as_ref(),
+        &opts.endpoint,
+        &opts.body,
+        &signature,
+        opts.now,
+        opts.max_skew_ms.unwrap_or(signing::MAX_CLOCK_SKEW_MS),
+    )
+    .map(|failure| failure.as_str())
+}
+
+// ---------------------------------------------------------------- ids and secrets
+
+#[napi(catch_unwind)]
+pub fn generate_device_code() -> String {
+    ids::generate_device_code()
+}
+
+#[napi(catch_unwind)]
+pub fn generate_user_code() -> String {
+    ids::generate_user_code()
+}
+
+#[napi(catch_unwind)]
+pub fn generate_runner_id() -> String {
+    ids::generate_runner_id()
+}
+
+#[napi(catch_unwind)]
+pub fn generate_job_id() -> String {
+    ids::generate_job_id()
+}
+
+#[napi(catch_unwind)]
+pub fn generate_lease_id() -> String {
+    ids::generate_lease_id()
+}
+
+#[napi(catch_unwind)]
+pub fn hash_secret(secret: String) -> String {
+    ids::hash_secret(&secret)
+}
+
+/// Constant time for equal lengths; `false` (never a throw) on malformed input.
+#[napi(catch_unwind)]
+pub fn secrets_match(a: String, b: String) -> bool {
+    ids::secrets_match(&a, &b)
+}
+
+#[napi(catch_unwind)]
+pub fn normalize_user_code(input: String) -> String {
+    ids::normalize_user_code(&input)
+}
+
+// ---------------------------------------------------------------- SiteKeyring
+
+/// A site's keys, parsed once and shared with the thread pool.
+#[napi]
+pub struct SiteKeyring {
+    inner: Arc<KeyHandle>,
+}
+
+fn device_from_js(device: &JsPublicIdentity) -> PublicIdentity {
+    PublicIdentity {
+        identity: device.identity.clone(),
+        encryption: device.encryption.clone(),
+        encryption_sig: device.encryption_sig.clone(),
+    }
+}
+
+fn seal_payload_core(
+    handle: &KeyHandle,
+    plaintext: &str,
+    job_id: &str,
+    deadline_at: f64,
+) -> std::result::Result<envelope::SealedEnvelope, envelope::SealError> {
+    let site = handle.key_id().to_string();
+    let context = envelope::Context {
+        job_id: job_id.to_string(),
+        sender_key_id: site.clone(),
+        recipient_key_id: site,
+        deadline_at,
+        direction: "payload".into(),
+    };
+    envelope::seal_with_handle(
+        Text::Utf8(plaintext),
+        handle,
+        &handle.keys().encryption_public,
+        &context,
+    )
+}
+
+fn reseal_core(
+    handle: &KeyHandle,
+    at_rest: &envelope::SealedEnvelope,
+    job_id: &str,
+    created_at: f64,
+    device: &PublicIdentity,
+) -> std::result::Result<Option<envelope::SealedEnvelope>, envelope::SealError> {
+    let site = handle.key_id().to_string();
+    let expected = envelope::Expected {
+        job_id: job_id.to_string(),
+        sender_key_id: site.clone(),
+        recipient_key_id: site.clone(),
+        direction: "payload".into(),
+    };
+    let opened = envelope::open_with_handle(at_rest, handle, handle.identity_key(), &expected);
+    let Ok(plaintext) = opened else {
+        return Ok(None);
+    };
+    let context = envelope::Context {
+        job_id: job_id.to_string(),
+        sender_key_id: site,
+        recipient_key_id: fingerprint::key_id(&device.identity),
+        deadline_at: created_at + envelope::ENVELOPE_MAX_AGE_MS,
+        direction: "payload".into(),
+    };
+    let text = match plaintext.lone_utf16() {
+        Some(units) => {
+            envelope::seal_with_handle(Text::Utf16(units), handle, &device.encryption, &context)
+        }
+        None => envelope::seal_with_handle(
+            Text::Utf8(plaintext.as_str()),
+            handle,
+            &device.encryption,
+            &context,
+        ),
+    };
+    text.map(Some)
+}
+
+fn open_result_core(
+    handle: &KeyHandle,
+    envelope: &envelope::SealedEnvelope,
+    job_id: &str,
+    device_identity: &str,
+) -> std::result::Result<JsStr, OpenFailure> {
+    let expected = envelope::Expected {
+        job_id: job_id.to_string(),
+        sender_key_id: fingerprint::key_id(device_identity),
+        recipient_key_id: handle.key_id().to_string(),
+        direction: "result".into(),
+    };
+    let sender = cached_key(device_identity);
+    envelope::open_with_handle(envelope, handle, sender.as_ref(), &expected)
+}
+
+#[napi]
+impl SiteKeyring {
+    /// Parses both private keys; throws a clear error when they are not keys.
+    /// Consistency of the public half is a separate question: `isConsistent()`.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(keys: JsStoredKeys) -> Result<Self> {
+        let handle =
+            KeyHandle::new(keys.to_core()?).map_err(|e| invalid(format!("siteKeys: {e}")))?;
+        Ok(SiteKeyring {
+            inner: Arc::new(handle),
+        })
+    }
+
+    #[napi(getter, catch_unwind)]
+    pub fn key_id(&self) -> String {
+        self.inner.key_id().to_string()
+    }
+
+    #[napi(catch_unwind)]
+    pub fn public_identity(&self) -> JsPublicIdentity {
+        self.inner.public_identity().into()
+    }
+
+    #[napi(catch_unwind)]
+    pub fn is_consistent(&self) -> bool {
+        self.inner.is_consistent()
+    }
+
+    /// Seal a job payload to the site itself, for storage at rest.
+    #[napi(catch_unwind)]
+    pub fn seal_payload(
+        &self,
+        plaintext: String,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<JsSealedEnvelope> {
+        seal_payload_core(&self.inner, &plaintext, &job_id, deadline_at)
+            .map(JsSealedEnvelope::from)
+            .map_err(seal_error)
+    }
+
+    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope>")]
+    pub fn seal_payload_async(
+        &self,
+        plaintext: String,
+        job_id: String,
+        deadline_at: f64,
+    ) -> AsyncTask<SealPayloadTask> {
+        AsyncTask::new(SealPayloadTask {
+            handle: self.inner.clone(),
+            plaintext,
+            job_id,
+            deadline_at,
+        })
+    }
+
+    /// Open the at-rest payload and seal it to the claiming device; `null`
+    /// when the at-rest envelope does not open.
+    #[napi(catch_unwind)]
+    pub fn reseal_for_device(
+        &self,
+        at_rest: JsSealedEnvelope,
+        job_id: String,
+        created_at: f64,
+        device: JsPublicIdentity,
+    ) -> Result<Option<JsSealedEnvelope>> {
+        reseal_core(
+            &self.inner,
+            &at_rest.into(),
+            &job_id,
+            created_at,
+            &device_from_js(&device),
+        )
+        .map(|o| o.map(JsSealedEnvelope::from))
+        .map_err(seal_error)
+    }
+
+    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
+    pub fn reseal_for_device_async(
+        &self,
+        at_rest: JsSealedEnvelope,
+        job_id: String,
+        created_at: f64,
+        device: JsPublicIdentity,
+    ) -> AsyncTask<ResealTask> {
+        AsyncTask::new(ResealTask {
+            handle: self.inner.clone(),
+            at_rest: at_rest.into(),
+            job_id,
+            created_at,
+            device: device_from_js(&device),
+        })
+    }
+
+    /// Open a device's result envelope addressed to this site.
+    #[napi(catch_unwind)]
+    pub fn open_result(
+        &self,
+        envelope: JsSealedEnvelope,
+        job_id: String,
+        device_identity: String,
+    ) -> JsOpenResult {
+        open_result(open_result_core(
+            &self.inner,
+            &envelope.into(),
+            &job_id,
+            &device_identity,
+        ))
+    }
+
+    #[napi(catch_unwind, ts_return_type = "Promise<OpenResult>")]
+    pub fn open_result_async(
+        &self,
+        envelope: JsSealedEnvelope,
+        job_id: String,
+        device_identity: String,
+    ) -> AsyncTask<OpenResultTask> {
+        AsyncTask::new(OpenResultTask {
+            handle: self.inner.clone(),
+            envelope: envelope.into(),
+            job_id,
+            device_identity,
+        })
+    }
+
+    /// The site plane's request signature over `site/<endpoint>`.
+    #[napi(catch_unwind)]
+    pub fn sign_site_request(
+        &self,
+        endpoint: String,
+        site_id: String,
+        issued_at: f64,
+        body: String,
+    ) -> String {
+        signing::sign_request(
+            &self.inner,
+            &signing::site_endpoint(&endpoint),
+            &site_id,
+            issued_at,
+            &body,
+        )
+        .signature
+    }
+}
+
+// ---------------------------------------------------------------- thread-pool tasks
+
+pub struct SealPayloadTask {
+    handle: Arc<KeyHandle>,
+    plaintext: String,
+    job_id: String,
+    deadline_at: f64,
+}
+
+impl Task for SealPayloadTask {
+    type Output = envelope::SealedEnvelope;
+    type JsValue = JsSealedEnvelope;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        guard(|| {
+            seal_payload_core(
+                &self.handle,
+                &self.plaintext,
+                &self.job_id,
+                self.deadline_at,
+            )
+            .map_err(seal_error)
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
+        Ok(output.into())
+    }
+}
+
+pub struct ResealTask {
+    handle: Arc<KeyHandle>,
+    at_rest: envelope::SealedEnvelope,
+    job_id: String,
+    created_at: f64,
+    device: PublicIdentity,
+}
+
+impl Task for ResealTask {
+    type Output = Option<envelope::SealedEnvelope>;
+    type JsValue = Option<JsSealedEnvelope>;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        guard(|| {
+            reseal_core(
+                &self.handle,
+                &self.at_rest,
+                &self.job_id,
+                self.created_at,
+                &self.device,
+            )
+            .map_err(seal_error)
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
+        Ok(output.map(JsSealedEnvelope::from))
+    }
+}
+
+pub struct OpenResultTask {
+    handle: Arc<KeyHandle>,
+    envelope: envelope::SealedEnvelope,
+    job_id: String,
+    device_identity: String,
+}
+
+impl Task for OpenResultTask {
+    type Output = std::result::Result<JsStr, OpenFailure>;
+    type JsValue = JsOpenResult;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        guard(|| {
+            Ok(open_result_core(
+                &self.handle,
+                &self.envelope,
+                &self.job_id,
+                &self.device_identity,
+            ))
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
+        Ok(open_result(output))
+    }
+}
+
+/// `catch_unwind` for work on the thread pool, where the attribute does not
+/// reach: a panic becomes a rejected promise.
+fn guard<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|_| {
+        Err(Error::new(
+            Status::GenericFailure,
+            "byollm-server-native: internal error (panic) in a crypto task",
+        ))
+    })
+}
