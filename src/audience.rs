@@ -578,13 +578,33 @@ pub struct RunnerAvailability {
     pub candidates: u32,
 }
 
+/// The parts of a stored capability availability reads. `kind` stays a
+/// plain string: a record written by some other store may carry a kind this
+/// version does not know, and it still counts when the query names it.
+#[derive(Debug, Clone, Copy)]
+pub struct CapabilityView<'a> {
+    pub kind: &'a str,
+    pub offer_scope: OfferScope,
+    pub backend_id: &'a str,
+}
+
+impl<'a> From<&'a Capability> for CapabilityView<'a> {
+    fn from(c: &'a Capability) -> Self {
+        CapabilityView {
+            kind: c.kind.as_str(),
+            offer_scope: c.offer_scope,
+            backend_id: &c.backend_id,
+        }
+    }
+}
+
 /// What availability needs to know about one stored runner.
 #[derive(Debug, Clone, Copy)]
 pub struct RunnerView<'a> {
     pub owner: &'a str,
     pub revoked: bool,
     pub last_heartbeat_at: f64,
-    pub capabilities: &'a [Capability],
+    pub capabilities: &'a [CapabilityView<'a>],
 }
 
 /// The availability question: a job of this kind, owner and audience.
@@ -625,18 +645,14 @@ pub fn runner_availability(
     let mut admitted = 0u32;
     let mut last_refusal = None;
     for runner in live {
-        for cap in runner
-            .capabilities
-            .iter()
-            .filter(|c| c.kind.as_str() == query.kind)
-        {
+        for cap in runner.capabilities.iter().filter(|c| c.kind == query.kind) {
             capable = capable.saturating_add(1);
             match server_admits(
                 query.owner,
                 query.audience,
                 query.audience_allow,
                 cap.offer_scope,
-                &cap.backend_id,
+                cap.backend_id,
                 runner.owner,
             ) {
                 Ok(()) => admitted = admitted.saturating_add(1),
@@ -820,15 +836,11 @@ mod tests {
         );
     }
 
-    fn cap(kind: JobKind, scope: OfferScope, backend_id: &str) -> Capability {
-        Capability {
-            kind,
-            service: "svc".into(),
-            backend_id: backend_id.into(),
-            backend_class: BackendClass::Http,
-            model: "m".into(),
-            known_models: None,
+    fn cap(kind: JobKind, scope: OfferScope, backend_id: &'static str) -> CapabilityView<'static> {
+        CapabilityView {
+            kind: kind.as_str(),
             offer_scope: scope,
+            backend_id,
         }
     }
 
