@@ -83,7 +83,8 @@ export function canonicalRequest(input) {
 
 /** Sign an outgoing request with an identity key. */
 export function signRequest(keys, input) {
-  return call("signRequest", [keys, input.endpoint, input.runnerId, input.issuedAt, input.body]);
+  const signature = call("signRequest", [keys, input.endpoint, input.runnerId, input.issuedAt, input.body]);
+  return { runnerId: input.runnerId, issuedAt: input.issuedAt, signature };
 }
 
 /** Verify a signed request: null when good, else "stale" or "bad-signature". */
@@ -100,17 +101,20 @@ export function verifyRequest(input) {
 
 /** A site's call to a relay: the same scheme over `site/<endpoint>`, the site id in the caller slot. */
 export function signSiteRequest(keys, input) {
-  return signRequest(keys, {
-    endpoint: `site/${input.endpoint}`,
-    runnerId: input.siteId,
-    issuedAt: input.issuedAt,
-    body: input.body,
-  });
+  const signature = call("signSiteRequest", [keys, input.endpoint, input.siteId, input.issuedAt, input.body]);
+  return { runnerId: input.siteId, issuedAt: input.issuedAt, signature };
 }
 
 /** Verify a site's call (see signSiteRequest). */
 export function verifySiteRequest(input) {
-  return verifyRequest({ ...input, endpoint: `site/${input.endpoint}` });
+  return call("verifySiteRequest", [
+    input.identityPublic,
+    input.endpoint,
+    input.body,
+    input.signature,
+    input.now,
+    input.maxSkewMs ?? MAX_CLOCK_SKEW_MS,
+  ]);
 }
 
 // ------------------------------------------------------------------ ids and secrets

@@ -82,13 +82,9 @@ function recoverFromTrap(err) {
   return new Error(`byollm edge: internal error in the WebAssembly core (${err && err.message ? err.message : err})`);
 }
 
-// Strings go to Rust as UTF-8 JSON. A lone UTF-16 surrogate has no UTF-8 form:
-// like the native addon (and TextEncoder), it becomes U+FFFD on the way in.
-const wellFormed =
-  typeof String.prototype.toWellFormed === "function"
-    ? (s) => s.toWellFormed()
-    : (s) => s.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "\uFFFD");
-const replacer = (_key, value) => (typeof value === "string" ? wellFormed(value) : value);
+// Arguments travel as JSON.stringify output, which writes a lone UTF-16
+// surrogate as a \ud800-style escape; the core's JSON.parse-compatible reader
+// restores it, so such strings keep their exact code units both ways.
 
 function writeBytes(bytes) {
   const len = bytes.length;
@@ -108,7 +104,7 @@ export function call(op, args) {
     throw new Error("byollm edge: the WebAssembly core is not loaded yet (await init() first)");
   }
   const opBytes = encoder.encode(op);
-  const argBytes = encoder.encode(JSON.stringify(args, replacer));
+  const argBytes = encoder.encode(JSON.stringify(args));
   let status;
   let text;
   try {

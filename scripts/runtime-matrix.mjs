@@ -43,8 +43,11 @@ function platformBinary(dir, scope, rel) {
   return undefined;
 }
 
-/** Installs the runtimes that are not there yet; returns their binaries. */
-export function installRuntimes(dir = process.env.BYOLLM_RUNTIMES_DIR || join(tmpdir(), "byollm-runtimes")) {
+/**
+ * Installs the runtimes that are not there yet (all, or those named in
+ * `only`); returns the binaries found.
+ */
+export function installRuntimes({ only = Object.keys(WANT), dir = process.env.BYOLLM_RUNTIMES_DIR || join(tmpdir(), "byollm-runtimes") } = {}) {
   mkdirSync(dir, { recursive: true });
   if (!existsSync(join(dir, "package.json"))) {
     writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "byollm-runtimes", private: true }) + "\n");
@@ -62,7 +65,7 @@ export function installRuntimes(dir = process.env.BYOLLM_RUNTIMES_DIR || join(tm
   locate();
   const missing = [];
   for (const [name, major] of Object.entries(WANT)) {
-    if (bins[name] && existsSync(bins[name])) continue;
+    if (!only.includes(name) || (bins[name] && existsSync(bins[name]))) continue;
     if (name.startsWith("node")) {
       const pkg = nodePackage(major);
       if (pkg) missing.push(`${name}@npm:${pkg}`);

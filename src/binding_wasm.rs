@@ -25,12 +25,15 @@
 //! Every operation calls the same core functions the Node binding calls; this
 //! file only converts JSON to Rust values and back.
 
-use serde_json::{json, Value};
 use std::cell::RefCell;
 
+use crate::envelope::{self, Context, Expected, SealedEnvelope, Text};
 use crate::fingerprint;
-use crate::json::{self, Doc, Node, NodeId};
-use crate::keys::{self, PublicIdentity, StoredKeys, MAX_SAFE_INTEGER};
+use crate::ids;
+use crate::json::{self, Doc, JsStr, Node, NodeId};
+use crate::keys::{self, KeyHandle, PublicIdentity, StoredKeys, MAX_SAFE_INTEGER};
+use crate::signing::{self, RequestSignature};
+use crate::site_keys;
 
 // ---------------------------------------------------------------- randomness
 
@@ -122,8 +125,8 @@ pub unsafe extern "C" fn bx_call(
     // SAFETY: guaranteed by the caller.
     let args = unsafe { bytes_at(args_ptr, args_len) };
     let (status, text) = match call(op, args) {
-        Ok(value) => (0, value.to_string()),
-        Err(message) => (1, Value::String(message).to_string()),
+        Ok(answer) => (0, answer),
+        Err(message) => (1, string(&message)),
     };
     RESULT.with(|r| *r.borrow_mut() = text.into_bytes());
     status
@@ -154,14 +157,16 @@ unsafe fn bytes_at<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
 
 // ---------------------------------------------------------------- dispatch
 
-type Outcome = Result<Value, String>;
+/// A JSON text on success, an error message otherwise.
+type Outcome = Result<String, String>;
 
 /// Decodes the operation name and its JSON argument array, then runs it.
 /// Pure Rust: the unit tests drive it directly.
 ///
 /// The arguments are read with the core's `JSON.parse`-compatible reader, so a
-/// lone UTF-16 surrogate written by `JSON.stringify` (as `\ud800`) arrives
-/// exactly as the native addon would see it (U+FFFD in the text).
+/// string holding a lone UTF-16 surrogate (which `JSON.stringify` writes as a
+/// `\ud800` escape) reaches the core exactly, and answers are written the same
+/// way back.
 pub(crate) fn call(op: &[u8], args: &[u8]) -> Outcome {
     let op = std::str::from_utf8(op).map_err(|_| "operation name is not UTF-8".to_string())?;
     let text = std::str::from_utf8(args).map_err(|_| format!("{op}: arguments are not UTF-8"))?;
@@ -175,26 +180,200 @@ pub(crate) fn call(op: &[u8], args: &[u8]) -> Outcome {
         items,
     };
     match op {
-        "ping" => Ok(json!("pong")),
+        "ping" => Ok(string("pong")),
         // ---- keys
-        "generateKeys" => {
-            let now = a.integer(0, "now")?;
-            to_value(&StoredKeys::generate(now))
-        }
-        "publicIdentityOf" => to_value(&a.keys(0)?.public_identity()),
-        "verifyPublicIdentity" => Ok(Value::Bool(
+        "generateKeys" => Ok(StoredKeys::generate(a.integer(0, "now")?).to_json()),
+        "publicIdentityOf" => Ok(a.keys(0)?.public_identity().to_json()),
+        "verifyPublicIdentity" => Ok(boolean(
             a.public_identity(0)
                 .is_some_and(|id| keys::verify_public_identity(&id)),
         )),
-        "fingerprint" => Ok(Value::String(fingerprint::key_id(
-            a.str(0, "identityPublic")?,
+        "fingerprint" => Ok(string(&fingerprint::key_id(a.str(0, "identityPublic")?))),
+        "formatSiteKeys" => Ok(string(&site_keys::format_site_keys(&a.keys(0)?))),
+        "siteKeysFromEnvValue" => {
+            let variable = a.str(0, "variable")?;
+            let value = match a.node(1) {
+                Node::Null => None,
+                Node::String(s) => Some(s.as_str()),
+                _ => return Err(format!("{op}: value must be a string or null")),
+            };
+            site_keys::site_keys_from_env(variable, value)
+                .map(|k| k.to_json())
+                .map_err(|e| e.to_string())
+        }
+        // ---- envelopes
+        "seal" => seal(&a),
+        "open" => open(&a),
+        // ---- request signatures
+        "canonicalRequest" => Ok(string(&signing::canonical_request(
+            a.str(0, "endpoint")?,
+            a.str(1, "runnerId")?,
+            a.number(2, "issuedAt")?,
+            a.str(3, "body")?,
         ))),
+        "signRequest" => sign_request(&a, false),
+        "signSiteRequest" => sign_request(&a, true),
+        "verifyRequest" => verify_request(&a, false),
+        "verifySiteRequest" => verify_request(&a, true),
+        // ---- ids and secrets
+        "generateDeviceCode" => Ok(string(&ids::generate_device_code())),
+        "generateUserCode" => Ok(string(&ids::generate_user_code())),
+        "generateRunnerId" => Ok(string(&ids::generate_runner_id())),
+        "generateJobId" => Ok(string(&ids::generate_job_id())),
+        "generateLeaseId" => Ok(string(&ids::generate_lease_id())),
+        "hashSecret" => Ok(string(&ids::hash_secret(a.str(0, "secret")?))),
+        "secretsMatch" => Ok(boolean(ids::secrets_match(a.str(0, "a")?, a.str(1, "b")?))),
+        "normalizeUserCode" => Ok(string(&ids::normalize_user_code(a.str(0, "input")?))),
         _ => Err(format!("unknown operation {op:?}")),
     }
 }
 
-fn to_value<T: serde::Serialize>(v: &T) -> Outcome {
-    serde_json::to_value(v).map_err(|e| format!("could not encode the answer: {e}"))
+/// `seal(plaintext, senderKeys, recipientEncryptionPublic, context)`.
+/// Like the reference, only the sender's `identityPrivate` is read.
+fn seal(a: &Args<'_>) -> Outcome {
+    let plaintext = a.js_str(0, "plaintext")?;
+    let text = match plaintext.lone_utf16() {
+        Some(units) => Text::Utf16(units),
+        None => Text::Utf8(plaintext.as_str()),
+    };
+    let sender = a.field_str(1, "identityPrivate", "senderKeys.identityPrivate")?;
+    let recipient = a.str(2, "recipientEncryptionPublic")?;
+    let context = Context {
+        job_id: a.field_str(3, "jobId", "context.jobId")?.to_string(),
+        sender_key_id: a
+            .field_str(3, "senderKeyId", "context.senderKeyId")?
+            .to_string(),
+        recipient_key_id: a
+            .field_str(3, "recipientKeyId", "context.recipientKeyId")?
+            .to_string(),
+        deadline_at: a.field_num(3, "deadlineAt", "context.deadlineAt")?,
+        direction: a
+            .field_str(3, "direction", "context.direction")?
+            .to_string(),
+    };
+    let sealed =
+        envelope::seal_with_keys(text, sender, recipient, &context).map_err(|e| e.to_string())?;
+    Ok(envelope_json(&sealed))
+}
+
+/// `open(envelope, recipientKeys, senderIdentityPublic, expected)`: failures
+/// are answers (`{ok:false, reason}`), never errors, as in the reference.
+fn open(a: &Args<'_>) -> Outcome {
+    let text_or = |i, name, or: &str| a.opt_field_str(i, name).unwrap_or(or).to_string();
+    // A field of the wrong type never equals what is expected: a sentinel no
+    // real key id or direction can be keeps the reference's "not-for-us".
+    const ABSENT: &str = "\u{0}absent";
+    let envelope = SealedEnvelope {
+        ciphertext: text_or(0, "ciphertext", ""),
+        recipient_key_id: text_or(0, "recipientKeyId", ABSENT),
+        sender_key_id: text_or(0, "senderKeyId", ABSENT),
+        direction: text_or(0, "direction", ABSENT),
+        deadline_at: a.opt_field_num(0, "deadlineAt").unwrap_or(f64::NAN),
+    };
+    let expected = Expected {
+        job_id: text_or(3, "jobId", ABSENT),
+        sender_key_id: text_or(3, "senderKeyId", ABSENT),
+        recipient_key_id: text_or(3, "recipientKeyId", ABSENT),
+        direction: text_or(3, "direction", ABSENT),
+    };
+    let private = a.opt_field_str(1, "encryptionPrivate").unwrap_or("");
+    let sender = a.str(2, "senderIdentityPublic").unwrap_or("");
+    Ok(
+        match envelope::open_with_keys(&envelope, private, sender, &expected) {
+            Ok(plaintext) => {
+                let mut out = String::from("{\"ok\":true,\"plaintext\":");
+                plaintext.write_json(&mut out);
+                out.push('}');
+                out
+            }
+            Err(reason) => format!("{{\"ok\":false,\"reason\":\"{}\"}}", reason.as_str()),
+        },
+    )
+}
+
+/// The endpoint as signed: the site plane's namespacing comes from the core.
+fn endpoint_of(a: &Args<'_>, i: usize, site: bool) -> Result<String, String> {
+    let endpoint = a.str(i, "endpoint")?;
+    Ok(if site {
+        signing::site_endpoint(endpoint)
+    } else {
+        endpoint.to_string()
+    })
+}
+
+/// `signRequest(keys, endpoint, runnerId, issuedAt, body)` (or the site
+/// plane's, with the site id as runnerId): the signature text. The glue
+/// returns the caller's own runnerId and issuedAt beside it.
+fn sign_request(a: &Args<'_>, site: bool) -> Outcome {
+    let handle = KeyHandle::new(a.keys(0)?).map_err(|e| format!("{}: {e}", a.op))?;
+    let sig = signing::sign_request(
+        &handle,
+        &endpoint_of(a, 1, site)?,
+        a.str(2, "runnerId")?,
+        a.number(3, "issuedAt")?,
+        a.str(4, "body")?,
+    );
+    Ok(string(&sig.signature))
+}
+
+/// `verifyRequest(identityPublic, endpoint, body, signature, now, maxSkewMs)`:
+/// `null`, `"stale"` or `"bad-signature"`.
+fn verify_request(a: &Args<'_>, site: bool) -> Outcome {
+    let key = keys::verifying_key(a.str(0, "identityPublic")?);
+    let signature = RequestSignature {
+        // A missing field makes the reference's canonical text or clock
+        // arithmetic differ (NaN is never stale), so it ends as bad-signature.
+        runner_id: a.opt_field_str(3, "runnerId").unwrap_or("").to_string(),
+        issued_at: a.opt_field_num(3, "issuedAt").unwrap_or(f64::NAN),
+        signature: a.opt_field_str(3, "signature").unwrap_or("").to_string(),
+    };
+    let failure = signing::verify_request(
+        key.as_ref(),
+        &endpoint_of(a, 1, site)?,
+        a.str(2, "body")?,
+        &signature,
+        a.number(4, "now")?,
+        a.number(5, "maxSkewMs")?,
+    );
+    Ok(match failure {
+        None => "null".to_string(),
+        Some(f) => string(f.as_str()),
+    })
+}
+
+/// The wire envelope as `JSON.stringify` writes it (this key order).
+fn envelope_json(e: &SealedEnvelope) -> String {
+    let mut out = String::from("{\"ciphertext\":");
+    json::write_json_str(&e.ciphertext, &mut out);
+    out.push_str(",\"recipientKeyId\":");
+    json::write_json_str(&e.recipient_key_id, &mut out);
+    out.push_str(",\"senderKeyId\":");
+    json::write_json_str(&e.sender_key_id, &mut out);
+    out.push_str(",\"direction\":");
+    json::write_json_str(&e.direction, &mut out);
+    out.push_str(",\"deadlineAt\":");
+    out.push_str(&number(e.deadline_at));
+    out.push('}');
+    out
+}
+
+fn string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    json::write_json_str(s, &mut out);
+    out
+}
+
+fn boolean(b: bool) -> String {
+    (if b { "true" } else { "false" }).to_string()
+}
+
+/// A number as `JSON.stringify` writes it (`null` for NaN and infinities).
+fn number(n: f64) -> String {
+    if n.is_finite() {
+        json::js_number_to_string(n)
+    } else {
+        "null".to_string()
+    }
 }
 
 /// Positional arguments of one call, with typed accessors whose errors name
@@ -214,11 +393,47 @@ impl Args<'_> {
         }
     }
 
-    fn str(&self, i: usize, name: &str) -> Result<&str, String> {
+    fn js_str(&self, i: usize, name: &str) -> Result<&JsStr, String> {
         match self.node(i) {
-            Node::String(s) => Ok(s.as_str()),
+            Node::String(s) => Ok(s),
             _ => Err(format!("{}: {name} must be a string", self.op)),
         }
+    }
+
+    fn str(&self, i: usize, name: &str) -> Result<&str, String> {
+        self.js_str(i, name).map(JsStr::as_str)
+    }
+
+    fn number(&self, i: usize, name: &str) -> Result<f64, String> {
+        match self.node(i) {
+            Node::Number(n) => Ok(*n),
+            _ => Err(format!("{}: {name} must be a number", self.op)),
+        }
+    }
+
+    /// Field `key` of object argument `i`, when it is a string.
+    fn opt_field_str(&self, i: usize, key: &str) -> Option<&str> {
+        let obj = *self.items.get(i)?;
+        let id = self.doc.get(obj, key)?;
+        self.doc.str(id).map(JsStr::as_str)
+    }
+
+    fn opt_field_num(&self, i: usize, key: &str) -> Option<f64> {
+        let obj = *self.items.get(i)?;
+        match self.doc.node(self.doc.get(obj, key)?) {
+            Node::Number(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn field_str(&self, i: usize, key: &str, name: &str) -> Result<&str, String> {
+        self.opt_field_str(i, key)
+            .ok_or_else(|| format!("{}: {name} must be a string", self.op))
+    }
+
+    fn field_num(&self, i: usize, key: &str, name: &str) -> Result<f64, String> {
+        self.opt_field_num(i, key)
+            .ok_or_else(|| format!("{}: {name} must be a number", self.op))
     }
 
     /// A non-negative integer that a JS number holds exactly (epoch ms).
@@ -270,9 +485,14 @@ impl Args<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
-    fn run(op: &str, args: &str) -> Outcome {
-        call(op.as_bytes(), args.as_bytes())
+    /// Runs an operation and reads its answer back as JSON.
+    fn run(op: &str, args: &str) -> Result<Value, String> {
+        call(op.as_bytes(), args.as_bytes()).map(|text| {
+            serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{op} answered bad JSON {text:?}: {e}"))
+        })
     }
 
     #[test]
@@ -282,6 +502,7 @@ mod tests {
         assert!(run("ping", "{").unwrap_err().contains("not JSON"));
         assert!(run("ping", "{}").unwrap_err().contains("JSON array"));
         assert!(call(&[0xff], b"[]").is_err());
+        assert!(call(b"ping", &[0xff]).is_err());
     }
 
     #[test]
@@ -354,5 +575,92 @@ mod tests {
         assert!(run("fingerprint", "[5]")
             .unwrap_err()
             .contains("must be a string"));
+    }
+
+    #[test]
+    fn seal_then_open_round_trips_even_a_lone_surrogate() {
+        let id = run(
+            "fingerprint",
+            r#"["Q2P-JjbFOWxxaBF6axF_DKGNfBmZOcuZZvbcOTKgM_8"]"#,
+        )
+        .unwrap();
+        let ctx = json!({"jobId": "j1", "senderKeyId": id, "recipientKeyId": id,
+                         "deadlineAt": 1767312000000u64, "direction": "payload"});
+        // JSON.stringify writes a lone surrogate as this escape.
+        let args =
+            format!(r#"["a\ud800b",{SITE},"NJxshyQhdZgYYiy-jmLS2il4TnsHIR2fd5f47qDmGUk",{ctx}]"#);
+        let sealed = run("seal", &args).unwrap();
+        assert_eq!(sealed["deadlineAt"], json!(1767312000000u64));
+        assert_eq!(sealed["direction"], "payload");
+        let expected =
+            json!({"jobId": "j1", "senderKeyId": id, "recipientKeyId": id, "direction": "payload"});
+        let open_args = format!(
+            r#"[{sealed},{SITE},"Q2P-JjbFOWxxaBF6axF_DKGNfBmZOcuZZvbcOTKgM_8",{expected}]"#
+        );
+        let text = call(b"open", open_args.as_bytes()).unwrap();
+        assert_eq!(text, r#"{"ok":true,"plaintext":"a\ud800b"}"#);
+        let wrong = open_args.replace(r#""direction":"payload"}]"#, r#""direction":"result"}]"#);
+        assert_eq!(
+            run("open", &wrong).unwrap(),
+            json!({"ok": false, "reason": "not-for-us"})
+        );
+        // Garbage envelopes are refusals, not errors.
+        assert_eq!(
+            run("open", "[{},null,5,{}]").unwrap(),
+            json!({"ok": false, "reason": "unopenable"})
+        );
+        assert!(run("seal", &format!(r#"["x",{SITE},"short",{ctx}]"#))
+            .unwrap_err()
+            .contains("32 bytes"));
+    }
+
+    #[test]
+    fn request_signatures_verify_and_refuse() {
+        let sig = run(
+            "signRequest",
+            &format!(r#"[{SITE},"claim","r1",1767225660000,"{{}}"]"#),
+        )
+        .unwrap();
+        let verify = |now: u64, body: &str| {
+            run(
+                "verifyRequest",
+                &format!(
+                    r#"["Q2P-JjbFOWxxaBF6axF_DKGNfBmZOcuZZvbcOTKgM_8","claim","{body}",{{"runnerId":"r1","issuedAt":1767225660000,"signature":{sig}}},{now},120000]"#
+                ),
+            )
+            .unwrap()
+        };
+        assert_eq!(verify(1767225660000, "{}"), Value::Null);
+        assert_eq!(verify(1767225660000, "[]"), json!("bad-signature"));
+        assert_eq!(verify(1767226660000, "{}"), json!("stale"));
+        let canonical = run("canonicalRequest", r#"["claim","r1",1767225660000,""]"#).unwrap();
+        assert!(canonical
+            .as_str()
+            .is_some_and(|c| c.starts_with("byollm/v1/request\nclaim\nr1\n1767225660000\n")));
+    }
+
+    #[test]
+    fn ids_and_secrets() {
+        let job = run("generateJobId", "[]").unwrap();
+        assert_eq!(job.as_str().map(str::len), Some(36));
+        assert_ne!(job, run("generateJobId", "[]").unwrap());
+        assert!(run("generateRunnerId", "[]")
+            .unwrap()
+            .as_str()
+            .is_some_and(|r| r.starts_with("runner_")));
+        assert_eq!(
+            run("hashSecret", r#"["abc"]"#).unwrap(),
+            json!("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        );
+        assert_eq!(
+            run("secretsMatch", r#"["ab","zz"]"#).unwrap(),
+            Value::Bool(false)
+        );
+        assert_eq!(
+            run("normalizeUserCode", r#"["abcdefgh"]"#).unwrap(),
+            json!("ABCD-EFGH")
+        );
+        let err = run("siteKeysFromEnvValue", r#"["BYOLLM_SITE_KEYS",null]"#).unwrap_err();
+        assert!(err.starts_with("BYOLLM_SITE_KEYS is not set."));
     }
 }
