@@ -1,1 +1,363 @@
-//! (to be written)
+//! `NativeMemoryStore`: the Rust store as JS sees it. `ts/memory.ts` wraps it
+//! in the reference's async `MemoryStore` interface.
+//!
+//! Arguments arrive as flat strings and numbers (the wrapper unpacks the JS
+//! objects, which V8 does faster than property reads through Node-API), and
+//! records leave as JSON text in the layout of `store::out`, which the
+//! wrapper parses with one `JSON.parse` and shapes into the reference's
+//! record objects.
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+use crate::store::{
+    ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput, LeaseRef, Store,
+    StoreOptions, DEFAULT_TTL_MS,
+};
+
+/// Pairs `[jobId0, leaseId0, jobId1, leaseId1, …]` into lease refs.
+fn lease_refs(flat: Vec<String>) -> Vec<LeaseRef> {
+    let mut refs = Vec::with_capacity(flat.len() / 2);
+    let mut items = flat.into_iter();
+    while let (Some(job_id), Some(lease_id)) = (items.next(), items.next()) {
+        refs.push(LeaseRef { job_id, lease_id });
+    }
+    refs
+}
+
+fn object_from_json(json: &str, what: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(json) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        _ => Err(Error::new(
+            Status::InvalidArg,
+            format!("{what} must be a JSON-compatible object"),
+        )),
+    }
+}
+
+fn value_from_json(json: &str) -> serde_json::Value {
+    serde_json::from_str(json).unwrap_or(serde_json::Value::Null)
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
+}
+
+#[napi]
+pub struct NativeMemoryStore {
+    inner: Store,
+}
+
+#[napi]
+impl NativeMemoryStore {
+    #[napi(constructor, catch_unwind)]
+    pub fn new(default_ttl_ms: Option<f64>, retention_ms: Option<f64>) -> Self {
+        NativeMemoryStore {
+            inner: Store::new(StoreOptions {
+                default_ttl_ms: default_ttl_ms.unwrap_or(DEFAULT_TTL_MS),
+                retention_ms,
+            }),
+        }
+    }
+
+    /// Number of stored jobs.
+    #[napi(getter, catch_unwind)]
+    pub fn size(&self) -> u32 {
+        self.inner.len() as u32
+    }
+
+    /// `create`. The envelope comes either as its five parts (the shape `seal`
+    /// produces) or, for any other shape, as `envelopeJson`.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind)]
+    pub fn create(
+        &mut self,
+        id: String,
+        kind: String,
+        size_class: String,
+        owner: String,
+        audience: Option<String>,
+        purpose_json: Option<String>,
+        audience_allow: Option<Vec<String>>,
+        depends_on: Option<Vec<String>>,
+        ttl_ms: Option<f64>,
+        deadline_at: Option<f64>,
+        envelope_parts: Option<Vec<String>>,
+        envelope_deadline_at: f64,
+        envelope_json: Option<String>,
+        now: f64,
+    ) -> String {
+        let envelope = match (&envelope_parts, &envelope_json) {
+            (Some(parts), _) if parts.len() == 4 => EnvelopeInput::Sealed {
+                ciphertext: parts.first().map_or("", String::as_str),
+                recipient_key_id: parts.get(1).map_or("", String::as_str),
+                sender_key_id: parts.get(2).map_or("", String::as_str),
+                direction: parts.get(3).map_or("", String::as_str),
+                deadline_at: envelope_deadline_at,
+            },
+            (_, Some(json)) => EnvelopeInput::Raw(json),
+            _ => EnvelopeInput::Raw("null"),
+        };
+        let r = self.inner.create(
+            JobInput {
+                id: &id,
+                kind: &kind,
+                envelope,
+                size_class: &size_class,
+                owner: &owner,
+                audience: audience.as_deref(),
+                purpose_json: purpose_json.as_deref(),
+                audience_allow,
+                depends_on,
+                ttl_ms,
+                deadline_at,
+            },
+            now,
+        );
+        self.inner.job_json(r)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn get(&self, id: String) -> Option<String> {
+        self.inner.get(&id).map(|r| self.inner.job_json(r))
+    }
+
+    /// `claim`; `capabilities` is flat `[kind, backendId, offerScope, …]`.
+    #[napi(catch_unwind)]
+    pub fn claim(
+        &mut self,
+        runner_id: String,
+        runner_owner: String,
+        capabilities: Vec<String>,
+        max: f64,
+        lease_ms: f64,
+        now: f64,
+    ) -> String {
+        let caps: Vec<ClaimCapability<'_>> = capabilities
+            .chunks_exact(3)
+            .map(|c| ClaimCapability {
+                kind: c.first().map_or("", String::as_str),
+                backend_id: c.get(1).map_or("", String::as_str),
+                offer_scope: c.get(2).map_or("", String::as_str),
+            })
+            .collect();
+        let claimed = self.inner.claim(&ClaimArgs {
+            runner_id: &runner_id,
+            runner_owner: &runner_owner,
+            capabilities: &caps,
+            max,
+            lease_ms,
+            now,
+        });
+        self.inner.jobs_json(&claimed)
+    }
+
+    /// `renewLeases`: per lease ref, the new expiry or `null` (lost).
+    #[napi(catch_unwind)]
+    pub fn renew_leases(
+        &mut self,
+        runner_id: String,
+        leases: Vec<String>,
+        lease_ms: f64,
+        now: f64,
+    ) -> Vec<Option<f64>> {
+        let refs = lease_refs(leases);
+        self.inner
+            .renew_leases_each(&runner_id, &refs, lease_ms, now)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn adopt(
+        &mut self,
+        job_id: String,
+        lease_id: String,
+        expires_at: f64,
+        now: f64,
+    ) -> Option<String> {
+        self.inner
+            .adopt(&job_id, &lease_id, expires_at, now)
+            .map(|r| self.inner.job_json(r))
+    }
+
+    /// `complete`: JSON `[accepted, duplicate, record | null]`.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind)]
+    pub fn complete(
+        &mut self,
+        job_id: String,
+        runner_id: String,
+        holder_is_lease: bool,
+        holder: String,
+        outcome_tag: String,
+        outcome_json: String,
+        provenance_json: String,
+        provenance_runner: Option<String>,
+        now: f64,
+    ) -> String {
+        let result = self.inner.complete(&CompleteArgs {
+            job_id: &job_id,
+            runner_id: &runner_id,
+            holder: if holder_is_lease {
+                Holder::Lease(&holder)
+            } else {
+                Holder::Runner(&holder)
+            },
+            outcome_tag: &outcome_tag,
+            outcome_json: &outcome_json,
+            provenance_json: &provenance_json,
+            provenance_runner: provenance_runner.as_deref(),
+            now,
+        });
+        let record = result
+            .job
+            .map_or_else(|| "null".to_string(), |r| self.inner.job_json(r));
+        format!(
+            "[{},{},{}]",
+            u8::from(result.accepted),
+            u8::from(result.duplicate),
+            record
+        )
+    }
+
+    /// `release`: the positions of the lease refs that were released.
+    #[napi(catch_unwind)]
+    pub fn release(
+        &mut self,
+        runner_id: String,
+        leases: Vec<String>,
+        refused: bool,
+        now: f64,
+    ) -> Vec<u32> {
+        let refs = lease_refs(leases);
+        self.inner
+            .release_each(&runner_id, &refs, refused, now)
+            .into_iter()
+            .map(|at| at as u32)
+            .collect()
+    }
+
+    #[napi(catch_unwind)]
+    pub fn expire_due(&mut self, now: f64) -> String {
+        self.inner.expire_due(now)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn cancel(&mut self, job_id: String, now: f64) -> Option<String> {
+        self.inner
+            .cancel(&job_id, now)
+            .map(|r| self.inner.job_json(r))
+    }
+
+    #[napi(catch_unwind)]
+    pub fn list_claimed_by(&self, runner_id: String) -> String {
+        self.inner
+            .jobs_json(&self.inner.list_claimed_by(&runner_id))
+    }
+
+    #[napi(catch_unwind)]
+    pub fn list_cancel_requests(&self, runner_id: String) -> String {
+        Store::lease_refs_json(&self.inner.list_cancel_requests(&runner_id))
+    }
+
+    #[napi(catch_unwind)]
+    pub fn all_jobs(&self) -> String {
+        self.inner.jobs_json(&self.inner.all_jobs())
+    }
+
+    // -- watchers -----------------------------------------------------------
+
+    #[napi(catch_unwind)]
+    pub fn watch(&mut self, job_id: String) {
+        self.inner.watch(&job_id);
+    }
+
+    #[napi(catch_unwind)]
+    pub fn unwatch(&mut self, job_id: String) {
+        self.inner.unwatch(&job_id);
+    }
+
+    /// Ids of watched jobs written since the last call, one per write.
+    #[napi(catch_unwind)]
+    pub fn drain_writes(&mut self) -> Vec<String> {
+        self.inner.drain_writes()
+    }
+
+    // -- pairings and runners (JSON text in and out) -----------------------
+
+    #[napi(catch_unwind)]
+    pub fn create_pairing(&mut self, record_json: String) -> Result<()> {
+        let record = object_from_json(&record_json, "a pairing record")?;
+        self.inner.people.create_pairing(record);
+        Ok(())
+    }
+
+    #[napi(catch_unwind)]
+    pub fn pairing_by_hash(&self, hash: String) -> Option<String> {
+        self.inner.people.pairing_by_hash(&hash).map(to_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn pairing_by_code(&self, user_code: String) -> Option<String> {
+        self.inner.people.pairing_by_code(&user_code).map(to_json)
+    }
+
+    /// `approvePairing`; throws the reference's messages.
+    #[napi(catch_unwind)]
+    pub fn approve_pairing(
+        &mut self,
+        user_code: String,
+        owner: String,
+        runner_id: String,
+        now: f64,
+    ) -> Result<String> {
+        self.inner
+            .people
+            .approve(&user_code, &owner, &runner_id, now)
+            .map(to_json)
+            .map_err(|e| Error::from_reason(e.to_string()))
+    }
+
+    #[napi(catch_unwind)]
+    pub fn deny_pairing(&mut self, user_code: String) {
+        self.inner.people.deny(&user_code);
+    }
+
+    #[napi(catch_unwind)]
+    pub fn consume_pairing(&mut self, hash: String) {
+        self.inner.people.consume(&hash);
+    }
+
+    #[napi(catch_unwind)]
+    pub fn runner(&self, runner_id: String) -> Option<String> {
+        self.inner.people.runner(&runner_id).map(to_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn touch_runner(
+        &mut self,
+        runner_id: String,
+        capabilities_json: String,
+        daemon_version_json: String,
+        now: f64,
+    ) -> Option<String> {
+        self.inner
+            .people
+            .touch(
+                &runner_id,
+                value_from_json(&capabilities_json),
+                value_from_json(&daemon_version_json),
+                now,
+            )
+            .map(to_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn revoke_runner(&mut self, runner_id: String, now: f64) {
+        self.inner.people.revoke(&runner_id, now);
+    }
+
+    #[napi(catch_unwind)]
+    pub fn list_runners(&self, owner: Option<String>) -> String {
+        to_json(&self.inner.people.list_runners(owner.as_deref()))
+    }
+}

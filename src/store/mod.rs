@@ -750,12 +750,31 @@ impl Store {
         lease_ms: f64,
         now: f64,
     ) -> RenewResult {
-        self.sweep(now, None);
-        let runner = self.syms.lookup(runner_id);
+        let each = self.renew_leases_each(runner_id, leases, lease_ms, now);
         let mut result = RenewResult {
             renewed: Vec::new(),
             lost: Vec::new(),
         };
+        for (lease_ref, renewed) in leases.iter().zip(each) {
+            match renewed {
+                Some(expires_at) => result.renewed.push((lease_ref.job_id.clone(), expires_at)),
+                None => result.lost.push(lease_ref.clone()),
+            }
+        }
+        result
+    }
+
+    /// `renewLeases`, answered per lease ref: the new expiry, or `None` = lost.
+    pub fn renew_leases_each(
+        &mut self,
+        runner_id: &str,
+        leases: &[LeaseRef],
+        lease_ms: f64,
+        now: f64,
+    ) -> Vec<Option<f64>> {
+        self.sweep(now, None);
+        let runner = self.syms.lookup(runner_id);
+        let mut each = Vec::with_capacity(leases.len());
         for lease_ref in leases {
             let slot = self.slot_of(&lease_ref.job_id);
             let holds = slot.and_then(|s| self.job(s)).is_some_and(|job| {
@@ -775,12 +794,12 @@ impl Store {
                         }
                         job.updated_at = now;
                     });
-                    result.renewed.push((lease_ref.job_id.clone(), expires_at));
+                    each.push(Some(expires_at));
                 }
-                _ => result.lost.push(lease_ref.clone()),
+                _ => each.push(None),
             }
         }
-        result
+        each
     }
 
     /// `adopt` (cloud lane): take a relay-granted lease on a queued job.
@@ -921,11 +940,25 @@ impl Store {
         refused: bool,
         now: f64,
     ) -> Vec<String> {
+        self.release_each(runner_id, leases, refused, now)
+            .into_iter()
+            .filter_map(|at| leases.get(at).map(|r| r.job_id.clone()))
+            .collect()
+    }
+
+    /// `release`, answered as the positions of the refs that were released.
+    pub fn release_each(
+        &mut self,
+        runner_id: &str,
+        leases: &[LeaseRef],
+        refused: bool,
+        now: f64,
+    ) -> Vec<usize> {
         let Some(runner) = self.syms.lookup(runner_id) else {
             return Vec::new();
         };
         let mut released = Vec::new();
-        for lease_ref in leases {
+        for (at, lease_ref) in leases.iter().enumerate() {
             let Some(slot) = self.slot_of(&lease_ref.job_id) else {
                 continue;
             };
@@ -947,7 +980,7 @@ impl Store {
                 }
                 job.updated_at = now;
             });
-            released.push(lease_ref.job_id.clone());
+            released.push(at);
         }
         released
     }

@@ -1,0 +1,485 @@
+// MemoryStore: the reference's in-process store, backed by the Rust store
+// (src/store, bound in src/binding/store.rs). Same async interface, same
+// record shapes and key order; claims, heartbeats, sweeps and result reads
+// cost O(log N) instead of a pass over every job.
+//
+// This file only moves values across the boundary: it flattens arguments
+// into strings and numbers, and turns the native JSON rows back into the
+// reference's record objects. Every rule lives in Rust.
+import * as loaded from "../index.js";
+import type {
+  AdoptArgs,
+  ApproveArgs,
+  ByollmStore,
+  ClaimArgs,
+  CompleteArgs,
+  CompleteResult,
+  JobRecord,
+  LeaseRef,
+  MemoryStoreOptions,
+  PairingRecord,
+  ReleaseArgs,
+  RenewArgs,
+  RenewResult,
+  RunnerRecord,
+  StoredJobInput,
+  TouchArgs,
+} from "./types.js";
+
+/** The native class as this wrapper uses it (see src/binding/store.rs). */
+export interface NativeMemoryStoreHandle {
+  readonly size: number;
+  create(
+    id: string,
+    kind: string,
+    sizeClass: string,
+    owner: string,
+    audience: string | undefined,
+    purposeJson: string | undefined,
+    audienceAllow: string[] | undefined,
+    dependsOn: string[] | undefined,
+    ttlMs: number | undefined,
+    deadlineAt: number | undefined,
+    envelopeParts: string[] | undefined,
+    envelopeDeadlineAt: number,
+    envelopeJson: string | undefined,
+    now: number,
+  ): string;
+  get(id: string): string | null | undefined;
+  claim(runnerId: string, runnerOwner: string, capabilities: string[], max: number, leaseMs: number, now: number): string;
+  renewLeases(runnerId: string, leases: string[], leaseMs: number, now: number): (number | null | undefined)[];
+  adopt(jobId: string, leaseId: string, expiresAt: number, now: number): string | null | undefined;
+  complete(
+    jobId: string,
+    runnerId: string,
+    holderIsLease: boolean,
+    holder: string,
+    outcomeTag: string,
+    outcomeJson: string,
+    provenanceJson: string,
+    provenanceRunner: string | undefined,
+    now: number,
+  ): string;
+  release(runnerId: string, leases: string[], refused: boolean, now: number): number[];
+  expireDue(now: number): string;
+  cancel(jobId: string, now: number): string | null | undefined;
+  listClaimedBy(runnerId: string): string;
+  listCancelRequests(runnerId: string): string;
+  allJobs(): string;
+  watch(jobId: string): void;
+  unwatch(jobId: string): void;
+  drainWrites(): string[];
+  createPairing(recordJson: string): void;
+  pairingByHash(hash: string): string | null | undefined;
+  pairingByCode(userCode: string): string | null | undefined;
+  approvePairing(userCode: string, owner: string, runnerId: string, now: number): string;
+  denyPairing(userCode: string): void;
+  consumePairing(hash: string): void;
+  runner(runnerId: string): string | null | undefined;
+  touchRunner(runnerId: string, capabilitiesJson: string, daemonVersionJson: string, now: number): string | null | undefined;
+  revokeRunner(runnerId: string, now: number): void;
+  listRunners(owner: string | undefined): string;
+}
+
+const native = loaded as unknown as {
+  NativeMemoryStore?: new (defaultTtlMs?: number, retentionMs?: number) => NativeMemoryStoreHandle;
+};
+
+/** A record as the native side sends it (layout documented in src/store/out.rs). */
+export type JobRow = [
+  id: string,
+  kind: string,
+  envelope: unknown,
+  sizeClass: string,
+  audience: string,
+  purpose: 0 | [unknown],
+  owner: string,
+  audienceAllow: 0 | string[],
+  dependsOn: string[],
+  state: string,
+  lease: null | [string, string, number],
+  completedByLeaseId: string | null,
+  createdAt: number,
+  claimableAt: number | null,
+  ttlMs: number,
+  deadlineAt: number | null,
+  refusedBy: string[],
+  attempts: number,
+  outcome: unknown,
+  provenance: unknown,
+  updatedAt: number,
+];
+
+/** Build the reference's record object (its key order) from a native row. */
+export function jobRecordFromRow(row: JobRow): JobRecord {
+  const envelope = row[2];
+  const lease = row[10];
+  const purpose = row[5];
+  const allow = row[7];
+  return {
+    id: row[0],
+    kind: row[1],
+    envelope: Array.isArray(envelope)
+      ? {
+          ciphertext: envelope[0],
+          recipientKeyId: envelope[1],
+          senderKeyId: envelope[2],
+          direction: envelope[3],
+          deadlineAt: envelope[4],
+        }
+      : envelope,
+    sizeClass: row[3],
+    audience: row[4],
+    purpose: purpose === 0 ? undefined : purpose[0],
+    owner: row[6],
+    audienceAllow: allow === 0 ? undefined : allow,
+    dependsOn: row[8],
+    state: row[9],
+    lease: lease === null ? null : { id: lease[0], runnerId: lease[1], expiresAt: lease[2] },
+    completedByLeaseId: row[11],
+    createdAt: row[12],
+    claimableAt: row[13],
+    ttlMs: row[14],
+    deadlineAt: row[15],
+    refusedBy: row[16],
+    attempts: row[17],
+    outcome: row[18],
+    provenance: row[19],
+    updatedAt: row[20],
+  } as JobRecord;
+}
+
+function jobFromJson(text: string | null | undefined): JobRecord | null {
+  return text == null ? null : jobRecordFromRow(JSON.parse(text) as JobRow);
+}
+
+function jobsFromJson(text: string): JobRecord[] {
+  const rows = JSON.parse(text) as JobRow[];
+  const out = new Array<JobRecord>(rows.length);
+  for (let at = 0; at < rows.length; at += 1) out[at] = jobRecordFromRow(rows[at] as JobRow);
+  return out;
+}
+
+/** A lease-ref field as the native side takes it; a non-string never matches a job. */
+function refText(value: unknown): string {
+  return typeof value === "string" ? value : "\u0000";
+}
+
+function flatRefs(leases: readonly LeaseRef[]): string[] {
+  const flat = new Array<string>(leases.length * 2);
+  for (let at = 0; at < leases.length; at += 1) {
+    const ref = leases[at] as LeaseRef;
+    flat[2 * at] = refText(ref.jobId);
+    flat[2 * at + 1] = refText(ref.leaseId);
+  }
+  return flat;
+}
+
+/** The sealed-envelope shape `seal` produces, which the native store keeps compactly. */
+function sealedParts(envelope: unknown): string[] | undefined {
+  if (typeof envelope !== "object" || envelope === null) return undefined;
+  const e = envelope as Record<string, unknown>;
+  if (
+    typeof e.ciphertext !== "string" ||
+    typeof e.recipientKeyId !== "string" ||
+    typeof e.senderKeyId !== "string" ||
+    typeof e.direction !== "string" ||
+    typeof e.deadlineAt !== "number"
+  ) {
+    return undefined;
+  }
+  const keys = Object.keys(e);
+  if (
+    keys.length !== 5 ||
+    keys[0] !== "ciphertext" ||
+    keys[1] !== "recipientKeyId" ||
+    keys[2] !== "senderKeyId" ||
+    keys[3] !== "direction" ||
+    keys[4] !== "deadlineAt"
+  ) {
+    return undefined;
+  }
+  return [e.ciphertext, e.recipientKeyId, e.senderKeyId, e.direction];
+}
+
+/** `JSON.stringify` that never returns `undefined` (functions, undefined → `null`). */
+function jsonOf(value: unknown): string {
+  return JSON.stringify(value) ?? "null";
+}
+
+export interface NativeMemoryStoreOptions extends MemoryStoreOptions {
+  /**
+   * Forget terminal jobs this many ms after they ended (checked by every
+   * sweep). Off by default, as in the reference, which keeps every job for
+   * the life of the process. A dropped job reads as unknown (`get` → null),
+   * and creating its id again makes a new job.
+   */
+  readonly retentionMs?: number;
+}
+
+/**
+ * The in-process store. Everything lives in one process and nothing is
+ * persisted; the state machine, claim order and expiry are the reference's.
+ * Opaque values (outcomes, provenance, capabilities, devices, pairing
+ * records) are kept as JSON: they come back deep-equal, not as the same
+ * object, and keys holding `undefined` inside them are not kept.
+ */
+export class MemoryStore implements ByollmStore {
+  readonly #native: NativeMemoryStoreHandle;
+  readonly #watchers = new Map<string, Set<() => void>>();
+  /** Runner records by id: read on every signed request, written rarely. */
+  readonly #runners = new Map<string, RunnerRecord>();
+
+  constructor(options: NativeMemoryStoreOptions = {}) {
+    const Native = native.NativeMemoryStore;
+    if (Native === undefined) {
+      throw new Error("the native addon has no NativeMemoryStore: rebuild it with `npm run build:native`");
+    }
+    this.#native = new Native(options.defaultTtlMs ?? undefined, options.retentionMs ?? undefined);
+  }
+
+  /** The native store, for callers that want to skip the record objects. */
+  get native(): NativeMemoryStoreHandle {
+    return this.#native;
+  }
+
+  // -- jobs ---------------------------------------------------------------
+
+  create(input: StoredJobInput, now: number): Promise<JobRecord> {
+    const parts = sealedParts(input.envelope);
+    const record = jobFromJson(
+      this.#native.create(
+        input.id,
+        input.kind,
+        input.sizeClass,
+        input.owner,
+        input.audience ?? undefined,
+        input.purpose === undefined ? undefined : jsonOf(input.purpose),
+        input.audienceAllow ? [...input.audienceAllow] : undefined,
+        input.dependsOn ? [...input.dependsOn] : undefined,
+        input.ttlMs ?? undefined,
+        input.deadlineAt ?? undefined,
+        parts,
+        parts === undefined ? 0 : input.envelope.deadlineAt,
+        parts === undefined ? jsonOf(input.envelope) : undefined,
+        now,
+      ),
+    ) as JobRecord;
+    this.#notify();
+    return Promise.resolve(record);
+  }
+
+  get(jobId: string): Promise<JobRecord | null> {
+    return Promise.resolve(typeof jobId === "string" ? jobFromJson(this.#native.get(jobId)) : null);
+  }
+
+  claim(args: ClaimArgs): Promise<JobRecord[]> {
+    const caps: string[] = [];
+    for (const cap of args.capabilities) {
+      caps.push(refText(cap.kind), refText(cap.backendId), refText(cap.offerScope));
+    }
+    const claimed = jobsFromJson(
+      this.#native.claim(args.runnerId, args.runnerOwner, caps, args.max, args.leaseMs, args.now),
+    );
+    this.#notify();
+    return Promise.resolve(claimed);
+  }
+
+  renewLeases(args: RenewArgs): Promise<RenewResult> {
+    const leases = args.leases;
+    const each = this.#native.renewLeases(args.runnerId, flatRefs(leases), args.leaseMs, args.now);
+    const renewed: { jobId: string; expiresAt: number }[] = [];
+    const lost: LeaseRef[] = [];
+    for (let at = 0; at < leases.length; at += 1) {
+      const ref = leases[at] as LeaseRef;
+      const expiresAt = each[at];
+      if (expiresAt == null) lost.push({ jobId: ref.jobId, leaseId: ref.leaseId });
+      else renewed.push({ jobId: ref.jobId, expiresAt });
+    }
+    this.#notify();
+    return Promise.resolve({ renewed, lost });
+  }
+
+  adopt(args: AdoptArgs): Promise<JobRecord | null> {
+    const record = jobFromJson(this.#native.adopt(args.jobId, args.leaseId, args.expiresAt, args.now));
+    this.#notify();
+    return Promise.resolve(record);
+  }
+
+  complete(args: CompleteArgs): Promise<CompleteResult> {
+    const holder = args.holder;
+    const byLease = holder.by === "lease";
+    const outcome = args.outcome as { outcome?: unknown };
+    const provenance = args.provenance as { runnerId?: unknown } | null | undefined;
+    const text = this.#native.complete(
+      args.jobId,
+      args.runnerId,
+      byLease,
+      holder.by === "lease" ? holder.leaseId : holder.runnerId,
+      typeof outcome?.outcome === "string" ? outcome.outcome : "",
+      jsonOf(args.outcome),
+      jsonOf(args.provenance),
+      typeof provenance?.runnerId === "string" ? provenance.runnerId : undefined,
+      args.now,
+    );
+    const [accepted, duplicate, row] = JSON.parse(text) as [0 | 1, 0 | 1, JobRow | null];
+    const job = row === null ? null : jobRecordFromRow(row);
+    this.#notify();
+    if (duplicate === 1) return Promise.resolve({ accepted: false, duplicate: true, job });
+    return Promise.resolve({ accepted: accepted === 1, job });
+  }
+
+  release(args: ReleaseArgs): Promise<string[]> {
+    const leases = args.leases;
+    const released = this.#native.release(args.runnerId, flatRefs(leases), args.reason === "refused", args.now);
+    this.#notify();
+    return Promise.resolve(released.map((at) => (leases[at] as LeaseRef).jobId));
+  }
+
+  expireDue(now: number): Promise<JobRecord[]> {
+    const changed = jobsFromJson(this.#native.expireDue(now));
+    this.#notify();
+    return Promise.resolve(changed);
+  }
+
+  cancel(jobId: string, now: number): Promise<JobRecord | null> {
+    const record = jobFromJson(this.#native.cancel(jobId, now));
+    this.#notify();
+    return Promise.resolve(record);
+  }
+
+  listClaimedBy(runnerId: string): Promise<JobRecord[]> {
+    return Promise.resolve(jobsFromJson(this.#native.listClaimedBy(runnerId)));
+  }
+
+  listCancelRequests(runnerId: string): Promise<{ jobId: string; leaseId: string }[]> {
+    return Promise.resolve(JSON.parse(this.#native.listCancelRequests(runnerId)) as LeaseRef[]);
+  }
+
+  /** All jobs in creation order, for demos and assertions. Not part of the store interface. */
+  allJobs(): JobRecord[] {
+    return jobsFromJson(this.#native.allJobs());
+  }
+
+  // -- watchers -------------------------------------------------------------
+
+  subscribe(jobId: string, onChange: () => void): () => void {
+    let handlers = this.#watchers.get(jobId);
+    if (handlers === undefined) {
+      handlers = new Set();
+      this.#watchers.set(jobId, handlers);
+      this.#native.watch(jobId);
+    }
+    handlers.add(onChange);
+    let live = true;
+    return () => {
+      if (!live) return;
+      live = false;
+      const current = this.#watchers.get(jobId);
+      if (current === undefined) return;
+      current.delete(onChange);
+      if (current.size === 0) {
+        this.#watchers.delete(jobId);
+        this.#native.unwatch(jobId);
+      }
+    };
+  }
+
+  /**
+   * Call the handlers of every watched job written by the operation that
+   * just ran, once per write, in write order. (The reference calls them in
+   * the middle of the operation; handlers take no arguments and re-read, so
+   * only the timing within one call differs.)
+   */
+  #notify(): void {
+    if (this.#watchers.size === 0) return;
+    for (const jobId of this.#native.drainWrites()) {
+      const handlers = this.#watchers.get(jobId);
+      if (handlers === undefined) continue;
+      for (const handler of handlers) {
+        try {
+          handler();
+        } catch {
+          // A watcher is a signal; one that throws must not break the write path.
+        }
+      }
+    }
+  }
+
+  // -- pairing and runners --------------------------------------------------
+
+  createPairing(record: PairingRecord): Promise<void> {
+    this.#native.createPairing(jsonOf(record));
+    return Promise.resolve();
+  }
+
+  getPairingByDeviceCodeHash(hash: string): Promise<PairingRecord | null> {
+    if (typeof hash !== "string") return Promise.resolve(null);
+    const text = this.#native.pairingByHash(hash);
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as PairingRecord));
+  }
+
+  getPairingByUserCode(userCode: string): Promise<PairingRecord | null> {
+    if (typeof userCode !== "string") return Promise.resolve(null);
+    const text = this.#native.pairingByCode(userCode);
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as PairingRecord));
+  }
+
+  /** Throws synchronously on refusal, as the reference does. */
+  approvePairing(args: ApproveArgs): Promise<RunnerRecord> {
+    let text: string;
+    try {
+      text = this.#native.approvePairing(args.userCode, args.owner, args.runnerId, args.now);
+    } catch (error) {
+      // A plain Error with the reference's message, not the addon's error object.
+      throw new Error(error instanceof Error ? error.message : String(error));
+    }
+    const runner = JSON.parse(text) as RunnerRecord;
+    this.#runners.set(runner.id, runner);
+    return Promise.resolve(runner);
+  }
+
+  denyPairing(userCode: string, _now: number): Promise<void> {
+    if (typeof userCode === "string") this.#native.denyPairing(userCode);
+    return Promise.resolve();
+  }
+
+  consumePairingToken(deviceCodeHash: string): Promise<void> {
+    if (typeof deviceCodeHash === "string") this.#native.consumePairing(deviceCodeHash);
+    return Promise.resolve();
+  }
+
+  getRunner(runnerId: string): Promise<RunnerRecord | null> {
+    const cached = this.#runners.get(runnerId);
+    if (cached !== undefined) return Promise.resolve(cached);
+    if (typeof runnerId !== "string") return Promise.resolve(null);
+    const text = this.#native.runner(runnerId);
+    if (text == null) return Promise.resolve(null);
+    const runner = JSON.parse(text) as RunnerRecord;
+    this.#runners.set(runnerId, runner);
+    return Promise.resolve(runner);
+  }
+
+  touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
+    const text = this.#native.touchRunner(
+      args.runnerId,
+      jsonOf(args.capabilities),
+      jsonOf(args.daemonVersion),
+      args.now,
+    );
+    if (text == null) return Promise.resolve(null);
+    const runner = JSON.parse(text) as RunnerRecord;
+    this.#runners.set(args.runnerId, runner);
+    return Promise.resolve(runner);
+  }
+
+  revokeRunner(runnerId: string, now: number): Promise<void> {
+    this.#native.revokeRunner(runnerId, now);
+    this.#runners.delete(runnerId);
+    return Promise.resolve();
+  }
+
+  listRunners(owner?: string): Promise<RunnerRecord[]> {
+    return Promise.resolve(JSON.parse(this.#native.listRunners(owner)) as RunnerRecord[]);
+  }
+}
