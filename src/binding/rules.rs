@@ -1,1 +1,552 @@
-//! (to be written)
+//! The protocol-rules exports (see docs/architecture.md, "protocol rules"):
+//! request inspection, the version check, the sealed outcome, payload
+//! validation, the too-large message, the server-side audience match,
+//! provenance, `capabilityFor` and runner availability.
+//!
+//! Conversions only; the rules live in `json`, `wire`, `kinds`, `audience`.
+//! Validated bodies are built straight into JS objects from the validator's
+//! output (keys in schema order, strings that hold lone surrogates handed
+//! over as exact UTF-16), so JavaScript sees what zod's `safeParse` gives.
+
+// `#[napi]` items compile to nothing under `cfg(test)`, leaving their helpers unused there.
+#![cfg_attr(test, allow(dead_code))]
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use napi_derive::napi;
+
+use crate::audience::{
+    self, Audience, BackendClass, CapabilityView, OfferScope, ProvenanceInput, RunnerView,
+};
+use crate::json::{self, Doc, JsStr};
+use crate::kinds;
+use crate::wire::schema::Out;
+use crate::wire::{self, Endpoint, Inspection, SealedOutcomeResult, WireError};
+
+// ------------------------------------------------------------ conversions
+
+fn type_error(message: impl Into<String>) -> Error {
+    Error::new(Status::InvalidArg, message.into())
+}
+
+fn endpoint(name: &str) -> Result<Endpoint> {
+    Endpoint::parse(name).ok_or_else(|| type_error(format!("unknown protocol endpoint: {name}")))
+}
+
+/// A JS string with its lone surrogates intact.
+struct JsText<'a>(&'a JsStr);
+
+impl ToNapiValue for JsText<'_> {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
+        match val.0.lone_utf16() {
+            Some(units) => Utf16String::to_napi_value(env, Utf16String::from(units.to_vec())),
+            None => <&str>::to_napi_value(env, val.0.as_str()),
+        }
+    }
+}
+
+/// A validated value, converted on the way out.
+struct OutValue<'a> {
+    doc: &'a Doc,
+    out: &'a Out,
+}
+
+impl ToNapiValue for OutValue<'_> {
+    unsafe fn to_napi_value(raw_env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
+        let env = Env::from_raw(raw_env);
+        match val.out {
+            Out::Str(id) => match val.doc.str(*id) {
+                Some(s) => JsText::to_napi_value(raw_env, JsText(s)),
+                None => Null::to_napi_value(raw_env, Null),
+            },
+            Out::Owned(s) => JsText::to_napi_value(raw_env, JsText(s)),
+            Out::Num(n) => f64::to_napi_value(raw_env, *n),
+            Out::Bool(b) => bool::to_napi_value(raw_env, *b),
+            Out::Arr(items) => {
+                let len = u32::try_from(items.len()).map_err(|_| type_error("array too long"))?;
+                let mut arr = env.create_array(len)?;
+                for (i, item) in items.iter().enumerate() {
+                    arr.set(
+                        i as u32,
+                        OutValue {
+                            doc: val.doc,
+                            out: item,
+                        },
+                    )?;
+                }
+                Array::to_napi_value(raw_env, arr)
+            }
+            Out::Obj(fields) => {
+                let mut obj = Object::new(&env)?;
+                for (k, v) in fields {
+                    obj.set(
+                        k,
+                        OutValue {
+                            doc: val.doc,
+                            out: v,
+                        },
+                    )?;
+                }
+                Object::to_napi_value(raw_env, obj)
+            }
+        }
+    }
+}
+
+/// A document shared by the parts of a reply that came from it.
+pub type SharedDoc = std::rc::Rc<Doc>;
+
+/// One value of a reply object.
+pub enum ReplyValue {
+    Static(&'static str),
+    U32(u32),
+    Bool(bool),
+    Validated(SharedDoc, Out),
+    Error(JsWireError),
+}
+
+/// A plain JS object built field by field, in order, when napi converts
+/// the return value (so no JS handle outlives its call).
+pub struct Reply(Vec<(&'static str, ReplyValue)>);
+
+impl ToNapiValue for Reply {
+    unsafe fn to_napi_value(raw_env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
+        let env = Env::from_raw(raw_env);
+        let mut obj = Object::new(&env)?;
+        for (key, value) in val.0 {
+            match value {
+                ReplyValue::Static(s) => obj.set(key, s)?,
+                ReplyValue::U32(n) => obj.set(key, n)?,
+                ReplyValue::Bool(b) => obj.set(key, b)?,
+                ReplyValue::Validated(doc, out) => obj.set(
+                    key,
+                    OutValue {
+                        doc: &doc,
+                        out: &out,
+                    },
+                )?,
+                ReplyValue::Error(e) => obj.set(key, e)?,
+            }
+        }
+        Object::to_napi_value(raw_env, obj)
+    }
+}
+
+/// `WireErrorBody`: `{error, message, supported?, minimum?}`.
+#[napi(object, js_name = "WireErrorBody")]
+pub struct JsWireError {
+    pub error: String,
+    pub message: String,
+    pub supported: Option<Vec<String>>,
+    pub minimum: Option<String>,
+}
+
+impl From<WireError> for JsWireError {
+    fn from(e: WireError) -> Self {
+        let (supported, minimum) = match e.version {
+            Some(v) => (
+                Some(v.supported.iter().map(|s| (*s).to_owned()).collect()),
+                Some(v.minimum.to_owned()),
+            ),
+            None => (None, None),
+        };
+        JsWireError {
+            error: e.error.as_str().to_owned(),
+            message: e.message,
+            supported,
+            minimum,
+        }
+    }
+}
+
+// ------------------------------------------------------------ requests
+
+/// The URL check zod's `z.url()` makes: Node's own `URL.canParse`. Only
+/// reached for a sealed outcome's `artifactUrl`.
+fn node_url_ok(env: &Env) -> impl Fn(&str) -> bool + '_ {
+    move |text: &str| -> bool {
+        let can_parse = || -> Result<bool> {
+            let global = env.get_global()?;
+            // `URL` is a class (a function), so read it without the object
+            // type check.
+            let url: Object = global.get_named_property_unchecked("URL")?;
+            let f: Function<String, bool> = url.get_named_property("canParse")?;
+            f.apply(Some(&url), text.to_owned())
+        };
+        can_parse().unwrap_or(false)
+    }
+}
+
+/// One parse of the raw body: JSON, protocol version, strict schema.
+#[napi(
+    catch_unwind,
+    ts_return_type = "{ stage: \"ok\"; body: object } | { stage: \"json\" | \"version\" | \"schema\"; status: number; error: WireErrorBody }"
+)]
+pub fn inspect_request(env: Env, endpoint_name: String, raw_body: String) -> Result<Reply> {
+    let ep = endpoint(&endpoint_name)?;
+    let url_ok = node_url_ok(&env);
+    let inspection = wire::inspect_request(ep, &raw_body, &url_ok);
+    let mut reply = vec![("stage", ReplyValue::Static(inspection.stage()))];
+    match inspection {
+        Inspection::Ok { doc, body } => {
+            reply.push(("body", ReplyValue::Validated(SharedDoc::new(doc), body)))
+        }
+        other => {
+            if let Some(error) = other.error(ep) {
+                reply.push(("status", ReplyValue::U32(u32::from(error.status()))));
+                reply.push(("error", ReplyValue::Error(JsWireError::from(error))));
+            }
+        }
+    }
+    Ok(Reply(reply))
+}
+
+/// The strict schema alone, for `ByollmHandlers.handle(endpoint, body)`
+/// callers that already hold JSON text.
+#[napi(
+    catch_unwind,
+    ts_return_type = "{ ok: true; body: object } | { ok: false }"
+)]
+pub fn validate_request_body(env: Env, endpoint_name: String, json_text: String) -> Result<Reply> {
+    let ep = endpoint(&endpoint_name)?;
+    let url_ok = node_url_ok(&env);
+    let validated = json::parse(&json_text)
+        .ok()
+        .and_then(|doc| wire::validate_doc(ep, &doc, &url_ok).map(|out| (doc, out)));
+    Ok(Reply(match validated {
+        Some((doc, out)) => vec![
+            ("ok", ReplyValue::Bool(true)),
+            ("body", ReplyValue::Validated(SharedDoc::new(doc), out)),
+        ],
+        None => vec![("ok", ReplyValue::Bool(false))],
+    }))
+}
+
+/// The HTTP layer's version check over JSON text; `null` when accepted.
+/// Throws if the text is not JSON (the caller parsed it already).
+#[napi(catch_unwind)]
+pub fn check_protocol_version(json_text: String) -> Result<Option<JsWireError>> {
+    let doc =
+        json::parse(&json_text).map_err(|e| type_error(format!("checkProtocolVersion: {e}")))?;
+    Ok(wire::check_protocol_version(&doc).map(JsWireError::from))
+}
+
+/// The plaintext of a result envelope: `{ok: true, outcome, ran}` or
+/// `{ok: false, message}` with the reference's message.
+#[napi(
+    catch_unwind,
+    ts_return_type = "{ ok: true; outcome: object; ran: object } | { ok: false; message: string }"
+)]
+pub fn parse_sealed_outcome(env: Env, plaintext: String) -> Result<Reply> {
+    let url_ok = node_url_ok(&env);
+    Ok(Reply(
+        match wire::parse_sealed_outcome(&plaintext, &url_ok) {
+            SealedOutcomeResult::Ok { doc, outcome } => {
+                let doc = SharedDoc::new(doc);
+                let mut reply = vec![("ok", ReplyValue::Bool(true))];
+                for key in ["outcome", "ran"] {
+                    if let Some(part) = outcome.field(key) {
+                        reply.push((key, ReplyValue::Validated(doc.clone(), part.clone())));
+                    }
+                }
+                reply
+            }
+            SealedOutcomeResult::Refused(message) => vec![
+                ("ok", ReplyValue::Bool(false)),
+                ("message", ReplyValue::Static(message)),
+            ],
+        },
+    ))
+}
+
+// ------------------------------------------------------------ payloads
+
+#[napi(object, js_name = "PayloadCheck")]
+pub struct JsPayloadCheck {
+    pub ok: bool,
+    pub canonical: Option<String>,
+    pub text_length: Option<u32>,
+    #[napi(ts_type = "\"small\" | \"medium\" | \"large\"")]
+    pub size_class: Option<String>,
+    pub message: Option<String>,
+}
+
+/// Validate `{kind, payload}` as enqueue does. `kind` may be any JS value
+/// (the message prints it with `String(kind)`); `payloadJson` is
+/// `JSON.stringify(payload)`, or `undefined` for an absent payload.
+#[napi(
+    catch_unwind,
+    ts_args_type = "kind: unknown, payloadJson: string | undefined",
+    ts_return_type = "{ ok: true; canonical: string; textLength: number; sizeClass: \"small\" | \"medium\" | \"large\" } | { ok: false; message: string }"
+)]
+pub fn validate_payload(kind: Unknown<'_>, payload_json: Option<String>) -> Result<JsPayloadCheck> {
+    let kind_text: Option<String> = match kind.get_type()? {
+        ValueType::String => Some(String::from_unknown(kind)?),
+        _ => None,
+    };
+    let display = match &kind_text {
+        Some(s) => s.clone(),
+        None => kind.coerce_to_string()?.into_utf8()?.as_str()?.to_owned(),
+    };
+    Ok(
+        match kinds::validate_payload(kind_text.as_deref(), &display, payload_json.as_deref()) {
+            Ok(v) => JsPayloadCheck {
+                ok: true,
+                canonical: Some(v.canonical),
+                text_length: Some(u32::try_from(v.text_length).unwrap_or(u32::MAX)),
+                size_class: Some(v.size_class.as_str().to_owned()),
+                message: None,
+            },
+            Err(message) => JsPayloadCheck {
+                ok: false,
+                canonical: None,
+                text_length: None,
+                size_class: None,
+                message: Some(message),
+            },
+        },
+    )
+}
+
+/// The too-large message for `bytes` (the limit is the body cap).
+#[napi(catch_unwind)]
+pub fn too_large_message(bytes: f64) -> String {
+    wire::too_large_message(bytes)
+}
+
+// ------------------------------------------------------------ audience
+
+fn audience_of(s: &str) -> Result<Audience> {
+    Audience::parse(s).ok_or_else(|| type_error(format!("unknown audience: {s}")))
+}
+
+fn offer_scope_of(s: &str) -> Result<OfferScope> {
+    OfferScope::parse(s).ok_or_else(|| type_error(format!("unknown offer scope: {s}")))
+}
+
+#[napi(object, js_name = "AudienceJob")]
+pub struct JsAudienceJob {
+    pub owner: String,
+    #[napi(ts_type = "\"private\" | \"team\"")]
+    pub audience: String,
+    pub audience_allow: Option<Vec<String>>,
+}
+
+#[napi(object, js_name = "OfferedCapability")]
+pub struct JsOfferedCapability {
+    #[napi(ts_type = "\"private\" | \"team\"")]
+    pub offer_scope: String,
+    pub backend_id: String,
+}
+
+/// The server's audience match (claim predicate): `null` when the runner's
+/// capability may take the job, else the refusal id.
+#[napi(catch_unwind)]
+pub fn match_audience_server(
+    job: JsAudienceJob,
+    capability: JsOfferedCapability,
+    runner_owner: String,
+) -> Result<Option<String>> {
+    let verdict = audience::server_admits(
+        &job.owner,
+        audience_of(&job.audience)?,
+        job.audience_allow.as_deref(),
+        offer_scope_of(&capability.offer_scope)?,
+        &capability.backend_id,
+        &runner_owner,
+    );
+    Ok(verdict.err().map(|r| r.as_str().to_owned()))
+}
+
+#[napi(object, js_name = "ProvenanceInput")]
+pub struct JsProvenanceInput {
+    #[napi(ts_type = "\"private\" | \"team\"")]
+    pub audience: String,
+    pub runner_id: String,
+    pub runner_owner: String,
+    #[napi(ts_type = "\"http\" | \"process\"")]
+    pub backend_class: String,
+    pub model: String,
+    #[napi(ts_type = "\"end\" | \"length\" | \"stop-sequence\" | \"unknown\"")]
+    pub stop: Option<String>,
+    pub stop_reported: Option<bool>,
+}
+
+#[napi(object, js_name = "ResultProvenance")]
+pub struct JsResultProvenance {
+    pub audience: String,
+    pub runner_id: String,
+    pub runner_owner: String,
+    pub backend_class: String,
+    pub model: String,
+    pub untrusted: bool,
+    pub stop: Option<String>,
+    pub stop_reported: Option<bool>,
+}
+
+/// Provenance for a completed job; `untrusted` derived from the audience.
+#[napi(catch_unwind)]
+pub fn provenance_for(input: JsProvenanceInput) -> Result<JsResultProvenance> {
+    let backend_class = BackendClass::parse(&input.backend_class)
+        .ok_or_else(|| type_error(format!("unknown backend class: {}", input.backend_class)))?;
+    let stop = match &input.stop {
+        Some(s) => Some(
+            audience::StopReason::parse(s)
+                .ok_or_else(|| type_error(format!("unknown stop reason: {s}")))?,
+        ),
+        None => None,
+    };
+    let p = audience::provenance_for(&ProvenanceInput {
+        audience: audience_of(&input.audience)?,
+        runner_id: &input.runner_id,
+        runner_owner: &input.runner_owner,
+        backend_class,
+        model: &input.model,
+        stop,
+        stop_reported: input.stop_reported,
+    });
+    Ok(JsResultProvenance {
+        audience: p.audience.as_str().to_owned(),
+        runner_id: p.runner_id,
+        runner_owner: p.runner_owner,
+        backend_class: p.backend_class.as_str().to_owned(),
+        model: p.model,
+        untrusted: p.untrusted,
+        stop: p.stop.map(|s| s.as_str().to_owned()),
+        stop_reported: p.stop_reported,
+    })
+}
+
+/// The first capability whose `kind` is `kind` (the same object, not a
+/// copy), or `undefined`.
+#[napi(
+    catch_unwind,
+    ts_args_type = "caps: readonly Capability[], kind: string",
+    ts_return_type = "Capability | undefined"
+)]
+pub fn capability_for<'a>(caps: Array<'a>, kind: String) -> Result<Either<Object<'a>, Undefined>> {
+    for i in 0..caps.len() {
+        let Some(cap) = caps.get::<Object>(i)? else {
+            continue;
+        };
+        let cap_kind: Option<Unknown> = cap.get("kind")?;
+        let matches = match cap_kind {
+            Some(k) if k.get_type()? == ValueType::String => String::from_unknown(k)? == kind,
+            _ => false,
+        };
+        if matches {
+            return Ok(Either::A(cap));
+        }
+    }
+    // `Array.prototype.find` answers `undefined`, not `null`.
+    Ok(Either::B(()))
+}
+
+#[napi(object, js_name = "AvailabilityCapability")]
+pub struct JsAvailabilityCapability {
+    pub kind: String,
+    pub offer_scope: String,
+    pub backend_id: String,
+}
+
+/// The fields of a `RunnerRecord` availability reads.
+struct RunnerFields {
+    owner: String,
+    /// The reference tests `revokedAt === null`, so anything else (even an
+    /// absent key) counts as revoked.
+    revoked: bool,
+    last_heartbeat_at: f64,
+    capabilities: Vec<JsAvailabilityCapability>,
+}
+
+fn read_runner(obj: &Object<'_>) -> Result<RunnerFields> {
+    let revoked_at: Option<Unknown> = obj.get("revokedAt")?;
+    let revoked = match revoked_at {
+        Some(v) => v.get_type()? != ValueType::Null,
+        None => true,
+    };
+    Ok(RunnerFields {
+        owner: obj
+            .get("owner")?
+            .ok_or_else(|| type_error("runner record without owner"))?,
+        revoked,
+        last_heartbeat_at: obj.get("lastHeartbeatAt")?.unwrap_or(f64::NAN),
+        capabilities: obj.get("capabilities")?.unwrap_or_default(),
+    })
+}
+
+#[napi(object, js_name = "AvailabilityQuery")]
+pub struct JsAvailabilityQuery {
+    pub kind: String,
+    pub owner: String,
+    #[napi(ts_type = "\"private\" | \"team\"")]
+    pub audience: Option<String>,
+    pub audience_allow: Option<Vec<String>>,
+}
+
+#[napi(object, js_name = "RunnerAvailability")]
+pub struct JsRunnerAvailability {
+    pub available: bool,
+    #[napi(
+        ts_type = "\"no-runner-paired\" | \"no-runner-online\" | \"no-matching-capability\" | \"audience-admits-nobody\" | \"default-unusable\""
+    )]
+    pub reason: Option<String>,
+    pub candidates: u32,
+}
+
+/// `ByollmApp.runnerAvailability` over runner records already read from
+/// the store.
+#[napi(
+    catch_unwind,
+    ts_args_type = "runners: readonly RunnerRecord[], query: AvailabilityQuery, now: number, livenessMs: number"
+)]
+pub fn runner_availability(
+    runners: Vec<Object<'_>>,
+    query: JsAvailabilityQuery,
+    now: f64,
+    liveness_ms: f64,
+) -> Result<JsRunnerAvailability> {
+    let runners = runners
+        .iter()
+        .map(read_runner)
+        .collect::<Result<Vec<_>>>()?;
+    let mut caps: Vec<Vec<CapabilityView<'_>>> = Vec::with_capacity(runners.len());
+    for r in &runners {
+        let mut views = Vec::with_capacity(r.capabilities.len());
+        for c in &r.capabilities {
+            // Only capabilities of the asked kind are ever matched; an odd
+            // scope on another kind must not fail the whole question.
+            if c.kind != query.kind {
+                continue;
+            }
+            views.push(CapabilityView {
+                kind: &c.kind,
+                offer_scope: offer_scope_of(&c.offer_scope)?,
+                backend_id: &c.backend_id,
+            });
+        }
+        caps.push(views);
+    }
+    let views: Vec<RunnerView<'_>> = runners
+        .iter()
+        .zip(caps.iter())
+        .map(|(r, c)| RunnerView {
+            owner: &r.owner,
+            revoked: r.revoked,
+            last_heartbeat_at: r.last_heartbeat_at,
+            capabilities: c,
+        })
+        .collect();
+    let q = audience::AvailabilityQuery {
+        kind: &query.kind,
+        owner: &query.owner,
+        audience: audience_of(query.audience.as_deref().unwrap_or("private"))?,
+        audience_allow: query.audience_allow.as_deref(),
+    };
+    let a = audience::runner_availability(&views, &q, now, liveness_ms);
+    Ok(JsRunnerAvailability {
+        available: a.available,
+        reason: a.reason.map(|r| r.as_str().to_owned()),
+        candidates: a.candidates,
+    })
+}
