@@ -47,17 +47,21 @@ function adopt(instance) {
  */
 export async function init(source) {
   if (exportsOf) return;
-  if (typeof globalThis.crypto?.getRandomValues !== "function") {
+  // `in`, not a property read: Node builds its Web Crypto object lazily (tens
+  // of milliseconds), and a module that only verifies signatures or opens
+  // envelopes never needs randomness.
+  if (!("crypto" in globalThis)) {
     throw new Error("byollm edge: this runtime has no crypto.getRandomValues, which key generation and sealing need");
   }
   source = await source;
   let module;
   if (source instanceof WebAssembly.Module) {
     module = source;
-  } else if (typeof Response !== "undefined" && source instanceof Response) {
-    module = await WebAssembly.compile(await source.arrayBuffer());
-  } else {
+  } else if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) {
     module = await WebAssembly.compile(source);
+  } else {
+    // A Response (checked last: touching `Response` makes Node load its fetch stack).
+    module = await WebAssembly.compile(await source.arrayBuffer());
   }
   const instance = await WebAssembly.instantiate(module, importObject());
   wasmModule = module;
