@@ -84,6 +84,44 @@ await step("sign/verify", async () => {
   check(verify({ now: now + 10 * 60_000 }) === "stale", "old signature is stale");
 });
 
+// The WebAssembly edge module too, where it was built (npm run build:wasm):
+// every runtime here should load it as well as the native addon.
+await step("edge module", async () => {
+  let edge;
+  try {
+    edge = await import(new URL("edge/index.js", root).href);
+  } catch (err) {
+    return `skipped: edge/ not built (${String(err && err.message).slice(0, 80)})`;
+  }
+  const site = edge.generateKeys(Date.now());
+  const device = edge.generateKeys(Date.now());
+  const context = {
+    jobId: "job-edge-smoke",
+    senderKeyId: edge.keyId(site.identityPublic),
+    recipientKeyId: edge.keyId(device.identityPublic),
+    deadlineAt: Date.now() + 60_000,
+    direction: "result",
+  };
+  const envelope = await edge.seal({ plaintext: "edge ✓", senderKeys: device, recipientEncryptionPublic: site.encryptionPublic, context: { ...context, senderKeyId: context.recipientKeyId, recipientKeyId: context.senderKeyId } });
+  const opened = await edge.open({
+    envelope,
+    recipientKeys: site,
+    senderIdentityPublic: device.identityPublic,
+    expected: { jobId: context.jobId, senderKeyId: context.recipientKeyId, recipientKeyId: context.senderKeyId, direction: "result" },
+  });
+  check(opened.ok && opened.plaintext === "edge ✓", "edge round trip");
+  if (hasCrypto()) {
+    // Same core, two builds: what one seals the other opens.
+    const viaNative = await native.open({
+      envelope,
+      recipientKeys: site,
+      senderIdentityPublic: device.identityPublic,
+      expected: { jobId: context.jobId, senderKeyId: context.recipientKeyId, recipientKeyId: context.senderKeyId, direction: "result" },
+    });
+    check(viaNative.ok && viaNative.plaintext === "edge ✓", "native opens what the edge module sealed");
+  }
+});
+
 // One full in-memory job cycle through the public API, as a site and a daemon
 // would run it: pair, enqueue, claim, fetch + open, seal + result, read back.
 await step("job cycle", async () => {
