@@ -1,0 +1,260 @@
+// The crypto section of the native binding, seen from JavaScript: shapes, key
+// order, semantics, error messages, and the deliberate differences from the
+// reference. Imports no reference package, so it also runs on Node 20.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import * as native from "../index.js";
+
+const vectors = (name) => JSON.parse(readFileSync(new URL(`../tests/vectors/${name}`, import.meta.url), "utf8"));
+const fx = vectors("keys.fixture.json");
+const keysJson = vectors("keys.json");
+const envelopes = vectors("envelopes.json");
+const signatures = vectors("signatures.json");
+const T0 = 1767225600000;
+
+const STORED_KEYS_ORDER = [
+  "version",
+  "identityPublic",
+  "identityPrivate",
+  "encryptionPublic",
+  "encryptionPrivate",
+  "encryptionSig",
+  "createdAt",
+];
+
+test("generateKeys: shape, key order, consistency, fresh every call", () => {
+  const a = native.generateKeys(T0);
+  assert.deepEqual(Object.keys(a), STORED_KEYS_ORDER);
+  assert.equal(a.version, 1);
+  assert.equal(a.createdAt, T0);
+  assert.match(a.identityPublic, /^[A-Za-z0-9_-]{43}$/);
+  assert.match(a.identityPrivate, /^MC4CAQAwBQYDK2VwBCIEI[A-Za-z0-9+/]{43}$/);
+  assert.match(a.encryptionPrivate, /^MC4CAQAwBQYDK2VuBCIEI[A-Za-z0-9+/]{43}$/);
+  assert.match(a.encryptionSig, /^[A-Za-z0-9_-]{86}$/);
+  assert.equal(native.verifyPublicIdentity(native.publicIdentityOf(a)), true);
+  assert.notEqual(native.generateKeys(T0).identityPublic, a.identityPublic);
+  const now = native.generateKeys();
+  assert.ok(Math.abs(now.createdAt - Date.now()) < 60_000);
+  assert.throws(() => native.generateKeys(-1), /positive integer/);
+});
+
+test("publicIdentityOf / keyId / formatSiteKeys match the vectors", () => {
+  for (const [name, party] of Object.entries(keysJson.parties)) {
+    const pub = native.publicIdentityOf(party.storedKeys);
+    assert.deepEqual(Object.keys(pub), ["identity", "encryption", "encryptionSig"]);
+    assert.deepEqual(pub, party.publicIdentity, name);
+    assert.equal(native.keyId(party.storedKeys.identityPublic), party.keyId, name);
+  }
+  assert.equal(native.formatSiteKeys(keysJson.parties.site.storedKeys), keysJson.parties.site.formatSiteKeys);
+  for (const c of keysJson.fingerprints) assert.equal(native.keyId(c.input), c.keyId, c.name);
+});
+
+test("verifyPublicIdentity: every vector, and never throws on junk", () => {
+  for (const c of keysJson.verifyPublicIdentity) {
+    assert.equal(native.verifyPublicIdentity(c.input), c.expected, c.name);
+  }
+  const good = keysJson.parties.site.publicIdentity;
+  for (const junk of [null, undefined, 5, "x", [], {}, { ...good, identity: 5 }, { ...good, encryptionSig: null }, Symbol("s")]) {
+    assert.equal(native.verifyPublicIdentity(junk), false);
+  }
+});
+
+test("siteKeysFromEnvValue: the reference's three messages, and the valid cases", () => {
+  const misc = vectors("misc.json");
+  for (const c of misc.siteKeysFromEnv) {
+    const variable = c.variable ?? "BYOLLM_SITE_KEYS";
+    const value = c.env[variable];
+    if (c.result.ok) {
+      const keys = native.siteKeysFromEnvValue(variable, value);
+      assert.deepEqual(keys, c.result.value, c.name);
+      assert.deepEqual(Object.keys(keys), STORED_KEYS_ORDER);
+    } else {
+      assert.throws(() => native.siteKeysFromEnvValue(variable, value), { message: c.result.error.message }, c.name);
+    }
+  }
+  assert.throws(() => native.siteKeysFromEnvValue("X", null), /^Error: X is not set\./);
+});
+
+function openVector(c) {
+  return native.open({
+    envelope: c.envelope,
+    recipientKeys: fx[c.open.recipient],
+    senderIdentityPublic: fx[c.open.senderIdentity].identityPublic,
+    expected: c.open.expected,
+  });
+}
+
+test("open: every base and tampered envelope gives the reference's answer", () => {
+  let n = 0;
+  for (const c of envelopes.cases.filter((c) => c.kind !== "edge")) {
+    n++;
+    const got = openVector(c);
+    if (c.expectedResult.throws) continue; // the deliberate difference, tested below
+    if (c.expectedResult.plaintext !== undefined || !c.expectedResult.ok) {
+      assert.deepEqual(got, c.expectedResult, c.name);
+    } else {
+      assert.equal(got.ok, true, c.name);
+    }
+    assert.deepEqual(Object.keys(got), got.ok ? ["ok", "plaintext"] : ["ok", "reason"]);
+  }
+  assert.equal(n, 50);
+});
+
+test("deliberate difference: JSON null inner text or signed body is `malformed`, not a TypeError", () => {
+  const throwing = envelopes.cases.filter((c) => c.expectedResult?.throws);
+  assert.equal(throwing.length, 2);
+  for (const c of throwing) assert.deepEqual(openVector(c), { ok: false, reason: "malformed" }, c.name);
+});
+
+test("seal → open round trip, with unicode, and seal errors are clear", () => {
+  const plaintext = "héllo — 🙂\u2028\u0000\"\\ end";
+  const context = {
+    jobId: "job-1",
+    senderKeyId: native.keyId(fx.device.identityPublic),
+    recipientKeyId: native.keyId(fx.site.identityPublic),
+    deadlineAt: T0 + 86_400_000,
+    direction: "result",
+  };
+  const env = native.seal({ plaintext, senderKeys: fx.device, recipientEncryptionPublic: fx.site.encryptionPublic, context });
+  assert.deepEqual(Object.keys(env), ["ciphertext", "recipientKeyId", "senderKeyId", "direction", "deadlineAt"]);
+  const { deadlineAt, ...expected } = context;
+  assert.equal(env.deadlineAt, deadlineAt);
+  const opened = native.open({ envelope: env, recipientKeys: fx.site, senderIdentityPublic: fx.device.identityPublic, expected });
+  assert.deepEqual(opened, { ok: true, plaintext });
+  // Two seals of the same input differ (fresh ephemeral key).
+  const again = native.seal({ plaintext, senderKeys: fx.device, recipientEncryptionPublic: fx.site.encryptionPublic, context });
+  assert.notEqual(again.ciphertext, env.ciphertext);
+  assert.throws(
+    () => native.seal({ plaintext, senderKeys: fx.device, recipientEncryptionPublic: "AAAA", context }),
+    /recipient encryption key must be 32 bytes/,
+  );
+  assert.throws(
+    () => native.seal({ plaintext, senderKeys: fx.device, recipientEncryptionPublic: "A".repeat(43), context }),
+    /small-order/,
+  );
+  assert.throws(
+    () => native.seal({ plaintext, senderKeys: { ...fx.device, identityPrivate: "junk" }, recipientEncryptionPublic: fx.site.encryptionPublic, context }),
+    /identityPrivate/,
+  );
+  // Unusable recipient keys are a reason, not a throw.
+  const bad = native.open({ envelope: env, recipientKeys: { ...fx.site, encryptionPrivate: "junk" }, senderIdentityPublic: fx.device.identityPublic, expected });
+  assert.deepEqual(bad, { ok: false, reason: "unopenable" });
+});
+
+test("request signatures: canonical bytes, signatures, verify outcomes", () => {
+  for (const c of signatures.signed) {
+    const { endpoint, runnerId, issuedAt, body } = c.input;
+    assert.equal(native.canonicalRequest(endpoint, runnerId, issuedAt, body), c.canonicalUtf8, c.name);
+    const sig = native.signRequest(fx[c.signedBy], { endpoint, runnerId, issuedAt, body });
+    assert.deepEqual(Object.keys(sig), ["runnerId", "issuedAt", "signature"]);
+    assert.deepEqual(sig, c.signature, c.name);
+  }
+  for (const c of signatures.verify) {
+    assert.equal(native.verifyRequest(c.args), c.expected, c.name);
+  }
+  const s = signatures.siteSigned;
+  const ring = new native.SiteKeyring(fx.site);
+  assert.equal(ring.signSiteRequest(s.input.endpoint, s.input.siteId, s.input.issuedAt, s.input.body), s.signature.signature);
+  assert.equal(native.canonicalRequest("x", "r", 1.5, ""), "byollm/v1/request\nx\nr\n1.5\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+});
+
+test("ids, codes and secrets", () => {
+  const hs = vectors("hash-secret.json");
+  for (const c of hs.hashSecret) {
+    const input = Buffer.from(c.inputUtf16Hex, "hex").toString("utf16le");
+    assert.equal(native.hashSecret(input), c.expected);
+  }
+  for (const c of hs.secretsMatch) {
+    // Deliberate difference: where Node's timingSafeEqual throws, we say false.
+    assert.equal(native.secretsMatch(c.a, c.b), c.result.ok ? c.result.value : false, c.name);
+  }
+  for (const c of vectors("user-codes.json").normalizeUserCode) {
+    assert.equal(native.normalizeUserCode(c.input), c.expected, JSON.stringify(c.input));
+  }
+  const seen = new Set();
+  for (let i = 0; i < 200; i++) {
+    const code = native.generateUserCode();
+    assert.match(code, /^[ABCDEFGHJKMNPQRTWXYZ2346789]{4}-[ABCDEFGHJKMNPQRTWXYZ2346789]{4}$/);
+    seen.add(code);
+  }
+  assert.ok(seen.size > 190);
+  assert.match(native.generateDeviceCode(), /^[A-Za-z0-9_-]{43}$/);
+  const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+  assert.match(native.generateJobId(), uuid);
+  assert.match(native.generateLeaseId(), uuid);
+  assert.match(native.generateRunnerId().slice("runner_".length), uuid);
+  assert.ok(native.generateRunnerId().startsWith("runner_"));
+});
+
+test("SiteKeyring: seal at rest, reseal to a device, open its result (sync and async)", async () => {
+  const ring = new native.SiteKeyring(fx.site);
+  assert.equal(ring.keyId, keysJson.parties.site.keyId);
+  assert.deepEqual(ring.publicIdentity(), keysJson.parties.site.publicIdentity);
+  assert.equal(ring.isConsistent(), true);
+
+  const jobId = "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b";
+  const atRest = ring.sealPayload('{"prompt":"hi"}', jobId, T0 + 86_400_000);
+  assert.equal(atRest.senderKeyId, ring.keyId);
+  assert.equal(atRest.recipientKeyId, ring.keyId);
+  assert.equal(atRest.direction, "payload");
+  const atRestAsync = await ring.sealPayloadAsync('{"prompt":"hi"}', jobId, T0 + 86_400_000);
+  assert.equal(atRestAsync.recipientKeyId, ring.keyId);
+
+  const device = native.publicIdentityOf(fx.device);
+  for (const sealed of [atRest, atRestAsync]) {
+    const toDevice = ring.resealForDevice(sealed, jobId, T0, device);
+    const toDeviceAsync = await ring.resealForDeviceAsync(sealed, jobId, T0, device);
+    for (const env of [toDevice, toDeviceAsync]) {
+      assert.equal(env.recipientKeyId, native.keyId(fx.device.identityPublic));
+      assert.equal(env.deadlineAt, T0 + 86_400_000);
+      const opened = native.open({
+        envelope: env,
+        recipientKeys: fx.device,
+        senderIdentityPublic: fx.site.identityPublic,
+        expected: { jobId, senderKeyId: ring.keyId, recipientKeyId: env.recipientKeyId, direction: "payload" },
+      });
+      assert.deepEqual(opened, { ok: true, plaintext: '{"prompt":"hi"}' });
+    }
+  }
+  // An at-rest envelope for another job does not open: null, not a throw.
+  assert.equal(ring.resealForDevice(atRest, "other-job", T0, device), null);
+  assert.equal(await ring.resealForDeviceAsync(atRest, "other-job", T0, device), null);
+
+  const result = native.seal({
+    plaintext: "the outcome",
+    senderKeys: fx.device,
+    recipientEncryptionPublic: fx.site.encryptionPublic,
+    context: { jobId, senderKeyId: native.keyId(fx.device.identityPublic), recipientKeyId: ring.keyId, deadlineAt: T0 + 5, direction: "result" },
+  });
+  assert.deepEqual(ring.openResult(result, jobId, fx.device.identityPublic), { ok: true, plaintext: "the outcome" });
+  assert.deepEqual(await ring.openResultAsync(result, jobId, fx.device.identityPublic), { ok: true, plaintext: "the outcome" });
+  assert.deepEqual(ring.openResult(result, jobId, fx.stranger.identityPublic), { ok: false, reason: "not-for-us" });
+  assert.deepEqual(ring.openResult(result, "other", fx.device.identityPublic), { ok: false, reason: "context-mismatch" });
+});
+
+test("SiteKeyring: malformed keys throw clear errors; inconsistent keys construct", () => {
+  assert.throws(() => new native.SiteKeyring({ ...fx.site, identityPrivate: "nope" }), /identityPrivate is not a base64 PKCS#8 Ed25519 private key/);
+  assert.throws(() => new native.SiteKeyring({ ...fx.site, encryptionPrivate: fx.site.identityPrivate }), /encryptionPrivate/);
+  assert.throws(() => new native.SiteKeyring({ ...fx.site, version: 2 }), /version must be 1/);
+  assert.throws(() => new native.SiteKeyring({ ...fx.site, createdAt: 1.5 }), /createdAt/);
+  assert.throws(() => new native.SiteKeyring({ ...fx.site, identityPublic: undefined }));
+  const mixed = new native.SiteKeyring({ ...fx.site, encryptionPublic: fx.device.encryptionPublic });
+  assert.equal(mixed.isConsistent(), false);
+});
+
+test("large payloads go through the async variants", async () => {
+  const ring = new native.SiteKeyring(fx.site);
+  const big = "x".repeat(1_000_000) + "🙂";
+  const env = await ring.sealPayloadAsync(big, "job", T0);
+  const toDevice = await ring.resealForDeviceAsync(env, "job", T0, native.publicIdentityOf(fx.device));
+  const opened = native.open({
+    envelope: toDevice,
+    recipientKeys: fx.device,
+    senderIdentityPublic: fx.site.identityPublic,
+    expected: { jobId: "job", senderKeyId: ring.keyId, recipientKeyId: native.keyId(fx.device.identityPublic), direction: "payload" },
+  });
+  assert.equal(opened.ok, true);
+  assert.equal(opened.plaintext.length, big.length);
+  assert.equal(opened.plaintext, big);
+});
