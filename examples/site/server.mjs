@@ -33,7 +33,7 @@ import {
   generateSiteKeys,
   normalizeUserCode,
   siteKeysFromEnv,
-} from "@byollm/server";
+} from "byollm-server-native";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const SESSION_COOKIE = "byollm_example_session";
