@@ -190,3 +190,15 @@ test("edge module in Node too (no Deno): the embedded .wasm loads and errors are
   const size = statSync(join(root, "edge", "byollm_edge.wasm")).size;
   assert.ok(size <= 300 * 1024, `edge/byollm_edge.wasm is ${size} bytes, over the 300 KB budget`);
 });
+
+test("edge module: a trap in the core becomes a plain Error and a fresh instance takes over", async () => {
+  ensureWasm();
+  const { call } = await import("../edge/core.js");
+  const edge = await import("../edge/index.js");
+  assert.throws(() => call("__panicForTests", []), (e) => e instanceof Error && !(e instanceof WebAssembly.RuntimeError) && /internal error/.test(e.message));
+  // The replacement instance works, with its own memory.
+  assert.equal(edge.keyId(fixture.site.identityPublic), "BYOLLM-EA1K-Z4XJ-89JV-57J7-CG5C-KY87");
+  const keys = edge.generateKeys(1767225600000);
+  assert.equal(edge.verifyPublicIdentity(edge.publicIdentityOf(keys)), true);
+  assert.throws(() => call("nope", []), /unknown operation/);
+});

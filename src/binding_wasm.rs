@@ -181,6 +181,10 @@ pub(crate) fn call(op: &[u8], args: &[u8]) -> Outcome {
     };
     match op {
         "ping" => Ok(string("pong")),
+        // Lets the JS tests prove that a panic (a trap on wasm32) reaches
+        // callers as an ordinary Error and that the glue recovers with a fresh
+        // instance. Nothing else can reach a panic on purpose.
+        "__panicForTests" => panic!("deliberate panic for the trap-recovery test"),
         // ---- keys
         "generateKeys" => Ok(StoredKeys::generate(a.integer(0, "now")?).to_json()),
         "publicIdentityOf" => Ok(a.keys(0)?.public_identity().to_json()),
