@@ -1,3 +1,4 @@
+// @ts-self-types="./index.d.ts"
 // byollm-server-native/edge/workers: the edge module for Cloudflare Workers
 // (and bundlers that turn a `.wasm` import into a WebAssembly.Module).
 // Workers forbid compiling WebAssembly from bytes at run time, so the module
