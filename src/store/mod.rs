@@ -298,9 +298,12 @@ struct Indexes {
     /// Claimable jobs by (kind, owner), keyed by `claimableAt`: a runner's own
     /// owner's jobs, which it may take whatever their audience.
     claim_own: HashMap<(Sym, Sym), BTreeSet<Entry>>,
-    /// Claimable jobs that are not `private`, by kind: the only ones another
-    /// owner's runner can ever be admitted to.
+    /// Claimable `team` jobs without an allowlist, by kind: any owner's
+    /// runner whose offer admits strangers may take them.
     claim_shared: HashMap<Sym, BTreeSet<Entry>>,
+    /// Claimable `team` jobs with an allowlist, by kind and then by each
+    /// allowed owner, so a runner never walks jobs whose list excludes it.
+    claim_allowed: HashMap<Sym, HashMap<Box<str>, BTreeSet<Entry>>>,
     /// Held jobs with a lease this store issued, by `lease.expiresAt`.
     lease_expiry: BTreeSet<Entry>,
     /// Held jobs with an adopted lease, by their deadline.
@@ -319,15 +322,15 @@ fn finite_or_none(value: f64) -> Option<Key> {
 }
 
 impl Indexes {
-    fn add(&mut self, job: &Job, slot: u32, shared: bool, retention: bool) {
-        self.apply(job, slot, shared, retention, true);
+    fn add(&mut self, job: &Job, slot: u32, reach: Reach, retention: bool) {
+        self.apply(job, slot, reach, retention, true);
     }
 
-    fn remove(&mut self, job: &Job, slot: u32, shared: bool, retention: bool) {
-        self.apply(job, slot, shared, retention, false);
+    fn remove(&mut self, job: &Job, slot: u32, reach: Reach, retention: bool) {
+        self.apply(job, slot, reach, retention, false);
     }
 
-    fn apply(&mut self, job: &Job, slot: u32, shared: bool, retention: bool, insert: bool) {
+    fn apply(&mut self, job: &Job, slot: u32, reach: Reach, retention: bool, insert: bool) {
         fn put(set: &mut BTreeSet<Entry>, entry: Entry, insert: bool) {
             if insert {
                 set.insert(entry);
@@ -344,9 +347,19 @@ impl Indexes {
                 if let Some(key) = job.claimable_at.and_then(finite_or_none) {
                     let own = self.claim_own.entry((job.kind, job.owner)).or_default();
                     put(own, (key, seq, slot), insert);
-                    if shared {
-                        let set = self.claim_shared.entry(job.kind).or_default();
-                        put(set, (key, seq, slot), insert);
+                    match reach {
+                        Reach::Owner => {}
+                        Reach::Anyone => {
+                            let set = self.claim_shared.entry(job.kind).or_default();
+                            put(set, (key, seq, slot), insert);
+                        }
+                        Reach::Allowlist => {
+                            let by_owner = self.claim_allowed.entry(job.kind).or_default();
+                            for allowed in job.audience_allow.iter().flatten() {
+                                let set = by_owner.entry(allowed.as_str().into()).or_default();
+                                put(set, (key, seq, slot), insert);
+                            }
+                        }
                     }
                 }
                 let by_ttl = job.claimable_at.map(|c| c + job.ttl_ms);
@@ -499,11 +512,8 @@ impl Store {
         self.by_id.get(id).copied()
     }
 
-    /// Whether a job's audience puts it in the shared claim index: anything
-    /// but `private` (an unknown audience passes the reference's audience
-    /// side like `team` without an allowlist).
-    fn is_shared(&self, job: &Job) -> bool {
-        Audience::parse(self.syms.name(job.audience)) != Some(Audience::Private)
+    fn reach(&self, job: &Job) -> Reach {
+        reach_of(&self.syms, job)
     }
 
     /// The one write path: out of the indexes, change, back in, log for watchers.
@@ -512,10 +522,11 @@ impl Store {
         let Some(Some(job)) = self.slots.get_mut(slot as usize) else {
             return;
         };
-        let shared = Audience::parse(self.syms.name(job.audience)) != Some(Audience::Private);
-        self.idx.remove(job, slot, shared, retention);
+        // Audience and allowlist never change after create, so neither does the reach.
+        let reach = reach_of(&self.syms, job);
+        self.idx.remove(job, slot, reach, retention);
         change(job);
-        self.idx.add(job, slot, shared, retention);
+        self.idx.add(job, slot, reach, retention);
         if !self.watched.is_empty() && self.watched.contains(&job.id) {
             self.write_log.push(job.id.to_string());
         }
@@ -597,9 +608,9 @@ impl Store {
             }
         }
         self.by_id.insert(job.id.clone(), slot);
-        let shared = self.is_shared(&job);
+        let reach = self.reach(&job);
         self.idx
-            .add(&job, slot, shared, self.options.retention_ms.is_some());
+            .add(&job, slot, reach, self.options.retention_ms.is_some());
         if !self.watched.is_empty() && self.watched.contains(&job.id) {
             self.write_log.push(job.id.to_string());
         }
@@ -671,9 +682,17 @@ impl Store {
             )
             .is_ok();
             if admits_strangers {
-                if let Some(shared) = self.idx.claim_shared.get(&kind) {
+                let allowed = self
+                    .idx
+                    .claim_allowed
+                    .get(&kind)
+                    .and_then(|by_owner| by_owner.get(args.runner_owner));
+                for set in [self.idx.claim_shared.get(&kind), allowed]
+                    .into_iter()
+                    .flatten()
+                {
                     streams.push(Stream {
-                        iter: shared.range(..=upper).peekable(),
+                        iter: set.range(..=upper).peekable(),
                         cap,
                         scope: Some(scope),
                         strangers_only: true,
@@ -1198,6 +1217,26 @@ impl Store {
     /// The ids of watched jobs written since the last call, one per write, in order.
     pub fn drain_writes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.write_log)
+    }
+}
+
+/// Which runners' claims can reach a job beyond its owner's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// `private`: only the owner's runners.
+    Owner,
+    /// `team` without an allowlist, or an audience outside the vocabulary
+    /// (which passes the reference's audience side the same way).
+    Anyone,
+    /// `team` with an allowlist: the owners on it.
+    Allowlist,
+}
+
+fn reach_of(syms: &Interner, job: &Job) -> Reach {
+    match Audience::parse(syms.name(job.audience)) {
+        Some(Audience::Private) => Reach::Owner,
+        Some(Audience::Team) if job.audience_allow.is_some() => Reach::Allowlist,
+        _ => Reach::Anyone,
     }
 }
 
