@@ -5,25 +5,29 @@
 // enqueues a prompt, the client runs it, and the app's result route shows it.
 //
 // The app is copied to a temp dir so the repo stays clean. Its node_modules is
-// what `npm install` would leave there, without the network: this repo linked
-// in as @byollm/server (npm installs a `file:` directory dependency as exactly
-// such a link), and next/react/typescript linked from this repo's own
-// devDependencies. BYOLLM_NEXT_EXAMPLE_SERVER=reference links the reference
-// @byollm/server@0.1.1 instead, to check the example itself against it.
+// what `npm install` leaves there, without the network: this package packed
+// with `npm pack` and unpacked as node_modules/@byollm/server (which is what
+// `npm i @byollm/server@file:<tarball>` or the npm alias does), its
+// dependencies and next/react/typescript linked from this repo's own
+// node_modules. A real directory matters: Next bundles a package whose real
+// path is outside node_modules (a `file:` link to a folder) even when
+// serverExternalPackages names it. BYOLLM_NEXT_EXAMPLE_SERVER=reference
+// installs the reference @byollm/server@0.1.1 instead, to check the example
+// itself against it.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { TestDaemon } from "./site-daemon.mjs";
 import { root } from "./site-harness.mjs";
 
 const nodeModules = join(root, "node_modules");
-const serverPackage =
-  process.env.BYOLLM_NEXT_EXAMPLE_SERVER === "reference" ? join(nodeModules, "@byollm", "server") : root;
+const useReference = process.env.BYOLLM_NEXT_EXAMPLE_SERVER === "reference";
+const serverPackage = useReference ? join(nodeModules, "@byollm", "server") : root;
 
 let work;
 let app;
@@ -70,12 +74,26 @@ before(async () => {
     recursive: true,
     filter: (src) => !/[\\/](node_modules|\.next)$/.test(src),
   });
-  mkdirSync(join(app, "node_modules", "@byollm"), { recursive: true });
+  const installed = join(app, "node_modules", "@byollm", "server");
+  mkdirSync(installed, { recursive: true });
   mkdirSync(join(app, "node_modules", "@types"), { recursive: true });
   for (const pkg of ["next", "react", "react-dom", "typescript", "@types/node", "@types/react"]) {
     symlinkSync(join(nodeModules, pkg), join(app, "node_modules", pkg), "dir");
   }
-  symlinkSync(serverPackage, join(app, "node_modules", "@byollm", "server"), "dir");
+  // The packed package, unpacked where npm puts it. --ignore-scripts: the
+  // package's `prepare` would start a release build; the test uses what is built.
+  const packed = JSON.parse(
+    await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], { cwd: serverPackage }),
+  );
+  await run("tar", ["-xzf", join(work, packed[0].filename), "-C", installed, "--strip-components=1"]);
+  const manifest = JSON.parse(readFileSync(join(installed, "package.json"), "utf8"));
+  for (const dep of Object.keys(manifest.dependencies ?? {})) {
+    const target = join(app, "node_modules", dep);
+    if (!existsSync(target)) {
+      mkdirSync(dirname(target), { recursive: true });
+      symlinkSync(join(nodeModules, dep), target, "dir");
+    }
+  }
 
   // The site identity, from the package under test, as `keygen` would print it.
   const lib = await import(pathToFileURL(join(app, "node_modules", "@byollm", "server", "dist", "index.js")).href);
@@ -209,6 +227,17 @@ test("the mount answers at /byollm with the library's own errors; /api/byollm ha
   assert.equal(legacy.status, 404);
   // Next's own HTML page, which the daemon reports as "a body that is not JSON".
   assert.match(legacy.headers.get("content-type") ?? "", /^text\/html/);
+});
+
+test("serverExternalPackages keeps the package external: no bundled copy of the native loader", { skip }, () => {
+  const route = readFileSync(join(app, ".next", "server", "app", "byollm", "[...route]", "route.js"), "utf8");
+  assert.match(route, /"@byollm\/server\/next"/, "the route imports the installed package at run time");
+  // A bundled copy would carry the loader with the build machine's absolute path.
+  const chunks = join(app, ".next", "server", "chunks");
+  for (const file of readdirSync(chunks).filter((f) => f.endsWith(".js"))) {
+    const text = readFileSync(join(chunks, file), "utf8");
+    assert.ok(!/createRequire\)\("file:\/\//.test(text) && !text.includes(".linux-x64-gnu.node"), `${file} bundles the native loader`);
+  }
 });
 
 test("next build finishes in reasonable time", { skip }, () => {
