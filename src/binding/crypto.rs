@@ -105,10 +105,21 @@ pub struct JsRequestSignature {
     pub signature: String,
 }
 
+/// What `signRequest` returns: `runnerId` is echoed back exactly as given
+/// (as UTF-16, so even a lone surrogate survives).
+#[napi(object)]
+pub struct SignedRequest {
+    #[napi(ts_type = "string")]
+    pub runner_id: Utf16String,
+    pub issued_at: f64,
+    pub signature: String,
+}
+
 #[napi(object)]
 pub struct RequestToSign {
     pub endpoint: String,
-    pub runner_id: String,
+    #[napi(ts_type = "string")]
+    pub runner_id: Utf16String,
     pub issued_at: f64,
     pub body: String,
 }
@@ -372,15 +383,17 @@ pub fn canonical_request(
 }
 
 #[napi(catch_unwind)]
-pub fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<JsRequestSignature> {
+pub fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<SignedRequest> {
     let signer =
         keys::parse_signing_key(&keys.identity_private).map_err(|e| invalid(e.to_string()))?;
-    let canonical =
-        signing::canonical_request(&req.endpoint, &req.runner_id, req.issued_at, &req.body);
+    // The canonical bytes take the UTF-8 form (a lone surrogate as U+FFFD,
+    // which is what Node's UTF-8 encoding writes too).
+    let runner_id = String::from_utf16_lossy(&req.runner_id);
+    let canonical = signing::canonical_request(&req.endpoint, &runner_id, req.issued_at, &req.body);
     let signature = crate::b64::encode_url(
         &ed25519_dalek::Signer::sign(&signer, canonical.as_bytes()).to_bytes(),
     );
-    Ok(JsRequestSignature {
+    Ok(SignedRequest {
         runner_id: req.runner_id,
         issued_at: req.issued_at,
         signature,
