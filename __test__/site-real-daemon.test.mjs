@@ -155,3 +155,29 @@ test("byollm connect + byollm run serve a prompt from the example site", { skip,
   assert.equal((await alice.request("/devices/revoke", { method: "POST", form: { id: runnerId } })).status, 303);
   await until("the daemon to notice the revocation", () => /revoked/i.test(run.io.out), 30_000);
 });
+
+test("byollm connect <origin>/api asks <origin>/byollm/pair, so an app mounted only at /api/byollm cannot pair", { skip, timeout: 30_000 }, async () => {
+  // Stands in for a Next.js app laid out as the reference README suggests:
+  // the protocol only under /api/byollm, Next's HTML 404 everywhere else.
+  const seen = [];
+  const app = createServer((req, res) => {
+    seen.push(`${req.method} ${req.url}`);
+    if (req.url.startsWith("/api/byollm/")) {
+      res.writeHead(500, { "content-type": "application/json" });
+      return res.end(JSON.stringify({ error: "server-error", message: "the test app was reached at /api/byollm" }));
+    }
+    res.writeHead(404, { "content-type": "text/html; charset=utf-8" });
+    res.end("<!doctype html><title>404: This page could not be found.</title>");
+  });
+  await new Promise((r) => app.listen(0, "127.0.0.1", r));
+  try {
+    const appOrigin = `http://127.0.0.1:${app.address().port}`;
+    const connect = daemon(["connect", `${appOrigin}/api`, "--name", "readme-layout"]);
+    assert.equal(await connect.io.exit, 1, connect.io.out);
+    assert.match(connect.io.out, new RegExp(`Connecting to ${appOrigin}\\n`), "the path was dropped");
+    assert.match(connect.io.out, /returned HTTP 404 with a body that is not JSON/);
+    assert.deepEqual(seen, ["POST /byollm/pair"]);
+  } finally {
+    app.close();
+  }
+});
