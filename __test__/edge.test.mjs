@@ -202,3 +202,29 @@ test("edge module: a trap in the core becomes a plain Error and a fresh instance
   assert.equal(edge.verifyPublicIdentity(edge.publicIdentityOf(keys)), true);
   assert.throws(() => call("nope", []), /unknown operation/);
 });
+
+test("edge/workers.js: loads from a precompiled WebAssembly.Module, as Wrangler hands a .wasm import over", () => {
+  ensureWasm();
+  // A Node module hook stands in for Wrangler: it turns `import x from "*.wasm"`
+  // into a default export of a compiled WebAssembly.Module.
+  const work = mkdtempSync(join(tmpdir(), "byollm-workers-"));
+  try {
+    writeFileSync(
+      join(work, "hooks.mjs"),
+      `export async function load(url, context, next) {
+  if (!url.endsWith(".wasm")) return next(url, context);
+  return { format: "module", shortCircuit: true,
+    source: "import { readFileSync } from 'node:fs'; export default new WebAssembly.Module(readFileSync(new URL(" + JSON.stringify(url) + ")));" };
+}\n`,
+    );
+    writeFileSync(join(work, "register.mjs"), `import { register } from "node:module";\nregister("./hooks.mjs", import.meta.url);\n`);
+    const script = `const edge = await import(${JSON.stringify(new URL("../edge/workers.js", import.meta.url).href)});
+const keys = edge.generateKeys(1767225600000);
+console.log(JSON.stringify([edge.isReady(), edge.verifyPublicIdentity(edge.publicIdentityOf(keys)), edge.keyId(${JSON.stringify(fixture.site.identityPublic)})]));`;
+    const r = spawnSync(process.execPath, ["--import", join(work, "register.mjs"), "--input-type=module", "-e", script], { encoding: "utf8" });
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout.trim().split("\n").pop()), [true, true, "BYOLLM-EA1K-Z4XJ-89JV-57J7-CG5C-KY87"]);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+});
