@@ -494,7 +494,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
       `  site keys: ${site.keySource}`,
       `  site key fingerprint: ${site.siteKeyId}`,
       ``,
-      `Connect a daemon (on the machine that runs the model):`,
+      `Connect a daemon (on the machine that runs the model; the daemon needs Node >= 22.14):`,
       `  npx byollm connect ${site.origin}`,
       `Then sign in at ${site.origin}/ , approve the code it prints at ${site.origin}/pair ,`,
       `start it with \`npx byollm run\`, and send a prompt from ${site.origin}/prompts .`,
