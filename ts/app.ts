@@ -116,7 +116,7 @@ export class ByollmApp {
       );
     }
 
-    const checked = native.validatePayload(String(input.kind), payloadJson(input.payload));
+    const checked = native.validatePayload(input.kind, payloadJson(input.payload));
     if (!checked.ok) throw new Error(payloadError(String(input.kind), checked.message));
 
     // One clock reading for both the record and the envelope it binds.
@@ -255,13 +255,13 @@ export class ByollmApp {
 }
 
 /**
- * The payload as JSON for the core's validator. A value JSON cannot carry
- * (undefined, a function, a BigInt, a cycle) is passed as `null`, which the
+ * The payload as JSON for the core's validator; `undefined` when absent. A
+ * value JSON cannot carry (a BigInt, a cycle) is passed as `null`, which the
  * schema refuses like any other non-object.
  */
-function payloadJson(payload: unknown): string {
+function payloadJson(payload: unknown): string | undefined {
   try {
-    return JSON.stringify(payload) ?? "null";
+    return JSON.stringify(payload);
   } catch {
     return "null";
   }

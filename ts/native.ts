@@ -119,8 +119,8 @@ export interface NativeBinding {
     plaintext: string,
   ): { ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> } | { ok: false; message: string };
   validatePayload(
-    kind: string,
-    payloadJson: string,
+    kind: unknown,
+    payloadJson: string | undefined,
   ): { ok: true; canonical: string; textLength: number; sizeClass: string } | { ok: false; message: string };
   tooLargeMessage(bytes: number): string;
   provenanceFor(input: Record<string, unknown>): ResultProvenance;
