@@ -5,7 +5,7 @@
 
 pub mod schema;
 
-use crate::json::{self, Doc, Node};
+use crate::json::{self, Doc, JsStr, Node};
 use schema::{opt, req, Field, Out, Presence, Schema};
 
 pub use schema::{Issue, IssueKind, Seg, Validated};
@@ -154,7 +154,9 @@ impl ErrorCode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireError {
     pub error: ErrorCode,
-    pub message: String,
+    /// A `JsStr` because a version refusal quotes the declared version, and
+    /// that may hold a lone surrogate the reply must echo exactly.
+    pub message: JsStr,
     pub version: Option<VersionFields>,
 }
 
@@ -169,7 +171,7 @@ impl WireError {
     pub fn new(error: ErrorCode, message: impl Into<String>) -> WireError {
         WireError {
             error,
-            message: message.into(),
+            message: JsStr::new(message.into()),
             version: None,
         }
     }
@@ -183,7 +185,7 @@ impl WireError {
         let mut out = String::from("{\"error\":");
         json::write_json_str(self.error.as_str(), &mut out);
         out.push_str(",\"message\":");
-        json::write_json_str(&self.message, &mut out);
+        self.message.write_json(&mut out);
         if let Some(v) = &self.version {
             out.push_str(",\"supported\":[");
             for (i, s) in v.supported.iter().enumerate() {
@@ -203,7 +205,7 @@ impl WireError {
 // ---------------------------------------------------------------------------
 // Protocol version
 
-fn version_refusal(message: String) -> WireError {
+fn version_refusal(message: JsStr) -> WireError {
     WireError {
         error: ErrorCode::UnsupportedProtocolVersion,
         message,
@@ -225,9 +227,9 @@ pub fn check_protocol_version(doc: &Doc) -> Option<WireError> {
         .and_then(|v| doc.str(v));
     let declared = match declared {
         Some(s) if s.utf16_len() > 0 => s,
-        _ => return Some(version_refusal(format!(
+        _ => return Some(version_refusal(JsStr::new(format!(
             "this request declared no protocol version. Upgrade the daemon: `{UPGRADE_COMMAND}`."
-        ))),
+        )))),
     };
     if SUPPORTED_PROTOCOL_VERSIONS.iter().any(|v| declared.is(v)) {
         return None;
@@ -250,11 +252,21 @@ pub fn check_protocol_version(doc: &Doc) -> Option<WireError> {
     } else {
         "This daemon is newer than the server; the server needs upgrading.".to_owned()
     };
-    Some(version_refusal(format!(
-        "this server speaks protocol {} and the daemon asked for {}. {advice}",
-        SUPPORTED_PROTOCOL_VERSIONS.join(", "),
-        declared.as_str()
-    )))
+    let head = format!(
+        "this server speaks protocol {} and the daemon asked for ",
+        SUPPORTED_PROTOCOL_VERSIONS.join(", ")
+    );
+    let tail = format!(". {advice}");
+    let message = match declared.lone_utf16() {
+        None => JsStr::new(format!("{head}{}{tail}", declared.as_str())),
+        Some(units) => {
+            let mut all: Vec<u16> = head.encode_utf16().collect();
+            all.extend_from_slice(units);
+            all.extend(tail.encode_utf16());
+            JsStr::from_utf16(&all)
+        }
+    };
+    Some(version_refusal(message))
 }
 
 // ---------------------------------------------------------------------------
@@ -752,7 +764,10 @@ mod tests {
 
     #[test]
     fn version_check_is_lexicographic() {
-        let msg = |raw: &str| check_protocol_version(&json::parse(raw).unwrap()).map(|e| e.message);
+        let msg = |raw: &str| {
+            check_protocol_version(&json::parse(raw).unwrap())
+                .map(|e| e.message.as_str().to_owned())
+        };
         assert_eq!(msg(r#"{"protocolVersion":"2"}"#), None);
         assert!(msg(r#"{"protocolVersion":"10"}"#)
             .unwrap()

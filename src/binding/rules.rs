@@ -136,7 +136,8 @@ impl ToNapiValue for Reply {
 #[napi(object, js_name = "WireErrorBody")]
 pub struct JsWireError {
     pub error: String,
-    pub message: String,
+    #[napi(ts_type = "string")]
+    pub message: Either<String, Utf16String>,
     pub supported: Option<Vec<String>>,
     pub minimum: Option<String>,
 }
@@ -150,9 +151,13 @@ impl From<WireError> for JsWireError {
             ),
             None => (None, None),
         };
+        let message = match e.message.lone_utf16() {
+            Some(units) => Either::B(Utf16String::from(units.to_vec())),
+            None => Either::A(e.message.as_str().to_owned()),
+        };
         JsWireError {
             error: e.error.as_str().to_owned(),
-            message: e.message,
+            message,
             supported,
             minimum,
         }
@@ -549,4 +554,62 @@ pub fn runner_availability(
         reason: a.reason.map(|r| r.as_str().to_owned()),
         candidates: a.candidates,
     })
+}
+
+/// The full matcher, as the daemon runs it: `daemon.admits` is asked only
+/// when the decision reaches it. `null` when allowed, else the refusal id.
+#[napi(
+    catch_unwind,
+    ts_args_type = "job: AudienceJob, daemon: { owner: string; offerScope: \"private\" | \"team\"; cost: \"free\" | \"metered\" | \"subscription\"; spend?: { acknowledged: boolean; ceilingReached?: boolean }; admits: (owner: string) => boolean }"
+)]
+pub fn match_audience(job: JsAudienceJob, daemon: Object<'_>) -> Result<Option<String>> {
+    let owner: String = daemon
+        .get("owner")?
+        .ok_or_else(|| type_error("daemon.owner is required"))?;
+    let scope: String = daemon
+        .get("offerScope")?
+        .ok_or_else(|| type_error("daemon.offerScope is required"))?;
+    let cost: String = daemon
+        .get("cost")?
+        .ok_or_else(|| type_error("daemon.cost is required"))?;
+    let cost = audience::BackendCost::parse(&cost)
+        .ok_or_else(|| type_error(format!("unknown cost: {cost}")))?;
+    let spend = match daemon.get::<Object>("spend")? {
+        Some(spend) => Some(audience::SpendConsent {
+            acknowledged: spend.get::<bool>("acknowledged")?.unwrap_or(false),
+            ceiling_reached: spend.get::<bool>("ceilingReached")?,
+        }),
+        None => None,
+    };
+    let admits_fn: Function<String, bool> = daemon
+        .get("admits")?
+        .ok_or_else(|| type_error("daemon.admits is required"))?;
+    // A throwing predicate cannot unwind through the matcher; remember the
+    // error and raise it once the match returns.
+    let failure = std::cell::RefCell::new(None);
+    let ask = |o: &str| match admits_fn.call(o.to_owned()) {
+        Ok(answer) => answer,
+        Err(e) => {
+            failure.borrow_mut().get_or_insert(e);
+            false
+        }
+    };
+    let verdict = audience::match_audience(
+        &audience::JobAudience {
+            owner: &job.owner,
+            audience: audience_of(&job.audience)?,
+            audience_allow: job.audience_allow.as_deref(),
+        },
+        &audience::DaemonOffer {
+            owner: &owner,
+            offer_scope: offer_scope_of(&scope)?,
+            cost,
+            spend,
+            admits: audience::Admits::Ask(&ask),
+        },
+    );
+    if let Some(e) = failure.into_inner() {
+        return Err(e);
+    }
+    Ok(verdict.err().map(|r| r.as_str().to_owned()))
 }

@@ -1,0 +1,485 @@
+// Parity of the native protocol rules with @byollm/protocol@0.1.1 itself:
+// the same accept/reject decision and the same parsed body for every request
+// endpoint over generated bodies, the same audience verdicts, and the same
+// enqueue payload verdicts and error messages. Inputs come from a seeded PRNG
+// so a failure reproduces; the seed and the offending input are printed.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as native from "../index.js";
+import {
+  PairRequest,
+  ClaimRequest,
+  FetchRequest,
+  HeartbeatRequest,
+  ResultRequest,
+  ReleaseRequest,
+  SealedOutcome,
+  KindedPayload,
+  checkProtocolVersion,
+  matchAudience,
+  provenanceFor,
+  payloadTextLength,
+  sizeClassOf,
+  BACKENDS,
+} from "@byollm/protocol";
+
+const SEED = Number(process.env.RULES_SEED ?? 20261130);
+const PER_ENDPOINT = Number(process.env.RULES_PER_ENDPOINT ?? 10_000);
+
+function prng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// ---------------------------------------------------------------- raw JSON
+// Values are plain JS plus two markers, so the text can say things
+// JSON.stringify never would: a number spelled `5.0` or `1e400`, a key given
+// twice, a lone surrogate escape.
+const RAW = Symbol("raw");
+const DUP = Symbol("dup");
+const raw = (text) => ({ [RAW]: text });
+const dupKey = (first, second) => ({ [DUP]: [first, second] });
+
+function toText(v) {
+  if (v !== null && typeof v === "object" && RAW in v) return v[RAW];
+  if (Array.isArray(v)) return `[${v.map(toText).join(",")}]`;
+  if (v !== null && typeof v === "object") {
+    const parts = [];
+    for (const [k, val] of Object.entries(v)) {
+      if (val !== null && typeof val === "object" && DUP in val) {
+        parts.push(`${JSON.stringify(k)}:${toText(val[DUP][0])}`);
+        parts.push(`${JSON.stringify(k)}:${toText(val[DUP][1])}`);
+      } else if (val !== undefined) {
+        parts.push(`${JSON.stringify(k)}:${toText(val)}`);
+      }
+    }
+    return `{${parts.join(",")}}`;
+  }
+  return JSON.stringify(v);
+}
+
+// ---------------------------------------------------------------- generators
+function makeGen(rand) {
+  const int = (n) => Math.floor(rand() * n);
+  const pick = (xs) => xs[int(xs.length)];
+  const chance = (p) => rand() < p;
+  const ALPH = ["a", "b", "Z", "0", "-", "_", " ", "é", "🙂", "\u2028", "\\", '"', "\n", "\u0000"];
+  const str = (min = 1, max = 12) => {
+    const n = min + int(max - min + 1);
+    let s = "";
+    for (let i = 0; i < n; i++) s += pick(ALPH);
+    return s;
+  };
+  const backendIds = Object.keys(BACKENDS);
+  const capability = () => {
+    const c = {
+      kind: pick(["llm.generate", "llm.chat"]),
+      service: str(),
+      backendId: pick(backendIds),
+      backendClass: pick(["http", "process"]),
+      model: str(),
+    };
+    if (chance(0.4)) c.knownModels = Array.from({ length: int(3) }, () => str());
+    c.offerScope = pick(["private", "team"]);
+    return c;
+  };
+  const grant = () => ({ jobId: str(), leaseId: str() });
+  const identity = () => ({ identity: str(1, 43), encryption: str(1, 43), encryptionSig: str(1, 86) });
+  const envelope = () => ({
+    ciphertext: str(1, 40),
+    recipientKeyId: str(),
+    senderKeyId: str(),
+    direction: pick(["payload", "result"]),
+    deadlineAt: 1 + int(2 ** 40),
+  });
+  const valid = {
+    pair: () =>
+      chance(0.5)
+        ? {
+            protocolVersion: "2",
+            action: "start",
+            daemon: { version: str(), label: str(1, 120), platform: pick(["darwin", "linux", "win32"]) },
+            device: identity(),
+            capabilities: Array.from({ length: int(3) }, capability),
+          }
+        : { protocolVersion: "2", action: "poll", deviceCode: str(20, 50) },
+    claim: () => ({
+      protocolVersion: "2",
+      runnerId: str(),
+      capabilities: Array.from({ length: int(3) }, capability),
+      max: 1 + int(64),
+    }),
+    fetch: () => ({ protocolVersion: "2", runnerId: str(), jobId: str(), leaseId: str() }),
+    heartbeat: () => {
+      const b = { protocolVersion: "2", runnerId: str(), daemonVersion: str(), capabilities: Array.from({ length: int(3) }, capability) };
+      if (chance(0.5))
+        b.withheld = Array.from({ length: int(2) }, () => ({
+          kind: pick(["llm.generate", "llm.chat"]),
+          claimants: Array.from({ length: 2 + int(2) }, () => ({ service: str(), offer: pick(["private", "team"]) })),
+        }));
+      b.activeLeases = Array.from({ length: int(3) }, grant);
+      return b;
+    },
+    result: () => ({
+      protocolVersion: "2",
+      runnerId: str(),
+      jobId: str(),
+      leaseId: str(),
+      envelope: envelope(),
+      disposition: pick(["ok", "error", "canceled"]),
+    }),
+    release: () => ({
+      protocolVersion: "2",
+      runnerId: str(),
+      leases: Array.from({ length: int(3) }, grant),
+      reason: pick(["shutdown", "pause", "revoked", "backend-down", "refused"]),
+    }),
+  };
+
+  const junk = () =>
+    pick([
+      null,
+      true,
+      0,
+      -1,
+      raw("-0"),
+      raw("1e400"),
+      raw("-1e400"),
+      raw("5.0"),
+      "",
+      "x",
+      "\ud800",
+      raw('"\\ud800"'),
+      raw('"\\udc00x\\ud83d"'),
+      [],
+      [1, [2, [3]]],
+      {},
+      { length: int(300) },
+      { length: "7" },
+      { length: [] },
+      { length: null },
+      { a: { b: { c: [] } } },
+      raw("[".repeat(500) + "]".repeat(500)),
+      "🙂".repeat(int(3)),
+    ]);
+  const numberSpelling = (n) => pick([raw(`${n}.0`), raw(`${n}e0`), raw(`${n * 10}e-1`), raw(`${n}.000`), n]);
+
+  // Every path to a value inside `v`, for mutations.
+  const paths = (v, at = []) => {
+    const out = [at];
+    if (Array.isArray(v)) v.forEach((x, i) => out.push(...paths(x, [...at, i])));
+    else if (v && typeof v === "object" && !(RAW in v) && !(DUP in v))
+      for (const k of Object.keys(v)) out.push(...paths(v[k], [...at, k]));
+    return out;
+  };
+  const getAt = (v, p) => p.reduce((o, k) => o[k], v);
+  const setAt = (v, p, x) => {
+    if (p.length === 0) return x;
+    getAt(v, p.slice(0, -1))[p[p.length - 1]] = x;
+    return v;
+  };
+
+  const mutate = (body) => {
+    const ps = paths(body);
+    const p = pick(ps);
+    const target = getAt(body, p);
+    switch (int(14)) {
+      case 0: // extra key somewhere
+        if (target && typeof target === "object" && !Array.isArray(target) && !(RAW in target))
+          target[pick(["x", "__proto__", "0", "constructor", "protocolversion", "length"])] = junk();
+        return body;
+      case 1: // drop a key
+        if (p.length) {
+          const parent = getAt(body, p.slice(0, -1));
+          if (Array.isArray(parent)) parent.splice(p[p.length - 1], 1);
+          else delete parent[p[p.length - 1]];
+        }
+        return body;
+      case 2: // wrong type / junk
+        return setAt(body, p, junk());
+      case 3: // null for an optional or required key
+        return setAt(body, p, null);
+      case 4: // boundary-length strings, astral counted as one code point by zod
+        if (typeof target === "string") {
+          const n = pick([0, 1, 19, 20, 21, 119, 120, 121]);
+          const unit = pick(["a", "🙂", "\ud800"]);
+          return setAt(body, p, unit.repeat(n));
+        }
+        return setAt(body, p, pick(["", "a".repeat(20), "🙂".repeat(60), "🙂".repeat(61), "x".repeat(121)]));
+      case 5: // odd number spellings
+        if (typeof target === "number") return setAt(body, p, numberSpelling(target));
+        return setAt(body, p, pick([raw("64"), raw("65"), raw("0"), raw("-0"), raw("1.5"), raw("9007199254740993"), raw("1e400")]));
+      case 6: // duplicate key: valid then invalid, or the reverse
+        if (p.length && typeof p[p.length - 1] === "string") {
+          const parent = getAt(body, p.slice(0, -1));
+          const k = p[p.length - 1];
+          parent[k] = chance(0.5) ? dupKey(junk(), parent[k]) : dupKey(parent[k], junk());
+        }
+        return body;
+      case 7: // the protocol version
+        if (!body || typeof body !== "object" || Array.isArray(body) || RAW in body) return body;
+        body.protocolVersion = pick(["1", "10", "3", "", 2, null, "2 ", "v2", "\ud800", raw('"\\ud800"'), undefined, "2"]);
+        return body;
+      case 8: // a lone surrogate inside a string
+        if (typeof target === "string") return setAt(body, p, raw(JSON.stringify(target).slice(0, -1) + '\\udbff"'));
+        return body;
+      case 9: // array length boundaries
+        if (Array.isArray(target) && target.length) {
+          while (target.length < 2 + int(3)) target.push(structuredClone(target[0]));
+        }
+        return body;
+      case 10: // not an object at all
+        return pick([[], "2", 5, null, [body]]);
+      case 11: // enums in another case / neighbouring values
+        if (typeof target === "string") return setAt(body, p, pick([target.toUpperCase(), target + " ", "openai-http", "ollama ", "team", "Team", "start", "poll"]));
+        return body;
+      case 12: // withheld with too few claimants / empty arrays
+        if (Array.isArray(target)) return setAt(body, p, chance(0.5) ? [] : [target[0]]);
+        return body;
+      default: // several at once
+        return mutate(mutate(body));
+    }
+  };
+  return { valid, mutate, int, pick, chance, str, junk };
+}
+
+const SCHEMAS = {
+  pair: PairRequest,
+  claim: ClaimRequest,
+  fetch: FetchRequest,
+  heartbeat: HeartbeatRequest,
+  result: ResultRequest,
+  release: ReleaseRequest,
+};
+
+/** What the reference's HTTP layer plus handler decide for a raw body. */
+function reference(endpoint, text) {
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return { stage: "json" };
+  }
+  const refusal = checkProtocolVersion(body);
+  if (refusal) return { stage: "version", error: refusal };
+  const parsed = SCHEMAS[endpoint].safeParse(body);
+  return parsed.success ? { stage: "ok", body: parsed.data } : { stage: "schema" };
+}
+
+for (const endpoint of Object.keys(SCHEMAS)) {
+  test(`inspectRequest(${endpoint}) decides like JSON.parse + checkProtocolVersion + zod over ${PER_ENDPOINT} bodies`, () => {
+    const rand = prng(SEED ^ endpoint.length * 7919 ^ endpoint.charCodeAt(0));
+    const g = makeGen(rand);
+    const stages = { ok: 0, json: 0, version: 0, schema: 0 };
+    for (let i = 0; i < PER_ENDPOINT; i++) {
+      let body = g.valid[endpoint]();
+      if (i % 4 !== 0) body = g.mutate(body);
+      let text = toText(body);
+      if (i % 97 === 0) text = text.slice(0, g.int(text.length)); // truncated JSON
+      const theirs = reference(endpoint, text);
+      const ours = native.inspectRequest(endpoint, text);
+      const where = `seed ${SEED} #${i}: ${text.slice(0, 400)}`;
+      assert.equal(ours.stage, theirs.stage, where);
+      stages[ours.stage]++;
+      if (theirs.stage === "version") {
+        assert.deepEqual(ours.error, { ...theirs.error, supported: [...theirs.error.supported] }, where);
+        assert.equal(ours.status, 400);
+      }
+      if (theirs.stage === "ok") {
+        assert.deepStrictEqual(ours.body, theirs.body, where);
+        assert.equal(JSON.stringify(ours.body), JSON.stringify(theirs.body), `key order, ${where}`);
+        const again = native.validateRequestBody(endpoint, text);
+        assert.equal(again.ok, true, where);
+      }
+    }
+    // The generator must exercise every stage, or the comparison proves little.
+    for (const [stage, n] of Object.entries(stages)) assert.ok(n > PER_ENDPOINT / 100, `${endpoint}: only ${n} bodies reached stage ${stage}`);
+  });
+}
+
+test("parseSealedOutcome accepts, rejects and rewrites like SealedOutcome.safeParse", () => {
+  const rand = prng(SEED + 1);
+  const g = makeGen(rand);
+  const urls = ["https://a.example/x", " https://a.example/x\n", "http:example.com", "not a url", "mailto:x@y", "https://exa\tmple.com/", "https://[::1]/", "file:///etc", "", "https://", "\u00a0http://a/\u3000"];
+  let accepted = 0;
+  for (let i = 0; i < 5_000; i++) {
+    const outcome = g.pick([
+      () => ({ outcome: "ok", text: g.str(0, 5), ...(g.chance(0.5) ? { artifactUrl: g.pick(urls) } : {}) }),
+      () => ({ outcome: "error", code: g.str(), message: g.str(), retryable: g.chance(0.5) }),
+      () => ({ outcome: "canceled" }),
+    ])();
+    const ran = { model: g.str(), backendClass: g.pick(["http", "process"]), durationMs: g.int(5000) };
+    if (g.chance(0.3)) ran.stop = g.pick(["end", "length", "stop-sequence", "unknown"]);
+    if (g.chance(0.3)) ran.stopReported = g.chance(0.5);
+    let sealed = { outcome, ran };
+    if (i % 3 === 0) sealed = g.mutate(sealed);
+    const text = i % 101 === 0 ? "{nope" : toText(sealed);
+    let theirs;
+    try {
+      const parsed = SealedOutcome.safeParse(JSON.parse(text));
+      theirs = parsed.success ? { ok: true, outcome: parsed.data.outcome, ran: parsed.data.ran } : { ok: false, message: "the sealed result was not an outcome" };
+    } catch {
+      theirs = { ok: false, message: "the sealed result was not valid JSON" };
+    }
+    const ours = native.parseSealedOutcome(text);
+    assert.deepStrictEqual(ours, theirs, `#${i}: ${text}`);
+    if (ours.ok) accepted++;
+  }
+  assert.ok(accepted > 1000, `only ${accepted} outcomes accepted`);
+});
+
+test("checkProtocolVersion over JSON text matches the reference", () => {
+  const versions = ["2", "1", "10", "3", "", "2 ", " 2", "1.5", "v2", "\ud800", "\uffff", "!", "20", "02"];
+  for (const v of versions) {
+    for (const body of [{ protocolVersion: v }, [], 5, null, "2", { protocolVersion: 2 }, { protocolVersion: null }, {}]) {
+      const b = typeof body === "object" && body && !Array.isArray(body) && "protocolVersion" in body ? body : body;
+      const text = JSON.stringify(b);
+      const theirs = checkProtocolVersion(JSON.parse(text));
+      const ours = native.checkProtocolVersion(text);
+      assert.deepEqual(ours, theirs && { ...theirs, supported: [...theirs.supported] }, text);
+    }
+  }
+});
+
+// ---------------------------------------------------------------- audience
+test("matchAudience: 100,000 random inputs, server form and full form, identical verdicts", () => {
+  const rand = prng(SEED + 2);
+  const g = makeGen(rand);
+  const owners = ["alice", "bob", "carol", "", "Alice", "\u00e9"];
+  const ids = Object.keys(BACKENDS);
+  for (let i = 0; i < 100_000; i++) {
+    const job = { owner: g.pick(owners), audience: g.pick(["private", "team"]) };
+    if (g.chance(0.6)) job.audienceAllow = Array.from({ length: g.int(4) }, () => g.pick(owners));
+    const runnerOwner = g.pick(owners);
+    if (i % 2 === 0) {
+      const cap = { offerScope: g.pick(["private", "team"]), backendId: g.pick(ids) };
+      const theirs = matchAudience(job, {
+        owner: runnerOwner,
+        offerScope: cap.offerScope,
+        cost: BACKENDS[cap.backendId].cost ?? "metered",
+        spend: { acknowledged: true },
+        admits: () => true,
+      });
+      const ours = native.matchAudienceServer(job, cap, runnerOwner);
+      assert.equal(ours, theirs.ok ? null : theirs.refusal, JSON.stringify({ job, cap, runnerOwner }));
+    } else {
+      const daemon = {
+        owner: runnerOwner,
+        offerScope: g.pick(["private", "team"]),
+        cost: g.pick(["free", "metered", "subscription"]),
+      };
+      const spend = g.int(4);
+      if (spend === 1) daemon.spend = { acknowledged: false };
+      if (spend === 2) daemon.spend = { acknowledged: true };
+      if (spend === 3) daemon.spend = { acknowledged: true, ceilingReached: g.chance(0.5) };
+      const admitted = new Set(owners.filter(() => g.chance(0.5)));
+      let asked = 0;
+      const admits = (o) => {
+        asked++;
+        return admitted.has(o);
+      };
+      const theirs = matchAudience(job, { ...daemon, admits });
+      const askedTheirs = asked;
+      asked = 0;
+      const ours = native.matchAudience(job, { ...daemon, admits });
+      assert.equal(ours, theirs.ok ? null : theirs.refusal, JSON.stringify({ job, daemon, admitted: [...admitted] }));
+      assert.equal(asked, askedTheirs, "admits is consulted exactly when the reference consults it");
+    }
+  }
+});
+
+test("provenanceFor matches, including key order", () => {
+  const rand = prng(SEED + 3);
+  const g = makeGen(rand);
+  for (let i = 0; i < 2_000; i++) {
+    const input = { audience: g.pick(["private", "team"]), runnerId: g.str(), runnerOwner: g.str(), backendClass: g.pick(["http", "process"]), model: g.str() };
+    if (g.chance(0.5)) input.stop = g.pick(["end", "length", "stop-sequence", "unknown"]);
+    if (g.chance(0.5)) input.stopReported = g.chance(0.5);
+    const theirs = provenanceFor(input);
+    const ours = native.provenanceFor(input);
+    assert.equal(JSON.stringify(ours), JSON.stringify(theirs));
+    assert.deepStrictEqual({ ...ours }, theirs);
+  }
+});
+
+// ---------------------------------------------------------------- payloads
+function referencePayload(kind, payload) {
+  const parsed = KindedPayload.safeParse({ kind, payload });
+  if (!parsed.success) {
+    const detail = parsed.error.issues.map((issue) => `${issue.path.join(".") || "(root)"}: ${issue.message}`).join("; ");
+    return { ok: false, message: `invalid ${kind} payload — ${detail}` };
+  }
+  const textLength = payloadTextLength(parsed.data);
+  return { ok: true, canonical: JSON.stringify(parsed.data.payload), textLength, sizeClass: sizeClassOf(textLength) };
+}
+
+test("validatePayload: verdicts, canonical text and zod's exact messages", () => {
+  const rand = prng(SEED + 4);
+  const g = makeGen(rand);
+  const text = () =>
+    g.pick([
+      () => g.str(0, 8),
+      () => "a".repeat(g.pick([999_999, 1_000_000, 1_000_001])),
+      () => "🙂".repeat(g.pick([999_999, 1_000_000, 1_000_001])),
+      () => "\ud800".repeat(g.pick([1, 2])),
+    ])();
+  // Megabyte strings are what the limits are about, but they are slow to
+  // build and compare; a few dozen cover every boundary.
+  let bigLeft = 30;
+  const bigText = () => (bigLeft > 0 && g.chance(0.02) ? (bigLeft--, text()) : g.str(0, 8));
+  const messages = () =>
+    Array.from({ length: g.pick([0, 1, 2, 3, 256, 257, 300]) }, () => ({ role: g.pick(["system", "user", "assistant"]), content: g.chance(0.001) ? text() : g.str(0, 4) }));
+  let refusals = 0;
+  for (let i = 0; i < 4_000; i++) {
+    let kind = g.pick(["llm.generate", "llm.chat", "llm.generate", "llm.chat", "llm.embed", 5, undefined]);
+    let payload =
+      kind === "llm.chat" || (kind !== "llm.generate" && g.chance(0.5))
+        ? { messages: messages(), ...(g.chance(0.5) ? { system: bigText() } : {}) }
+        : { prompt: bigText(), ...(g.chance(0.5) ? { system: bigText() } : {}) };
+    if (i % 2 === 1) payload = g.mutate(payload);
+    if (g.chance(0.02)) payload = g.pick([undefined, null, "x", 5, []]);
+    // Values the app hands over are JS values, so take the generator's
+    // markers through JSON first; both sides then see the same value.
+    const json = payload === undefined ? undefined : toText(payload);
+    // (`1e400` becomes null here: the TS shell hands payloads over as
+    // JSON.stringify text, see the deliberate difference below.)
+    const value = json === undefined ? undefined : JSON.parse(JSON.stringify(JSON.parse(json)));
+    const theirs = referencePayload(kind, value);
+    const ours = native.validatePayload(kind, value === undefined ? undefined : JSON.stringify(value));
+    if (!theirs.ok) refusals++;
+    assert.deepStrictEqual({ ...ours }, theirs, `#${i} kind=${String(kind)} ${String(json).slice(0, 300)}`);
+  }
+  assert.ok(refusals > 500 && refusals < 3_800, `refusals ${refusals}`);
+});
+
+// ---------------------------------------------------------------- deliberate differences
+test("deliberate difference: an unregistered backendId reads as metered instead of throwing", () => {
+  // The wire schemas refuse such ids, so only a hand-written store record can
+  // carry one; the reference would throw a TypeError from inside the claim.
+  assert.throws(() =>
+    matchAudience({ owner: "a", audience: "team" }, { owner: "b", offerScope: "team", cost: BACKENDS["nope"].cost, admits: () => true }),
+  );
+  assert.equal(native.matchAudienceServer({ owner: "a", audience: "team" }, { offerScope: "team", backendId: "nope" }, "b"), null);
+});
+
+test("deliberate difference: unknown audience or scope words are refused with an error", () => {
+  // The reference's matcher silently skips its audience rules for a word it
+  // does not know; a typed core refuses the input instead of guessing.
+  assert.throws(() => native.matchAudienceServer({ owner: "a", audience: "public" }, { offerScope: "team", backendId: "ollama" }, "b"), /unknown audience/);
+});
+
+test("deliberate difference: a lone surrogate inside an unknown key's name prints as U+FFFD in the enqueue message", () => {
+  // Messages cross into JavaScript as UTF-8; the verdict is the same.
+  const payload = JSON.parse('{"prompt":"x","\\ud800":1}');
+  const ours = native.validatePayload("llm.generate", JSON.stringify(payload));
+  const theirs = referencePayload("llm.generate", payload);
+  assert.equal(ours.ok, false);
+  assert.equal(theirs.ok, false);
+  assert.equal(ours.message, theirs.message.replace("\ud800", "\ufffd"));
+});
