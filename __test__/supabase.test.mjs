@@ -203,6 +203,9 @@ test("RLS in SQL directly: authenticated sees own rows of every table, anon is r
     assert.deepEqual(await as("authenticated", dave, "select id::text from byollm_runners"), [{ id: r.id }]);
     assert.deepEqual(await as("authenticated", randomUUID(), "select id from byollm_jobs"), []);
     assert.deepEqual(await as("authenticated", null, "select id from byollm_jobs"), []);
+    // The server's role is not filtered (BYPASSRLS, as on Supabase).
+    const all = await as("service_role", null, "select count(distinct owner)::int as n from byollm_jobs");
+    assert.ok(all[0].n > 1);
     await assert.rejects(as("authenticated", dave, "update byollm_runners set revoked_at = null"), /permission denied/);
     await assert.rejects(as("authenticated", dave, "delete from byollm_runners"), /permission denied/);
     await assert.rejects(as("authenticated", dave, `insert into byollm_job_cancels (job_id) values ('${j.id}')`), /permission denied/);

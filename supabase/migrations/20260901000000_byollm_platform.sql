@@ -4,9 +4,10 @@
 -- nothing. On a plain PostgreSQL (the `postgresStore`, CI, a laptop) it
 -- supplies the small part of Supabase the later files refer to:
 --
---   * the roles `anon`, `authenticated` and `service_role` (NOLOGIN; a
---     connection pooler or our PostgREST stand-in switches into them with
---     SET ROLE), so the grants and RLS policies have someone to name;
+--   * the roles `anon`, `authenticated` and `service_role` (NOLOGIN, the
+--     last with BYPASSRLS as on Supabase; a connection pooler or our
+--     PostgREST stand-in switches into them with SET ROLE), so the grants
+--     and RLS policies have someone to name;
 --   * the schema `auth` and the function `auth.uid()`, which reads the `sub`
 --     claim of the request's JWT from the `request.jwt.claims` setting, the
 --     way PostgREST publishes it (and `request.jwt.claim.sub`, the older
@@ -23,7 +24,17 @@ begin
   foreach r in array array['anon', 'authenticated', 'service_role'] loop
     if not exists (select 1 from pg_roles where rolname = r) then
       begin
-        execute format('create role %I nologin', r);
+        -- As on Supabase, the service role is not subject to row-level
+        -- security (only a superuser may grant that; others get a plain role).
+        if r = 'service_role' then
+          begin
+            execute format('create role %I nologin bypassrls', r);
+          exception when insufficient_privilege then
+            execute format('create role %I nologin', r);
+          end;
+        else
+          execute format('create role %I nologin', r);
+        end if;
       exception when duplicate_object or unique_violation then
         -- Roles are cluster-wide: another database of the same cluster may
         -- have created it a moment ago.
