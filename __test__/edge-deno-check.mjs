@@ -153,6 +153,10 @@ const codesV = await readJson(`${vectorsDir}/user-codes.json`);
 for (const c of codesV.normalizeUserCode) expect(`normalizeUserCode/${JSON.stringify(c.input)}`, edge.normalizeUserCode(c.input), c.expected);
 const format = new RegExp(codesV.format);
 expect("generateUserCode format", Array.from({ length: 50 }, () => format.test(edge.generateUserCode())).every(Boolean), true);
+// Randomness comes from the host (crypto.getRandomValues) through both getrandom versions.
+expect("ids differ", new Set(Array.from({ length: 20 }, () => edge.generateJobId())).size, 20);
+expect("device codes differ", new Set(Array.from({ length: 20 }, () => edge.generateDeviceCode())).size, 20);
+expect("keys differ", edge.generateKeys(1).identityPrivate !== edge.generateKeys(1).identityPrivate, true);
 expect("generateJobId is a v4 uuid", /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/.test(edge.generateJobId()), true);
 
 // ---------------------------------------------------------------- randomized interop
