@@ -863,6 +863,23 @@ for (const impl of IMPLEMENTATIONS) {
         );
       });
 
+      it("a site whose clock drifted is told so by the real relay: RelayUnavailable clock-skew, not retryable", async () => {
+        const store = new MemoryStore();
+        const skewed = new ByollmApp({
+          store,
+          siteKeys,
+          now: () => Date.now() - 10 * 60_000,
+          lane: { relayOrigin: h.origin, siteId: h.siteId },
+        });
+        await assert.rejects(skewed.cloud.pump(), (error) => {
+          assert.ok(error instanceof RelayUnavailable, String(error));
+          assert.equal(error.retryable, false);
+          assert.equal(error.code, "clock-skew");
+          assert.match(error.message, /^pending: clock-skew — this request's timestamp is too far from the server's clock/);
+          return true;
+        });
+      });
+
       it("a relay that is not listening at all: the fetch error propagates and the job is kept", async () => {
         // Same as the reference: a refused connection is not turned into a
         // RelayUnavailable (only an answer from the relay or its ingress is).
