@@ -227,9 +227,11 @@ pub fn check_protocol_version(doc: &Doc) -> Option<WireError> {
         .and_then(|v| doc.str(v));
     let declared = match declared {
         Some(s) if s.utf16_len() > 0 => s,
-        _ => return Some(version_refusal(JsStr::new(format!(
+        _ => {
+            return Some(version_refusal(JsStr::new(format!(
             "this request declared no protocol version. Upgrade the daemon: `{UPGRADE_COMMAND}`."
-        )))),
+        ))))
+        }
     };
     if SUPPORTED_PROTOCOL_VERSIONS.iter().any(|v| declared.is(v)) {
         return None;
@@ -594,8 +596,14 @@ pub static SEALED_OUTCOME: Schema = Schema::Object {
 #[derive(Debug)]
 pub enum Inspection {
     /// Valid: the parsed document and the schema's output (what zod's
-    /// `safeParse(...).data` would be).
-    Ok { doc: Doc, body: Out },
+    /// `safeParse(...).data` would be). `canonical`: `JSON.parse` of the raw
+    /// text gives that same output (keys already in schema order, no
+    /// defaults to fill in), so a JS caller may let V8 build the object.
+    Ok {
+        doc: Doc,
+        body: Out,
+        canonical: bool,
+    },
     /// Not JSON: 400 `bad-request` "request body is not valid JSON".
     Json,
     /// Version refusal: 400 with the refusal body.
@@ -666,9 +674,15 @@ pub fn inspect_request(endpoint: Endpoint, raw: &str, url_ok: &dyn Fn(&str) -> b
     if let Some(refusal) = check_protocol_version(&doc) {
         return Inspection::Version(refusal);
     }
-    match validate_doc(endpoint, &doc, url_ok) {
-        Some(body) => Inspection::Ok { doc, body },
-        None => Inspection::Schema,
+    let v = schema::validate(&doc, Some(doc.root()), endpoint.schema(), url_ok, 1);
+    let canonical = v.canonical();
+    match v.out {
+        Some(body) if v.issues.is_empty() => Inspection::Ok {
+            doc,
+            body,
+            canonical,
+        },
+        _ => Inspection::Schema,
     }
 }
 
@@ -726,9 +740,18 @@ mod tests {
         assert_eq!(inspect(Endpoint::Claim, r#"{"max":1}"#).stage(), "version");
         let ok =
             format!(r#"{{"protocolVersion":"2","runnerId":"r","capabilities":[{CAP}],"max":5.0}}"#);
-        let Inspection::Ok { doc, body } = inspect(Endpoint::Claim, &ok) else {
+        let Inspection::Ok {
+            doc,
+            body,
+            canonical,
+        } = inspect(Endpoint::Claim, &ok)
+        else {
             panic!("claim should pass")
         };
+        assert!(
+            canonical,
+            "5.0 parses to the same number; the keys are in order"
+        );
         let mut text = String::new();
         body.write_json(&doc, &mut text);
         assert_eq!(
@@ -751,9 +774,15 @@ mod tests {
     #[test]
     fn heartbeat_defaults_withheld_in_schema_order() {
         let raw = r#"{"activeLeases":[],"capabilities":[],"daemonVersion":"1","runnerId":"r","protocolVersion":"2"}"#;
-        let Inspection::Ok { doc, body } = inspect(Endpoint::Heartbeat, raw) else {
+        let Inspection::Ok {
+            doc,
+            body,
+            canonical,
+        } = inspect(Endpoint::Heartbeat, raw)
+        else {
             panic!()
         };
+        assert!(!canonical, "keys out of order and a default filled in");
         let mut text = String::new();
         body.write_json(&doc, &mut text);
         assert_eq!(

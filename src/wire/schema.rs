@@ -399,6 +399,11 @@ pub struct Validator<'d> {
     /// Stop collecting after this many issues (a request only needs one to
     /// be refused; the enqueue message wants them all).
     limit: usize,
+    /// Stays true while every validated object held exactly its output keys
+    /// in output order and no default was filled in: then `JSON.parse` of the
+    /// input text already equals the output, and a caller in JavaScript can
+    /// let the engine's own parser build it.
+    canonical: bool,
 }
 
 /// The outcome of validating one value.
@@ -406,11 +411,20 @@ pub struct Validator<'d> {
 pub struct Validated {
     pub out: Option<Out>,
     pub issues: Vec<Issue>,
+    /// See [`Validated::canonical`].
+    canonical: bool,
 }
 
 impl Validated {
     pub fn ok(&self) -> bool {
         self.issues.is_empty() && self.out.is_some()
+    }
+
+    /// True when the value passed and `JSON.parse` of the input equals the
+    /// output (same keys in the same order, no defaults, no rewritten
+    /// strings).
+    pub fn canonical(&self) -> bool {
+        self.ok() && self.canonical
     }
 }
 
@@ -429,11 +443,13 @@ pub fn validate(
         url_ok,
         issues: Vec::new(),
         limit: limit.max(1),
+        canonical: true,
     };
     let out = v.run(schema, value, &Path::ROOT);
     Validated {
         out: if v.issues.is_empty() { out } else { None },
         issues: v.issues,
+        canonical: v.canonical,
     }
 }
 
@@ -578,6 +594,7 @@ impl<'d> Validator<'d> {
                     if kept.len() == s.as_str().len() && !s.has_lone_surrogate() {
                         value.map(Out::Str)
                     } else {
+                        self.canonical = false;
                         Some(Out::Owned(JsStr::new(kept)))
                     }
                 } else {
@@ -779,6 +796,15 @@ impl<'d> Validator<'d> {
                         IssueKind::UnrecognizedKeys { keys: unknown },
                         Cont::Yes,
                     );
+                }
+                if self.canonical
+                    && (entries.len() != outs.len()
+                        || entries
+                            .iter()
+                            .zip(outs.iter())
+                            .any(|((k, _), (name, _))| !k.is(name)))
+                {
+                    self.canonical = false;
                 }
                 let out = Out::Obj(outs);
                 if let Some(refine) = refine {
