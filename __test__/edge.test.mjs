@@ -234,7 +234,7 @@ test("the published package carries the built edge module (git ignores it, npm m
   const r = spawnSync("npm", ["pack", "--dry-run", "--ignore-scripts", "--json"], { cwd: root, encoding: "utf8" });
   assert.equal(r.status, 0, r.stderr);
   const files = JSON.parse(r.stdout)[0].files.map((f) => f.path);
-  for (const f of ["edge/index.js", "edge/core.js", "edge/api.js", "edge/workers.js", "edge/index.d.ts", "edge/byollm_edge.wasm", "edge/wasm-inline.js"]) {
+  for (const f of ["edge/index.js", "edge/core.js", "edge/api.js", "edge/workers.js", "edge/manual.js", "edge/index.d.ts", "edge/byollm_edge.wasm", "edge/wasm-inline.js"]) {
     assert.ok(files.includes(f), `${f} is not in the package`);
   }
   const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));

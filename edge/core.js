@@ -60,8 +60,18 @@ export async function init(source) {
   } else if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) {
     module = await WebAssembly.compile(source);
   } else {
-    // A Response (checked last: touching `Response` makes Node load its fetch stack).
-    module = await WebAssembly.compile(await source.arrayBuffer());
+    // A Response (checked last: touching `Response` makes Node load its fetch
+    // stack). Streaming compilation overlaps download and compile, but needs
+    // the application/wasm content type; anything else is compiled from bytes.
+    module = undefined;
+    if (typeof WebAssembly.compileStreaming === "function") {
+      try {
+        module = await WebAssembly.compileStreaming(source.clone());
+      } catch {
+        module = undefined;
+      }
+    }
+    module ??= await WebAssembly.compile(await source.arrayBuffer());
   }
   const instance = await WebAssembly.instantiate(module, importObject());
   wasmModule = module;
