@@ -63,7 +63,6 @@ export async function init(source) {
     // A Response (checked last: touching `Response` makes Node load its fetch
     // stack). Streaming compilation overlaps download and compile, but needs
     // the application/wasm content type; anything else is compiled from bytes.
-    module = undefined;
     if (typeof WebAssembly.compileStreaming === "function") {
       try {
         module = await WebAssembly.compileStreaming(source.clone());
