@@ -8,8 +8,8 @@ import { test, before, after } from "node:test";
 import pg from "pg";
 import * as reference from "@byollm/server";
 import { postgresStore } from "../dist/postgres.js";
-import { freshDatabase } from "./postgres-db.mjs";
-import { makeTarget, certifyAndReport, ours, FAKE, REAL, TRUNCATE } from "./postgres-target.mjs";
+import { freshDatabase, TRUNCATE } from "./postgres-db.mjs";
+import { makeTarget, certifyAndReport, ours, FAKE, REAL } from "./postgres-target.mjs";
 
 // Site keys are plain data; the reference's generator keeps this file
 // loadable while the native addon is being rebuilt.
@@ -46,8 +46,4 @@ test("certify: our ByollmApp + createFetchHandler + postgresStore, real clock", 
 
 test("certify: the reference ByollmApp + createFetchHandler + postgresStore (fake clock)", { timeout: 120_000 }, async () => {
   await certifyAndReport(target("postgres under the reference app", reference, FAKE));
-});
-
-test("certify: the reference ByollmApp + createFetchHandler + postgresStore (real clock)", { timeout: 180_000 }, async () => {
-  await certifyAndReport(target("postgres under the reference app (real clock)", reference, REAL));
 });

@@ -6,6 +6,9 @@ import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { migratePostgres } from "../dist/postgres.js";
 
+/** Empties the byollm tables of a test database (between tests). */
+export const TRUNCATE = "truncate byollm_job_cancels, byollm_jobs, byollm_pairings, byollm_runners cascade";
+
 /** The admin connection string: $BYOLLM_PG_URL, else the file pg-start.sh writes. */
 export function adminUrl() {
   if (process.env.BYOLLM_PG_URL) return process.env.BYOLLM_PG_URL;

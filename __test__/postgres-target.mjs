@@ -16,8 +16,6 @@ export async function ours() {
 export const FAKE = { fakeClock: true, leaseMs: 20_000, ttlMs: 30_000 };
 export const REAL = { fakeClock: false, leaseMs: 1_500, ttlMs: 1_200, pairingTtlMs: 1_500 };
 
-export const TRUNCATE = "truncate byollm_job_cancels, byollm_jobs, byollm_pairings, byollm_runners cascade";
-
 export function makeTarget({ name, stack, makeStore, truncate, siteKeys, fakeClock, leaseMs, ttlMs, pairingTtlMs }) {
   const { ByollmApp, createFetchHandler } = stack;
   let offset = 0;

@@ -251,8 +251,12 @@ test("claim: audience both sides, capabilities sent with the claim, refusal memo
   // Another of bob's runners can take it.
   const bob2 = await runner(bob, [cap("vllm", "team")]);
   assert.deepEqual((await claim(bob2, T0 + 4)).map((j) => j.id), [team.id]);
-  // An unknown runner is refused loudly (the lease references the runner).
-  await assert.rejects(store.claim({ runnerId: randomUUID(), runnerOwner: bob, capabilities: [cap()], max: 1, leaseMs: 1, now: T0 }), /unknown runner/);
+  // As in memory, the claim does not look the runner up (the handlers have
+  // authenticated it); a runner id that is not a uuid cannot hold a lease.
+  const unpaired = randomUUID();
+  const extra = await job(bob);
+  assert.deepEqual((await store.claim({ runnerId: unpaired, runnerOwner: bob, capabilities: [cap()], max: 1, leaseMs: 1, now: T0 + 5 })).map((j) => [j.id, j.lease.runnerId]), [[extra.id, unpaired]]);
+  await assert.rejects(store.claim({ runnerId: "runner-1", runnerOwner: bob, capabilities: [cap()], max: 1, leaseMs: 1, now: T0 }), /uuids/);
 });
 
 // ------------------------------------------------------- leases, sweep --

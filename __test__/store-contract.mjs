@@ -13,6 +13,8 @@
 //   keyOrder            records have the reference's key order
 //   subscribe           subscribe() notifies synchronously after writes
 //   approveUsesRunnerId approvePairing creates the runner under args.runnerId
+//   runnerId()          mints the runner ids the suite uses (default "runner-<uuid>"; SQL stores: uuids)
+//   relayLeaseId()      mints the relay lease ids given to adopt (default "relay-…"; SQL stores: uuids)
 //   cleanup(store)      called after each test (e.g. to close a pool)
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -157,8 +159,12 @@ export function storeContract(name, makeStore, opts = {}) {
   }
 
   const ids = (jobs) => jobs.map((j) => j.id);
-  const R1 = "runner-" + randomUUID();
-  const R2 = "runner-" + randomUUID();
+  const newRunnerId = o.runnerId ?? (() => "runner-" + randomUUID());
+  const R1 = newRunnerId();
+  const R2 = newRunnerId();
+  const R_ALICE = newRunnerId();
+  const RELAY_1 = o.relayLeaseId?.() ?? "relay-1";
+  const RELAY = o.relayLeaseId?.() ?? "relay";
 
   describe(`store contract: ${name}`, () => {
     // ---------------------------------------------------------------- create
@@ -310,7 +316,7 @@ export function storeContract(name, makeStore, opts = {}) {
         const metered = [capability({ backendId: "openai", offerScope: "team" })];
         assert.deepEqual(ids(await claim(R2, carol, T0 + 4, { capabilities: metered })), [allowCarol.id]);
         // The owner's own runner takes the private job at any scope, even a subscription.
-        assert.deepEqual(ids(await claim("runner-alice", alice, T0 + 5, { capabilities: sub })), [priv.id]);
+        assert.deepEqual(ids(await claim(R_ALICE, alice, T0 + 5, { capabilities: sub })), [priv.id]);
       });
 
       it("max 0 claims nothing", async ({ create, claim, alice }) => {
@@ -412,19 +418,19 @@ export function storeContract(name, makeStore, opts = {}) {
       it("takes a relay lease (runnerId '') on a queued job; same lease id refreshes, another is refused", async ({ create, store }) => {
         const job = await create();
         assert.equal(await store.adopt({ jobId: randomUUID(), leaseId: "L", expiresAt: T0 + 9, now: T0 }), null);
-        const adopted = await store.adopt({ jobId: job.id, leaseId: "relay-1", expiresAt: T0 + 50, now: T0 + 1 });
+        const adopted = await store.adopt({ jobId: job.id, leaseId: RELAY_1, expiresAt: T0 + 50, now: T0 + 1 });
         assert.equal(adopted.state, "claimed");
-        assert.deepEqual(adopted.lease, { id: "relay-1", runnerId: "", expiresAt: T0 + 50 });
+        assert.deepEqual(adopted.lease, { id: RELAY_1, runnerId: "", expiresAt: T0 + 50 });
         assert.equal(adopted.attempts, 0, "adopt does not count as a claim");
         assert.equal(adopted.updatedAt, T0 + 1);
         assert.equal(await store.adopt({ jobId: job.id, leaseId: "relay-2", expiresAt: T0 + 60, now: T0 + 2 }), null);
-        const again = await store.adopt({ jobId: job.id, leaseId: "relay-1", expiresAt: T0 + 70, now: T0 + 3 });
+        const again = await store.adopt({ jobId: job.id, leaseId: RELAY_1, expiresAt: T0 + 70, now: T0 + 3 });
         assert.equal(again.lease.expiresAt, T0 + 70);
       });
 
       it("never lapses by the lease clock; ends at its deadline", async ({ create, store }) => {
         const job = await create({ ttlMs: 10_000 });
-        await store.adopt({ jobId: job.id, leaseId: "relay", expiresAt: T0 + 5, now: T0 });
+        await store.adopt({ jobId: job.id, leaseId: RELAY, expiresAt: T0 + 5, now: T0 });
         await store.expireDue(T0 + 9_999);
         assert.equal((await store.get(job.id)).state, "claimed");
         await store.expireDue(T0 + 10_000);
@@ -438,8 +444,8 @@ export function storeContract(name, makeStore, opts = {}) {
         const done = await create();
         await store.cancel(done.id, T0 + 1);
         assert.equal(await store.adopt({ jobId: done.id, leaseId: "x", expiresAt: T0 + 9, now: T0 + 2 }), null);
-        await store.adopt({ jobId: job.id, leaseId: "relay", expiresAt: T0 + 50, now: T0 });
-        const ref = { jobId: job.id, leaseId: "relay" };
+        await store.adopt({ jobId: job.id, leaseId: RELAY, expiresAt: T0 + 50, now: T0 });
+        const ref = { jobId: job.id, leaseId: RELAY };
         assert.deepEqual(await store.release({ runnerId: R1, leases: [ref], reason: "shutdown", now: T0 + 1 }), []);
         assert.deepEqual((await store.renewLeases({ runnerId: R1, leases: [ref], leaseMs: 5, now: T0 + 1 })).lost, [ref]);
       });
@@ -709,7 +715,7 @@ export function storeContract(name, makeStore, opts = {}) {
             (e) => e,
           );
         };
-        const args = (userCode, now = T0) => ({ userCode, owner: alice, runnerId: "runner-" + randomUUID(), now });
+        const args = (userCode, now = T0) => ({ userCode, owner: alice, runnerId: newRunnerId(), now });
         assert.equal((await approve(args("NOPE-NOPE"))).message, "unknown pairing code: NOPE-NOPE");
         await store.createPairing(pairing({ userCode: "LATE-CODE", expiresAt: T0 + 10 }));
         assert.equal((await approve(args("LATE-CODE", T0 + 10))).message, "pairing code has expired");
@@ -724,7 +730,7 @@ export function storeContract(name, makeStore, opts = {}) {
       it("approve creates the runner from the pairing and marks the pairing approved", async ({ store, alice }) => {
         const p = pairing({ userCode: "WXYZ-WXYZ" });
         await store.createPairing(p);
-        const runnerId = "runner-" + randomUUID();
+        const runnerId = newRunnerId();
         const runner = await store.approvePairing({ userCode: "WXYZ-WXYZ", owner: alice, runnerId, now: T0 + 5 });
         if (o.keyOrder) assert.deepEqual(Object.keys(runner), RUNNER_KEYS);
         if (o.approveUsesRunnerId) assert.equal(runner.id, runnerId);
@@ -756,7 +762,7 @@ export function storeContract(name, makeStore, opts = {}) {
       it("touch, revoke (one-way) and list runners", async ({ store, alice, bob }) => {
         const make = async (owner, code) => {
           await store.createPairing(pairing({ userCode: code }));
-          return store.approvePairing({ userCode: code, owner, runnerId: "runner-" + randomUUID(), now: T0 });
+          return store.approvePairing({ userCode: code, owner, runnerId: newRunnerId(), now: T0 });
         };
         const a = await make(alice, "AAAA-AAAA");
         const b = await make(bob, "BBBB-BBBB");

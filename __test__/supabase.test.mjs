@@ -125,8 +125,8 @@ test("supabaseStore via supabase-js: a job's life, through /rpc calls only", asy
 
 test("supabaseStore: a database error surfaces as an Error, not as data", async () => {
   await assert.rejects(
-    store.claim({ runnerId: randomUUID(), runnerOwner: randomUUID(), capabilities: [CAP], max: 1, leaseMs: 1, now: T0 }),
-    /unknown runner/,
+    store.claim({ runnerId: "runner-1", runnerOwner: randomUUID(), capabilities: [CAP], max: 1, leaseMs: 1, now: T0 }),
+    /runner ids are uuids/,
   );
   const anonStore = supabaseStore({ client: clientFor({ role: "anon" }) });
   await assert.rejects(anonStore.get(randomUUID()), /supabase: permission denied/);

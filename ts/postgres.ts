@@ -10,7 +10,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import pg from "pg";
 import type { Pool, PoolClient, PoolConfig } from "pg";
-import { sqlStore, type SqlCall, type SqlStoreOptions } from "./sql-store.js";
+import { sqlStore, Watchers, type SqlCall, type SqlStoreOptions } from "./sql-store.js";
 import type { ByollmStore } from "./types.js";
 
 export type PostgresStoreOptions = (
@@ -41,8 +41,10 @@ const REFUSAL_CODES = new Set(["P0001", "P0002", "22023"]);
 
 function sqlText(call: SqlCall): string {
   const args = call.args.map(([name, , type], i) => `${name} => $${String(i + 1)}::${type}`).join(", ");
-  // The function name is one of ours (sql-store.ts), never input.
-  return `select ${call.fn}(${args}) as r`;
+  // The function name is one of ours (sql-store.ts), never input. The
+  // subquery (kept by OFFSET 0) runs the function before the outer select
+  // reads the ids it wrote (see byollm_take_changes).
+  return `select s.r, byollm_take_changes() as changed from (select ${call.fn}(${args}) as r offset 0) s`;
 }
 
 function sqlValue(value: unknown, type: string): unknown {
@@ -67,13 +69,20 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     pool.on("error", () => undefined);
   }
 
+  // Watchers hear every job write made through this store, including those
+  // inside another operation (the database reports the ids each call wrote).
+  // Writes by other processes are not seen; the contract allows missed calls.
+  const watchers = new Watchers();
   const call = async (c: SqlCall): Promise<unknown> => {
     try {
-      const result = await pool.query<{ r: unknown }>(
+      const result = await pool.query<{ r: unknown; changed: string | null }>(
         sqlText(c),
         c.args.map(([, value, type]) => sqlValue(value, type)),
       );
-      return result.rows[0]?.r ?? null;
+      const row = result.rows[0];
+      const changed = (row?.changed ?? "").split(",").filter((id) => id !== "");
+      if (changed.length > 0) watchers.notify(changed);
+      return row?.r ?? null;
     } catch (error) {
       const e = error as { code?: string; message?: string };
       if (typeof e.code === "string" && REFUSAL_CODES.has(e.code) && typeof e.message === "string") {
@@ -85,8 +94,10 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     }
   };
 
-  const storeOptions: SqlStoreOptions =
-    options.defaultTtlMs === undefined ? {} : { defaultTtlMs: options.defaultTtlMs };
+  const storeOptions: SqlStoreOptions = {
+    ...(options.defaultTtlMs === undefined ? {} : { defaultTtlMs: options.defaultTtlMs }),
+    subscribe: (jobId, onChange) => watchers.subscribe(jobId, onChange),
+  };
   const store = sqlStore(call, storeOptions);
   return Object.assign(store, {
     async close(): Promise<void> {

@@ -150,7 +150,7 @@ export function pairingFromJson(v: unknown): PairingRecord {
 const maybe = <T>(v: unknown, f: (v: unknown) => T): T | null => (v === null || v === undefined ? null : f(v));
 
 /** In-process watchers: the fallback push seam (see SqlStoreOptions.subscribe). */
-class Watchers {
+export class Watchers {
   readonly #byJob = new Map<string, Set<() => void>>();
 
   subscribe(jobId: string, onChange: () => void): () => void {

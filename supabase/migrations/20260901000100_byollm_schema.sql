@@ -105,10 +105,9 @@ create table if not exists byollm_jobs (
   depends_on            uuid[] not null default '{}',
   state                 byollm_job_state not null default 'queued',
   -- The current grant. A lease with an id but no runner is an adopted one
-  -- (granted by a relay): `lease_runner` is a foreign key and a relayed
-  -- device has no runner row here.
+  -- (granted by a relay, whose device has no runner row here).
   lease_id              uuid,
-  lease_runner          uuid references byollm_runners (id) on delete set null,
+  lease_runner          uuid,
   lease_expires_at      timestamptz,
   -- The grant that recorded the terminal outcome, kept after the lease is
   -- dropped so a replayed result can be told apart from a stranger's.
@@ -175,6 +174,13 @@ alter table byollm_pairings drop constraint if exists byollm_pairings_user_code_
 -- 0.1.1 trigger did it with the database clock.
 drop trigger if exists byollm_jobs_unblock_dependents on byollm_jobs;
 drop function if exists byollm_unblock_dependents();
+
+-- `lease_runner` is no longer a foreign key. The store contract lets any
+-- runner id hold a lease (the handlers only ever pass paired runners), and
+-- the 0.1.1 `on delete set null` was a hazard: deleting a runner turned its
+-- leases into what reads as a relay-granted lease, which the lease clock
+-- never reclaims.
+alter table byollm_jobs drop constraint if exists byollm_jobs_lease_runner_fkey;
 
 -- Owners reference Supabase Auth users where there are any. A plain
 -- PostgreSQL has no `auth.users`; there the app's own uuids are stored as is.

@@ -380,8 +380,9 @@ as $$ select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(
 -- and grants each a fresh lease. Runs the sweep first so nothing already
 -- expired is handed out.
 --
--- `p_runner_owner` is the caller's (the contract passes it); the runner must
--- exist, because `lease_runner` references byollm_runners.
+-- `p_runner_owner` is the caller's (the contract passes it). The runner is
+-- not looked up: the handlers have authenticated it already, and the
+-- contract lets any runner id claim.
 create or replace function byollm_claim(
   p_runner_id    text,
   p_runner_owner text,
@@ -401,8 +402,10 @@ begin
   if p_max is null or p_max <= 0 then
     return '[]'::jsonb;
   end if;
-  if v_runner is null or not exists (select 1 from byollm_runners where id = v_runner) then
-    raise exception 'byollm: unknown runner' using errcode = '22023';
+  if v_runner is null then
+    -- Not a uuid, so it cannot be stored as a lease holder (the column is a
+    -- uuid); such a runner is never paired by these stores.
+    raise exception 'byollm: runner ids are uuids in this schema' using errcode = '22023';
   end if;
 
   with candidate as (
@@ -883,4 +886,46 @@ as $$
   select coalesce(jsonb_agg(byollm_runner_json(r) order by r.byollm_seq), '[]')
     from byollm_runners r
    where p_owner is null or r.owner = byollm_try_uuid(p_owner)
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Which jobs a statement wrote (for postgresStore's subscribe)
+-- ---------------------------------------------------------------------------
+
+-- Every insert or update of byollm_jobs appends the ids it wrote to a
+-- transaction-local setting, so the store can tell its watchers about writes
+-- made inside another operation (the sweep inside a claim, the unblock inside
+-- a completion) without each function returning them. Statement-level, over
+-- the transition table, so a bulk write costs one append.
+create or replace function byollm_note_changes() returns trigger
+language plpgsql
+as $$
+begin
+  perform set_config('byollm.changed',
+                     coalesce(current_setting('byollm.changed', true), '')
+                       || coalesce((select string_agg(id::text, ',') from byollm_written), '') || ',',
+                     true);
+  return null;
+end;
+$$;
+
+drop trigger if exists byollm_jobs_note_insert on byollm_jobs;
+create trigger byollm_jobs_note_insert after insert on byollm_jobs
+  referencing new table as byollm_written
+  for each statement execute function byollm_note_changes();
+drop trigger if exists byollm_jobs_note_update on byollm_jobs;
+create trigger byollm_jobs_note_update after update on byollm_jobs
+  referencing new table as byollm_written
+  for each statement execute function byollm_note_changes();
+
+-- Reads and clears the list (comma-separated, in write order per statement).
+create or replace function byollm_take_changes() returns text
+language plpgsql volatile
+as $$
+declare
+  v text := coalesce(current_setting('byollm.changed', true), '');
+begin
+  perform set_config('byollm.changed', '', true);
+  return v;
+end;
 $$;
