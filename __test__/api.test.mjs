@@ -112,7 +112,7 @@ test("full job cycle: pair, approve, enqueue, claim, fetch, result, app.result",
   await daemon.pairWith(app, "alice");
   assert.deepEqual(await app.runnerAvailability({ kind: "llm.generate", owner: "alice" }), { available: true, candidates: 1 });
 
-  const handle = await app.enqueue({ kind: "llm.chat" === "x" ? "x" : "llm.generate", payload: { system: "be brief", prompt: "Say hi." }, owner: "alice" });
+  const handle = await app.enqueue({ kind: "llm.generate", payload: { system: "be brief", prompt: "Say hi." }, owner: "alice" });
   assert.equal(handle.record.state, "queued");
   assert.equal(handle.record.sizeClass, "small");
   assert.equal(handle.record.envelope.senderKeyId, SITE_KEY_ID);
