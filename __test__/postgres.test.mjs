@@ -570,6 +570,29 @@ test("concurrency: 8 processes claiming from 5,000 jobs claim every job exactly 
   console.log(`# 8 processes claimed 5000 jobs in ${elapsed} ms (${outputs.map((o) => o.out.split("\n").length).join("/")})`);
 });
 
+// ------------------------------------------------- 0.1.1 entry points --
+
+test("kept 0.1.1 RPCs: byollm_claim_jobs looks the runner up and refuses revoked ones; byollm_expire_due counts", async () => {
+  await reset();
+  const owner = randomUUID();
+  const r = await runner(owner);
+  const j = await job(owner, {}, T0);
+  const { rows } = await pool.query("select id::text, state::text, lease_runner::text from byollm_claim_jobs($1, $2::jsonb, 5, 1000, byollm_at($3))", [
+    r.id, JSON.stringify([cap()]), T0 + 1,
+  ]);
+  assert.deepEqual(rows, [{ id: j.id, state: "claimed", lease_runner: r.id }]);
+  await store.revokeRunner(r.id, T0 + 2);
+  await assert.rejects(pool.query("select * from byollm_claim_jobs($1, '[]'::jsonb, 5, 1000)", [r.id]), /runner is revoked/);
+  await assert.rejects(pool.query("select * from byollm_claim_jobs($1, '[]'::jsonb, 5, 1000)", [randomUUID()]), /unknown runner/);
+  // Its lease (1 s past T0) has long lapsed by the database clock: requeued,
+  // with the TTL clock restarted at the database's now.
+  const { rows: swept } = await pool.query("select byollm_expire_due() as n");
+  assert.equal(swept[0].n, 1);
+  const requeued = await store.get(j.id);
+  assert.equal(requeued.state, "queued");
+  assert.ok(Math.abs(requeued.claimableAt - Date.now()) < 60_000);
+});
+
 // ------------------------------------------------------------ upgrade --
 
 test("upgrade: a database migrated by @byollm/server 0.1.1 takes our migrations without a data migration", async () => {

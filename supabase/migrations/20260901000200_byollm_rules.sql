@@ -504,6 +504,9 @@ begin
        and lease_runner = v_runner
        and lease_id = byollm_try_uuid(v_ref ->> 'leaseId')
        and state in ('claimed', 'running')
+       -- Lapsed but not swept (the sweep skips rows another transaction
+       -- holds): still lost, as it would be after a sweep.
+       and lease_expires_at > v_now
     returning id into v_hit;
     if v_hit is not null then
       v_renewed := v_renewed || jsonb_build_array(jsonb_build_object(
