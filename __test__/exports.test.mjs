@@ -107,3 +107,90 @@ test("site keys: generated keys round-trip through formatSiteKeys/siteKeysFromEn
     assert.throws(() => ourMain.siteKeysFromEnv("BYOLLM_SITE_KEYS", bad), (error) => error.message === theirs);
   }
 });
+
+// ---------------------------------------------------------------------------
+// Types: every name the reference's declarations export is exported by ours,
+// and the record/store types are interchangeable in both directions.
+
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
+
+/** Names in the `export { … }` lists of a declaration file (aliases resolved to the exported name). */
+function declaredExports(file) {
+  const text = readFileSync(file, "utf8");
+  const names = [];
+  for (const m of text.matchAll(/^export \{([^}]*)\}/gm)) {
+    for (const part of m[1].split(",")) {
+      const name = part.trim().replace(/^type\s+/, "").split(/\s+as\s+/).pop();
+      if (name) names.push(name);
+    }
+  }
+  return names;
+}
+
+test("types: every declared export of the reference (`.` and `./next`) type-checks against ours", { timeout: 120_000 }, () => {
+  const root = fileURLToPath(new URL("..", import.meta.url));
+  const refDir = join(root, "node_modules", "@byollm", "server", "dist");
+  const main = declaredExports(join(refDir, "index.d.ts"));
+  const next = declaredExports(join(refDir, "next.d.ts"));
+  assert.equal(main.length, 54, "24 runtime + 30 type exports");
+  const work = mkdtempSync(join(tmpdir(), "byollm-types-"));
+  try {
+    const ours = join(root, "dist", "index.js");
+    const oursNext = join(root, "dist", "next.js");
+    const isValue = (n) => n in referenceMain;
+    const isClass = (n) => kindOf(referenceMain[n]) === "class";
+    const source = [
+      `import * as Ours from ${JSON.stringify(ours)};`,
+      `import * as OursNext from ${JSON.stringify(oursNext)};`,
+      `import type * as Ref from "@byollm/server";`,
+      `import type * as RefNext from "@byollm/server/next";`,
+      // Exists in ours: as a type for type exports (and classes), as a value otherwise.
+      ...main.map((n, i) => (isValue(n) && !isClass(n) ? `type M${i} = typeof Ours.${n};` : `type M${i} = Ours.${n};`)),
+      // Our functions and constants are assignable to the reference's declared types.
+      ...main.filter((n) => isValue(n) && !isClass(n)).map((n, i) => `const v${i}: typeof Ref.${n} = Ours.${n}; void v${i};`),
+      `const n0: typeof RefNext.createHandler = OursNext.createHandler; void n0;`,
+      `type N0 = OursNext.NextHandlerConfig; type N1 = OursNext.HandlerConfig;`,
+      ...next.filter((n) => !["createHandler", "NextHandlerConfig", "HandlerConfig"].includes(n)).map((n) => `type Unexpected_${n} = OursNext.${n};`),
+      // Interchangeable both ways: a reference store is our store and vice versa.
+      `declare const refStore: Ref.MemoryStore; const a: Ours.ByollmStore = refStore; void a;`,
+      `declare const ourStore: Ours.MemoryStore; const b: Ref.ByollmStore = ourStore; void b;`,
+      `declare const ourJob: Ours.JobRecord; const c: Ref.JobRecord = ourJob; void c;`,
+      `declare const refJob: Ref.JobRecord; const d: Ours.JobRecord = refJob; void d;`,
+      `declare const ourOpts: Ref.ByollmAppOptions; const e: Ours.ByollmAppOptions = ourOpts; void e;`,
+      `declare const handle: Ours.JobHandle; const f: Ref.JobHandle = handle; void f;`,
+      `declare const cfg: Ref.HandlerConfig; const g: OursNext.NextHandlerConfig = cfg; void g;`,
+      "export {};",
+    ].join("\n");
+    writeFileSync(join(work, "check.ts"), source);
+    writeFileSync(
+      join(work, "tsconfig.json"),
+      JSON.stringify({
+        compilerOptions: {
+          target: "ES2022",
+          module: "NodeNext",
+          moduleResolution: "NodeNext",
+          strict: true,
+          noEmit: true,
+          skipLibCheck: true,
+          types: ["node"],
+          typeRoots: [join(root, "node_modules", "@types")],
+          baseUrl: root,
+          paths: {
+            "@byollm/server": [join(refDir, "index.d.ts")],
+            "@byollm/server/next": [join(refDir, "next.d.ts")],
+            "@byollm/protocol": [join(root, "node_modules", "@byollm", "protocol", "dist", "index.d.ts")] },
+        },
+        files: ["check.ts"],
+      }),
+    );
+    const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
+    const run = spawnSync(process.execPath, [tsc, "-p", join(work, "tsconfig.json")], { encoding: "utf8" });
+    assert.equal(run.status, 0, `tsc:\n${run.stdout}${run.stderr}`);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+});
