@@ -14,8 +14,28 @@
 //! The one strict place is the envelope's inner `body` field, which the
 //! reference decodes with its own portable decoder: [`decode_inner_body`].
 
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::alphabet;
+use base64::engine::general_purpose::{
+    GeneralPurpose, GeneralPurposeConfig, STANDARD, URL_SAFE_NO_PAD,
+};
+use base64::engine::DecodePaddingMode;
 use base64::Engine;
+
+/// Strict decoders used as fast paths. Leftover bits are ignored (as Node
+/// and the inner-body decoder do); padding is optional for the standard
+/// alphabet and refused for base64url.
+const FAST_URL: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::URL_SAFE,
+    GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone),
+);
+const FAST_STD: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 /// Unpadded base64url: keys, signatures, ciphertexts, the inner body.
 pub fn encode_url(bytes: &[u8]) -> String {
@@ -59,7 +79,19 @@ const LENIENT: [u8; 256] = {
 /// byte of a multi-byte UTF-8 sequence is >= 0x80, which is skipped just as
 /// the non-ASCII code unit it came from would be.
 pub fn decode_lenient(text: &str) -> Vec<u8> {
-    let input = text.as_bytes();
+    // Fast path: well-formed input in one alphabet (what every encoder on
+    // this wire writes). Where a strict decode succeeds, the lenient one
+    // yields the same bytes: same symbols, padding only at the end.
+    if let Ok(bytes) = FAST_URL.decode(text) {
+        return bytes;
+    }
+    if let Ok(bytes) = FAST_STD.decode(text) {
+        return bytes;
+    }
+    lenient_slow(text.as_bytes())
+}
+
+fn lenient_slow(input: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(input.len() / 4 * 3 + 3);
     let mut acc: u32 = 0;
     let mut bits: u32 = 0;
@@ -83,42 +115,21 @@ pub fn decode_lenient(text: &str) -> Vec<u8> {
     out
 }
 
-/// Sextet values of the strict base64url alphabet only.
-const STRICT_URL: [u8; 256] = {
-    let mut table = LENIENT;
-    table[b'+' as usize] = SKIP;
-    table[b'/' as usize] = SKIP;
-    table
-};
-
 /// The envelope inner `body` decoder: base64url alphabet only, no padding, no
 /// whitespace, and a length of 1 mod 4 refused. Non-zero leftover bits in the
 /// last group are ignored rather than refused, as the reference does.
-/// `None` means the open reports `malformed`.
+/// `None` means the open reports `malformed`. (The reference counts UTF-16
+/// units for the length rule; any non-ASCII text is refused anyway.)
 pub fn decode_inner_body(text: &str) -> Option<Vec<u8>> {
-    let input = text.as_bytes();
-    // The reference counts UTF-16 units; any non-ASCII text is refused below
-    // anyway, so for every text that could pass the byte count is the same.
-    if input.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(input.len() / 4 * 3 + 2);
-    let mut acc: u32 = 0;
-    let mut bits: u32 = 0;
-    for &byte in input {
-        let value = STRICT_URL[byte as usize];
-        if value == SKIP {
-            return None;
-        }
-        acc = (acc << 6) | u32::from(value);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
+    decode_inner_body_bytes(text.as_bytes())
+}
+
+/// [`decode_inner_body`] over raw bytes.
+pub fn decode_inner_body_bytes(input: &[u8]) -> Option<Vec<u8>> {
+    // The crate's strict URL-safe engine with these settings refuses exactly
+    // what the reference's decoder refuses: any byte outside the alphabet
+    // (`=` included), and a length of 1 mod 4.
+    FAST_URL.decode(input).ok()
 }
 
 /// Lowercase hex, as Node's `digest("hex")` writes it.
@@ -173,6 +184,35 @@ mod tests {
         assert_eq!(decode_lenient("=QUJD"), Vec::<u8>::new());
         assert_eq!(decode_lenient("Q"), Vec::<u8>::new());
         assert_eq!(decode_lenient("QR=="), b"A".to_vec());
+    }
+
+    #[test]
+    fn fast_and_slow_paths_agree() {
+        let bytes: Vec<u8> = (0..=255u8).collect();
+        for len in 0..40 {
+            let b = &bytes[..len];
+            for text in [
+                encode_url(b),
+                encode_std(b),
+                format!("{}==", encode_url(b)),
+                encode_std(b).replace('=', ""),
+            ] {
+                assert_eq!(
+                    decode_lenient(&text),
+                    lenient_slow(text.as_bytes()),
+                    "{text}"
+                );
+            }
+        }
+        for text in [
+            "QR", "QR==", "QUJDRAB", "Q", "Q===", "QUJD=RA", "-_+/", "QQ=x",
+        ] {
+            assert_eq!(
+                decode_lenient(text),
+                lenient_slow(text.as_bytes()),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -232,6 +232,16 @@ pub fn seal_box<R: RngCore + CryptoRng>(
 /// `crypto_box_seal_open`: `None` for anything that does not open (too short,
 /// zero shared secret, wrong key, bad tag).
 pub fn open_box(secret: &StaticSecret, own_public: &[u8; 32], sealed: &[u8]) -> Option<Vec<u8>> {
+    open_box_owned(secret, own_public, sealed.to_vec())
+}
+
+/// [`open_box`] decrypting in place in the caller's buffer (a megabyte
+/// payload is then not copied once more).
+pub fn open_box_owned(
+    secret: &StaticSecret,
+    own_public: &[u8; 32],
+    mut sealed: Vec<u8>,
+) -> Option<Vec<u8>> {
     if sealed.len() < SEAL_OVERHEAD {
         return None;
     }
@@ -239,11 +249,11 @@ pub fn open_box(secret: &StaticSecret, own_public: &[u8; 32], sealed: &[u8]) -> 
     let tag = Tag::clone_from_slice(sealed.get(32..SEAL_OVERHEAD)?);
     let cipher = box_key(secret, &ephemeral_public)?;
     let nonce = seal_nonce(&ephemeral_public, own_public);
-    let mut buffer = sealed.get(SEAL_OVERHEAD..)?.to_vec();
     cipher
-        .decrypt_in_place_detached(&nonce, b"", &mut buffer, &tag)
+        .decrypt_in_place_detached(&nonce, b"", sealed.get_mut(SEAL_OVERHEAD..)?, &tag)
         .ok()?;
-    Some(buffer)
+    sealed.drain(..SEAL_OVERHEAD);
+    Some(sealed)
 }
 
 /// Seal `plaintext` from `sender` to `recipient_encryption_public`.
@@ -366,39 +376,27 @@ pub fn open(
     // An unusable recipient key is just another box that does not open.
     let recipient = recipient.ok_or(OpenFailure::Unopenable)?;
     let sealed = b64::decode_lenient(&envelope.ciphertext);
-    let inner =
-        open_box(recipient.secret, recipient.public, &sealed).ok_or(OpenFailure::Unopenable)?;
-    drop(sealed);
+    let inner = open_box_owned(recipient.secret, recipient.public, sealed)
+        .ok_or(OpenFailure::Unopenable)?;
 
-    // Buffer#toString("utf8"): invalid sequences become U+FFFD, a BOM is kept
-    // (and then fails JSON parsing, as in the reference).
-    let inner = utf8_lossy_owned(inner);
-    let parsed = json::parse(&inner).map_err(|_| OpenFailure::Malformed)?;
-    drop(inner);
-    // `null` has no properties (the reference throws here); any other
-    // non-object lacks `body`. Both are malformed.
-    let field = |name: &str| {
-        parsed
-            .get(parsed.root(), name)
-            .and_then(|id| parsed.str(id))
-    };
-    let body_text = field("body").ok_or(OpenFailure::Malformed)?;
-    let signature = field("signature").ok_or(OpenFailure::Malformed)?;
-    if body_text.has_lone_surrogate() {
-        return Err(OpenFailure::Malformed);
-    }
-    let body = b64::decode_inner_body(body_text.as_str()).ok_or(OpenFailure::Malformed)?;
-
-    // The signature text is decoded leniently; a lone surrogate in it is
-    // skipped by that decoder, exactly like the U+FFFD that stands in for it.
-    let verified = match sender {
-        Some(key) => keys::verify_with_key(key, &body, signature.as_str()),
-        None => false,
+    let (body, verified) = match split_inner_fast(&inner) {
+        // The common case, `{"body":"…","signature":"…"}` exactly as seal
+        // writes it: read straight from the bytes, no JSON tree and no copy
+        // of the (large) body text.
+        Some((body_text, signature)) => match b64::decode_inner_body_bytes(body_text) {
+            Some(body) => {
+                let verified = verify_inner(sender, &body, signature);
+                (body, verified)
+            }
+            // The body slice may hold escapes or more members: let the JSON
+            // reader decide what the text says.
+            None => parse_inner(inner, sender)?,
+        },
+        None => parse_inner(inner, sender)?,
     };
     if !verified {
         return Err(OpenFailure::BadSignature);
     }
-    drop(parsed);
 
     // TextDecoder: one leading BOM dropped, invalid sequences become U+FFFD.
     let body_slice = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&body);
@@ -436,6 +434,65 @@ pub fn open(
     match claims.get(root, "plaintext").and_then(|id| claims.str(id)) {
         Some(plaintext) => Ok(plaintext.clone()),
         None => Err(OpenFailure::Malformed),
+    }
+}
+
+/// Split `{"body":"B","signature":"S"}` when the bytes have exactly that
+/// shape, with S short and plain (no quote, backslash, control or non-ASCII
+/// byte). For such bytes `JSON.parse` yields exactly `{body: B, signature: S}`
+/// (B is checked by the strict decoder, which refuses anything else).
+fn split_inner_fast(inner: &[u8]) -> Option<(&[u8], &str)> {
+    const MARK: &[u8] = b"\",\"signature\":\"";
+    let rest = inner.strip_prefix(b"{\"body\":\"")?.strip_suffix(b"\"}")?;
+    // The signature sits at the end; look for the marker in the tail only.
+    let tail_from = rest.len().saturating_sub(256 + MARK.len());
+    let tail = rest.get(tail_from..)?;
+    let at = tail.windows(MARK.len()).rposition(|w| w == MARK)? + tail_from;
+    let body = rest.get(..at)?;
+    let signature = rest.get(at + MARK.len()..)?;
+    if signature
+        .iter()
+        .any(|&b| b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b))
+    {
+        return None;
+    }
+    Some((body, std::str::from_utf8(signature).ok()?))
+}
+
+/// The general inner reader: `Buffer#toString("utf8")` (invalid sequences
+/// become U+FFFD, a BOM is kept and then fails, as in the reference), then
+/// `JSON.parse`, string `body` and `signature`, strict body decoding.
+/// Returns the body bytes and whether the signature verifies.
+fn parse_inner(
+    inner: Vec<u8>,
+    sender: Option<&VerifyingKey>,
+) -> Result<(Vec<u8>, bool), OpenFailure> {
+    let inner = utf8_lossy_owned(inner);
+    let parsed = json::parse(&inner).map_err(|_| OpenFailure::Malformed)?;
+    drop(inner);
+    // `null` has no properties (the reference throws here); any other
+    // non-object lacks `body`. Both are malformed.
+    let field = |name: &str| {
+        parsed
+            .get(parsed.root(), name)
+            .and_then(|id| parsed.str(id))
+    };
+    let body_text = field("body").ok_or(OpenFailure::Malformed)?;
+    let signature = field("signature").ok_or(OpenFailure::Malformed)?;
+    if body_text.has_lone_surrogate() {
+        return Err(OpenFailure::Malformed);
+    }
+    let body = b64::decode_inner_body(body_text.as_str()).ok_or(OpenFailure::Malformed)?;
+    // The signature text is decoded leniently; a lone surrogate in it is
+    // skipped by that decoder, exactly like the U+FFFD that stands in for it.
+    let verified = verify_inner(sender, &body, signature.as_str());
+    Ok((body, verified))
+}
+
+fn verify_inner(sender: Option<&VerifyingKey>, body: &[u8], signature: &str) -> bool {
+    match sender {
+        Some(key) => keys::verify_with_key(key, body, signature),
+        None => false,
     }
 }
 
@@ -696,6 +753,82 @@ mod tests {
             open_as(&site, &device, &env2, &exp).err(),
             Some(OpenFailure::Malformed)
         );
+    }
+
+    #[test]
+    fn inner_text_other_than_the_usual_shape_reads_like_json_parse() {
+        let (site, device) = (party(11), party(12));
+        let ctx = context(&device, &site);
+        let exp = expected(&ctx);
+        let body = signed_body(&ctx, Text::Utf8("p"));
+        let sig = device.sign_text(&body);
+        let b = b64::encode_url(&body);
+        let env_for = |inner: String| SealedEnvelope {
+            ciphertext: seal_raw_inner(&site, inner.as_bytes()),
+            recipient_key_id: ctx.recipient_key_id.clone(),
+            sender_key_id: ctx.sender_key_id.clone(),
+            direction: ctx.direction.clone(),
+            deadline_at: ctx.deadline_at,
+        };
+        let ok = Ok("p".to_string());
+        let cases: Vec<(String, Result<String, OpenFailure>)> = vec![
+            (
+                format!("{{\"body\":\"{b}\",\"signature\":\"{sig}\"}}"),
+                ok.clone(),
+            ),
+            // An escape inside the body: JSON.parse reads it, so do we.
+            (
+                format!(
+                    "{{\"body\":\"\\u00{:02x}{}\",\"signature\":\"{sig}\"}}",
+                    b.as_bytes()[0],
+                    &b[1..]
+                ),
+                ok.clone(),
+            ),
+            // Extra members, other order, whitespace, duplicates (last wins).
+            (
+                format!("{{\"body\":\"{b}\",\"x\":1,\"signature\":\"{sig}\"}}"),
+                ok.clone(),
+            ),
+            (
+                format!("{{\"signature\":\"{sig}\",\"body\":\"{b}\"}}"),
+                ok.clone(),
+            ),
+            (
+                format!(" {{ \"body\" : \"{b}\" , \"signature\" : \"{sig}\" }} "),
+                ok.clone(),
+            ),
+            (
+                format!("{{\"body\":\"AAAA\",\"body\":\"{b}\",\"signature\":\"{sig}\"}}"),
+                ok.clone(),
+            ),
+            // A signature with junk the lenient decoder skips still verifies.
+            (
+                format!("{{\"body\":\"{b}\",\"signature\":\"{sig}==\"}}"),
+                ok.clone(),
+            ),
+            (
+                format!("{{\"body\":\"{b}\",\"signature\":\"{sig}\\u00e9\"}}"),
+                ok.clone(),
+            ),
+            (
+                format!("{{\"body\":\"{b}=\",\"signature\":\"{sig}\"}}"),
+                Err(OpenFailure::Malformed),
+            ),
+            (
+                format!("{{\"body\":\"{b}\",\"signature\":\"{}\"}}", &sig[1..]),
+                Err(OpenFailure::BadSignature),
+            ),
+            (
+                format!("{{\"body\":\"{b}\",\"signature\":5}}"),
+                Err(OpenFailure::Malformed),
+            ),
+        ];
+        for (inner, want) in cases {
+            let got = open_as(&site, &device, &env_for(inner.clone()), &exp)
+                .map(|p| p.as_str().to_string());
+            assert_eq!(got, want, "{inner}");
+        }
     }
 
     #[test]

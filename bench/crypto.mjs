@@ -1,0 +1,121 @@
+// Crypto, ours vs @byollm/protocol@0.1.1, side by side in one process:
+// key generation, seal/open at 1 KB and 1 MB, verifyRequest over a 1 KB body,
+// and keyId. Each row is the median of several timed batches (batches of the
+// two implementations alternate, so drift hits both alike).
+//
+//   node bench/crypto.mjs [--quick]      (also a section of `npm run bench`)
+//
+// Needs Node >= 22.14 (the reference does) and, for meaningful numbers, a
+// release build of the addon (`npm run build:native`).
+// Targets (ours / reference): seal 1 KB ≥ 3x, open 1 KB ≥ 2.5x,
+// verifyRequest ≥ 3x, seal 1 MB ≥ 8x, open 1 MB ≥ 2.5x.
+import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+import * as ref from "@byollm/protocol";
+import * as native from "../index.js";
+
+const T0 = 1767225600000;
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+
+/** Ops per second of `fn` (sync or async), median over `batches` batches of
+ * roughly `batchMs` each; `a` and `b` alternate batch by batch. */
+async function race(a, b, { batches, batchMs }) {
+  const calibrate = async (fn) => {
+    // Warm up, then find how many calls fill a batch.
+    let n = 1;
+    for (;;) {
+      const t = performance.now();
+      for (let i = 0; i < n; i++) await fn();
+      const ms = performance.now() - t;
+      if (ms >= batchMs / 4 || n >= 1 << 20) return Math.max(1, Math.round((n * batchMs) / Math.max(ms, 0.001)));
+      n *= 2;
+    }
+  };
+  const na = await calibrate(a);
+  const nb = await calibrate(b);
+  const ra = [];
+  const rb = [];
+  const batch = async (fn, n, out) => {
+    const t = performance.now();
+    for (let i = 0; i < n; i++) await fn();
+    out.push((n * 1000) / (performance.now() - t));
+  };
+  for (let i = 0; i < batches; i++) {
+    await batch(a, na, ra);
+    await batch(b, nb, rb);
+  }
+  return [median(ra), median(rb)];
+}
+
+/** A plaintext of `bytes` UTF-8 bytes, mostly ASCII JSON-ish text with some
+ * escapes and non-ASCII, like a real prompt. */
+function plaintextOf(bytes) {
+  const unit = '{"role":"user","content":"Summarise this — “quoted” text, line\\n tabs\\t and é"}';
+  return unit.repeat(Math.ceil(bytes / Buffer.byteLength(unit))).slice(0, bytes);
+}
+
+export async function run({ quick = false } = {}) {
+  await ref.cryptoReady();
+  const opts = quick ? { batches: 3, batchMs: 60 } : { batches: 9, batchMs: 250 };
+  const bigOpts = quick ? { batches: 3, batchMs: 150 } : { batches: 7, batchMs: 600 };
+  const site = ref.generateKeys(T0);
+  const device = ref.generateKeys(T0);
+  const ring = new native.SiteKeyring(site);
+  const rows = [];
+  const add = (name, [r, o], target) => rows.push({ name, ref: r, ours: o, unit: "ops/s", ratio: o / r, target });
+
+  add("generateKeys", await race(() => ref.generateKeys(T0), () => native.generateKeys(T0), opts));
+
+  for (const [label, bytes, o, sealTarget, openTarget] of [
+    ["1 KB", 1024, opts, "≥3x", "≥2.5x"],
+    ["1 MB", 1024 * 1024, bigOpts, "≥8x", "≥2.5x"],
+  ]) {
+    const plaintext = plaintextOf(bytes);
+    const context = {
+      jobId: "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
+      senderKeyId: ref.keyId(device.identityPublic),
+      recipientKeyId: ref.keyId(site.identityPublic),
+      deadlineAt: T0 + 86_400_000,
+      direction: "result",
+    };
+    const sealArgs = { plaintext, senderKeys: device, recipientEncryptionPublic: site.encryptionPublic, context };
+    add(`seal ${label}`, await race(() => ref.seal(sealArgs), () => native.seal(sealArgs), o), sealTarget);
+
+    const envelope = await ref.seal(sealArgs);
+    const { deadlineAt, ...expected } = context;
+    const openArgs = { envelope, recipientKeys: site, senderIdentityPublic: device.identityPublic, expected };
+    const check = native.open(openArgs);
+    if (!check.ok || check.plaintext !== plaintext) throw new Error(`bench setup: open ${label} failed`);
+    add(`open ${label}`, await race(() => ref.open(openArgs), () => native.open(openArgs), o), openTarget);
+    // The server's own path: the keyring with its keys parsed once.
+    add(
+      `open ${label} (SiteKeyring.openResult)`,
+      await race(() => ref.open(openArgs), () => ring.openResult(envelope, context.jobId, device.identityPublic), o),
+    );
+  }
+
+  const body = plaintextOf(1024);
+  const issuedAt = T0 + 60_000;
+  const signature = ref.signRequest(device, { endpoint: "result", runnerId: "runner_x", issuedAt, body });
+  const verifyArgs = { identityPublic: device.identityPublic, endpoint: "result", body, signature, now: issuedAt };
+  if (native.verifyRequest(verifyArgs) !== null) throw new Error("bench setup: verifyRequest failed");
+  add("verifyRequest 1 KB", await race(() => ref.verifyRequest(verifyArgs), () => native.verifyRequest(verifyArgs), opts), "≥3x");
+
+  add("keyId", await race(() => ref.keyId(device.identityPublic), () => native.keyId(device.identityPublic), opts));
+  return rows;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const rows = await run({ quick: process.argv.includes("--quick") });
+  const w = Math.max(...rows.map((r) => r.name.length));
+  console.log(`${"".padEnd(w)}  ${"reference".padStart(12)}  ${"ours".padStart(12)}  ratio (ops/s, higher is better)`);
+  for (const r of rows) {
+    const f = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1)).padStart(12);
+    console.log(`${r.name.padEnd(w)}  ${f(r.ref)}  ${f(r.ours)}  ${r.ratio.toFixed(2)}x${r.target ? `  (target ${r.target})` : ""}`);
+  }
+}
