@@ -465,3 +465,38 @@ test("ByollmHandlers.handle: no version check, wrong version is a schema failure
   const claimAuth = { endpoint: "claim", rawBody: "{}", signature: { runnerId: "r", issuedAt: 1, signature: "s", extra: 1 } };
   assert.deepEqual(await handlers.handle("claim", {}, claimAuth), await refHandlers.handle("claim", {}, claimAuth));
 });
+
+test("a paired device whose signed encryption key is not 32 bytes: fetch answers 400, where the reference rejects", async () => {
+  for (const [label, mod] of [["reference", reference], ["ours", ours]]) {
+    const clock = { now: Date.now() };
+    const { app, handler } = mount(mod, clock);
+    const encryption = "AAAA";
+    const device = {
+      identity: DEVICE.identityPublic,
+      encryption,
+      encryptionSig: protocol.signWith(DEVICE, new TextEncoder().encode(`byollm/v1/encryption-key:${encryption}`)),
+    };
+    assert.equal(protocol.verifyPublicIdentity(device), true);
+    const capability = { kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
+    const start = await send(handler, {
+      method: "POST",
+      path: "/api/byollm/pair",
+      headers: { "content-type": "application/json" },
+      body: { protocolVersion: "2", action: "start", daemon: { version: "1", label: "l", platform: "linux" }, device, capabilities: [capability] },
+    });
+    assert.equal(start.status, 200, label);
+    const runner = await app.approvePairing({ userCode: start.json.userCode, owner: "alice" });
+    await app.enqueue({ kind: "llm.generate", payload: { prompt: "x" }, owner: "alice", id: JOB_ID });
+    const claimBody = JSON.stringify({ protocolVersion: "2", runnerId: runner.id, capabilities: [capability], max: 1 });
+    const claim = await send(handler, { method: "POST", path: "/api/byollm/claim", headers: signedHeaders(DEVICE, "claim", runner.id, clock.now, claimBody), body: claimBody });
+    const fetchBody = JSON.stringify({ protocolVersion: "2", runnerId: runner.id, jobId: JOB_ID, leaseId: claim.json.jobs[0].lease.id });
+    const request = { method: "POST", path: "/api/byollm/fetch", headers: signedHeaders(DEVICE, "fetch", runner.id, clock.now, fetchBody), body: fetchBody };
+    if (mod === reference) {
+      await assert.rejects(send(handler, request));
+    } else {
+      const answer = await send(handler, request);
+      assert.equal(answer.status, 400);
+      assert.deepEqual(answer.json, { error: "bad-request", message: "this device's encryption key cannot be sealed to" });
+    }
+  }
+});

@@ -104,7 +104,14 @@ export class CloudLane {
     for (const claim of pending.jobs) {
       const record = await this.#store.get(claim.jobId);
       if (!record) continue;
-      const envelope = await this.#keyring.resealForDeviceAsync(record.envelope, record.id, record.createdAt, claim.device);
+      // A device key nothing can be sealed to (the relay's word, or a bad
+      // device) refuses this one job rather than failing the whole cycle.
+      let envelope: SealedEnvelope | null;
+      try {
+        envelope = await this.#keyring.resealForDeviceAsync(record.envelope, record.id, record.createdAt, claim.device);
+      } catch {
+        envelope = null;
+      }
       if (envelope === null) {
         refused.push(claim.jobId);
         continue;

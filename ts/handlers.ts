@@ -332,9 +332,18 @@ export class ByollmHandlers {
       return fail("not-found", "no such lease on this job");
     }
     const big = job.envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
-    const envelope = big
-      ? await this.#keyring.resealForDeviceAsync(job.envelope, job.id, job.createdAt, runner.device)
-      : this.#keyring.resealForDevice(job.envelope, job.id, job.createdAt, runner.device);
+    let envelope: SealedEnvelope | null;
+    try {
+      envelope = big
+        ? await this.#keyring.resealForDeviceAsync(job.envelope, job.id, job.createdAt, runner.device)
+        : this.#keyring.resealForDevice(job.envelope, job.id, job.createdAt, runner.device);
+    } catch {
+      // Opening failures come back as null; a throw here means the device's
+      // pinned encryption key is not a 32-byte X25519 key (signed, so it passed
+      // pairing, but nothing can be sealed to it). The reference lets the
+      // request reject (a host 500); it is the client's key, so say so with a 400.
+      return fail("bad-request", "this device's encryption key cannot be sealed to");
+    }
     if (envelope === null) return fail("server-error", "this job's payload could not be opened");
     return ok({ envelope });
   }
@@ -436,10 +445,17 @@ export async function openOutcome(
   disposition: string,
 ): Promise<OpenedOutcome> {
   const big = typeof envelope.ciphertext === "string" && envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
-  const opened = big
-    ? await keyring.openResultAsync(envelope, jobId, deviceIdentity)
-    : keyring.openResult(envelope, jobId, deviceIdentity);
-  if (!opened.ok) return { ok: false, why: "the result did not verify as coming from this device" };
+  const refused = { ok: false, why: "the result did not verify as coming from this device" } as const;
+  let opened;
+  try {
+    opened = big
+      ? await keyring.openResultAsync(envelope, jobId, deviceIdentity)
+      : keyring.openResult(envelope, jobId, deviceIdentity);
+  } catch {
+    // Only reachable with values a relay sent that are not even strings.
+    return refused;
+  }
+  if (!opened.ok) return refused;
   const parsed = native.parseSealedOutcome(opened.plaintext);
   if (!parsed.ok) return { ok: false, why: parsed.message };
   if (parsed.outcome["outcome"] !== disposition) {
