@@ -357,3 +357,25 @@ test("keygen prints a usable identity; --help prints the usage", () => {
   assert.match(help.stdout, /^usage: npx --package @byollm\/server keygen\n\nGenerates this site's byollm identity/);
   assert.equal(spawnSync(process.execPath, [bin, "x", "-h"], { encoding: "utf8" }).stdout, help.stdout);
 });
+
+test("./next createHandler: lazy, memoised, a failing config throws synchronously and is retried", async () => {
+  let calls = 0;
+  let fail = true;
+  const route = createHandler(() => {
+    calls += 1;
+    if (fail) throw new Error("no secrets at build time");
+    return { store: new MemoryStore(), siteKeys: SITE, verificationUrl: `${ORIGIN}/runners` };
+  });
+  assert.equal(calls, 0, "importing/creating does not build");
+  const request = () => new Request(`${ORIGIN}/byollm/claim`, { method: "POST", body: "{" });
+  assert.throws(() => route.POST(request()), /no secrets at build time/);
+  fail = false;
+  const first = await route.POST(request());
+  assert.equal(first.status, 400);
+  assert.deepEqual(await first.json(), { error: "bad-request", message: "request body is not valid JSON" });
+  await route.GET(new Request(`${ORIGIN}/byollm/claim`));
+  assert.equal(calls, 2, "built once after the failure, then kept");
+  // A config object works too; a bad basePath surfaces on the first request.
+  const bad = createHandler({ store: new MemoryStore(), siteKeys: SITE, verificationUrl: ORIGIN, basePath: "api" });
+  assert.throws(() => bad.POST(request()), { message: 'basePath must start with "/": got api' });
+});
