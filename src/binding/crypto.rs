@@ -16,7 +16,9 @@ use crate::envelope::{self, OpenFailure, Text};
 use crate::fingerprint;
 use crate::ids;
 use crate::json::JsStr;
-use crate::keys::{self, is_positive_safe_integer, KeyHandle, PublicIdentity, StoredKeys};
+use crate::keys::{
+    self, is_positive_safe_integer, KeyHandle, ParsedKeyCache, PublicIdentity, StoredKeys,
+};
 use crate::signing::{self, RequestSignature, VerifyingKeyCache};
 use crate::site_keys;
 
@@ -348,9 +350,11 @@ fn core_expected(e: JsOpenExpected) -> envelope::Expected {
 
 #[napi(catch_unwind)]
 pub fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
-    envelope::seal_with_keys(
+    let sender = with_parsed(|c| c.signing_key(&opts.sender_keys.identity_private))
+        .map_err(|e| seal_error(envelope::SealError::SenderKey(e)))?;
+    envelope::seal(
         Text::Utf8(&opts.plaintext),
-        &opts.sender_keys.identity_private,
+        &sender,
         &opts.recipient_encryption_public,
         &core_context(&opts.context),
     )
@@ -358,14 +362,32 @@ pub fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
     .map_err(seal_error)
 }
 
+/// Private keys handed over as text on every call, parsed once (see
+/// `keys::ParsedKeyCache`).
+fn with_parsed<T>(work: impl FnOnce(&mut ParsedKeyCache) -> T) -> T {
+    static CACHE: OnceLock<Mutex<ParsedKeyCache>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(ParsedKeyCache::new(8)));
+    match cache.lock() {
+        Ok(mut guard) => work(&mut guard),
+        // Poisoned by a panic elsewhere: work without the cache.
+        Err(_) => work(&mut ParsedKeyCache::new(1)),
+    }
+}
+
 /// Never throws for a bad envelope or bad keys: those are reasons.
 #[napi(catch_unwind)]
 pub fn open(opts: OpenOptions) -> JsOpenResult {
     let envelope = envelope::SealedEnvelope::from(opts.envelope);
-    open_result(envelope::open_with_keys(
+    // Unusable recipient keys are just a box that does not open.
+    let recipient = with_parsed(|c| c.encryption(&opts.recipient_keys.encryption_private)).ok();
+    let sender = cached_key(&opts.sender_identity_public);
+    let recipient = recipient
+        .as_ref()
+        .map(|(secret, public)| envelope::Recipient { secret, public });
+    open_result(envelope::open(
         &envelope,
-        &opts.recipient_keys.encryption_private,
-        &opts.sender_identity_public,
+        recipient,
+        sender.as_ref(),
         &core_expected(opts.expected),
     ))
 }
@@ -384,8 +406,8 @@ pub fn canonical_request(
 
 #[napi(catch_unwind)]
 pub fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<SignedRequest> {
-    let signer =
-        keys::parse_signing_key(&keys.identity_private).map_err(|e| invalid(e.to_string()))?;
+    let signer = with_parsed(|c| c.signing_key(&keys.identity_private))
+        .map_err(|e| invalid(e.to_string()))?;
     // The canonical bytes take the UTF-8 form (a lone surrogate as U+FFFD,
     // which is what Node's UTF-8 encoding writes too).
     let runner_id = String::from_utf16_lossy(&req.runner_id);
