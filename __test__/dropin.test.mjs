@@ -113,6 +113,13 @@ test("npm pack → install as @byollm/server → an unmodified consumer runs a w
     const run = spawnSync(node22, ["app.mjs"], { cwd: project, encoding: "utf8" });
     assert.equal(run.status, 0, `consumer failed:\n${run.stdout}\n${run.stderr}`);
     assert.match(run.stdout, /^DROPIN-OK Hi there, from the drop-in\.$/m);
+
+    // The bin, as `npx --package @byollm/server keygen` would run it (with whatever `node` is on PATH).
+    const keygen = spawnSync(join(project, "node_modules", ".bin", "keygen"), [], { cwd: project, encoding: "utf8" });
+    assert.equal(keygen.status, 0, keygen.stderr);
+    assert.match(keygen.stdout, /^BYOLLM_SITE_KEYS=[A-Za-z0-9+/]+=*$/m);
+    const help = spawnSync(join(project, "node_modules", ".bin", "keygen"), ["-h"], { cwd: project, encoding: "utf8" });
+    assert.match(help.stdout, /^usage: npx --package @byollm\/server keygen\n/);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
