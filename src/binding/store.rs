@@ -8,11 +8,12 @@
 //! record objects.
 
 use napi::bindgen_prelude::*;
+use napi::JsString;
 use napi_derive::napi;
 
 use crate::store::{
-    ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput, LeaseRef, Store,
-    StoreOptions, DEFAULT_TTL_MS,
+    ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput, JobRef, LeaseRef,
+    Store, StoreOptions, DEFAULT_TTL_MS,
 };
 
 /// Pairs `[jobId0, leaseId0, jobId1, leaseId1, …]` into lease refs.
@@ -46,6 +47,44 @@ fn to_json<T: serde::Serialize>(value: &T) -> String {
 #[napi]
 pub struct NativeMemoryStore {
     inner: Store,
+    /// Reused for every record-bearing answer. A fresh multi-kilobyte String
+    /// per call, freed between two long-lived allocations, fragments the
+    /// heap by about a kilobyte per stored job (measured).
+    out: String,
+}
+
+impl NativeMemoryStore {
+    /// Hand the answer built in `out` to JS as a string.
+    fn send<'env>(&mut self, env: &'env Env) -> Result<JsString<'env>> {
+        let text = env.create_string(&self.out);
+        self.out.clear();
+        if self.out.capacity() > 1 << 20 {
+            // A huge answer (allJobs) does not pin its buffer for good.
+            self.out = String::new();
+        }
+        text
+    }
+
+    fn send_job<'env>(
+        &mut self,
+        env: &'env Env,
+        r: Option<JobRef>,
+    ) -> Result<Option<JsString<'env>>> {
+        match r {
+            Some(r) => {
+                self.out.clear();
+                self.inner.push_job_json(r, &mut self.out);
+                self.send(env).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn send_jobs<'env>(&mut self, env: &'env Env, refs: &[JobRef]) -> Result<JsString<'env>> {
+        self.out.clear();
+        self.inner.push_jobs_json(refs, &mut self.out);
+        self.send(env)
+    }
 }
 
 #[napi]
@@ -57,6 +96,7 @@ impl NativeMemoryStore {
                 default_ttl_ms: default_ttl_ms.unwrap_or(DEFAULT_TTL_MS),
                 retention_ms,
             }),
+            out: String::new(),
         }
     }
 
@@ -70,7 +110,7 @@ impl NativeMemoryStore {
     /// produces) or, for any other shape, as `envelopeJson`.
     #[allow(clippy::too_many_arguments)]
     #[napi(catch_unwind)]
-    pub fn create(
+    pub fn create<'env>(
         &mut self,
         id: String,
         kind: String,
@@ -86,7 +126,8 @@ impl NativeMemoryStore {
         envelope_deadline_at: f64,
         envelope_json: Option<String>,
         now: f64,
-    ) -> String {
+        env: &'env Env,
+    ) -> Result<JsString<'env>> {
         let envelope = match (&envelope_parts, &envelope_json) {
             (Some(parts), _) if parts.len() == 4 => EnvelopeInput::Sealed {
                 ciphertext: parts.first().map_or("", String::as_str),
@@ -114,17 +155,20 @@ impl NativeMemoryStore {
             },
             now,
         );
-        self.inner.job_json(r)
+        self.out.clear();
+        self.inner.push_job_json(r, &mut self.out);
+        self.send(env)
     }
 
     #[napi(catch_unwind)]
-    pub fn get(&self, id: String) -> Option<String> {
-        self.inner.get(&id).map(|r| self.inner.job_json(r))
+    pub fn get<'env>(&mut self, env: &'env Env, id: String) -> Result<Option<JsString<'env>>> {
+        let r = self.inner.get(&id);
+        self.send_job(env, r)
     }
 
     /// `claim`; `capabilities` is flat `[kind, backendId, offerScope, …]`.
     #[napi(catch_unwind)]
-    pub fn claim(
+    pub fn claim<'env>(
         &mut self,
         runner_id: String,
         runner_owner: String,
@@ -132,7 +176,8 @@ impl NativeMemoryStore {
         max: f64,
         lease_ms: f64,
         now: f64,
-    ) -> String {
+        env: &'env Env,
+    ) -> Result<JsString<'env>> {
         let caps: Vec<ClaimCapability<'_>> = capabilities
             .chunks_exact(3)
             .map(|c| ClaimCapability {
@@ -149,7 +194,7 @@ impl NativeMemoryStore {
             lease_ms,
             now,
         });
-        self.inner.jobs_json(&claimed)
+        self.send_jobs(env, &claimed)
     }
 
     /// `renewLeases`: per lease ref, the new expiry or `null` (lost).
@@ -182,7 +227,7 @@ impl NativeMemoryStore {
     /// `complete`: JSON `[accepted, duplicate, record | null]`.
     #[allow(clippy::too_many_arguments)]
     #[napi(catch_unwind)]
-    pub fn complete(
+    pub fn complete<'env>(
         &mut self,
         job_id: String,
         runner_id: String,
@@ -193,7 +238,8 @@ impl NativeMemoryStore {
         provenance_json: String,
         provenance_runner: Option<String>,
         now: f64,
-    ) -> String {
+        env: &'env Env,
+    ) -> Result<JsString<'env>> {
         let result = self.inner.complete(&CompleteArgs {
             job_id: &job_id,
             runner_id: &runner_id,
@@ -208,15 +254,18 @@ impl NativeMemoryStore {
             provenance_runner: provenance_runner.as_deref(),
             now,
         });
-        let record = result
-            .job
-            .map_or_else(|| "null".to_string(), |r| self.inner.job_json(r));
-        format!(
-            "[{},{},{}]",
-            u8::from(result.accepted),
-            u8::from(result.duplicate),
-            record
-        )
+        self.out.clear();
+        self.out.push('[');
+        self.out.push(if result.accepted { '1' } else { '0' });
+        self.out.push(',');
+        self.out.push(if result.duplicate { '1' } else { '0' });
+        self.out.push(',');
+        match result.job {
+            Some(r) => self.inner.push_job_json(r, &mut self.out),
+            None => self.out.push_str("null"),
+        }
+        self.out.push(']');
+        self.send(env)
     }
 
     /// `release`: the positions of the lease refs that were released.
@@ -237,15 +286,21 @@ impl NativeMemoryStore {
     }
 
     #[napi(catch_unwind)]
-    pub fn expire_due(&mut self, now: f64) -> String {
-        self.inner.expire_due(now)
+    pub fn expire_due<'env>(&mut self, env: &'env Env, now: f64) -> Result<JsString<'env>> {
+        self.out.clear();
+        self.inner.expire_due_into(now, &mut self.out);
+        self.send(env)
     }
 
     #[napi(catch_unwind)]
-    pub fn cancel(&mut self, job_id: String, now: f64) -> Option<String> {
-        self.inner
-            .cancel(&job_id, now)
-            .map(|r| self.inner.job_json(r))
+    pub fn cancel<'env>(
+        &mut self,
+        env: &'env Env,
+        job_id: String,
+        now: f64,
+    ) -> Result<Option<JsString<'env>>> {
+        let r = self.inner.cancel(&job_id, now);
+        self.send_job(env, r)
     }
 
     #[napi(catch_unwind)]

@@ -136,11 +136,17 @@ pub enum Ciphertext {
 
 impl Ciphertext {
     fn new(text: &str) -> Ciphertext {
-        match URL_SAFE_NO_PAD.decode(text) {
+        // Decoded straight into a buffer of the exact size: no temporary
+        // copies, which would fragment the heap at one job per call.
+        let mut bytes = vec![0u8; text.len() / 4 * 3 + (text.len() % 4).saturating_sub(1)];
+        match URL_SAFE_NO_PAD.decode_slice(text, &mut bytes) {
             // The engine rejects padding and non-zero trailing bits, so a
-            // successful decode re-encodes to the same text; the comparison
-            // is a cheap guard on that assumption.
-            Ok(bytes) if URL_SAFE_NO_PAD.encode(&bytes).len() == text.len() => {
+            // successful decode re-encodes to exactly `text`; the length
+            // check guards that assumption without encoding.
+            Ok(written)
+                if written == bytes.len()
+                    && base64::encoded_len(written, false) == Some(text.len()) =>
+            {
                 Ciphertext::Bytes(bytes.into_boxed_slice())
             }
             _ => Ciphertext::Text(text.into()),
@@ -1008,16 +1014,24 @@ impl Store {
     /// written, in order, each as it was at its write (a job requeued in
     /// pass 1 and expired in pass 3 appears twice, first as `queued`).
     pub fn expire_due(&mut self, now: f64) -> String {
-        let mut changed = String::from("[");
-        self.sweep(now, Some(&mut changed));
-        changed.push(']');
+        let mut changed = String::new();
+        self.expire_due_into(now, &mut changed);
         changed
     }
 
+    /// [`Store::expire_due`], appending the JSON array to `out`.
+    pub fn expire_due_into(&mut self, now: f64, out: &mut String) {
+        let start = out.len();
+        out.push('[');
+        self.sweep(now, Some((out, start + 1)));
+        out.push(']');
+    }
+
     /// Append the record at `slot` to a sweep's JSON array.
-    fn snapshot(&self, slot: u32, changed: &mut Option<&mut String>) {
-        if let (Some(out), Some(r)) = (changed.as_deref_mut(), self.job_ref(slot)) {
-            if out.len() > 1 {
+    /// `changed` is the output and the offset where the array's items start.
+    fn snapshot(&self, slot: u32, changed: &mut Option<(&mut String, usize)>) {
+        if let (Some((out, first)), Some(r)) = (changed.as_mut(), self.job_ref(slot)) {
+            if out.len() > *first {
                 out.push(',');
             }
             self.push_job_json(r, out);
@@ -1034,7 +1048,7 @@ impl Store {
         due
     }
 
-    fn sweep(&mut self, now: f64, mut changed: Option<&mut String>) {
+    fn sweep(&mut self, now: f64, mut changed: Option<(&mut String, usize)>) {
         // Pass 1: leases this store issued that lapsed go back to the queue,
         // and the TTL clock restarts.
         for (_, slot) in Self::due(&self.idx.lease_expiry, now) {

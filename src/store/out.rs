@@ -207,15 +207,20 @@ impl Store {
     pub fn jobs_json(&self, refs: &[JobRef]) -> String {
         let hint: usize = refs.iter().map(|&r| self.json_size_hint(r)).sum();
         let mut out = String::with_capacity(hint + 2);
+        self.push_jobs_json(refs, &mut out);
+        out
+    }
+
+    /// Append a JSON array of records.
+    pub fn push_jobs_json(&self, refs: &[JobRef], out: &mut String) {
         out.push('[');
         for (at, &r) in refs.iter().enumerate() {
             if at > 0 {
                 out.push(',');
             }
-            self.push_job_json(r, &mut out);
+            self.push_job_json(r, out);
         }
         out.push(']');
-        out
     }
 
     fn json_size_hint(&self, r: JobRef) -> usize {

@@ -1311,3 +1311,49 @@ fn model_complete(
     }
     (true, false, Some(record))
 }
+
+#[test]
+#[ignore = "a measurement, not a check: cargo test --release -- --ignored --nocapture footprint"]
+fn footprint() {
+    fn rss() -> usize {
+        std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| {
+                s.split_whitespace()
+                    .nth(1)
+                    .and_then(|p| p.parse::<usize>().ok())
+            })
+            .map_or(0, |pages| pages * 4096)
+    }
+    let n = 100_000;
+    let cts: Vec<String> = (0..n)
+        .map(|i| {
+            let bytes: Vec<u8> = (0..1876u32).map(|b| (b as u8) ^ (i as u8)).collect();
+            URL_SAFE_NO_PAD.encode(bytes)
+        })
+        .collect();
+    let ids: Vec<String> = (0..n)
+        .map(|i| format!("{:08x}-0000-4000-8000-{:012x}", i, i))
+        .collect();
+    let before = rss();
+    let mut store = Store::default();
+    for i in 0..n {
+        let owner = format!("owner-{}", i % 1000);
+        store.create(
+            JobInput {
+                envelope: EnvelopeInput::Sealed {
+                    ciphertext: &cts[i],
+                    recipient_key_id: "site",
+                    sender_key_id: "site",
+                    direction: "payload",
+                    deadline_at: 5000.0,
+                },
+                ttl_ms: Some(1e12),
+                ..input(&ids[i], &owner)
+            },
+            0.0,
+        );
+    }
+    let after = rss();
+    eprintln!("footprint: {} bytes per job", (after - before) / n);
+}
