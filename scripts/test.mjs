@@ -40,7 +40,9 @@ if (!jsOnly && only.length === 0) {
   run("cargo fmt", "cargo", ["fmt", "--all", "--", "--check"]);
   run("cargo clippy (core)", "cargo", ["clippy", "--all-targets", "--", "-D", "warnings"]);
   run("cargo clippy (node binding)", "cargo", ["clippy", "--features", "node", "--", "-D", "warnings"]);
-  run("cargo test", "cargo", ["test"]);
+  run("cargo clippy (wasm binding)", "cargo", ["clippy", "--features", "wasm", "--target", "wasm32-unknown-unknown", "--", "-D", "warnings"]);
+  // The core's tests plus the wasm binding's host-side tests.
+  run("cargo test", "cargo", ["test", "--features", "wasm"]);
 }
 
 const testDir = join(root, "__test__");
