@@ -167,6 +167,7 @@ impl NativeMemoryStore {
     }
 
     /// `claim`; `capabilities` is flat `[kind, backendId, offerScope, …]`.
+    #[allow(clippy::too_many_arguments)]
     #[napi(catch_unwind)]
     pub fn claim<'env>(
         &mut self,
