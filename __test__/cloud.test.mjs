@@ -880,23 +880,39 @@ for (const impl of IMPLEMENTATIONS) {
         });
       });
 
-      it("a relay that is not listening at all: the fetch error propagates and the job is kept", async () => {
-        // Same as the reference: a refused connection is not turned into a
-        // RelayUnavailable (only an answer from the relay or its ingress is).
+      it("a relay that is not listening at all: the job is kept; ours says RelayUnavailable (retryable) and pump defers", async () => {
         const port = await closedPort();
         const { app: offline } = siteOn(`http://127.0.0.1:${port}`, h.siteId, siteKeys);
         const id = `job-offline-${tag()}`;
+        if (impl.mod === reference) {
+          // The reference lets the raw fetch error escape, from enqueue and from pump.
+          await assert.rejects(
+            offline.enqueue({ id, kind: "llm.generate", owner: h.owner, payload: { prompt: "p" } }),
+            (error) => {
+              assert.equal(error.name, "TypeError");
+              assert.equal(error.cause?.code, "ECONNREFUSED");
+              return true;
+            },
+          );
+          assert.equal((await offline.job(id)).state, "queued");
+          await assert.rejects(offline.cloud.pump(), TypeError);
+          return;
+        }
+        // Deliberate difference: an unreachable relay is "try again later",
+        // exactly like a 503 from its ingress.
         await assert.rejects(
           offline.enqueue({ id, kind: "llm.generate", owner: h.owner, payload: { prompt: "p" } }),
           (error) => {
-            assert.equal(error.name, "TypeError");
-            assert.equal(error.cause?.code, "ECONNREFUSED");
+            assert.ok(error instanceof RelayUnavailable, String(error));
+            assert.equal(error.retryable, true);
+            assert.equal(error.code, "");
+            assert.equal(error.message, "enqueue: unreachable — ECONNREFUSED");
             return true;
           },
         );
         assert.equal((await offline.job(id)).state, "queued");
-        // And a pump against it throws rather than reporting an empty cycle.
-        await assert.rejects(offline.cloud.pump(), TypeError);
+        const report = await offline.cloud.pump();
+        assert.deepEqual(report, { sealed: [], completed: [], refused: [], deferred: "pending: unreachable — ECONNREFUSED" });
       });
     });
 

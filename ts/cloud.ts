@@ -197,7 +197,7 @@ export class CloudLane {
   async #post(endpoint: string, body: Record<string, unknown>): Promise<unknown> {
     // The version first in every body, added here so no call can leave it out.
     const rawBody = JSON.stringify({ protocolVersion: PROTOCOL_VERSION, ...body });
-    const response = await this.#fetch(`${this.#options.relayOrigin}/relay/site/${endpoint}`, {
+    const response = await this.#send(endpoint, `${this.#options.relayOrigin}/relay/site/${endpoint}`, {
       method: "POST",
       headers: { "content-type": "application/json", ...this.#headers(endpoint, rawBody) },
       body: rawBody,
@@ -211,7 +211,23 @@ export class CloudLane {
       `${this.#options.relayOrigin}/relay/site/${endpoint}` +
       `?siteId=${encodeURIComponent(this.#options.siteId)}` +
       `&protocolVersion=${encodeURIComponent(PROTOCOL_VERSION)}`;
-    const response = await this.#fetch(url, { headers: this.#headers(endpoint, "") });
+    const response = await this.#send(endpoint, url, { headers: this.#headers(endpoint, "") });
     return this.#answer(response, endpoint);
+  }
+
+  /**
+   * A relay that cannot be reached (refused connection, DNS failure, reset) is
+   * "unavailable, try again", like a 503 from its ingress. The reference lets
+   * the raw `TypeError: fetch failed` escape instead, which callers cannot tell
+   * from a bug and which makes `pump()` throw rather than defer.
+   */
+  async #send(endpoint: string, url: string, init: RequestInit): Promise<Response> {
+    try {
+      return await this.#fetch(url, init);
+    } catch (error) {
+      const cause = (error as { cause?: { code?: unknown } }).cause;
+      const detail = typeof cause?.code === "string" ? cause.code : error instanceof Error ? error.message : String(error);
+      throw new RelayUnavailable(`${endpoint}: unreachable — ${detail}`, true, "");
+    }
   }
 }
