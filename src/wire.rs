@@ -3,6 +3,7 @@
 //! [`inspect_request`], which takes a raw body through JSON, version and
 //! schema in one parse (protocol.md §2, §4, §6).
 
+pub mod fast;
 pub mod schema;
 
 use crate::json::{self, Doc, JsStr, Node};

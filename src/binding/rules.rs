@@ -169,12 +169,70 @@ impl From<WireError> for JsWireError {
 
 // ------------------------------------------------------------ requests
 
-/// `JSON.parse(text)` in this realm, for text already known to be valid.
-fn json_parse(env: &Env, text: JsString<'_>) -> Result<sys::napi_value> {
+thread_local! {
+    /// `JSON.parse` of the environment that last asked, held by a reference
+    /// so the hot path skips three property lookups per request.
+    static JSON_PARSE: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+fn status(code: sys::napi_status) -> Result<()> {
+    if code == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            Status::GenericFailure,
+            format!("napi call failed ({code})"),
+        ))
+    }
+}
+
+/// The `JSON.parse` function of this environment.
+fn json_parse_fn(env: &Env) -> Result<sys::napi_value> {
+    let raw_env = env.raw();
+    if let Some((cached_env, reference)) = JSON_PARSE.get() {
+        if cached_env == raw_env as usize {
+            let mut f = std::ptr::null_mut();
+            // SAFETY: the reference was created in this same environment and
+            // is never deleted while the thread lives.
+            status(unsafe {
+                sys::napi_get_reference_value(raw_env, reference as sys::napi_ref, &mut f)
+            })?;
+            if !f.is_null() {
+                return Ok(f);
+            }
+        }
+    }
     let global = env.get_global()?;
     let json_ns: Object = global.get_named_property_unchecked("JSON")?;
-    let parse: Function<JsString, Unknown> = json_ns.get_named_property_unchecked("parse")?;
-    Ok(parse.apply(json_ns, text)?.raw())
+    let parse: Unknown = json_ns.get_named_property_unchecked("parse")?;
+    let f = parse.raw();
+    let mut reference = std::ptr::null_mut();
+    // SAFETY: `f` is a live value of `raw_env`.
+    status(unsafe { sys::napi_create_reference(raw_env, f, 1, &mut reference) })?;
+    JSON_PARSE.set(Some((raw_env as usize, reference as usize)));
+    Ok(f)
+}
+
+/// `JSON.parse(text)` in this realm, for text already known to be valid.
+fn json_parse(env: &Env, text: JsString<'_>) -> Result<sys::napi_value> {
+    let f = json_parse_fn(env)?;
+    let raw_env = env.raw();
+    let mut this = std::ptr::null_mut();
+    let mut out = std::ptr::null_mut();
+    let args = [text.raw()];
+    // SAFETY: all handles belong to `raw_env` and this call's scope.
+    unsafe {
+        status(sys::napi_get_undefined(raw_env, &mut this))?;
+        status(sys::napi_call_function(
+            raw_env,
+            this,
+            f,
+            1,
+            args.as_ptr(),
+            &mut out,
+        ))?;
+    }
+    Ok(out)
 }
 
 /// The URL check zod's `z.url()` makes: Node's own `URL.canParse`. Only
@@ -196,21 +254,120 @@ fn node_url_ok(env: &Env) -> impl Fn(&str) -> bool + '_ {
 /// One parse of the raw body: JSON, protocol version, strict schema.
 #[napi(
     catch_unwind,
-    ts_args_type = "endpointName: string, rawBody: string",
+    ts_args_type = "endpoint: string, rawBody: string",
     ts_return_type = "{ stage: \"ok\"; body: object } | { stage: \"json\" | \"version\" | \"schema\"; status: number; error: WireErrorBody }"
 )]
-pub fn inspect_request(env: Env, endpoint_name: String, raw_body: JsString<'_>) -> Result<Reply> {
-    let ep = endpoint(&endpoint_name)?;
+pub fn inspect_request(
+    env: Env,
+    endpoint_name: JsString<'_>,
+    raw_body: JsString<'_>,
+) -> Result<Reply> {
+    let ep = endpoint_of(&env, endpoint_name)?;
     let url_ok = node_url_ok(&env);
-    let utf8 = raw_body.into_utf8()?;
-    let inspection = wire::inspect_request(ep, utf8.as_str()?, &url_ok);
+    BODY_BUF.with_borrow_mut(|buf| -> Result<Reply> {
+        let text = read_utf8(&env, raw_body, buf)?;
+        // The daemon's own bodies pass a one-pass, allocation-free check; then
+        // V8's JSON.parse builds exactly the validated object.
+        if wire::fast::canonical_ok(ep.schema(), text).is_some() {
+            let body = json_parse(&env, raw_body)?;
+            return Ok(Reply(vec![
+                ("stage", ReplyValue::Static("ok")),
+                ("body", ReplyValue::Js(body)),
+            ]));
+        }
+        inspect_slow(&env, ep, text, raw_body, &url_ok)
+    })
+}
+
+thread_local! {
+    /// The UTF-8 copy of the last body, reused so a request costs no
+    /// allocation on the way in.
+    static BODY_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Copy a JS string's UTF-8 into `buf` (one call when it fits).
+fn read_utf8<'b>(env: &Env, s: JsString<'_>, buf: &'b mut Vec<u8>) -> Result<&'b str> {
+    let raw_env = env.raw();
+    let mut written = 0usize;
+    if buf.capacity() < 4096 {
+        buf.reserve(4096);
+    }
+    // SAFETY: the buffer has `capacity` writable bytes; napi writes at most
+    // capacity - 1 plus a NUL and reports how many it wrote.
+    unsafe {
+        let cap = buf.capacity();
+        status(sys::napi_get_value_string_utf8(
+            raw_env,
+            s.raw(),
+            buf.as_mut_ptr().cast(),
+            cap,
+            &mut written,
+        ))?;
+        if written + 1 >= cap {
+            // Possibly cut short: ask for the length and read it whole.
+            let mut len = 0usize;
+            status(sys::napi_get_value_string_utf8(
+                raw_env,
+                s.raw(),
+                std::ptr::null_mut(),
+                0,
+                &mut len,
+            ))?;
+            buf.reserve(len + 1);
+            let cap = buf.capacity();
+            status(sys::napi_get_value_string_utf8(
+                raw_env,
+                s.raw(),
+                buf.as_mut_ptr().cast(),
+                cap,
+                &mut written,
+            ))?;
+        }
+        buf.set_len(written);
+    }
+    // V8 writes well-formed UTF-8 (lone surrogates become U+FFFD).
+    std::str::from_utf8(buf).map_err(|_| type_error("body is not UTF-8"))
+}
+
+/// The endpoint named by a JS string, without allocating.
+fn endpoint_of(env: &Env, name: JsString<'_>) -> Result<Endpoint> {
+    let mut buf = [0u8; 16];
+    let mut written = 0usize;
+    // SAFETY: `buf` has 16 writable bytes.
+    status(unsafe {
+        sys::napi_get_value_string_utf8(
+            env.raw(),
+            name.raw(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut written,
+        )
+    })?;
+    let text = std::str::from_utf8(buf.get(..written).unwrap_or(&[])).unwrap_or("");
+    // A name that filled the buffer was cut short and names no endpoint.
+    let found = if written + 1 >= buf.len() {
+        None
+    } else {
+        Endpoint::parse(text)
+    };
+    found.ok_or_else(|| type_error(format!("unknown protocol endpoint: {text}")))
+}
+
+fn inspect_slow(
+    env: &Env,
+    ep: Endpoint,
+    text: &str,
+    raw_body: JsString<'_>,
+    url_ok: &dyn Fn(&str) -> bool,
+) -> Result<Reply> {
+    let inspection = wire::inspect_request(ep, text, url_ok);
     let mut reply = vec![("stage", ReplyValue::Static(inspection.stage()))];
     match inspection {
         // The body as the daemon writes it: V8's own JSON.parse builds the
         // identical object faster than property-by-property calls can.
         Inspection::Ok {
             canonical: true, ..
-        } => reply.push(("body", ReplyValue::Js(json_parse(&env, raw_body)?))),
+        } => reply.push(("body", ReplyValue::Js(json_parse(env, raw_body)?))),
         Inspection::Ok { doc, body, .. } => {
             reply.push(("body", ReplyValue::Validated(SharedDoc::new(doc), body)))
         }
