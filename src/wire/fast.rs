@@ -11,6 +11,25 @@
 
 use super::schema::{Presence, Schema};
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Does any byte of `w` end or escape a string (`"`, `\\`, or a control
+/// byte below 0x20)? Bytes of 0x80 and up never set a false alarm here
+/// because each test masks with `!w`.
+fn has_special(w: u64) -> bool {
+    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
+    let quote = (w ^ (ONES * b'"' as u64)).wrapping_sub(ONES) & !(w ^ (ONES * b'"' as u64)) & HIGHS;
+    let backslash =
+        (w ^ (ONES * b'\\' as u64)).wrapping_sub(ONES) & !(w ^ (ONES * b'\\' as u64)) & HIGHS;
+    below_space | quote | backslash != 0
+}
+
+/// How many bytes of `w` are UTF-8 continuation bytes (`10xxxxxx`).
+fn continuation_bytes(w: u64) -> u32 {
+    (w & !(w << 1) & HIGHS).count_ones()
+}
+
 struct Scan<'a> {
     b: &'a [u8],
     i: usize,
@@ -107,6 +126,18 @@ impl<'a> Scan<'a> {
                     cps += 1;
                 }
                 _ => {
+                    // Eight plain bytes at a time where possible (long
+                    // ciphertexts and prompts are most of a body).
+                    if let Some(chunk) = self.b.get(self.i..self.i + 8) {
+                        let mut word = [0u8; 8];
+                        word.copy_from_slice(chunk);
+                        let w = u64::from_le_bytes(word);
+                        if !has_special(w) {
+                            cps += u64::from(8 - continuation_bytes(w));
+                            self.i += 8;
+                            continue;
+                        }
+                    }
                     // Count UTF-8 lead bytes only: one per code point.
                     if c & 0xC0 != 0x80 {
                         cps += 1;
@@ -318,6 +349,32 @@ mod tests {
             "fast path accepted what the full path does not: {text}"
         );
         fast
+    }
+
+    #[test]
+    fn word_tests_match_byte_tests() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Bias bytes towards the interesting ones.
+            let bytes: [u8; 8] = std::array::from_fn(|i| {
+                let b = (seed >> (i * 8)) as u8;
+                match b % 8 {
+                    0 => b'"',
+                    1 => b'\\',
+                    2 => b % 0x20,
+                    3 => 0x80 | (b & 0x3f),
+                    _ => b,
+                }
+            });
+            let w = u64::from_le_bytes(bytes);
+            let special = bytes.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            assert_eq!(has_special(w), special, "{bytes:?}");
+            let cont = bytes.iter().filter(|&&b| b & 0xC0 == 0x80).count() as u32;
+            assert_eq!(continuation_bytes(w), cont, "{bytes:?}");
+        }
     }
 
     #[test]
