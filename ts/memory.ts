@@ -6,7 +6,7 @@
 // This file only moves values across the boundary: it flattens arguments
 // into strings and numbers, and turns the native JSON rows back into the
 // reference's record objects. Every rule lives in Rust.
-import * as loaded from "../index.js";
+import { binding as loaded } from "./native-loader.js";
 import type {
   AdoptArgs,
   ApproveArgs,

@@ -4,7 +4,7 @@
 // keeps the shell compiling while parts of the binding are still being built,
 // and makes a missing function fail loudly at first use rather than as
 // `undefined is not a function` deep inside a request.
-import * as loaded from "../index.js";
+import { binding as loaded } from "./native-loader.js";
 import type {
   Capability,
   PublicIdentity,
