@@ -79,20 +79,38 @@ const LENIENT: [u8; 256] = {
 /// byte of a multi-byte UTF-8 sequence is >= 0x80, which is skipped just as
 /// the non-ASCII code unit it came from would be.
 pub fn decode_lenient(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    decode_lenient_into(text, &mut out);
+    out
+}
+
+/// [`decode_lenient`] into a caller's buffer (cleared first), so a large
+/// decode can reuse memory.
+pub fn decode_lenient_into(text: &str, out: &mut Vec<u8>) {
     // Fast path: well-formed input in one alphabet (what every encoder on
     // this wire writes). Where a strict decode succeeds, the lenient one
     // yields the same bytes: same symbols, padding only at the end.
-    if let Ok(bytes) = FAST_URL.decode(text) {
-        return bytes;
+    out.clear();
+    if FAST_URL.decode_vec(text, out).is_ok() {
+        return;
     }
-    if let Ok(bytes) = FAST_STD.decode(text) {
-        return bytes;
+    out.clear();
+    if FAST_STD.decode_vec(text, out).is_ok() {
+        return;
     }
-    lenient_slow(text.as_bytes())
+    out.clear();
+    lenient_slow_into(text.as_bytes(), out);
 }
 
+#[cfg(test)]
 fn lenient_slow(input: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(input.len() / 4 * 3 + 3);
+    let mut out = Vec::new();
+    lenient_slow_into(input, &mut out);
+    out
+}
+
+fn lenient_slow_into(input: &[u8], out: &mut Vec<u8>) {
+    out.reserve(input.len() / 4 * 3 + 3);
     let mut acc: u32 = 0;
     let mut bits: u32 = 0;
     for &byte in input {
@@ -112,7 +130,6 @@ fn lenient_slow(input: &[u8]) -> Vec<u8> {
             acc &= (1 << bits) - 1;
         }
     }
-    out
 }
 
 /// The envelope inner `body` decoder: base64url alphabet only, no padding, no
@@ -126,10 +143,18 @@ pub fn decode_inner_body(text: &str) -> Option<Vec<u8>> {
 
 /// [`decode_inner_body`] over raw bytes.
 pub fn decode_inner_body_bytes(input: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    decode_inner_body_into(input, &mut out).then_some(out)
+}
+
+/// [`decode_inner_body_bytes`] into a caller's buffer (cleared first);
+/// `false` when refused.
+pub fn decode_inner_body_into(input: &[u8], out: &mut Vec<u8>) -> bool {
     // The crate's strict URL-safe engine with these settings refuses exactly
     // what the reference's decoder refuses: any byte outside the alphabet
     // (`=` included), and a length of 1 mod 4.
-    FAST_URL.decode(input).ok()
+    out.clear();
+    FAST_URL.decode_vec(input, out).is_ok()
 }
 
 /// Lowercase hex, as Node's `digest("hex")` writes it.

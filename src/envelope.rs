@@ -375,31 +375,40 @@ pub fn open(
 
     // An unusable recipient key is just another box that does not open.
     let recipient = recipient.ok_or(OpenFailure::Unopenable)?;
-    let sealed = b64::decode_lenient(&envelope.ciphertext);
-    let inner = open_box_owned(recipient.secret, recipient.public, sealed)
-        .ok_or(OpenFailure::Unopenable)?;
-
-    let (body, verified) = match split_inner_fast(&inner) {
-        // The common case, `{"body":"…","signature":"…"}` exactly as seal
-        // writes it: read straight from the bytes, no JSON tree and no copy
-        // of the (large) body text.
-        Some((body_text, signature)) => match b64::decode_inner_body_bytes(body_text) {
-            Some(body) => {
-                let verified = verify_inner(sender, &body, signature);
-                (body, verified)
+    with_scratch(|sealed, body| {
+        b64::decode_lenient_into(&envelope.ciphertext, sealed);
+        let inner = open_box_in_place(recipient.secret, recipient.public, sealed)
+            .ok_or(OpenFailure::Unopenable)?;
+        let verified = match split_inner_fast(inner) {
+            // The common case, `{"body":"…","signature":"…"}` exactly as seal
+            // writes it: read straight from the bytes, no JSON tree and no
+            // copy of the (large) body text.
+            Some((body_text, signature)) if b64::decode_inner_body_into(body_text, body) => {
+                verify_inner(sender, body, signature)
             }
-            // The body slice may hold escapes or more members: let the JSON
-            // reader decide what the text says.
-            None => parse_inner(inner, sender)?,
-        },
-        None => parse_inner(inner, sender)?,
-    };
-    if !verified {
-        return Err(OpenFailure::BadSignature);
-    }
+            // Any other text (escapes, more members, other order…): let the
+            // JSON reader decide what it says.
+            _ => {
+                let (decoded, verified) = parse_inner(inner.to_vec(), sender)?;
+                *body = decoded;
+                verified
+            }
+        };
+        if !verified {
+            return Err(OpenFailure::BadSignature);
+        }
+        read_claims(envelope, expected, body)
+    })
+}
 
+/// Steps 5 to 7 of [`open`]: the verified body's claims against the context.
+fn read_claims(
+    envelope: &SealedEnvelope,
+    expected: &Expected,
+    body: &[u8],
+) -> Result<JsStr, OpenFailure> {
     // TextDecoder: one leading BOM dropped, invalid sequences become U+FFFD.
-    let body_slice = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&body);
+    let body_slice = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     let claims_text = match std::str::from_utf8(body_slice) {
         Ok(text) => std::borrow::Cow::Borrowed(text),
         Err(_) => String::from_utf8_lossy(body_slice),
@@ -435,6 +444,62 @@ pub fn open(
         Some(plaintext) => Ok(plaintext.clone()),
         None => Err(OpenFailure::Malformed),
     }
+}
+
+/// Scratch buffers above this capacity are released after use instead of kept.
+const SCRATCH_KEEP: usize = 4 << 20;
+
+/// Run `work` with two reusable byte buffers (decoded ciphertext, decoded
+/// body), so opening large envelopes does not map and fault in fresh memory
+/// every time. The buffers hold decrypted data, so the used part is zeroed
+/// after use (a plain memset: the buffers stay alive, so it is not a dead
+/// store the compiler could drop; `zeroize`'s byte-wise volatile writes cost
+/// more than the rest of a megabyte open).
+fn with_scratch<T>(work: impl FnOnce(&mut Vec<u8>, &mut Vec<u8>) -> T) -> T {
+    use std::cell::RefCell;
+    thread_local! {
+        static SCRATCH: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut pair) => {
+            let (a, b) = &mut *pair;
+            let out = work(a, b);
+            for buf in [a, b] {
+                buf.fill(0);
+                buf.clear();
+                if buf.capacity() > SCRATCH_KEEP {
+                    *buf = Vec::new();
+                }
+            }
+            out
+        }
+        // Re-entered (cannot happen today): fresh buffers.
+        Err(_) => {
+            let (mut a, mut b) = (Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new()));
+            work(&mut a, &mut b)
+        }
+    })
+}
+
+/// `crypto_box_seal_open` decrypting inside `sealed`; the plaintext is the
+/// returned slice of it.
+fn open_box_in_place<'a>(
+    secret: &StaticSecret,
+    own_public: &[u8; 32],
+    sealed: &'a mut [u8],
+) -> Option<&'a [u8]> {
+    if sealed.len() < SEAL_OVERHEAD {
+        return None;
+    }
+    let ephemeral_public: [u8; 32] = sealed.get(..32)?.try_into().ok()?;
+    let tag = Tag::clone_from_slice(sealed.get(32..SEAL_OVERHEAD)?);
+    let cipher = box_key(secret, &ephemeral_public)?;
+    let nonce = seal_nonce(&ephemeral_public, own_public);
+    let message = sealed.get_mut(SEAL_OVERHEAD..)?;
+    cipher
+        .decrypt_in_place_detached(&nonce, b"", message, &tag)
+        .ok()?;
+    Some(message)
 }
 
 /// Split `{"body":"B","signature":"S"}` when the bytes have exactly that
