@@ -3,8 +3,11 @@
 //
 //   node_modules/node/bin/node --expose-gc bench/store-scaling.mjs [--quick]
 //
-// Measure with the release addon (`npm run build:native`). Node 22 (imports
-// the reference). `run(opts)` returns the rows; run directly, it prints them.
+// Measure with the release addon: `npm run build:native`, or, in a tree where
+// others rebuild the debug addon, `cargo build --release --features node --lib`
+// and NAPI_RS_NATIVE_LIBRARY_PATH=target/release/libbyollm_server_native.so.
+// Node 22 (imports the reference). `run(opts)` returns the rows; run
+// directly, it prints them.
 //
 // The stored jobs belong to 1,000 other owners (90% private, 10% team with an
 // allowlist naming other owners) with a long TTL, so none expires and none is

@@ -56,7 +56,13 @@ pub struct NativeMemoryStore {
 impl NativeMemoryStore {
     /// Hand the answer built in `out` to JS as a string.
     fn send<'env>(&mut self, env: &'env Env) -> Result<JsString<'env>> {
-        let text = env.create_string(&self.out);
+        // Most answers are pure ASCII (ids, base64url, numbers); V8 takes
+        // those as Latin-1 without a UTF-8 decoding pass.
+        let text = if self.out.is_ascii() {
+            env.create_string_latin1(self.out.as_bytes())
+        } else {
+            env.create_string(&self.out)
+        };
         self.out.clear();
         if self.out.capacity() > 1 << 20 {
             // A huge answer (allJobs) does not pin its buffer for good.
