@@ -105,6 +105,8 @@ pub enum ReplyValue {
     Error(JsWireError),
     /// A value JavaScript already built.
     Js(sys::napi_value),
+    /// The whole reply, already built (the only entry when present).
+    Whole(sys::napi_value),
 }
 
 /// A plain JS object built field by field, in order, when napi converts
@@ -113,6 +115,9 @@ pub struct Reply(Vec<(&'static str, ReplyValue)>);
 
 impl ToNapiValue for Reply {
     unsafe fn to_napi_value(raw_env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
+        if let Some((_, ReplyValue::Whole(v))) = val.0.first() {
+            return Ok(*v);
+        }
         let env = Env::from_raw(raw_env);
         let mut obj = Object::new(&env)?;
         for (key, value) in val.0 {
@@ -128,7 +133,9 @@ impl ToNapiValue for Reply {
                     },
                 )?,
                 ReplyValue::Error(e) => obj.set(key, e)?,
-                ReplyValue::Js(v) => obj.set(key, Unknown::from_raw_unchecked(raw_env, v))?,
+                ReplyValue::Js(v) | ReplyValue::Whole(v) => {
+                    obj.set(key, Unknown::from_raw_unchecked(raw_env, v))?
+                }
             }
         }
         Object::to_napi_value(raw_env, obj)
@@ -215,11 +222,15 @@ fn json_parse_fn(env: &Env) -> Result<sys::napi_value> {
 
 /// `JSON.parse(text)` in this realm, for text already known to be valid.
 fn json_parse(env: &Env, text: JsString<'_>) -> Result<sys::napi_value> {
+    json_parse_raw(env, text.raw())
+}
+
+fn json_parse_raw(env: &Env, text: sys::napi_value) -> Result<sys::napi_value> {
     let f = json_parse_fn(env)?;
     let raw_env = env.raw();
     let mut this = std::ptr::null_mut();
     let mut out = std::ptr::null_mut();
-    let args = [text.raw()];
+    let args = [text];
     // SAFETY: all handles belong to `raw_env` and this call's scope.
     unsafe {
         status(sys::napi_get_undefined(raw_env, &mut this))?;
@@ -269,11 +280,27 @@ pub fn inspect_request(
         // The daemon's own bodies pass a one-pass, allocation-free check; then
         // V8's JSON.parse builds exactly the validated object.
         if wire::fast::canonical_ok(ep.schema(), text).is_some() {
-            let body = json_parse(&env, raw_body)?;
-            return Ok(Reply(vec![
-                ("stage", ReplyValue::Static("ok")),
-                ("body", ReplyValue::Js(body)),
-            ]));
+            // Let one JSON.parse build the whole reply, wrapper included:
+            // cheaper than creating the wrapper object property by property.
+            let wrapped = WRAP_BUF.with_borrow_mut(|w| -> Result<sys::napi_value> {
+                w.clear();
+                w.extend_from_slice(br#"{"stage":"ok","body":"#);
+                w.extend_from_slice(text.as_bytes());
+                w.push(b'}');
+                let mut js = std::ptr::null_mut();
+                // SAFETY: `w` holds `w.len()` initialised bytes of UTF-8.
+                status(unsafe {
+                    sys::napi_create_string_utf8(
+                        env.raw(),
+                        w.as_ptr().cast(),
+                        w.len() as isize,
+                        &mut js,
+                    )
+                })?;
+                Ok(js)
+            })?;
+            let reply = json_parse_raw(&env, wrapped)?;
+            return Ok(Reply(vec![("", ReplyValue::Whole(reply))]));
         }
         inspect_slow(&env, ep, text, raw_body, &url_ok)
     })
@@ -283,6 +310,8 @@ thread_local! {
     /// The UTF-8 copy of the last body, reused so a request costs no
     /// allocation on the way in.
     static BODY_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The reply text `{"stage":"ok","body":<body>}`, reused likewise.
+    static WRAP_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Copy a JS string's UTF-8 into `buf` (one call when it fits).
