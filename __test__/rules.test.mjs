@@ -1,0 +1,113 @@
+// The native protocol rules against the golden vectors, on every supported
+// Node (no reference package imported, so this also runs under Node 20).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import * as native from "../index.js";
+
+const vector = (name) => JSON.parse(readFileSync(new URL(`../tests/vectors/${name}`, import.meta.url), "utf8"));
+const misc = vector("misc.json");
+const audience = vector("audience.json");
+
+test("checkProtocolVersion and inspectRequest give the reference's version refusals", () => {
+  for (const { body, refusal } of misc.checkProtocolVersion) {
+    const text = JSON.stringify(body);
+    assert.deepEqual(native.checkProtocolVersion(text), refusal, text);
+    const r = native.inspectRequest("claim", text);
+    if (refusal) {
+      assert.deepEqual(r, { stage: "version", status: 400, error: refusal }, text);
+    } else {
+      assert.equal(r.stage, "schema", text);
+    }
+  }
+});
+
+test("tooLargeMessage matches misc.json", () => {
+  for (const { bytes, tooLargeMessage } of misc.tooLarge) assert.equal(native.tooLargeMessage(bytes), tooLargeMessage);
+});
+
+test("validatePayload gives the enqueue refusal messages and the canonical sealed text", () => {
+  let n = 0;
+  for (const { input, result } of misc.enqueueRefusals) {
+    if (!result.error.message.startsWith("invalid ")) continue;
+    const r = native.validatePayload(input.kind, input.payload === undefined ? undefined : JSON.stringify(input.payload));
+    assert.deepEqual({ ...r }, { ok: false, message: result.error.message });
+    n++;
+  }
+  assert.ok(n >= 7);
+  const { input, sealedPlaintext, record } = misc.enqueueStores;
+  const ok = native.validatePayload(input.kind, JSON.stringify(input.payload));
+  assert.equal(ok.canonical, sealedPlaintext);
+  assert.equal(ok.sizeClass, record.sizeClass);
+});
+
+test("matchAudienceServer over the audience.json server table", () => {
+  const allow = { absent: undefined, empty: [], "includes-daemon-owner": ["bob", "carol"], "excludes-daemon-owner": ["carol"] };
+  assert.equal(audience.server.length, 608);
+  for (const row of audience.server) {
+    const job = { owner: "alice", audience: row.audience, ...(allow[row.audienceAllow] ? { audienceAllow: allow[row.audienceAllow] } : {}) };
+    const got = native.matchAudienceServer(job, { offerScope: row.offerScope, backendId: row.backendId }, row.owner === "same" ? "alice" : "bob");
+    assert.equal(got, row.result.ok ? null : row.result.refusal, JSON.stringify(row));
+  }
+});
+
+test("provenanceFor matches provenance.json, key order included", () => {
+  for (const c of vector("provenance.json").cases) {
+    assert.equal(JSON.stringify(native.provenanceFor(c.input)), JSON.stringify(c.expected));
+  }
+});
+
+test("JSON edge cases decide like JSON.parse would", () => {
+  // Deep nesting parses (V8's parser has no small depth limit), so the
+  // version check answers, not "not valid JSON".
+  const deep = "[".repeat(100_000) + "]".repeat(100_000);
+  assert.equal(native.inspectRequest("claim", deep).stage, "version");
+  const deepField = `{"protocolVersion":"2","runnerId":${deep},"capabilities":[],"max":1}`;
+  assert.equal(native.inspectRequest("claim", deepField).stage, "schema");
+  // Duplicate keys: the last value wins.
+  assert.equal(native.inspectRequest("claim", '{"protocolVersion":"1","protocolVersion":"2","runnerId":"r","capabilities":[],"max":1}').stage, "ok");
+  // 5.0 and 5e0 are the integer 5; 1e400 is Infinity, not an integer; -0 is not positive.
+  assert.deepEqual(native.inspectRequest("claim", '{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":5e0}').body.max, 5);
+  assert.equal(native.inspectRequest("claim", '{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":1e400}').stage, "schema");
+  const env = '{"ciphertext":"c","recipientKeyId":"r","senderKeyId":"s","direction":"result","deadlineAt":-0}';
+  assert.equal(native.inspectRequest("result", `{"protocolVersion":"2","runnerId":"r","jobId":"j","leaseId":"l","envelope":${env},"disposition":"ok"}`).stage, "schema");
+  // A lone surrogate survives into the validated body exactly.
+  const lone = native.inspectRequest("fetch", '{"protocolVersion":"2","runnerId":"\\ud800","jobId":"j","leaseId":"l"}');
+  assert.equal(lone.body.runnerId, "\ud800");
+  // null is not "absent" for an optional key.
+  const cap = '{"kind":"llm.chat","service":"s","backendId":"ollama","backendClass":"http","model":"m","knownModels":null,"offerScope":"team"}';
+  assert.equal(native.inspectRequest("claim", `{"protocolVersion":"2","runnerId":"r","capabilities":[${cap}],"max":1}`).stage, "schema");
+  assert.deepEqual(native.inspectRequest("claim", "{nope"), { stage: "json", status: 400, error: { error: "bad-request", message: "request body is not valid JSON" } });
+  assert.deepEqual(native.inspectRequest("pair", '{"protocolVersion":"2","action":"start"}').error, { error: "bad-request", message: "pair request failed schema validation" });
+  // The heartbeat's `withheld` is filled in, in schema order.
+  const hb = native.inspectRequest("heartbeat", '{"protocolVersion":"2","runnerId":"r","daemonVersion":"1","capabilities":[],"activeLeases":[]}');
+  assert.equal(JSON.stringify(hb.body), '{"protocolVersion":"2","runnerId":"r","daemonVersion":"1","capabilities":[],"withheld":[],"activeLeases":[]}');
+  assert.throws(() => native.inspectRequest("nope", "{}"), /unknown protocol endpoint/);
+});
+
+test("runnerAvailability reasons", () => {
+  const cap = (kind, offerScope, backendId = "ollama") => ({ kind, service: "s", backendId, backendClass: "http", model: "m", offerScope });
+  const runner = (owner, caps, extra = {}) => ({ id: "r", owner, revokedAt: null, lastHeartbeatAt: 1000, capabilities: caps, ...extra });
+  const q = (owner, audience) => ({ kind: "llm.chat", owner, ...(audience ? { audience } : {}) });
+  assert.deepEqual({ ...native.runnerAvailability([], q("a"), 1000, 35000) }, { available: false, reason: "no-runner-paired", candidates: 0 });
+  assert.equal(native.runnerAvailability([runner("a", [cap("llm.chat", "team")], { revokedAt: 5 })], q("a"), 1000, 35000).reason, "no-runner-online");
+  assert.equal(native.runnerAvailability([runner("a", [cap("llm.chat", "team")])], q("a"), 36001, 35000).reason, "no-runner-online");
+  assert.deepEqual({ ...native.runnerAvailability([runner("a", [cap("llm.chat", "team"), cap("llm.chat", "private")])], q("a"), 36000, 35000) }, { available: true, candidates: 2 });
+  assert.equal(native.runnerAvailability([runner("b", [cap("llm.generate", "team")])], q("a"), 1000, 35000).reason, "no-matching-capability");
+  assert.equal(native.runnerAvailability([runner("b", [cap("llm.chat", "private")])], q("a", "team"), 1000, 35000).reason, "default-unusable");
+  assert.equal(native.runnerAvailability([runner("b", [cap("llm.chat", "team", "claude-cli")])], q("a", "team"), 1000, 35000).reason, "default-unusable");
+  assert.equal(native.runnerAvailability([runner("b", [cap("llm.chat", "team")])], q("a"), 1000, 35000).reason, "audience-admits-nobody");
+});
+
+test("capabilityFor returns the first matching capability itself, or undefined", () => {
+  const caps = [{ kind: "llm.chat", n: 1 }, { kind: "llm.generate", n: 2 }, { kind: "llm.generate", n: 3 }];
+  assert.equal(native.capabilityFor(caps, "llm.generate"), caps[1]);
+  assert.equal(native.capabilityFor(caps, "llm.embed"), undefined);
+});
+
+test("parseSealedOutcome: messages for bad JSON and non-outcomes", () => {
+  assert.deepEqual({ ...native.parseSealedOutcome("{") }, { ok: false, message: "the sealed result was not valid JSON" });
+  assert.deepEqual({ ...native.parseSealedOutcome("null") }, { ok: false, message: "the sealed result was not an outcome" });
+  const ok = native.parseSealedOutcome('{"outcome":{"outcome":"canceled"},"ran":{"model":"m","backendClass":"process","durationMs":0,"stop":"unknown"}}');
+  assert.deepEqual({ ...ok }, { ok: true, outcome: { outcome: "canceled" }, ran: { model: "m", backendClass: "process", durationMs: 0, stop: "unknown" } });
+});
