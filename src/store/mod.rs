@@ -312,6 +312,8 @@ struct Indexes {
     claim_allowed: HashMap<Sym, HashMap<Box<str>, BTreeSet<Entry>>>,
     /// Held jobs with a lease this store issued, by `lease.expiresAt`.
     lease_expiry: BTreeSet<Entry>,
+    /// Held jobs by the runner holding the lease (`""` for adopted), in creation order.
+    held_by: HashMap<Sym, BTreeSet<(u64, u32)>>,
     /// Held jobs with an adopted lease, by their deadline.
     adopted_deadline: BTreeSet<Entry>,
     /// Adopted jobs with no deadline and no `claimableAt`: their bound is
@@ -379,6 +381,12 @@ impl Indexes {
             }
             JobState::Claimed | JobState::Running => {
                 if let Some(lease) = &job.lease {
+                    let held = self.held_by.entry(lease.runner).or_default();
+                    if insert {
+                        held.insert((seq, slot));
+                    } else {
+                        held.remove(&(seq, slot));
+                    }
                     if lease.runner != ADOPTED {
                         if let Some(key) = finite_or_none(lease.expires_at) {
                             put(&mut self.lease_expiry, (key, seq, slot), insert);
@@ -1150,26 +1158,17 @@ impl Store {
         self.job_ref(slot)
     }
 
-    /// `listClaimedBy`: jobs whose current lease is this runner's, in creation
-    /// order. A scan: nothing in the protocol calls it.
+    /// `listClaimedBy`: jobs whose current lease is this runner's, in creation order.
     pub fn list_claimed_by(&self, runner_id: &str) -> Vec<JobRef> {
-        let Some(runner) = self.syms.lookup(runner_id) else {
-            return Vec::new();
-        };
-        let mut held: Vec<JobRef> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, job)| {
-                let job = job.as_ref()?;
-                (job.lease.as_ref()?.runner == runner).then_some(JobRef {
-                    slot: slot as u32,
-                    seq: job.seq,
-                })
+        self.syms
+            .lookup(runner_id)
+            .and_then(|runner| self.idx.held_by.get(&runner))
+            .map(|held| {
+                held.iter()
+                    .map(|&(seq, slot)| JobRef { slot, seq })
+                    .collect()
             })
-            .collect();
-        held.sort_unstable_by_key(|r| r.seq);
-        held
+            .unwrap_or_default()
     }
 
     /// `listCancelRequests`: requested jobs whose current lease is this runner's.
