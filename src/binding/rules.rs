@@ -817,3 +817,20 @@ pub fn match_audience(job: JsAudienceJob, daemon: Object<'_>) -> Result<Option<S
     }
     Ok(verdict.err().map(|r| r.as_str().to_owned()))
 }
+
+/// True when `rawBody` is valid for the endpoint **and** canonical: then
+/// `JSON.parse(rawBody)` is exactly the validated body, and a caller in
+/// JavaScript can skip `inspectRequest` and parse it itself (the fastest way
+/// to build the object). False says nothing: call `inspectRequest`.
+#[napi(catch_unwind, ts_args_type = "endpoint: string, rawBody: string")]
+pub fn is_canonical_request_body(
+    env: Env,
+    endpoint_name: JsString<'_>,
+    raw_body: JsString<'_>,
+) -> Result<bool> {
+    let ep = endpoint_of(&env, endpoint_name)?;
+    BODY_BUF.with_borrow_mut(|buf| -> Result<bool> {
+        let text = read_utf8(&env, raw_body, buf)?;
+        Ok(wire::fast::canonical_ok(ep.schema(), text).is_some())
+    })
+}
