@@ -326,6 +326,9 @@ export class ByollmHandlers {
   }
 
   async #fetch(request: FetchBody, runner: RunnerRecord): Promise<HandlerResult> {
+    // The reference skips this comparison on fetch only; every other signed
+    // endpoint makes it, and a body naming someone else is never honest.
+    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const job = await this.#store.get(request.jobId);
     // One answer for "no such job", "not yours" and "a lease you no longer hold".
     if (!job || job.lease?.runnerId !== runner.id || job.lease.id !== request.leaseId) {
@@ -378,6 +381,21 @@ export class ByollmHandlers {
     const now = this.#now();
     const job = await this.#store.get(request.jobId);
     if (!job) return fail("not-found", "unknown job");
+    // A live lease answers only to the runner it was granted to, and only
+    // until it expires: the reference checks the lease id alone (ids travel
+    // in stubs, so another paired runner may know it) and lets a lapsed
+    // lease complete until a sweep happens to run. Refused with the store's
+    // own non-holder answer. Adopted (relay-granted, runnerId "") leases
+    // have no runner and no lease clock; they keep the lease-id check.
+    const lease = job.lease;
+    if (
+      lease &&
+      lease.id === request.leaseId &&
+      lease.runnerId !== "" &&
+      (lease.runnerId !== runner.id || lease.expiresAt <= now)
+    ) {
+      return ok({ accepted: false, state: job.state });
+    }
 
     const outcome = await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition);
     if (!outcome.ok) return fail("bad-request", outcome.why);
@@ -407,12 +425,25 @@ export class ByollmHandlers {
 
   async #release(request: ReleaseBody, runner: RunnerRecord): Promise<HandlerResult> {
     if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
+    const now = this.#now();
+    // A cancel request outlives a release in the store (it is keyed by job,
+    // and only a completion clears it), so the job would go back to the
+    // queue and the request would reach whichever runner claims it next.
+    // The owner asked for a cancel: a released job that was asked to stop
+    // ends canceled instead.
+    const pending = await this.#store.listCancelRequests(runner.id);
     const released = await this.#store.release({
       runnerId: runner.id,
       leases: request.leases,
       reason: request.reason,
-      now: this.#now(),
+      now,
     });
+    if (pending.length > 0) {
+      const asked = new Set(pending.map((ref) => ref.jobId));
+      for (const jobId of released) {
+        if (asked.has(jobId)) await this.#store.cancel(jobId, now);
+      }
+    }
     return ok({ released });
   }
 }

@@ -32,17 +32,12 @@ export function hashSecret(secret: string): string {
 }
 
 /**
- * Constant-time comparison of two hex digests. Different string lengths are
- * simply unequal; equal string lengths that hex-decode to different byte
- * lengths throw the same RangeError the reference's `timingSafeEqual` throws,
- * so callers that relied on it see the same thing.
+ * Constant-time comparison of two hex digests; never throws. Deliberate
+ * difference: the reference throws a RangeError when equal-length strings
+ * hex-decode to different byte lengths ("zz" is 0 bytes, "ab" is 1), so a
+ * malformed secret could turn a comparison into a crash; here that is false.
  */
 export function secretsMatch(aHex: string, bHex: string): boolean {
-  if (aHex.length !== bHex.length) return false;
-  // Node's lenient hex decoder stops at the first non-hex pair, so "zz" is 0 bytes and "ab" is 1.
-  if (Buffer.from(aHex, "hex").length !== Buffer.from(bHex, "hex").length) {
-    throw new RangeError("Input buffers must have the same byte length");
-  }
   return native.secretsMatch(aHex, bHex);
 }
 
