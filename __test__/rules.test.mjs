@@ -111,3 +111,19 @@ test("parseSealedOutcome: messages for bad JSON and non-outcomes", () => {
   const ok = native.parseSealedOutcome('{"outcome":{"outcome":"canceled"},"ran":{"model":"m","backendClass":"process","durationMs":0,"stop":"unknown"}}');
   assert.deepEqual({ ...ok }, { ok: true, outcome: { outcome: "canceled" }, ran: { model: "m", backendClass: "process", durationMs: 0, stop: "unknown" } });
 });
+
+test("inspectRequest works in worker threads and after a worker exits", async () => {
+  const { Worker } = await import("node:worker_threads");
+  const body = '{"protocolVersion":"2","runnerId":"r","jobId":"j","leaseId":"l"}';
+  for (let round = 0; round < 3; round++) {
+    const worker = new Worker(
+      `const { parentPort, workerData } = require("node:worker_threads");
+       import(workerData.url).then((native) => parentPort.postMessage(native.inspectRequest("fetch", workerData.body)));`,
+      { eval: true, workerData: { url: new URL("../index.js", import.meta.url).href, body } },
+    );
+    const [reply] = await Promise.all([new Promise((resolve, reject) => { worker.once("message", resolve); worker.once("error", reject); })]);
+    assert.deepEqual(reply, { stage: "ok", body: JSON.parse(body) });
+    await worker.terminate();
+    assert.deepEqual(native.inspectRequest("fetch", body), { stage: "ok", body: JSON.parse(body) });
+  }
+});

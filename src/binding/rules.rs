@@ -193,6 +193,10 @@ fn status(code: sys::napi_status) -> Result<()> {
     }
 }
 
+unsafe extern "C" fn forget_json_parse(_arg: *mut std::ffi::c_void) {
+    JSON_PARSE.set(None);
+}
+
 /// The `JSON.parse` function of this environment.
 fn json_parse_fn(env: &Env) -> Result<sys::napi_value> {
     let raw_env = env.raw();
@@ -214,8 +218,17 @@ fn json_parse_fn(env: &Env) -> Result<sys::napi_value> {
     let parse: Unknown = json_ns.get_named_property_unchecked("parse")?;
     let f = parse.raw();
     let mut reference = std::ptr::null_mut();
-    // SAFETY: `f` is a live value of `raw_env`.
-    status(unsafe { sys::napi_create_reference(raw_env, f, 1, &mut reference) })?;
+    // SAFETY: `f` is a live value of `raw_env`; the cleanup hook forgets the
+    // cached reference when this environment is torn down, so a later
+    // environment that happens to reuse the address never sees it.
+    unsafe {
+        status(sys::napi_create_reference(raw_env, f, 1, &mut reference))?;
+        status(sys::napi_add_env_cleanup_hook(
+            raw_env,
+            Some(forget_json_parse),
+            std::ptr::null_mut(),
+        ))?;
+    }
     JSON_PARSE.set(Some((raw_env as usize, reference as usize)));
     Ok(f)
 }
