@@ -493,3 +493,14 @@ test("deliberate difference: a lone surrogate inside an unknown key's name print
   assert.equal(theirs.ok, false);
   assert.equal(ours.message, theirs.message.replace("\ud800", "\ufffd"));
 });
+
+test("deliberate difference: payload values JSON cannot carry are seen as JSON.stringify leaves them", () => {
+  // The TS shell hands payloads to the core as JSON.stringify text, so an
+  // Infinity prompt arrives as null (the reference names it "Infinity"); the
+  // verdict, a refusal, is the same. Payloads are the app's own typed input.
+  const ours = native.validatePayload("llm.generate", JSON.stringify({ prompt: Infinity }));
+  const theirs = referencePayload("llm.generate", { prompt: Infinity });
+  assert.equal(ours.ok, false);
+  assert.equal(theirs.ok, false);
+  assert.equal(ours.message, theirs.message.replace("received Infinity", "received null"));
+});

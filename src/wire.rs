@@ -6,7 +6,7 @@
 pub mod fast;
 pub mod schema;
 
-use crate::json::{self, Doc, JsStr, Node};
+use crate::json::{self, Doc, JsStr};
 use schema::{opt, req, Field, Out, Presence, Schema};
 
 pub use schema::{Issue, IssueKind, Seg, Validated};
@@ -717,12 +717,6 @@ pub fn parse_sealed_outcome(plaintext: &str, url_ok: &dyn Fn(&str) -> bool) -> S
         Some(outcome) if v.issues.is_empty() => SealedOutcomeResult::Ok { doc, outcome },
         _ => SealedOutcomeResult::Refused("the sealed result was not an outcome"),
     }
-}
-
-/// Is the value at the root a JSON object (for callers that need the raw
-/// shape)?
-pub fn is_object(doc: &Doc) -> bool {
-    matches!(doc.node(doc.root()), Node::Object(_))
 }
 
 #[cfg(test)]
