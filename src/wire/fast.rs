@@ -30,6 +30,25 @@ fn continuation_bytes(w: u64) -> u32 {
     (w & !(w << 1) & HIGHS).count_ones()
 }
 
+/// From `at`, the length of the longest run of whole 8-byte words that hold
+/// no quote, backslash or control byte, and the code points in it.
+fn plain_run(b: &[u8], at: usize) -> (usize, u64) {
+    let mut i = at;
+    let mut cps = 0u64;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let w = u64::from_le_bytes(word);
+        if has_special(w) {
+            break;
+        }
+        cps += u64::from(8 - continuation_bytes(w));
+        i += 8;
+    }
+    (i - at, cps)
+}
+
 struct Scan<'a> {
     b: &'a [u8],
     i: usize,
@@ -128,15 +147,11 @@ impl<'a> Scan<'a> {
                 _ => {
                     // Eight plain bytes at a time where possible (long
                     // ciphertexts and prompts are most of a body).
-                    if let Some(chunk) = self.b.get(self.i..self.i + 8) {
-                        let mut word = [0u8; 8];
-                        word.copy_from_slice(chunk);
-                        let w = u64::from_le_bytes(word);
-                        if !has_special(w) {
-                            cps += u64::from(8 - continuation_bytes(w));
-                            self.i += 8;
-                            continue;
-                        }
+                    let (run, plain) = plain_run(self.b, self.i);
+                    if run > 0 {
+                        cps += plain;
+                        self.i += run;
+                        continue;
                     }
                     // Count UTF-8 lead bytes only: one per code point.
                     if c & 0xC0 != 0x80 {
