@@ -177,10 +177,17 @@ impl From<WireError> for JsWireError {
 // ------------------------------------------------------------ requests
 
 thread_local! {
-    /// `JSON.parse` of the environment that last asked, held by a reference
-    /// so the hot path skips three property lookups per request.
-    static JSON_PARSE: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+    /// Two JavaScript functions of the environment that last asked, held by
+    /// references so the hot path skips their lookup: `JSON.parse`, and a
+    /// tiny function that builds the whole `{stage: "ok", body}` reply in
+    /// JavaScript (object literals are far cheaper there than through
+    /// Node-API calls).
+    static JS_FNS: std::cell::Cell<Option<(usize, usize, usize)>> = const { std::cell::Cell::new(None) };
 }
+
+/// The reply maker's source: constant text, no input ever reaches it.
+const OK_REPLY_SOURCE: &str =
+    "(function (text) { return { stage: \"ok\", body: JSON.parse(text) }; })";
 
 fn status(code: sys::napi_status) -> Result<()> {
     if code == sys::Status::napi_ok {
@@ -193,57 +200,81 @@ fn status(code: sys::napi_status) -> Result<()> {
     }
 }
 
-unsafe extern "C" fn forget_json_parse(_arg: *mut std::ffi::c_void) {
-    JSON_PARSE.set(None);
+unsafe extern "C" fn forget_js_fns(_arg: *mut std::ffi::c_void) {
+    JS_FNS.set(None);
 }
 
-/// The `JSON.parse` function of this environment.
-fn json_parse_fn(env: &Env) -> Result<sys::napi_value> {
+/// `(JSON.parse, okReply)` of this environment.
+fn js_fns(env: &Env) -> Result<(sys::napi_value, sys::napi_value)> {
     let raw_env = env.raw();
-    if let Some((cached_env, reference)) = JSON_PARSE.get() {
+    if let Some((cached_env, parse_ref, reply_ref)) = JS_FNS.get() {
         if cached_env == raw_env as usize {
-            let mut f = std::ptr::null_mut();
-            // SAFETY: the reference was created in this same environment and
-            // is never deleted while the thread lives.
-            status(unsafe {
-                sys::napi_get_reference_value(raw_env, reference as sys::napi_ref, &mut f)
-            })?;
-            if !f.is_null() {
-                return Ok(f);
+            let mut parse = std::ptr::null_mut();
+            let mut reply = std::ptr::null_mut();
+            // SAFETY: both references were created in this same environment,
+            // and the cleanup hook clears them when it is torn down.
+            unsafe {
+                status(sys::napi_get_reference_value(
+                    raw_env,
+                    parse_ref as sys::napi_ref,
+                    &mut parse,
+                ))?;
+                status(sys::napi_get_reference_value(
+                    raw_env,
+                    reply_ref as sys::napi_ref,
+                    &mut reply,
+                ))?;
+            }
+            if !parse.is_null() && !reply.is_null() {
+                return Ok((parse, reply));
             }
         }
     }
     let global = env.get_global()?;
     let json_ns: Object = global.get_named_property_unchecked("JSON")?;
     let parse: Unknown = json_ns.get_named_property_unchecked("parse")?;
-    let f = parse.raw();
-    let mut reference = std::ptr::null_mut();
-    // SAFETY: `f` is a live value of `raw_env`; the cleanup hook forgets the
-    // cached reference when this environment is torn down, so a later
-    // environment that happens to reuse the address never sees it.
+    let parse = parse.raw();
+    let source = env.create_string(OK_REPLY_SOURCE)?;
+    let mut reply = std::ptr::null_mut();
+    let mut parse_ref = std::ptr::null_mut();
+    let mut reply_ref = std::ptr::null_mut();
+    // SAFETY: all values belong to `raw_env`; the cleanup hook forgets the
+    // cached references when this environment is torn down, so a later
+    // environment that happens to reuse the address never sees them.
     unsafe {
-        status(sys::napi_create_reference(raw_env, f, 1, &mut reference))?;
+        status(sys::napi_run_script(raw_env, source.raw(), &mut reply))?;
+        status(sys::napi_create_reference(
+            raw_env,
+            parse,
+            1,
+            &mut parse_ref,
+        ))?;
+        status(sys::napi_create_reference(
+            raw_env,
+            reply,
+            1,
+            &mut reply_ref,
+        ))?;
         status(sys::napi_add_env_cleanup_hook(
             raw_env,
-            Some(forget_json_parse),
+            Some(forget_js_fns),
             std::ptr::null_mut(),
         ))?;
     }
-    JSON_PARSE.set(Some((raw_env as usize, reference as usize)));
-    Ok(f)
+    JS_FNS.set(Some((
+        raw_env as usize,
+        parse_ref as usize,
+        reply_ref as usize,
+    )));
+    Ok((parse, reply))
 }
 
-/// `JSON.parse(text)` in this realm, for text already known to be valid.
-fn json_parse(env: &Env, text: JsString<'_>) -> Result<sys::napi_value> {
-    json_parse_raw(env, text.raw())
-}
-
-fn json_parse_raw(env: &Env, text: sys::napi_value) -> Result<sys::napi_value> {
-    let f = json_parse_fn(env)?;
+/// Call a function with one argument and `undefined` as `this`.
+fn call1(env: &Env, f: sys::napi_value, arg: sys::napi_value) -> Result<sys::napi_value> {
     let raw_env = env.raw();
     let mut this = std::ptr::null_mut();
     let mut out = std::ptr::null_mut();
-    let args = [text];
+    let args = [arg];
     // SAFETY: all handles belong to `raw_env` and this call's scope.
     unsafe {
         status(sys::napi_get_undefined(raw_env, &mut this))?;
@@ -257,6 +288,12 @@ fn json_parse_raw(env: &Env, text: sys::napi_value) -> Result<sys::napi_value> {
         ))?;
     }
     Ok(out)
+}
+
+/// `JSON.parse(text)` in this realm, for text already known to be valid.
+fn json_parse(env: &Env, text: JsString<'_>) -> Result<sys::napi_value> {
+    let (parse, _) = js_fns(env)?;
+    call1(env, parse, text.raw())
 }
 
 /// The URL check zod's `z.url()` makes: Node's own `URL.canParse`. Only
@@ -293,26 +330,9 @@ pub fn inspect_request(
         // The daemon's own bodies pass a one-pass, allocation-free check; then
         // V8's JSON.parse builds exactly the validated object.
         if wire::fast::canonical_ok(ep.schema(), text).is_some() {
-            // Let one JSON.parse build the whole reply, wrapper included:
-            // cheaper than creating the wrapper object property by property.
-            let wrapped = WRAP_BUF.with_borrow_mut(|w| -> Result<sys::napi_value> {
-                w.clear();
-                w.extend_from_slice(br#"{"stage":"ok","body":"#);
-                w.extend_from_slice(text.as_bytes());
-                w.push(b'}');
-                let mut js = std::ptr::null_mut();
-                // SAFETY: `w` holds `w.len()` initialised bytes of UTF-8.
-                status(unsafe {
-                    sys::napi_create_string_utf8(
-                        env.raw(),
-                        w.as_ptr().cast(),
-                        w.len() as isize,
-                        &mut js,
-                    )
-                })?;
-                Ok(js)
-            })?;
-            let reply = json_parse_raw(&env, wrapped)?;
+            // V8 builds the whole reply: `{stage: "ok", body: JSON.parse(text)}`.
+            let (_, ok_reply) = js_fns(&env)?;
+            let reply = call1(&env, ok_reply, raw_body.raw())?;
             return Ok(Reply(vec![("", ReplyValue::Whole(reply))]));
         }
         inspect_slow(&env, ep, text, raw_body, &url_ok)
@@ -323,8 +343,6 @@ thread_local! {
     /// The UTF-8 copy of the last body, reused so a request costs no
     /// allocation on the way in.
     static BODY_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The reply text `{"stage":"ok","body":<body>}`, reused likewise.
-    static WRAP_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Copy a JS string's UTF-8 into `buf` (one call when it fits).
