@@ -30,11 +30,18 @@ fn continuation_bytes(w: u64) -> u32 {
     (w & !(w << 1) & HIGHS).count_ones()
 }
 
-/// From `at`, the length of the longest run of whole 8-byte words that hold
-/// no quote, backslash or control byte, and the code points in it.
+/// From `at`, the length of the longest run of whole words (16 bytes with
+/// SSE2, else 8) that hold no quote, backslash or control byte, and the code
+/// points in it.
 fn plain_run(b: &[u8], at: usize) -> (usize, u64) {
     let mut i = at;
     let mut cps = 0u64;
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (run, n) = sse2::plain_run16(b, i);
+        i += run;
+        cps += n;
+    }
     while let Some(chunk) = b.get(i..i + 8) {
         let Ok(word) = <[u8; 8]>::try_from(chunk) else {
             break;
@@ -47,6 +54,45 @@ fn plain_run(b: &[u8], at: usize) -> (usize, u64) {
         i += 8;
     }
     (i - at, cps)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8,
+        _mm_or_si128, _mm_set1_epi8,
+    };
+
+    /// Sixteen bytes at a time: stop at the first block holding `"`, `\\`
+    /// or a byte below 0x20; count the non-continuation bytes before it.
+    pub(super) fn plain_run16(b: &[u8], at: usize) -> (usize, u64) {
+        let mut i = at;
+        let mut cps = 0u64;
+        while let Some(chunk) = b.get(i..i + 16) {
+            // SAFETY: SSE2 is part of the x86_64 baseline, and `chunk` has
+            // exactly 16 readable bytes for the unaligned load.
+            let (special, continuation) = unsafe {
+                let x: __m128i = _mm_loadu_si128(chunk.as_ptr().cast());
+                let quote = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'"' as i8));
+                let backslash = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\\' as i8));
+                // x <= 0x1f (unsigned) exactly when max(x, 0x1f) == 0x1f.
+                let control =
+                    _mm_cmpeq_epi8(_mm_max_epu8(x, _mm_set1_epi8(0x1f)), _mm_set1_epi8(0x1f));
+                let special =
+                    _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control));
+                let top = _mm_and_si128(x, _mm_set1_epi8(0xC0u8 as i8));
+                let continuation =
+                    _mm_movemask_epi8(_mm_cmpeq_epi8(top, _mm_set1_epi8(0x80u8 as i8)));
+                (special, continuation)
+            };
+            if special != 0 {
+                break;
+            }
+            cps += u64::from(16 - continuation.count_ones());
+            i += 16;
+        }
+        (i - at, cps)
+    }
 }
 
 struct Scan<'a> {
@@ -389,6 +435,48 @@ mod tests {
             assert_eq!(has_special(w), special, "{bytes:?}");
             let cont = bytes.iter().filter(|&&b| b & 0xC0 == 0x80).count() as u32;
             assert_eq!(continuation_bytes(w), cont, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn plain_runs_match_a_byte_loop() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 70) as usize;
+            let text: Vec<u8> = (0..len)
+                .map(|k| {
+                    let r = (seed.rotate_left(k as u32 * 7) >> 3) as u8;
+                    match r % 40 {
+                        0 => b'"',
+                        1 => b'\\',
+                        2 => 0x1f,
+                        3..=8 => 0x80 | (r & 0x3f),
+                        9..=11 => 0xC3,
+                        _ => b'a' + r % 26,
+                    }
+                })
+                .collect();
+            let (run, cps) = plain_run(&text, 0);
+            // The run is whole words of plain bytes, counted one per lead byte.
+            assert!(text[..run]
+                .iter()
+                .all(|&b| b != b'"' && b != b'\\' && b >= 0x20));
+            assert_eq!(
+                cps,
+                text[..run].iter().filter(|&&b| b & 0xC0 != 0x80).count() as u64
+            );
+            // And it stops only where a further word would hold a special byte
+            // or run past the end.
+            let rest = &text[run..];
+            assert!(
+                rest.len() < 8
+                    || rest[..8]
+                        .iter()
+                        .any(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            );
         }
     }
 
