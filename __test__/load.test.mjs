@@ -1,0 +1,29 @@
+// A reduced run of scripts/load.mjs (the full one is 50 daemons and 10,000
+// jobs, plus a 1,000,000-job soak; see docs/security.md for its numbers):
+// simulated daemons in worker threads over loopback HTTP against our handler,
+// with cancels, refusals, dying daemons and dependencies; then a soak of the
+// in-memory store with retention on.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { load, soak } from "../scripts/load.mjs";
+
+test("load: every job ends in one correct terminal state, none runs twice at once, none is lost", { timeout: 90_000 }, async () => {
+  const lines = [];
+  const { summary, violations } = await load({ daemons: 8, jobs: 600, workers: 2, leaseMs: 1500, cancelWorkMs: 600, timeoutS: 45, log: (l) => lines.push(l) });
+  console.log(`# ${JSON.stringify(summary)}`);
+  assert.deepEqual(violations, [], lines.join("\n"));
+  // The mix really happened: every mode reached its end state, daemons died and refused.
+  for (const key of ["ok:ok", "error:error", "cancel:canceled", "refuse:ok", "die:ok", "parent:ok", "child:ok"]) {
+    assert.ok(summary.states[key] > 0, `no ${key} in ${JSON.stringify(summary.states)}`);
+  }
+  assert.ok(summary.died > 0, "no daemon died mid-lease");
+  assert.ok(summary.refusedReleases > 0, "no job was refused");
+  assert.equal(summary.non200, 0);
+});
+
+test("soak: the in-memory store with retention stays flat", { timeout: 90_000 }, async () => {
+  const { summary, violations } = await soak({ jobs: 30_000, batch: 500, retentionMs: 5_000, log: () => {} });
+  console.log(`# ${JSON.stringify({ ...summary, samples: summary.samples.length })}`);
+  assert.deepEqual(violations, []);
+  assert.equal(summary.probe, "queued");
+});
