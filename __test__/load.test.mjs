@@ -16,6 +16,8 @@ test("load: every job ends in one correct terminal state, none runs twice at onc
   for (const key of ["ok:ok", "error:error", "cancel:canceled", "refuse:ok", "die:ok", "parent:ok", "child:ok"]) {
     assert.ok(summary.states[key] > 0, `no ${key} in ${JSON.stringify(summary.states)}`);
   }
+  assert.ok((summary.cancelLandedOn.running ?? 0) + (summary.cancelLandedOn.claimed ?? 0) > 0, "no cancel landed on a running job");
+  assert.ok((summary.cancelLandedOn.canceled ?? 0) > 0, "no cancel landed on a queued job");
   assert.ok(summary.died > 0, "no daemon died mid-lease");
   assert.ok(summary.refusedReleases > 0, "no job was refused");
   assert.equal(summary.non200, 0);

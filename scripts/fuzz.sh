@@ -6,7 +6,7 @@
 #
 #   FUZZ_COVERAGE=1   build with SanitizerCoverage counters (coverage-guided;
 #                     its own target dir, a full build of the dependencies)
-#   FUZZ_SEED=N       PRNG seed (default 0x5eed); runs are reproducible per seed
+#   FUZZ_SEED=N       PRNG seed (default 24301); runs are reproducible per seed
 #   FUZZ_CORPUS=DIR   keep inputs that found new coverage in DIR/<target>/
 #
 # Saved regression inputs (fuzz/regressions/<target>/) are replayed first.
@@ -43,6 +43,7 @@ for t in "${targets[@]}"; do
   fi
 done
 
+echo "fuzz: ${secs}s per target, seed ${FUZZ_SEED:-24301}, coverage ${FUZZ_COVERAGE:-0}"
 args=(--secs "$secs" --seed "${FUZZ_SEED:-24301}")
 if [[ -n "${FUZZ_CORPUS:-}" ]]; then args+=(--corpus "$FUZZ_CORPUS"); fi
 for t in "${targets[@]}"; do

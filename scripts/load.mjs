@@ -201,7 +201,9 @@ async function workerMain() {
       const claim = await call(d, "claim", { runnerId: d.runnerId, capabilities: d.capabilities, max: 2 });
       const jobs = claim.status === 200 ? claim.body.jobs : [];
       if (jobs.length === 0) {
-        await sleep(20 + Math.floor(rand() * 60));
+        // Idle: poll again soon (the real daemon waits pollIntervalMs, 2 s;
+        // shorter here so a run is quick, but not a busy loop).
+        await sleep(100 + Math.floor(rand() * 200));
         continue;
       }
       for (const stub of jobs) await run(stub);
@@ -286,6 +288,8 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
     if (mode === "parent") lastParent = handle.id;
   }
   const cancelIds = ids.filter((id) => jobs.get(id).mode === "cancel");
+  cancelIds.forEach((id, i) => (jobs.get(id).cancelWhileRunning = i % 2 === 1));
+  const cancels = [];
 
   // Workers, each with its share of the daemons.
   const execs = new Map(); // jobId → [{ runnerId, start, end, how }]
@@ -308,6 +312,16 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
           if (m.type === "events") {
             for (const e of m.events) {
               if (e.type === "start") {
+                const job = jobs.get(e.jobId);
+                // Half the cancel-mode jobs are canceled while they run.
+                if (job?.mode === "cancel" && job.cancelWhileRunning && !job.cancelIssued) {
+                  job.cancelIssued = true;
+                  cancels.push(
+                    sleep(Math.floor(rand() * 200)).then(async () => {
+                      job.cancelState = (await app.cancel(e.jobId))?.state;
+                    }),
+                  );
+                }
                 const list = execs.get(e.jobId) ?? [];
                 const open = list.find((x) => x.end === undefined);
                 if (open) anomalies.push(`job ${e.jobId} started on ${e.runnerId} while still running on ${open.runnerId}`);
@@ -340,8 +354,9 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
 
   // The owner cancels the cancel-mode jobs at random moments of the run.
   const canceler = (async () => {
-    for (const id of cancelIds) {
+    for (const id of cancelIds.filter((x) => !jobs.get(x).cancelWhileRunning)) {
       await sleep(Math.floor(rand() * 40));
+      jobs.get(id).cancelIssued = true;
       const record = await app.cancel(id);
       jobs.get(id).cancelState = record?.state;
     }
@@ -350,15 +365,16 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
   // Wait until every job is terminal (or the time runs out), printing progress.
   const terminal = new Set(["ok", "error", "canceled", "expired"]);
   const deadline = Date.now() + timeoutS * 1000;
+  const pending = new Set(ids);
   let remaining = ids.length;
   let lastLog = 0;
   while (Date.now() < deadline) {
     await sleep(500);
-    remaining = 0;
-    for (const id of ids) {
+    for (const id of pending) {
       const r = await store.get(id);
-      if (!r || !terminal.has(r.state)) remaining++;
+      if (r && terminal.has(r.state)) pending.delete(id);
     }
+    remaining = pending.size;
     if (Date.now() - lastLog > 5000) {
       lastLog = Date.now();
       const mem = process.memoryUsage();
@@ -368,6 +384,7 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
   }
   const wall = (performance.now() - started) / 1000;
   await canceler;
+  await Promise.all(cancels);
   for (const w of workers) w.postMessage({ type: "stop" });
   await Promise.all(done);
   await Promise.all(workers.map((w) => w.terminate()));
