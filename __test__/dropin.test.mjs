@@ -7,10 +7,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { stageRelease } from "../scripts/pack-release.mjs";
 // Imported so the runner keeps this file off Node 20 (the consumer uses @byollm/protocol).
 import "@byollm/protocol";
 
@@ -87,22 +88,27 @@ console.log("DROPIN-OK " + delivered.outcome.text);
 test("npm pack → install as @byollm/server → an unmodified consumer runs a whole job", { timeout: 240_000 }, () => {
   const work = mkdtempSync(join(tmpdir(), "byollm-dropin-"));
   try {
-    // --ignore-scripts: `prepare` would run a release build; dist/ and the .node are already built.
-    const pack = spawnSync("npm", ["pack", "--ignore-scripts", "--pack-destination", work], { cwd: root, encoding: "utf8" });
-    assert.equal(pack.status, 0, pack.stderr);
-    const tarball = readdirSync(work).find((f) => f.endsWith(".tgz"));
-    assert.ok(tarball, "npm pack produced no tarball");
-    const listing = spawnSync("tar", ["-tzf", join(work, tarball)], { encoding: "utf8" }).stdout.split("\n");
+    // Packed as a release is (scripts/pack-release.mjs): the main package, and
+    // the .node in its platform package, which the main one lists as an optional dependency.
+    const { main: tarball, platforms, host } = stageRelease({ work });
+    const listing = spawnSync("tar", ["-tzf", tarball], { encoding: "utf8" }).stdout.split("\n");
     for (const needed of ["package/dist/index.js", "package/dist/next.js", "package/index.js", "package/bin/keygen.mjs"]) {
       assert.ok(listing.includes(needed), `${needed} is not in the tarball`);
     }
-    assert.ok(listing.some((f) => /^package\/[^/]+\.node$/.test(f)), "the native .node file is not in the tarball");
+    const platformListing = spawnSync("tar", ["-tzf", platforms[host]], { encoding: "utf8" }).stdout.split("\n");
+    assert.ok(platformListing.some((f) => /^package\/[^/]+\.node$/.test(f)), "the native .node file is not in the platform tarball");
 
     const project = join(work, "consumer");
     spawnSync("mkdir", ["-p", project]);
     writeFileSync(
       join(project, "package.json"),
-      JSON.stringify({ name: "consumer", private: true, type: "module", dependencies: { "@byollm/server": `file:${join(work, tarball)}` } }),
+      JSON.stringify({
+        name: "consumer",
+        private: true,
+        type: "module",
+        // The platform package by path: offline, npm cannot fetch it by the version the main package names.
+        dependencies: { "@byollm/server": `file:${tarball}`, [`byollm-server-native-${host}`]: `file:${platforms[host]}` },
+      }),
     );
     writeFileSync(join(project, "app.mjs"), CONSUMER);
     const install = spawnSync("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts"], { cwd: project, encoding: "utf8" });

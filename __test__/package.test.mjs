@@ -1,0 +1,303 @@
+// Distribution, end to end: `npm install` needs no Rust toolchain.
+//
+// The release is staged exactly as the release workflow does it
+// (scripts/pack-release.mjs: `napi artifacts`, then `napi pre-publish
+// --skip-optional-publish`), for all seven configured targets: this machine's
+// binary goes into its platform package, the six not built here get a
+// placeholder file. The tarballs are served by a registry on 127.0.0.1 (the
+// main package's dependencies are packed from this repository's
+// node_modules), so `npm install` resolves the optionalDependencies the way it
+// does from npmjs.org: it must fetch only the package for this
+// os/cpu/libc. Installs run with cargo and rustc stripped from PATH and with
+// install scripts enabled, so anything that tried to compile would fail.
+//
+// Then, from the fresh projects: a whole in-memory job cycle (the daemon side
+// uses the package's own WebAssembly crypto, `/edge`), `npx keygen`, once under
+// the package's own name and once aliased as `@byollm/server`; and the
+// loader's error when the platform package is missing.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { createServer } from "node:http";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, delimiter, dirname, join } from "node:path";
+import { hostPlatform, kb, root, stageRelease } from "../scripts/pack-release.mjs";
+
+const NAME = "byollm-server-native";
+const host = hostPlatform();
+const binary = join(root, `${NAME}.${host}.node`);
+const skipReason =
+  host !== "linux-x64-gnu"
+    ? `only linux-x64-gnu is built on this machine (this is ${host})`
+    : !existsSync(binary) || !existsSync(join(root, "dist", "index.js"))
+      ? "the addon or dist/ is not built (npm run build:debug && npm run build:ts)"
+      : undefined;
+if (skipReason) console.log(`# package.test.mjs skipped: ${skipReason}`);
+
+const CONSUMER = String.raw`
+import assert from "node:assert/strict";
+import { ByollmApp, MemoryStore, generateSiteKeys } from "PKG";
+import { createHandler } from "PKG/next";
+import { generateKeys, keyId, open, publicIdentityOf, seal, signRequest } from "PKG/edge";
+
+const siteKeys = generateSiteKeys();
+const store = new MemoryStore();
+const app = new ByollmApp({ store, siteKeys });
+const { POST } = createHandler(() => ({ store, siteKeys, verificationUrl: "https://app.example/runners", basePath: "/api/byollm" }));
+
+const device = generateKeys(Date.now());
+const identity = publicIdentityOf(device);
+const capabilities = [{ kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "llama3.2", offerScope: "private" }];
+let runnerId;
+async function call(endpoint, body, signed = true) {
+  const text = JSON.stringify({ protocolVersion: "2", ...body });
+  const headers = { "content-type": "application/json" };
+  if (signed) {
+    const s = signRequest(device, { endpoint, runnerId, issuedAt: Date.now(), body: text });
+    Object.assign(headers, { "x-byollm-runner": s.runnerId, "x-byollm-issued-at": String(s.issuedAt), "x-byollm-signature": s.signature });
+  }
+  const response = await POST(new Request("https://app.example/api/byollm/" + endpoint, { method: "POST", headers, body: text }));
+  return { status: response.status, body: await response.json() };
+}
+
+const start = await call("pair", { action: "start", daemon: { version: "0.1.1", label: "ci", platform: "linux" }, device: identity, capabilities }, false);
+assert.equal(start.status, 200);
+runnerId = (await app.approvePairing({ userCode: start.body.userCode, owner: "alice" })).id;
+const poll = await call("pair", { action: "poll", deviceCode: start.body.deviceCode }, false);
+const [siteKeyId, site] = Object.entries(poll.body.sites)[0];
+const handle = await app.enqueue({ kind: "llm.generate", payload: { prompt: "Ping." }, owner: "alice" });
+const stub = (await call("claim", { runnerId, capabilities, max: 1 })).body.jobs[0];
+assert.equal(stub.id, handle.id);
+const fetched = await call("fetch", { runnerId, jobId: stub.id, leaseId: stub.lease.id });
+const opened = await open({
+  envelope: fetched.body.envelope, recipientKeys: device, senderIdentityPublic: site.identity,
+  expected: { jobId: stub.id, senderKeyId: siteKeyId, recipientKeyId: keyId(identity.identity), direction: "payload" },
+});
+assert.equal(JSON.parse(opened.plaintext).prompt, "Ping.");
+const envelope = await seal({
+  plaintext: JSON.stringify({ outcome: { outcome: "ok", text: "Pong." }, ran: { model: "llama3.2", backendClass: "http", durationMs: 1 } }),
+  senderKeys: device, recipientEncryptionPublic: site.encryption,
+  context: { jobId: stub.id, senderKeyId: keyId(identity.identity), recipientKeyId: siteKeyId, deadlineAt: Date.now() + 3600000, direction: "result" },
+});
+const result = await call("result", { runnerId, jobId: stub.id, leaseId: stub.lease.id, envelope, disposition: "ok" });
+assert.deepEqual(result.body, { accepted: true, state: "ok" });
+const delivered = await app.result(handle.id);
+assert.equal(delivered.outcome.text, "Pong.");
+console.log("PACKAGE-OK " + delivered.state + " " + delivered.outcome.text);
+`;
+
+let work;
+let registry;
+let release;
+// The environment every npm and consumer run gets: no Rust toolchain on PATH,
+// none of the npm_* variables of an enclosing `npm test`, our registry, a cache
+// of its own.
+let env;
+
+/** `PATH` without any directory that holds cargo or rustc. */
+function pathWithoutRust() {
+  return (process.env.PATH ?? "")
+    .split(delimiter)
+    .filter((dir) => dir && !existsSync(join(dir, "cargo")) && !existsSync(join(dir, "rustc")))
+    .join(delimiter);
+}
+
+/** Packs an installed package folder as a registry tarball (its files are already the published ones). */
+function packInstalled(dir, out) {
+  const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+  const file = join(out, `${manifest.name.replace("/", "-").replace("@", "")}-${manifest.version}.tgz`);
+  const r = spawnSync("tar", ["-czf", file, "--exclude=node_modules", `--transform=s,^${basename(dir)},package,`, "-C", dirname(dir), basename(dir)]);
+  assert.equal(r.status, 0, String(r.stderr));
+  return file;
+}
+
+/** The main package's runtime dependencies and theirs, packed from this repository's node_modules. */
+function packDependencies(manifest, out) {
+  const files = [];
+  const queue = Object.keys(manifest.dependencies ?? {});
+  const done = new Set();
+  while (queue.length) {
+    const name = queue.shift();
+    if (done.has(name)) continue;
+    done.add(name);
+    const dir = join(root, "node_modules", name);
+    files.push(packInstalled(dir, out));
+    queue.push(...Object.keys(JSON.parse(readFileSync(join(dir, "package.json"), "utf8")).dependencies ?? {}));
+  }
+  return files;
+}
+
+/** A read-only npm registry on 127.0.0.1 serving exactly these tarballs; records what was fetched. */
+async function serveRegistry(tarballs) {
+  const packages = new Map();
+  const fetched = [];
+  const server = createServer((req, res) => {
+    const path = decodeURIComponent(new URL(req.url, "http://x").pathname.slice(1));
+    if (path.startsWith("-/tarballs/")) {
+      const entry = [...packages.values()].find((p) => p.file === path.slice("-/tarballs/".length));
+      if (!entry) return res.writeHead(404).end();
+      fetched.push(entry.manifest.name);
+      return res.writeHead(200, { "content-type": "application/octet-stream" }).end(entry.bytes);
+    }
+    const entry = packages.get(path);
+    if (!entry) return res.writeHead(404, { "content-type": "application/json" }).end('{"error":"Not found"}');
+    const { manifest, bytes, file } = entry;
+    const version = {
+      ...manifest,
+      _id: `${manifest.name}@${manifest.version}`,
+      dist: {
+        tarball: `http://127.0.0.1:${server.address().port}/-/tarballs/${file}`,
+        integrity: `sha512-${createHash("sha512").update(bytes).digest("base64")}`,
+        shasum: createHash("sha1").update(bytes).digest("hex"),
+      },
+    };
+    const packument = { name: manifest.name, "dist-tags": { latest: manifest.version }, versions: { [manifest.version]: version } };
+    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(packument));
+  });
+  for (const file of tarballs) {
+    const manifest = JSON.parse(spawnSync("tar", ["-xzOf", file, "package/package.json"], { encoding: "utf8" }).stdout);
+    packages.set(manifest.name, { manifest, bytes: readFileSync(file), file: basename(file) });
+  }
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { url: `http://127.0.0.1:${server.address().port}/`, fetched, close: () => new Promise((r) => server.close(r)) };
+}
+
+// Asynchronous on purpose: the registry answers from this same process.
+function exec(cmd, args, cwd) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { cwd, env });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    child.on("error", reject);
+    child.on("close", (status) => resolve({ status, stdout, stderr }));
+  });
+}
+const npm = (args, cwd) => exec("npm", args, cwd);
+
+/** A fresh project depending on `spec` under `name`, installed from the loopback registry. */
+async function installProject(dir, name, spec) {
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module", dependencies: { [name]: spec } }));
+  writeFileSync(join(dir, "app.mjs"), CONSUMER.replaceAll("PKG", name));
+  const started = Date.now();
+  const r = await npm(["install"], dir);
+  assert.equal(r.status, 0, `npm install failed:\n${r.stdout}\n${r.stderr}`);
+  console.log(`# npm install ${name}@${spec}: ${Date.now() - started} ms`);
+  // npm 11 lists every dependency that declares install scripts; ours declares none.
+  assert.doesNotMatch(r.stderr, /install-scripts|gyp|cargo/, r.stderr);
+  return r;
+}
+
+before(async () => {
+  if (skipReason) return;
+  work = mkdtempSync(join(tmpdir(), "byollm-package-"));
+  const started = Date.now();
+  // A debug build is ~30 MB of mostly DWARF; packing and copying that dominates
+  // the run on a busy machine. Its stripped copy is the same code. (The sizes
+  // printed below mean something only for a release build: `npm run build:native`.)
+  let addon = binary;
+  if (statSync(binary).size > 10 * 1024 * 1024) {
+    const stripped = join(work, `${NAME}.${host}.node`);
+    if (spawnSync("strip", ["--strip-debug", "-o", stripped, binary]).status === 0) addon = stripped;
+  }
+  release = stageRelease({ work, binary: addon, targets: "all" });
+  const deps = packDependencies(release.manifest, join(work, "tarballs"));
+  registry = await serveRegistry([release.main, ...Object.values(release.platforms), ...deps]);
+  const userconfig = join(work, "npmrc");
+  writeFileSync(userconfig, "");
+  env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k)));
+  Object.assign(env, {
+    PATH: pathWithoutRust(),
+    npm_config_registry: registry.url,
+    npm_config_cache: join(work, "cache"),
+    npm_config_userconfig: userconfig,
+    npm_config_audit: "false",
+    npm_config_fund: "false",
+    npm_config_update_notifier: "false",
+  });
+  console.log(`# staged and packed in ${Date.now() - started} ms`);
+  const build = addon === binary ? (statSync(binary).size > 10 * 1024 * 1024 ? "debug build" : "release build") : "debug build, stripped";
+  console.log(`# main package ${kb(release.main)} (target <= 200 KB); ${host} package ${kb(release.platforms[host])} (${build}; target <= 3 MB)`);
+});
+
+after(async () => {
+  await registry?.close();
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+test("the packed packages: the binary is in the platform package only, optionalDependencies name every target", { skip: skipReason }, () => {
+  const listing = (file) => spawnSync("tar", ["-tzf", file], { encoding: "utf8" }).stdout.split("\n").filter(Boolean);
+  const main = listing(release.main);
+  assert.deepEqual(main.filter((f) => f.endsWith(".node")), [], "the main package carries no .node file");
+  for (const needed of ["package/dist/index.js", "package/dist/native-loader.js", "package/index.js", "package/bin/keygen.mjs", "package/edge/byollm_edge.wasm"]) {
+    assert.ok(main.includes(needed), `${needed} is not in the main tarball`);
+  }
+  assert.deepEqual(listing(release.platforms[host]).sort(), ["package/README.md", `package/${NAME}.${host}.node`, "package/package.json"]);
+  const expected = Object.fromEntries(Object.keys(release.platforms).map((p) => [`${NAME}-${p}`, release.manifest.version]));
+  assert.equal(Object.keys(expected).length, 7);
+  assert.deepEqual(release.manifest.optionalDependencies, expected);
+  assert.equal(release.manifest.scripts?.install, undefined);
+  assert.equal(release.manifest.scripts?.postinstall, undefined);
+});
+
+test("installed by its own name: only this platform's binary is fetched, nothing compiles, a job runs, keygen prints keys", { skip: skipReason, timeout: 60_000 }, async () => {
+  const project = join(work, "own");
+  registry.fetched.length = 0;
+  await installProject(project, NAME, release.manifest.version);
+  // The six other platform packages are declared but npm must skip them by os/cpu/libc (musl included).
+  assert.deepEqual(
+    registry.fetched.filter((n) => n.startsWith(`${NAME}-`)),
+    [`${NAME}-${host}`],
+  );
+  const modules = readdirSync(join(project, "node_modules"));
+  assert.deepEqual(modules.filter((n) => n.startsWith(`${NAME}-`)), [`${NAME}-${host}`]);
+  assert.ok(existsSync(join(project, "node_modules", `${NAME}-${host}`, `${NAME}.${host}.node`)));
+  assert.deepEqual(readdirSync(join(project, "node_modules", NAME)).filter((f) => f.endsWith(".node")), []);
+
+  const run = await exec(process.execPath, ["app.mjs"], project);
+  assert.equal(run.status, 0, `consumer failed:\n${run.stdout}\n${run.stderr}`);
+  assert.match(run.stdout, /^PACKAGE-OK ok Pong\.$/m);
+
+  const keygen = await npm(["exec", "--offline", "--", "keygen"], project);
+  assert.equal(keygen.status, 0, keygen.stderr);
+  assert.match(keygen.stdout, /^BYOLLM_SITE_KEYS=[A-Za-z0-9+/]+=*$/m);
+});
+
+test("installed as @byollm/server (npm alias): the same job and keygen", { skip: skipReason, timeout: 60_000 }, async () => {
+  const project = join(work, "alias");
+  await installProject(project, "@byollm/server", `npm:${NAME}@${release.manifest.version}`);
+  assert.equal(JSON.parse(readFileSync(join(project, "node_modules", "@byollm", "server", "package.json"), "utf8")).name, NAME);
+  assert.ok(existsSync(join(project, "node_modules", `${NAME}-${host}`, `${NAME}.${host}.node`)));
+
+  const run = await exec(process.execPath, ["app.mjs"], project);
+  assert.equal(run.status, 0, `consumer failed:\n${run.stdout}\n${run.stderr}`);
+  assert.match(run.stdout, /^PACKAGE-OK ok Pong\.$/m);
+
+  const keygen = await npm(["exec", "--offline", "--", "keygen"], project);
+  assert.equal(keygen.status, 0, keygen.stderr);
+  assert.match(keygen.stdout, /^BYOLLM_SITE_KEYS=[A-Za-z0-9+/]+=*$/m);
+});
+
+test("without the platform package, importing says which platform it saw and what to do", { skip: skipReason, timeout: 60_000 }, async () => {
+  const project = join(work, "no-optional");
+  mkdirSync(project, { recursive: true });
+  writeFileSync(join(project, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module", dependencies: { [NAME]: release.manifest.version } }));
+  // What users get from `npm install --omit=optional` (or a lockfile made on another platform).
+  const r = await npm(["install", "--omit=optional"], project);
+  assert.equal(r.status, 0, `npm install failed:\n${r.stdout}\n${r.stderr}`);
+  assert.equal(existsSync(join(project, "node_modules", `${NAME}-${host}`)), false);
+
+  const run = await exec(process.execPath, ["--input-type=module", "-e", `await import(${JSON.stringify(NAME)})`], project);
+  assert.notEqual(run.status, 0);
+  const stderr = run.stderr;
+  assert.match(stderr, /NativeAddonMissing: byollm-server-native: could not load the native addon on linux x64 \(glibc\), Node \d+/);
+  assert.match(stderr, new RegExp(`ships in the package ${NAME}-linux-x64-gnu@${release.manifest.version.replaceAll(".", "\\.")}`));
+  assert.match(stderr, /--omit=optional/);
+  assert.match(stderr, /Prebuilt platforms: linux-x64-gnu, linux-x64-musl, linux-arm64-gnu, linux-arm64-musl, darwin-x64, darwin-arm64, win32-x64-msvc\./);
+  assert.match(stderr, /build from source with a Rust toolchain/);
+  assert.match(stderr, new RegExp(`Cannot find module '${NAME}-linux-x64-gnu'`));
+});

@@ -1,0 +1,126 @@
+#!/usr/bin/env node
+// Builds the npm tarballs a release would publish, the way the release
+// workflow does (.github/workflows/release.yml): the built .node goes into an
+// artifacts folder, `napi artifacts` moves it into npm/<platform>/, and
+// `napi pre-publish --skip-optional-publish` writes the main package's
+// optionalDependencies. Everything happens in a copy under a temp folder, so
+// the working tree (and its package.json) is never touched.
+//
+//   node scripts/pack-release.mjs [OUT_DIR]   pack into OUT_DIR and print the sizes
+//
+// Used by __test__/package.test.mjs and __test__/dropin.test.mjs.
+import { spawnSync } from "node:child_process";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+
+// What `npm pack` of the main package reads (package.json "files", plus the
+// README and LICENSE npm always adds) and the platform package folders.
+const STAGED = ["package.json", "README.md", "LICENSE", "index.js", "index.d.ts", "dist", "edge", "bin", "supabase", "npm"];
+
+/** The napi `platformArchABI` of this process, e.g. `linux-x64-gnu`. */
+export function hostPlatform() {
+  const base = `${process.platform}-${process.arch}`;
+  if (process.platform === "linux") {
+    const glibc = process.report?.getReport()?.header?.glibcVersionRuntime;
+    return `${base}-${glibc ? "gnu" : "musl"}`;
+  }
+  return process.platform === "win32" ? `${base}-msvc` : base;
+}
+
+function run(cmd, args, cwd) {
+  const r = spawnSync(cmd, args, { cwd, encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed in ${cwd}:\n${r.stdout}\n${r.stderr}`);
+  return r.stdout;
+}
+
+function packInto(dir, out) {
+  const name = run("npm", ["pack", "--ignore-scripts", "--silent", "--pack-destination", out], dir).trim().split("\n").pop();
+  return join(out, name);
+}
+
+/**
+ * Stages a release in `work` and packs it.
+ *
+ * `targets: "host"` keeps only this machine's target (optionalDependencies then
+ * list just that one); `"all"` keeps every configured target and gives the
+ * ones not built here a placeholder file instead of a binary, so the packages
+ * exist for an install test that proves npm never picks them on this machine.
+ *
+ * Returns the main tarball, the platform tarballs by platform, and the staged
+ * main package.json.
+ */
+export function stageRelease({ work, binary, targets = "host" }) {
+  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+  const binaryName = pkg.napi.binaryName;
+  const host = hostPlatform();
+  binary ??= join(root, `${binaryName}.${host}.node`);
+  if (!existsSync(binary)) throw new Error(`no native build at ${binary}: run \`npm run build:debug\` or \`npm run build:native\``);
+
+  const stage = join(work, "stage");
+  mkdirSync(stage, { recursive: true });
+  for (const entry of STAGED) {
+    if (existsSync(join(root, entry))) cpSync(join(root, entry), join(stage, entry), { recursive: true });
+  }
+
+  const staged = JSON.parse(readFileSync(join(stage, "package.json"), "utf8"));
+  if (targets === "host") {
+    staged.napi.targets = staged.napi.targets.filter((t) => tripleToPlatform(t) === host);
+    if (staged.napi.targets.length !== 1) throw new Error(`${host} is not among the configured napi targets`);
+  }
+  writeFileSync(join(stage, "package.json"), JSON.stringify(staged, null, 2) + "\n");
+
+  // The shape `actions/download-artifact` leaves: one folder per build job.
+  for (const triple of staged.napi.targets) {
+    const platform = tripleToPlatform(triple);
+    const folder = join(stage, "artifacts", `bindings-${triple}`);
+    mkdirSync(folder, { recursive: true });
+    const file = join(folder, `${binaryName}.${platform}.node`);
+    if (platform === host) cpSync(binary, file);
+    else writeFileSync(file, `placeholder for ${triple}: not built on this machine\n`);
+  }
+  const napi = join(root, "node_modules", ".bin", "napi");
+  run(napi, ["artifacts", "--output-dir", "artifacts", "--npm-dir", "npm"], stage);
+  run(napi, ["pre-publish", "-t", "npm", "--skip-optional-publish", "--no-gh-release"], stage);
+
+  const out = join(work, "tarballs");
+  mkdirSync(out, { recursive: true });
+  const platforms = {};
+  for (const triple of staged.napi.targets) {
+    const platform = tripleToPlatform(triple);
+    const dir = join(stage, "npm", platform);
+    if (platform === host) {
+      platforms[platform] = packInto(dir, out);
+    } else {
+      // A placeholder package is only ever served, never installed here: a
+      // plain tar of its folder is enough and much quicker than `npm pack`.
+      const file = join(out, `${pkg.name}-${platform}-${staged.version}.tgz`);
+      run("tar", ["-czf", file, `--transform=s,^${platform},package,`, "-C", join(stage, "npm"), platform], stage);
+      platforms[platform] = file;
+    }
+  }
+  const main = packInto(stage, out);
+  return { main, platforms, host, manifest: JSON.parse(readFileSync(join(stage, "package.json"), "utf8")) };
+}
+
+/** Rust triple → napi platform folder name, for the triples in package.json. */
+export function tripleToPlatform(triple) {
+  const arch = triple.startsWith("x86_64-") ? "x64" : triple.startsWith("aarch64-") ? "arm64" : triple.split("-")[0];
+  if (triple.endsWith("-apple-darwin")) return `darwin-${arch}`;
+  if (triple.endsWith("-pc-windows-msvc")) return `win32-${arch}-msvc`;
+  if (triple.endsWith("-linux-gnu")) return `linux-${arch}-gnu`;
+  if (triple.endsWith("-linux-musl")) return `linux-${arch}-musl`;
+  throw new Error(`unknown target triple ${triple}`);
+}
+
+export const kb = (file) => `${(statSync(file).size / 1024).toFixed(1)} KB`;
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const out = process.argv[2] ? resolve(process.argv[2]) : mkdtempSync(join(tmpdir(), "byollm-release-"));
+  const { main, platforms } = stageRelease({ work: out });
+  console.log(`main package      ${kb(main)}  ${main}`);
+  for (const [platform, file] of Object.entries(platforms)) console.log(`${platform.padEnd(17)} ${kb(file)}  ${file}`);
+}
