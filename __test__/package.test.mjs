@@ -22,18 +22,17 @@ import { createHash } from "node:crypto";
 import { createServer } from "node:http";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { basename, delimiter, dirname, join } from "node:path";
-import { hostPlatform, kb, root, stageRelease } from "../scripts/pack-release.mjs";
+import { basename, delimiter, join } from "node:path";
+import { hostPlatform, kb, root, stageRelease, tarFolder } from "../scripts/pack-release.mjs";
 
 const NAME = "byollm-server-native";
 const host = hostPlatform();
 const binary = join(root, `${NAME}.${host}.node`);
+// Any platform works: the release workflow runs this next to each platform's binary.
 const skipReason =
-  host !== "linux-x64-gnu"
-    ? `only linux-x64-gnu is built on this machine (this is ${host})`
-    : !existsSync(binary) || !existsSync(join(root, "dist", "index.js"))
-      ? "the addon or dist/ is not built (npm run build:debug && npm run build:ts)"
-      : undefined;
+  !existsSync(binary) || !existsSync(join(root, "dist", "index.js")) || !existsSync(join(root, "edge", "byollm_edge.wasm"))
+    ? `the ${host} addon, dist/ or the edge .wasm is not built (npm run build:debug && npm run build:ts && npm run build:wasm)`
+    : undefined;
 if (skipReason) console.log(`# package.test.mjs skipped: ${skipReason}`);
 
 const CONSUMER = String.raw`
@@ -107,10 +106,7 @@ function pathWithoutRust() {
 /** Packs an installed package folder as a registry tarball (its files are already the published ones). */
 function packInstalled(dir, out) {
   const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
-  const file = join(out, `${manifest.name.replace("/", "-").replace("@", "")}-${manifest.version}.tgz`);
-  const r = spawnSync("tar", ["-czf", file, "--exclude=node_modules", `--transform=s,^${basename(dir)},package,`, "-C", dirname(dir), basename(dir)]);
-  assert.equal(r.status, 0, String(r.stderr));
-  return file;
+  return tarFolder(dir, join(out, `${manifest.name.replace("/", "-").replace("@", "")}-${manifest.version}.tgz`));
 }
 
 /** The main package's runtime dependencies and theirs, packed from this repository's node_modules. */
@@ -167,7 +163,8 @@ async function serveRegistry(tarballs) {
 // Asynchronous on purpose: the registry answers from this same process.
 function exec(cmd, args, cwd) {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { cwd, env });
+    // npm is a .cmd script on Windows, which only a shell starts.
+    const child = spawn(cmd, args, { cwd, env, shell: process.platform === "win32" && cmd === "npm" });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d) => (stdout += d));
@@ -294,10 +291,15 @@ test("without the platform package, importing says which platform it saw and wha
   const run = await exec(process.execPath, ["--input-type=module", "-e", `await import(${JSON.stringify(NAME)})`], project);
   assert.notEqual(run.status, 0);
   const stderr = run.stderr;
-  assert.match(stderr, /NativeAddonMissing: byollm-server-native: could not load the native addon on linux x64 \(glibc\), Node \d+/);
-  assert.match(stderr, new RegExp(`ships in the package ${NAME}-linux-x64-gnu@${release.manifest.version.replaceAll(".", "\\.")}`));
+  const libc = process.platform === "linux" ? ` (${host.endsWith("-musl") ? "musl" : "glibc"})` : "";
+  const escape = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  assert.ok(
+    stderr.includes(`NativeAddonMissing: ${NAME}: could not load the native addon on ${process.platform} ${process.arch}${libc}, Node ${process.versions.node}.`),
+    stderr,
+  );
+  assert.match(stderr, new RegExp(escape(`ships in the package ${NAME}-${host}@${release.manifest.version},`)));
   assert.match(stderr, /--omit=optional/);
   assert.match(stderr, /Prebuilt platforms: linux-x64-gnu, linux-x64-musl, linux-arm64-gnu, linux-arm64-musl, darwin-x64, darwin-arm64, win32-x64-msvc\./);
   assert.match(stderr, /build from source with a Rust toolchain/);
-  assert.match(stderr, new RegExp(`Cannot find module '${NAME}-linux-x64-gnu'`));
+  assert.match(stderr, new RegExp(escape(`Cannot find module '${NAME}-${host}'`)));
 });

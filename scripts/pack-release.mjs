@@ -10,9 +10,9 @@
 //
 // Used by __test__/package.test.mjs and __test__/dropin.test.mjs.
 import { spawnSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -31,8 +31,11 @@ export function hostPlatform() {
   return process.platform === "win32" ? `${base}-msvc` : base;
 }
 
+// npm is a .cmd script on Windows, which only a shell starts.
+const shell = process.platform === "win32";
+
 function run(cmd, args, cwd) {
-  const r = spawnSync(cmd, args, { cwd, encoding: "utf8" });
+  const r = spawnSync(cmd, args, { cwd, encoding: "utf8", shell: shell && cmd === "npm" });
   if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed in ${cwd}:\n${r.stdout}\n${r.stderr}`);
   return r.stdout;
 }
@@ -82,9 +85,9 @@ export function stageRelease({ work, binary, targets = "host" }) {
     if (platform === host) cpSync(binary, file);
     else writeFileSync(file, `placeholder for ${triple}: not built on this machine\n`);
   }
-  const napi = join(root, "node_modules", ".bin", "napi");
-  run(napi, ["artifacts", "--output-dir", "artifacts", "--npm-dir", "npm"], stage);
-  run(napi, ["pre-publish", "-t", "npm", "--skip-optional-publish", "--no-gh-release"], stage);
+  const napi = join(root, "node_modules", "@napi-rs", "cli", "dist", "cli.js");
+  run(process.execPath, [napi, "artifacts", "--output-dir", "artifacts", "--npm-dir", "npm"], stage);
+  run(process.execPath, [napi, "pre-publish", "-t", "npm", "--skip-optional-publish", "--no-gh-release"], stage);
 
   const out = join(work, "tarballs");
   mkdirSync(out, { recursive: true });
@@ -97,13 +100,27 @@ export function stageRelease({ work, binary, targets = "host" }) {
     } else {
       // A placeholder package is only ever served, never installed here: a
       // plain tar of its folder is enough and much quicker than `npm pack`.
-      const file = join(out, `${pkg.name}-${platform}-${staged.version}.tgz`);
-      run("tar", ["-czf", file, `--transform=s,^${platform},package,`, "-C", join(stage, "npm"), platform], stage);
-      platforms[platform] = file;
+      platforms[platform] = tarFolder(dir, join(out, `${pkg.name}-${platform}-${staged.version}.tgz`));
     }
   }
   const main = packInto(stage, out);
   return { main, platforms, host, manifest: JSON.parse(readFileSync(join(stage, "package.json"), "utf8")) };
+}
+
+/**
+ * A registry-style tarball (files under `package/`) of a folder, without its
+ * node_modules. Copies first so it needs no GNU-only tar option (macOS and
+ * Windows ship bsdtar, Alpine busybox tar).
+ */
+export function tarFolder(dir, file) {
+  const scratch = mkdtempSync(join(tmpdir(), "byollm-tar-"));
+  try {
+    cpSync(dir, join(scratch, "package"), { recursive: true, filter: (src) => !relative(dir, src).split(/[\\/]/).includes("node_modules") });
+    run("tar", ["-czf", file, "-C", scratch, "package"], scratch);
+    return file;
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
 }
 
 /** Rust triple → napi platform folder name, for the triples in package.json. */
