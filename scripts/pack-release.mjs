@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Builds the npm tarballs a release would publish, the way the release
-// workflow does (.github/workflows/release.yml): the built .node goes into an
-// artifacts folder, `napi artifacts` moves it into npm/<platform>/, and
+// workflow does (.github/workflows/release.yml): `napi create-npm-dirs` writes
+// the platform package manifests, the built .node goes into an artifacts
+// folder, `napi artifacts` moves it into npm/<platform>/, and
 // `napi pre-publish --skip-optional-publish` writes the main package's
 // optionalDependencies. Everything happens in a copy under a temp folder, so
 // the working tree (and its package.json) is never touched.
@@ -86,6 +87,7 @@ export function stageRelease({ work, binary, targets = "host" }) {
     else writeFileSync(file, `placeholder for ${triple}: not built on this machine\n`);
   }
   const napi = join(root, "node_modules", "@napi-rs", "cli", "dist", "cli.js");
+  run(process.execPath, [napi, "create-npm-dirs"], stage);
   run(process.execPath, [napi, "artifacts", "--output-dir", "artifacts", "--npm-dir", "npm"], stage);
   run(process.execPath, [napi, "pre-publish", "-t", "npm", "--skip-optional-publish", "--no-gh-release"], stage);
 
