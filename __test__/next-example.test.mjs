@@ -24,6 +24,7 @@ import { dirname, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { TestDaemon } from "./site-daemon.mjs";
 import { root } from "./site-harness.mjs";
+import { hostPlatform } from "../scripts/pack-release.mjs";
 
 const nodeModules = join(root, "node_modules");
 const useReference = process.env.BYOLLM_NEXT_EXAMPLE_SERVER === "reference";
@@ -86,6 +87,12 @@ before(async () => {
     await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], { cwd: serverPackage }),
   );
   await run("tar", ["-xzf", join(work, packed[0].filename), "-C", installed, "--strip-components=1"]);
+  if (!useReference) {
+    // Our binary ships in its platform package (npm/<platform>), which npm installs beside the main one.
+    const platformDir = join(app, "node_modules", `byollm-server-native-${hostPlatform()}`);
+    cpSync(join(root, "npm", hostPlatform()), platformDir, { recursive: true });
+    cpSync(join(root, `byollm-server-native.${hostPlatform()}.node`), join(platformDir, `byollm-server-native.${hostPlatform()}.node`));
+  }
   const manifest = JSON.parse(readFileSync(join(installed, "package.json"), "utf8"));
   for (const dep of Object.keys(manifest.dependencies ?? {})) {
     const target = join(app, "node_modules", dep);
