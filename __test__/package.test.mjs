@@ -206,7 +206,8 @@ before(async () => {
   registry = await serveRegistry([release.main, ...Object.values(release.platforms), ...deps]);
   const userconfig = join(work, "npmrc");
   writeFileSync(userconfig, "");
-  env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k)));
+  // (PATH is dropped in any spelling too: Windows calls it Path, and two copies would race.)
+  env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k) && k.toUpperCase() !== "PATH"));
   Object.assign(env, {
     PATH: pathWithoutRust(),
     npm_config_registry: registry.url,
