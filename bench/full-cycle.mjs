@@ -211,7 +211,7 @@ export function serve(handler) {
 }
 
 /** `jobs` full cycles with one device; returns jobs/s (server-side and wall) and the device's share. */
-async function cycles(impl, { jobs, promptChars, fill = 0, http = false }) {
+export async function cycles(impl, { jobs, promptChars, fill = 0, http = false }) {
   const site = makeSite(impl);
   await fillStore(site, fill);
   const timer = { ms: 0 };

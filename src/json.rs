@@ -76,6 +76,11 @@ impl JsStr {
         &self.text
     }
 
+    /// The text, moved out; lone surrogates read as U+FFFD.
+    pub fn into_string(self) -> String {
+        self.text
+    }
+
     /// True when the string holds a lone surrogate.
     pub fn has_lone_surrogate(&self) -> bool {
         self.lone.is_some()
@@ -233,6 +238,15 @@ impl Doc {
     pub fn str(&self, id: NodeId) -> Option<&JsStr> {
         match self.node(id) {
             Node::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Move the string at `id` out of the document (leaving an empty string
+    /// behind), so a large value can be handed on without a copy.
+    pub fn take_str(&mut self, id: NodeId) -> Option<JsStr> {
+        match self.nodes.get_mut(id as usize) {
+            Some(Node::String(s)) => Some(std::mem::replace(s, JsStr::new(String::new()))),
             _ => None,
         }
     }

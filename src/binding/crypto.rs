@@ -229,7 +229,7 @@ fn open_result(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult 
             // A plaintext holding a lone surrogate goes back as exact UTF-16.
             let plaintext = match text.lone_utf16() {
                 Some(units) => Either::B(Utf16String::from(units.to_vec())),
-                None => Either::A(text.as_str().to_string()),
+                None => Either::A(text.into_string()),
             };
             JsOpenResult {
                 ok: true,
