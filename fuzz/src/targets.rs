@@ -492,6 +492,21 @@ pub fn b64_target() -> Target {
                 "inner-body decode"
             );
             assert_eq!(b64::decode_hex_lenient(&t), model_hex(bytes), "hex decode");
+            // The buffer-reusing forms clear what the buffer held before.
+            let mut buf = vec![0xAA; 7];
+            b64::decode_lenient_into(&t, &mut buf);
+            assert_eq!(
+                buf,
+                model_lenient(bytes),
+                "lenient decode into a used buffer"
+            );
+            let mut buf = vec![0x55; 5];
+            let ok = b64::decode_inner_body_into(bytes, &mut buf);
+            assert_eq!(
+                ok.then_some(buf),
+                model_inner(bytes),
+                "inner-body decode into a used buffer"
+            );
             if let Some(decoded) = b64::decode_inner_body(&t) {
                 // Re-encoding a strict decode gives back the text, up to the
                 // ignored trailing bits of the last symbol.
