@@ -15,6 +15,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { gunzipSync } from "node:zlib";
 import * as protocol from "@byollm/protocol";
 import { installRuntimes } from "../scripts/runtime-matrix.mjs";
 
@@ -189,6 +190,29 @@ test("edge module in Node too (no Deno): the embedded .wasm loads and errors are
   );
   const size = statSync(join(root, "edge", "byollm_edge.wasm")).size;
   assert.ok(size <= 300 * 1024, `edge/byollm_edge.wasm is ${size} bytes, over the 300 KB budget`);
+});
+
+test("edge/wasm-inline.js is edge/byollm_edge.wasm gzipped, and unpacks without node:zlib too", async () => {
+  ensureWasm();
+  // One module, two forms (./edge embeds it, ./edge/workers and ./edge/manual
+  // load the file): the embedded one must be exactly the file, compressed.
+  const wasm = readFileSync(join(root, "edge", "byollm_edge.wasm"));
+  const { default: embedded } = await import("../edge/wasm-inline.js");
+  const packed = Buffer.from(embedded, "base64");
+  assert.equal(packed.subarray(0, 2).toString("hex"), "1f8b", "the embedded module is not gzip");
+  assert.ok(gunzipSync(packed).equals(wasm), "the embedded module differs from edge/byollm_edge.wasm");
+  assert.ok(packed.length < wasm.length * 0.6, `the embedded module is ${packed.length} bytes for a ${wasm.length}-byte .wasm`);
+  // Deno, Supabase and browsers have no process.getBuiltinModule: they take
+  // the DecompressionStream path, exercised here in a fresh Node process.
+  const script = `let streams = 0;
+const Native = globalThis.DecompressionStream;
+globalThis.DecompressionStream = class extends Native { constructor(f) { super(f); streams++; } };
+process.getBuiltinModule = undefined;
+const edge = await import(${JSON.stringify(new URL("../edge/index.js", import.meta.url).href)});
+console.log(JSON.stringify([streams, edge.keyId(${JSON.stringify(fixture.site.identityPublic)})]));`;
+  const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout.trim().split("\n").pop()), [1, "BYOLLM-EA1K-Z4XJ-89JV-57J7-CG5C-KY87"]);
 });
 
 test("edge module: a trap in the core becomes a plain Error and a fresh instance takes over", async () => {

@@ -7,7 +7,7 @@
 //   import { init, open } from "byollm-server-native/edge/manual";
 //   await init(fetch(wasmUrl));   // streamed and compiled while downloading
 //
-// This skips the ~380 KB of base64 that index.js carries, which is what a
+// This skips the ~140 KB of gzipped base64 that index.js carries, which is what a
 // browser page wants; index.js stays the zero-configuration choice for Deno
 // and Supabase, where reading a file next to the module needs a permission.
 export { init, isReady } from "./core.js";
