@@ -212,12 +212,15 @@ fn mutate_once(data: &mut Vec<u8>, rng: &mut Rng, corpus: &[Vec<u8>], dict: &[&[
 // ---------------------------------------------------------------------------
 // The loop
 
+/// The function under test: called once per input.
+pub type RunFn = Box<dyn FnMut(&[u8])>;
+
 /// One fuzz target: its seeds, dictionary and the function under test.
 pub struct Target {
     pub name: &'static str,
     pub seeds: Vec<Vec<u8>>,
     pub dict: Vec<&'static [u8]>,
-    pub run: Box<dyn FnMut(&[u8])>,
+    pub run: RunFn,
 }
 
 pub struct Options {
@@ -343,7 +346,7 @@ pub fn fuzz(target: &mut Target, opts: &Options) -> Report {
     let dict = target.dict.clone();
     let mut input = Vec::with_capacity(opts.max_len);
     while report.execs < opts.max_execs {
-        if report.execs % 256 == 0 && start.elapsed() >= opts.duration {
+        if report.execs.is_multiple_of(256) && start.elapsed() >= opts.duration {
             break;
         }
         input.clear();
