@@ -23,6 +23,13 @@ const STORED_KEYS_ORDER = [
   "createdAt",
 ];
 
+// Deliberate difference (docs/security.md): only the canonical spelling of a
+// request signature verifies; the reference's lenient decoder accepts these.
+const STRICT_SIGNATURE = new Set([
+  "signature with '==' appended (lenient base64url: still valid)",
+  "signature in standard base64 alphabet (lenient: still valid)",
+]);
+
 test("generateKeys: shape, key order, consistency, fresh every call", () => {
   const a = native.generateKeys(T0);
   assert.deepEqual(Object.keys(a), STORED_KEYS_ORDER);
@@ -151,7 +158,7 @@ test("request signatures: canonical bytes, signatures, verify outcomes", () => {
     assert.deepEqual(sig, c.signature, c.name);
   }
   for (const c of signatures.verify) {
-    assert.equal(native.verifyRequest(c.args), c.expected, c.name);
+    assert.equal(native.verifyRequest(c.args), STRICT_SIGNATURE.has(c.name) ? "bad-signature" : c.expected, c.name);
   }
   const s = signatures.siteSigned;
   const ring = new native.SiteKeyring(fx.site);

@@ -8,8 +8,7 @@ import { resolve, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-// PENDING: `verify` joins once request signatures are strict in the core (src/signing.rs).
-const TARGETS = ["inspect", "open", "keys", "b64"];
+const TARGETS = ["inspect", "open", "verify", "keys", "b64"];
 
 test("fuzz smoke: every target runs without a crash", { timeout: 180_000 }, () => {
   const r = spawnSync("bash", [join(root, "scripts", "fuzz.sh"), "4", ...TARGETS], { cwd: root, encoding: "utf8", env: { ...process.env, FUZZ_SEED: String(Date.now() % 100000) } });

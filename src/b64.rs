@@ -174,6 +174,17 @@ fn simd_url_into(input: &[u8], out: &mut Vec<u8>) -> bool {
         .is_ok()
 }
 
+/// Strict unpadded base64url, accepting only the one spelling the encoders
+/// on this wire write: no padding, no `+`/`/`, no junk and no non-zero
+/// leftover bits in the last symbol. `None` for anything else. Used for
+/// request signatures, where the reference's lenient decoder lets a second
+/// spelling of a valid signature verify.
+pub fn decode_canonical_url(text: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()
+}
+
 /// Lowercase hex, as Node's `digest("hex")` writes it.
 pub fn hex_lower(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

@@ -103,6 +103,13 @@ pub fn verify_request(
     let Some(key) = key else {
         return Some(SignatureFailure::BadSignature);
     };
+    // Deliberate difference: the reference decodes the signature leniently
+    // (junk skipped, `=` ends it, either alphabet), so altered texts of a
+    // valid signature verify too. Only the canonical spelling counts here;
+    // every signer on this wire writes exactly that.
+    if b64::decode_canonical_url(&signature.signature).is_none_or(|bytes| bytes.len() != 64) {
+        return Some(SignatureFailure::BadSignature);
+    }
     let canonical = canonical_request(endpoint, &signature.runner_id, signature.issued_at, body);
     if keys::verify_with_key(key, canonical.as_bytes(), &signature.signature) {
         None
@@ -177,6 +184,63 @@ mod tests {
             "byollm/v1/request\nclaim\nrunner_1\n1767225660000\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
         assert!(canonical_request("x", "r", 1.5, "").contains("\n1.5\n"));
+    }
+
+    #[test]
+    fn only_the_canonical_spelling_of_a_signature_verifies() {
+        let d = device();
+        let key = keys::verifying_key(&d.keys().identity_public);
+        let sig = sign_request(&d, "claim", "r", 1_000_000.0, "{}");
+        let text = sig.signature.clone();
+        assert_eq!(text.len(), 86);
+        let verdict = |signature: String| {
+            let s = RequestSignature {
+                signature,
+                ..sig.clone()
+            };
+            verify_request(
+                key.as_ref(),
+                "claim",
+                "{}",
+                &s,
+                1_000_000.0,
+                MAX_CLOCK_SKEW_MS,
+            )
+        };
+        assert_eq!(verdict(text.clone()), None);
+        // The reference accepts all of these (its decoder is lenient).
+        let std_alphabet = text.replace('-', "+").replace('_', "/");
+        let (head, tail) = text.split_at(20);
+        // The last symbol carries 2 data bits and 4 leftover bits: flip one leftover bit.
+        let mut trailing = text.clone();
+        trailing.pop();
+        trailing.push(match text.chars().last() {
+            Some('A') => 'B',
+            Some('Q') => 'R',
+            Some('g') => 'h',
+            _ => 'x',
+        });
+        for spelling in [
+            format!("{text}=="),
+            format!("{head}!{tail}"),
+            format!("{head} {tail}"),
+            format!("{text}\n"),
+            trailing,
+        ] {
+            assert_eq!(
+                verdict(spelling.clone()),
+                Some(SignatureFailure::BadSignature),
+                "{spelling}"
+            );
+        }
+        if std_alphabet != text {
+            assert_eq!(verdict(std_alphabet), Some(SignatureFailure::BadSignature));
+        }
+        assert_eq!(verdict(String::new()), Some(SignatureFailure::BadSignature));
+        assert_eq!(
+            verdict(text[..84].to_string()),
+            Some(SignatureFailure::BadSignature)
+        );
     }
 
     #[test]
