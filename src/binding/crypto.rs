@@ -24,6 +24,92 @@ use crate::site_keys;
 
 // ---------------------------------------------------------------- shapes
 
+/// A JavaScript string read into Rust without UTF-8 transcoding when it is
+/// pure ASCII (as a ciphertext is): V8 then copies its one-byte form
+/// straight out. A megabyte envelope's ciphertext is ~1.4 M characters, and
+/// the UTF-8 writer costs a visible share of an open.
+///
+/// The Latin-1 getter alone cannot tell ASCII from other text: it keeps
+/// only the low byte of each UTF-16 unit, so "Ł" (U+0141) would come out as
+/// "A", and "é" as a lone 0xE9 byte where UTF-8 would give two. So the
+/// string's UTF-8 length is asked first: it equals its UTF-16 length
+/// exactly when every unit is ASCII (anything else, lone surrogates
+/// included, takes two or more UTF-8 bytes). Every other string takes the
+/// ordinary UTF-8 path, so what the core sees is the same text either way.
+pub struct AsciiFirstString(pub String);
+
+impl TypeName for AsciiFirstString {
+    fn type_name() -> &'static str {
+        String::type_name()
+    }
+
+    fn value_type() -> ValueType {
+        String::value_type()
+    }
+}
+
+impl ValidateNapiValue for AsciiFirstString {}
+
+impl FromNapiValue for AsciiFirstString {
+    unsafe fn from_napi_value(
+        env: napi::sys::napi_env,
+        napi_val: napi::sys::napi_value,
+    ) -> Result<Self> {
+        use napi::sys;
+        let mut utf8_len = 0usize;
+        let mut units = 0usize;
+        // SAFETY: length queries only (null buffer), as napi documents them.
+        let queried = unsafe {
+            sys::napi_get_value_string_utf8(env, napi_val, std::ptr::null_mut(), 0, &mut utf8_len)
+                == sys::Status::napi_ok
+                && sys::napi_get_value_string_latin1(
+                    env,
+                    napi_val,
+                    std::ptr::null_mut(),
+                    0,
+                    &mut units,
+                ) == sys::Status::napi_ok
+        };
+        if queried && utf8_len == units {
+            // Room for the terminating NUL napi always writes.
+            let mut buf: Vec<u8> = Vec::with_capacity(units + 1);
+            let mut written = 0usize;
+            // SAFETY: the buffer has `units + 1` bytes of capacity, which is
+            // what napi is told it may write; only `written` bytes are then
+            // claimed as initialised (napi never reports more than it wrote).
+            let status = unsafe {
+                sys::napi_get_value_string_latin1(
+                    env,
+                    napi_val,
+                    buf.as_mut_ptr().cast(),
+                    units + 1,
+                    &mut written,
+                )
+            };
+            if status == sys::Status::napi_ok && written <= units {
+                // SAFETY: see above; `written` bytes were initialised.
+                unsafe { buf.set_len(written) };
+                // Checked rather than assumed: an ASCII scan is cheap next to
+                // the transcoding it replaces.
+                if buf.is_ascii() {
+                    // SAFETY: ASCII bytes are valid UTF-8.
+                    return Ok(AsciiFirstString(unsafe {
+                        String::from_utf8_unchecked(buf)
+                    }));
+                }
+            }
+        }
+        // Not a string, or not ASCII: the ordinary path (and its errors).
+        unsafe { String::from_napi_value(env, napi_val) }.map(AsciiFirstString)
+    }
+}
+
+impl ToNapiValue for AsciiFirstString {
+    unsafe fn to_napi_value(env: napi::sys::napi_env, val: Self) -> Result<napi::sys::napi_value> {
+        unsafe { String::to_napi_value(env, val.0) }
+    }
+}
+
 #[napi(object, js_name = "StoredKeys")]
 pub struct JsStoredKeys {
     #[napi(ts_type = "1")]
@@ -45,7 +131,8 @@ pub struct JsPublicIdentity {
 
 #[napi(object, js_name = "SealedEnvelope")]
 pub struct JsSealedEnvelope {
-    pub ciphertext: String,
+    #[napi(ts_type = "string")]
+    pub ciphertext: AsciiFirstString,
     pub recipient_key_id: String,
     pub sender_key_id: String,
     #[napi(ts_type = "\"payload\" | \"result\"")]
@@ -202,7 +289,7 @@ impl From<PublicIdentity> for JsPublicIdentity {
 impl From<envelope::SealedEnvelope> for JsSealedEnvelope {
     fn from(e: envelope::SealedEnvelope) -> Self {
         JsSealedEnvelope {
-            ciphertext: e.ciphertext,
+            ciphertext: AsciiFirstString(e.ciphertext),
             recipient_key_id: e.recipient_key_id,
             sender_key_id: e.sender_key_id,
             direction: e.direction,
@@ -214,7 +301,7 @@ impl From<envelope::SealedEnvelope> for JsSealedEnvelope {
 impl From<JsSealedEnvelope> for envelope::SealedEnvelope {
     fn from(e: JsSealedEnvelope) -> Self {
         envelope::SealedEnvelope {
-            ciphertext: e.ciphertext,
+            ciphertext: e.ciphertext.0,
             recipient_key_id: e.recipient_key_id,
             sender_key_id: e.sender_key_id,
             direction: e.direction,

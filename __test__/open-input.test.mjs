@@ -1,0 +1,90 @@
+// How open() reads its inputs: the ciphertext string is read as one-byte
+// text when it is pure ASCII, and through UTF-8 otherwise. Non-ASCII
+// characters must reach the lenient base64 decoder exactly as before, so
+// envelopes with such characters spliced in must open (or fail) just as the
+// reference's do. Also checks the UTF-16 output path for large plaintexts.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as ref from "@byollm/protocol";
+import * as native from "../index.js";
+
+const T0 = 1767225600000;
+await ref.cryptoReady();
+const site = ref.generateKeys(T0);
+const device = ref.generateKeys(T0);
+const context = {
+  jobId: "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
+  senderKeyId: ref.keyId(device.identityPublic),
+  recipientKeyId: ref.keyId(site.identityPublic),
+  deadlineAt: T0 + 86_400_000,
+  direction: "result",
+};
+const { deadlineAt, ...expected } = context;
+const sealWith = (plaintext) =>
+  ref.seal({ plaintext, senderKeys: device, recipientEncryptionPublic: site.encryptionPublic, context });
+const openBoth = (envelope) => {
+  const args = { envelope, recipientKeys: site, senderIdentityPublic: device.identityPublic, expected };
+  return [native.open(args), ref.open(args)];
+};
+
+test("non-ASCII characters spliced into a ciphertext: same outcome as the reference", async () => {
+  const envelope = await sealWith("a plaintext of some length, enough for a few base64 blocks");
+  const c = envelope.ciphertext;
+  // Characters whose UTF-16 units are junk to Node's decoder in every
+  // reading: "é" (one byte in Latin-1, two in UTF-8), U+0100, a lone
+  // surrogate, U+2028, U+00FF/U+0080.
+  const inserts = ["é", "ééé", "\u0100", "\ud800", "\u2028", "\u00ff\u0080"];
+  let cases = 0;
+  for (const ins of inserts) {
+    for (const at of [0, 1, 7, c.length >> 1, c.length - 1, c.length]) {
+      const spliced = { ...envelope, ciphertext: c.slice(0, at) + ins + c.slice(at) };
+      const [ours, theirs] = openBoth(spliced);
+      assert.equal(ours.ok, true, `insert ${JSON.stringify(ins)} at ${at}`);
+      assert.deepEqual(ours, await theirs, `insert ${JSON.stringify(ins)} at ${at}`);
+      cases++;
+    }
+  }
+  // The untouched envelope still opens, through the one-byte path.
+  const [ours, theirs] = openBoth(envelope);
+  assert.equal(ours.ok, true);
+  assert.deepEqual(ours, await theirs);
+  assert.equal(cases, inserts.length * 6);
+});
+
+test("characters above U+00FF whose low byte is a base64 symbol: skipped by us (known difference)", async () => {
+  // Node's base64 decoder keeps only the low byte of each UTF-16 unit, so
+  // the reference reads "Ł" (U+0141) and U+FF41 as "A". Our lenient decoder
+  // (src/b64.rs) skips every non-ASCII character instead. Not reachable with
+  // envelopes any encoder writes; recorded here so a change either way is
+  // seen. This input path must not turn them into "A" on its own either.
+  console.log("# known difference: Node reads U+0141 / U+FF41 in base64 text as 'A'; we skip them");
+  const envelope = await sealWith("some plaintext");
+  const c = envelope.ciphertext;
+  for (const ins of ["Ł", "\uff41", "\u0141\u0142\u0143"]) {
+    const spliced = { ...envelope, ciphertext: c.slice(0, 4) + ins + c.slice(4) };
+    const [ours, theirs] = openBoth(spliced);
+    assert.deepEqual(ours, { ok: true, plaintext: "some plaintext" }, `insert ${JSON.stringify(ins)}`);
+    assert.equal((await theirs).ok, false, `reference, insert ${JSON.stringify(ins)}`);
+  }
+});
+
+test("a one-byte (Latin-1) ciphertext string with bytes >= 0x80 is not read as ASCII", async () => {
+  const envelope = await sealWith("x".repeat(300));
+  const c = envelope.ciphertext;
+  // "\xC1" would be "A" if only its low seven bits were kept.
+  for (const ins of ["\xc1", "\xe9\xe9", "\x80", "\xff"]) {
+    const spliced = { ...envelope, ciphertext: c.slice(0, 40) + ins + c.slice(40) };
+    const [ours, theirs] = openBoth(spliced);
+    assert.deepEqual(ours, await theirs, `insert ${JSON.stringify(ins)}`);
+  }
+});
+
+test("large mixed-script plaintexts come back exactly", async () => {
+  const unit = 'ASCII run of some length — “quoted” é 😀 \u2028 ' + "z".repeat(37);
+  for (const plaintext of [unit.repeat(3000), "é".repeat(70000), "😀".repeat(20000) + "tail", "y".repeat(100000) + "é"]) {
+    const [ours, theirs] = openBoth(await sealWith(plaintext));
+    assert.equal(ours.ok, true);
+    assert.equal(ours.plaintext, plaintext);
+    assert.deepEqual(ours, await theirs);
+  }
+});
