@@ -23,7 +23,7 @@
 use blake2::digest::consts::U24;
 use blake2::{Blake2b, Digest};
 use crypto_secretbox::aead::{AeadInPlace, KeyInit};
-use crypto_secretbox::{Nonce, Tag, XSalsa20Poly1305};
+use crypto_secretbox::{Nonce, XSalsa20Poly1305};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use rand_core::{CryptoRng, OsRng, RngCore};
 use salsa20::hsalsa;
@@ -187,15 +187,20 @@ fn seal_nonce(ephemeral_public: &[u8; 32], recipient_public: &[u8; 32]) -> Nonce
 /// X25519 then HSalsa20 (`crypto_box_beforenm`), refusing an all-zero shared
 /// secret like libsodium does.
 fn box_key(secret: &StaticSecret, their_public: &[u8; 32]) -> Option<XSalsa20Poly1305> {
+    box_key_bytes(secret, their_public).map(|key| XSalsa20Poly1305::new(key.as_ref().into()))
+}
+
+/// [`box_key`] as bytes, for the open path (`crate::secretbox`).
+fn box_key_bytes(secret: &StaticSecret, their_public: &[u8; 32]) -> Option<Zeroizing<[u8; 32]>> {
     let shared = secret.diffie_hellman(&XPublicKey::from(*their_public));
     if !shared.was_contributory() {
         return None;
     }
-    let key = Zeroizing::new(hsalsa::<salsa20::cipher::consts::U10>(
-        shared.as_bytes().into(),
-        &Default::default(),
-    ));
-    Some(XSalsa20Poly1305::new(&key))
+    let mut key =
+        hsalsa::<salsa20::cipher::consts::U10>(shared.as_bytes().into(), &Default::default());
+    let bytes = Zeroizing::new(key.into());
+    zeroize::Zeroize::zeroize(key.as_mut_slice());
+    Some(bytes)
 }
 
 /// `crypto_box_seal` with a given ephemeral secret (for known answers; real
@@ -246,12 +251,12 @@ pub fn open_box_owned(
         return None;
     }
     let ephemeral_public: [u8; 32] = sealed.get(..32)?.try_into().ok()?;
-    let tag = Tag::clone_from_slice(sealed.get(32..SEAL_OVERHEAD)?);
-    let cipher = box_key(secret, &ephemeral_public)?;
-    let nonce = seal_nonce(&ephemeral_public, own_public);
-    cipher
-        .decrypt_in_place_detached(&nonce, b"", sealed.get_mut(SEAL_OVERHEAD..)?, &tag)
-        .ok()?;
+    let tag: [u8; 16] = sealed.get(32..SEAL_OVERHEAD)?.try_into().ok()?;
+    let key = box_key_bytes(secret, &ephemeral_public)?;
+    let nonce = seal_nonce(&ephemeral_public, own_public).into();
+    if !crate::secretbox::open_in_place(&key, &nonce, sealed.get_mut(SEAL_OVERHEAD..)?, &tag) {
+        return None;
+    }
     sealed.drain(..SEAL_OVERHEAD);
     Some(sealed)
 }
@@ -496,14 +501,11 @@ fn open_box_in_place<'a>(
         return None;
     }
     let ephemeral_public: [u8; 32] = sealed.get(..32)?.try_into().ok()?;
-    let tag = Tag::clone_from_slice(sealed.get(32..SEAL_OVERHEAD)?);
-    let cipher = box_key(secret, &ephemeral_public)?;
-    let nonce = seal_nonce(&ephemeral_public, own_public);
+    let tag: [u8; 16] = sealed.get(32..SEAL_OVERHEAD)?.try_into().ok()?;
+    let key = box_key_bytes(secret, &ephemeral_public)?;
+    let nonce = seal_nonce(&ephemeral_public, own_public).into();
     let message = sealed.get_mut(SEAL_OVERHEAD..)?;
-    cipher
-        .decrypt_in_place_detached(&nonce, b"", message, &tag)
-        .ok()?;
-    Some(message)
+    crate::secretbox::open_in_place(&key, &nonce, message, &tag).then_some(message)
 }
 
 /// Split `{"body":"B","signature":"S"}` when the bytes have exactly that

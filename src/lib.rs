@@ -11,6 +11,7 @@ pub mod site_keys;
 
 // --- envelopes, request signatures, identifiers
 pub mod envelope;
+pub mod secretbox;
 pub mod ids;
 pub mod signing;
 
