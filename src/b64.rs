@@ -5,9 +5,10 @@
 //!
 //! Decoding is where compatibility lives. The reference decodes keys,
 //! signatures, ciphertexts and the site-keys secret with Node's
-//! `Buffer.from(text, "base64" | "base64url")`, which never fails: it takes
-//! either alphabet, skips anything that is not a base64 character, stops at the
-//! first `=`, and keeps only whole bytes. No crate reproduces that (the `base64`
+//! `Buffer.from(text, "base64" | "base64url")`, which never fails: it reads
+//! each UTF-16 unit as its low byte, takes either alphabet, skips anything that
+//! is not a base64 character, stops at the first `=`, and keeps only whole
+//! bytes. No crate reproduces that (the `base64`
 //! crate is strict by design, and its "forgiving" modes still reject stray
 //! characters), so [`decode_lenient`] is written out here.
 //!
@@ -102,7 +103,19 @@ pub fn decode_lenient_into(text: &str, out: &mut Vec<u8>) {
         return;
     }
     out.clear();
-    lenient_slow_into(text.as_bytes(), out);
+    if text.is_ascii() {
+        lenient_slow_into(text.as_bytes(), out);
+    } else {
+        // Node reads a JS string for base64 as Latin-1: each UTF-16 unit
+        // counts as its low byte, so U+0141 "Ł" is an "A" and U+013D "Ľ" (or
+        // the high surrogate of an emoji, 0xD83D) is an "=" that ends the
+        // input, while "é" (0xE9) is skipped like any other junk.
+        let units: Vec<u8> = text
+            .encode_utf16()
+            .map(|unit| (unit & 0xFF) as u8)
+            .collect();
+        lenient_slow_into(&units, out);
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +242,12 @@ mod tests {
         assert_eq!(decode_lenient("+/+/"), vec![0xfb, 0xff, 0xbf]);
         assert_eq!(decode_lenient("QU JD\nRA"), b"ABCD".to_vec());
         assert_eq!(decode_lenient("QUJDéRA"), b"ABCD".to_vec());
+        // Beyond Latin-1, Node keeps each UTF-16 unit's low byte (checked
+        // against Buffer.from(text, "base64") on Node 20 and 22).
+        assert_eq!(decode_lenient("QŁFB"), vec![0x40, 0x01, 0x41]);
+        assert_eq!(decode_lenient("QUJDĽRA"), b"ABC".to_vec());
+        assert_eq!(decode_lenient("QUJD😀RA"), b"ABC".to_vec());
+        assert_eq!(decode_lenient("Q\u{FF41}FB"), vec![0x40, 0x01, 0x41]);
     }
 
     #[test]
