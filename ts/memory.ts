@@ -46,6 +46,8 @@ export interface NativeMemoryStoreHandle {
     now: number,
   ): string;
   get(id: string): string | null | undefined;
+  omitEnvelopes(): void;
+  envelope(id: string): string | null | undefined;
   claim(runnerId: string, runnerOwner: string, capabilities: string[], max: number, leaseMs: number, now: number): string;
   renewLeases(runnerId: string, leases: string[], leaseMs: number, now: number): (number | null | undefined)[];
   adopt(jobId: string, leaseId: string, expiresAt: number, now: number): string | null | undefined;
@@ -89,6 +91,7 @@ const native = loaded as unknown as {
 export type JobRow = [
   id: string,
   kind: string,
+  /** `[]` for a large sealed envelope the store left out (see `MemoryStore`). */
   envelope: unknown,
   sizeClass: string,
   audience: string,
@@ -110,24 +113,94 @@ export type JobRow = [
   updatedAt: number,
 ];
 
-/** Build the reference's record object (its key order) from a native row. */
-export function jobRecordFromRow(row: JobRow): JobRecord {
-  const envelope = row[2];
+/**
+ * An envelope as a native row carries it: five sealed parts, `[array]` for a
+ * caller's array, or their own value. (`[]`, a large envelope left out, is
+ * handled by `jobRecordFromRow`.)
+ */
+function envelopeFromRow(envelope: unknown): unknown {
+  if (!Array.isArray(envelope)) return envelope;
+  return envelope.length === 1
+    ? envelope[0]
+    : {
+        ciphertext: envelope[0],
+        recipientKeyId: envelope[1],
+        senderKeyId: envelope[2],
+        direction: envelope[3],
+        deadlineAt: envelope[4],
+      };
+}
+
+/** Turn the accessor into a plain data property holding `value` (same key position). */
+function settle(record: object, value: unknown): void {
+  try {
+    Object.defineProperty(record, "envelope", { value, writable: true, enumerable: true, configurable: true });
+  } catch {
+    // A frozen or sealed record keeps its accessor, which serves `value`.
+  }
+}
+
+/**
+ * Build the reference's record object (its key order) from a native row.
+ * A row may carry `[]` for a large envelope; the record then reads it from
+ * the store on first access: an enumerable accessor in the same key
+ * position, so JSON, spreading, key order and deep equality see the same
+ * value a plain property would hold. Exact because the store keeps no
+ * retention: a job id never changes its envelope.
+ */
+export function jobRecordFromRow(row: JobRow, lazy?: NativeMemoryStoreHandle): JobRecord {
   const lease = row[10];
   const purpose = row[5];
   const allow = row[7];
+  const envelope = row[2];
+  if (lazy !== undefined && Array.isArray(envelope) && envelope.length === 0) {
+    const id = row[0];
+    let loaded = false;
+    let held: unknown;
+    return {
+      id,
+      kind: row[1],
+      get envelope(): unknown {
+        if (!loaded) {
+          const text = lazy.envelope(id);
+          held = text == null ? undefined : envelopeFromRow(JSON.parse(text));
+          loaded = true;
+          settle(this, held);
+        }
+        return held;
+      },
+      set envelope(value: unknown) {
+        // A plain property of a frozen object refuses writes (TypeError in
+        // strict code); the setter would otherwise accept them silently.
+        if (Object.isFrozen(this)) throw new TypeError("Cannot assign to read only property 'envelope' of object");
+        held = value;
+        loaded = true;
+        settle(this, value);
+      },
+      sizeClass: row[3],
+      audience: row[4],
+      purpose: purpose === 0 ? undefined : purpose[0],
+      owner: row[6],
+      audienceAllow: allow === 0 ? undefined : allow,
+      dependsOn: row[8],
+      state: row[9],
+      lease: lease === null ? null : { id: lease[0], runnerId: lease[1], expiresAt: lease[2] },
+      completedByLeaseId: row[11],
+      createdAt: row[12],
+      claimableAt: row[13],
+      ttlMs: row[14],
+      deadlineAt: row[15],
+      refusedBy: row[16],
+      attempts: row[17],
+      outcome: row[18],
+      provenance: row[19],
+      updatedAt: row[20],
+    } as JobRecord;
+  }
   return {
     id: row[0],
     kind: row[1],
-    envelope: Array.isArray(envelope)
-      ? {
-          ciphertext: envelope[0],
-          recipientKeyId: envelope[1],
-          senderKeyId: envelope[2],
-          direction: envelope[3],
-          deadlineAt: envelope[4],
-        }
-      : envelope,
+    envelope: envelopeFromRow(envelope),
     sizeClass: row[3],
     audience: row[4],
     purpose: purpose === 0 ? undefined : purpose[0],
@@ -149,14 +222,14 @@ export function jobRecordFromRow(row: JobRow): JobRecord {
   } as JobRecord;
 }
 
-function jobFromJson(text: string | null | undefined): JobRecord | null {
-  return text == null ? null : jobRecordFromRow(JSON.parse(text) as JobRow);
+function jobFromJson(text: string | null | undefined, lazy: NativeMemoryStoreHandle | undefined): JobRecord | null {
+  return text == null ? null : jobRecordFromRow(JSON.parse(text) as JobRow, lazy);
 }
 
-function jobsFromJson(text: string): JobRecord[] {
+function jobsFromJson(text: string, lazy: NativeMemoryStoreHandle | undefined): JobRecord[] {
   const rows = JSON.parse(text) as JobRow[];
   const out = new Array<JobRecord>(rows.length);
-  for (let at = 0; at < rows.length; at += 1) out[at] = jobRecordFromRow(rows[at] as JobRow);
+  for (let at = 0; at < rows.length; at += 1) out[at] = jobRecordFromRow(rows[at] as JobRow, lazy);
   return out;
 }
 
@@ -226,6 +299,8 @@ export interface NativeMemoryStoreOptions extends MemoryStoreOptions {
  */
 export class MemoryStore implements ByollmStore {
   readonly #native: NativeMemoryStoreHandle;
+  /** The native store when records read their envelope lazily, else undefined. */
+  readonly #lazy: NativeMemoryStoreHandle | undefined;
   readonly #watchers = new Map<string, Set<() => void>>();
   /** Runner records by id: read on every signed request, written rarely. */
   readonly #runners = new Map<string, RunnerRecord>();
@@ -236,6 +311,14 @@ export class MemoryStore implements ByollmStore {
       throw new Error("the native addon has no NativeMemoryStore: rebuild it with `npm run build:native`");
     }
     this.#native = new Native(options.defaultTtlMs ?? undefined, options.retentionMs ?? undefined);
+    // Without retention an id keeps its job (and envelope) for good, so a
+    // record may fetch a large envelope later, when (and if) it is read; with
+    // retention the id could be dropped and reused in between, so records
+    // carry it from the start.
+    if (options.retentionMs == null && typeof this.#native.omitEnvelopes === "function") {
+      this.#native.omitEnvelopes();
+      this.#lazy = this.#native;
+    }
   }
 
   /** The native store, for callers that want to skip the record objects. */
@@ -264,13 +347,14 @@ export class MemoryStore implements ByollmStore {
         parts === undefined ? jsonOf(input.envelope) : undefined,
         now,
       ),
+      this.#lazy,
     ) as JobRecord;
     this.#notify();
     return Promise.resolve(record);
   }
 
   get(jobId: string): Promise<JobRecord | null> {
-    return Promise.resolve(typeof jobId === "string" ? jobFromJson(this.#native.get(jobId)) : null);
+    return Promise.resolve(typeof jobId === "string" ? jobFromJson(this.#native.get(jobId), this.#lazy) : null);
   }
 
   claim(args: ClaimArgs): Promise<JobRecord[]> {
@@ -280,6 +364,7 @@ export class MemoryStore implements ByollmStore {
     }
     const claimed = jobsFromJson(
       this.#native.claim(args.runnerId, args.runnerOwner, caps, args.max, args.leaseMs, args.now),
+      this.#lazy,
     );
     this.#notify();
     return Promise.resolve(claimed);
@@ -301,7 +386,7 @@ export class MemoryStore implements ByollmStore {
   }
 
   adopt(args: AdoptArgs): Promise<JobRecord | null> {
-    const record = jobFromJson(this.#native.adopt(args.jobId, args.leaseId, args.expiresAt, args.now));
+    const record = jobFromJson(this.#native.adopt(args.jobId, args.leaseId, args.expiresAt, args.now), this.#lazy);
     this.#notify();
     return Promise.resolve(record);
   }
@@ -323,7 +408,7 @@ export class MemoryStore implements ByollmStore {
       args.now,
     );
     const [accepted, duplicate, row] = JSON.parse(text) as [0 | 1, 0 | 1, JobRow | null];
-    const job = row === null ? null : jobRecordFromRow(row);
+    const job = row === null ? null : jobRecordFromRow(row, this.#lazy);
     this.#notify();
     if (duplicate === 1) return Promise.resolve({ accepted: false, duplicate: true, job });
     return Promise.resolve({ accepted: accepted === 1, job });
@@ -337,19 +422,19 @@ export class MemoryStore implements ByollmStore {
   }
 
   expireDue(now: number): Promise<JobRecord[]> {
-    const changed = jobsFromJson(this.#native.expireDue(now));
+    const changed = jobsFromJson(this.#native.expireDue(now), this.#lazy);
     this.#notify();
     return Promise.resolve(changed);
   }
 
   cancel(jobId: string, now: number): Promise<JobRecord | null> {
-    const record = jobFromJson(this.#native.cancel(jobId, now));
+    const record = jobFromJson(this.#native.cancel(jobId, now), this.#lazy);
     this.#notify();
     return Promise.resolve(record);
   }
 
   listClaimedBy(runnerId: string): Promise<JobRecord[]> {
-    return Promise.resolve(jobsFromJson(this.#native.listClaimedBy(runnerId)));
+    return Promise.resolve(jobsFromJson(this.#native.listClaimedBy(runnerId), this.#lazy));
   }
 
   listCancelRequests(runnerId: string): Promise<{ jobId: string; leaseId: string }[]> {
@@ -358,7 +443,7 @@ export class MemoryStore implements ByollmStore {
 
   /** All jobs in creation order, for demos and assertions. Not part of the store interface. */
   allJobs(): JobRecord[] {
-    return jobsFromJson(this.#native.allJobs());
+    return jobsFromJson(this.#native.allJobs(), this.#lazy);
   }
 
   // -- watchers -------------------------------------------------------------

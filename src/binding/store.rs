@@ -106,6 +106,29 @@ impl NativeMemoryStore {
         }
     }
 
+    /// From now on records carry `[]` in place of a large sealed envelope
+    /// (16 KiB of ciphertext and up); `envelope(id)` reads it. A 1 MB prompt's envelope would
+    /// otherwise cross into JS on every create, claim, get and complete,
+    /// although only the fetch handler reads it.
+    #[napi(catch_unwind)]
+    pub fn omit_envelopes(&mut self) {
+        self.inner.set_omit_envelopes(true);
+    }
+
+    /// One job's envelope as it appears in a full record (see
+    /// src/store/out.rs), or nothing for an unknown id.
+    #[napi(catch_unwind)]
+    pub fn envelope<'env>(&mut self, env: &'env Env, id: String) -> Result<Option<JsString<'env>>> {
+        match self.inner.get(&id) {
+            Some(r) => {
+                self.out.clear();
+                self.inner.push_envelope_json(r, &mut self.out);
+                self.send(env).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
     /// Number of stored jobs.
     #[napi(getter, catch_unwind)]
     pub fn size(&self) -> u32 {

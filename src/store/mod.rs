@@ -472,6 +472,10 @@ pub struct Store {
     write_log: Vec<String>,
     /// Tests replace random lease ids with a counter to compare runs.
     counter_lease_ids: Option<u64>,
+    /// Records leave without a large sealed envelope (`[]` in its place);
+    /// the caller asks for it by id when it needs it (see
+    /// [`Store::push_envelope_json`]).
+    omit_envelopes: bool,
     pub people: PairingStore,
 }
 
@@ -501,8 +505,18 @@ impl Store {
             watched: HashSet::new(),
             write_log: Vec::new(),
             counter_lease_ids: None,
+            omit_envelopes: false,
             people: PairingStore::default(),
         }
+    }
+
+    /// Leave large sealed envelopes out of the records this store writes
+    /// as JSON (see [`out::OMIT_ENVELOPE_BYTES`]). Only
+    /// sound for a caller that fetches an envelope by id later, which is
+    /// exact as long as an id keeps its job (no retention: `create` on a
+    /// known id returns the existing job, so its envelope never changes).
+    pub fn set_omit_envelopes(&mut self, omit: bool) {
+        self.omit_envelopes = omit;
     }
 
     /// Number of stored jobs.

@@ -10,7 +10,10 @@
 //! ```
 //!
 //! * `envelope`: `[ciphertext, recipientKeyId, senderKeyId, direction,
-//!   deadlineAt]` for a sealed envelope, or the caller's own JSON object;
+//!   deadlineAt]` for a sealed envelope, or the caller's own JSON value
+//!   (an array of theirs wrapped as `[array]`);
+//!   `[]` for a large sealed envelope when the store leaves those out
+//!   ([`Store::set_omit_envelopes`]);
 //! * `purpose`: `0` for `undefined`, else `[value]`;
 //! * `audienceAllow`: `0` for `undefined`, else the array;
 //! * `lease`: `null` or `[id, runnerId, expiresAt]`;
@@ -18,7 +21,11 @@
 
 use std::fmt::Write as _;
 
-use super::{Ciphertext, Envelope, JobRef, LeaseRef, RenewResult, Store};
+use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, RenewResult, Store};
+
+/// Sealed ciphertexts from this size up stay out of records when the store
+/// omits envelopes (a 1 KB prompt's is ≈ 1.5 KB; a 1M-character one 1.8 MB).
+pub(crate) const OMIT_ENVELOPE_BYTES: usize = 16 * 1024;
 
 /// Append `text` as a JSON string literal.
 pub(crate) fn push_str(out: &mut String, text: &str) {
@@ -95,36 +102,10 @@ impl Store {
         out.push(',');
         push_str(out, name(job.kind));
         out.push(',');
-        match &job.envelope {
-            Envelope::Sealed {
-                ciphertext,
-                recipient,
-                sender,
-                direction,
-                deadline_at,
-            } => {
-                out.push('[');
-                match ciphertext {
-                    // base64url needs no escaping.
-                    Ciphertext::Bytes(bytes) => {
-                        out.push('"');
-                        // SIMD: a megabyte payload is re-encoded on every read.
-                        base64_simd::URL_SAFE_NO_PAD.encode_append(bytes, out);
-                        out.push('"');
-                    }
-                    Ciphertext::Text(text) => push_str(out, text),
-                }
-                out.push(',');
-                push_str(out, name(*recipient));
-                out.push(',');
-                push_str(out, name(*sender));
-                out.push(',');
-                push_str(out, name(*direction));
-                out.push(',');
-                push_num(out, *deadline_at);
-                out.push(']');
-            }
-            Envelope::Raw(json) => out.push_str(json),
+        if self.omits_envelope(job) {
+            out.push_str("[]");
+        } else {
+            self.push_envelope(job, out);
         }
         out.push(',');
         push_str(out, name(job.size_class));
@@ -194,6 +175,74 @@ impl Store {
         out.push(']');
     }
 
+    /// Append one job's envelope alone, as it sits in a full record: for a
+    /// store that leaves envelopes out of its records. `null` for an unknown job.
+    pub fn push_envelope_json(&self, r: JobRef, out: &mut String) {
+        match self.live(r) {
+            Some(job) => self.push_envelope(job, out),
+            None => out.push_str("null"),
+        }
+    }
+
+    /// Whether records leave this job's envelope out: only large sealed
+    /// ones. A small envelope costs less inline than a second call for it.
+    fn omits_envelope(&self, job: &Job) -> bool {
+        self.omit_envelopes
+            && match &job.envelope {
+                Envelope::Sealed {
+                    ciphertext: Ciphertext::Bytes(b),
+                    ..
+                } => b.len() >= OMIT_ENVELOPE_BYTES,
+                Envelope::Sealed {
+                    ciphertext: Ciphertext::Text(t),
+                    ..
+                } => t.len() >= OMIT_ENVELOPE_BYTES,
+                Envelope::Raw(_) => false,
+            }
+    }
+
+    fn push_envelope(&self, job: &Job, out: &mut String) {
+        let name = |sym| self.syms.name(sym);
+        match &job.envelope {
+            Envelope::Sealed {
+                ciphertext,
+                recipient,
+                sender,
+                direction,
+                deadline_at,
+            } => {
+                out.push('[');
+                match ciphertext {
+                    // base64url needs no escaping.
+                    Ciphertext::Bytes(bytes) => {
+                        out.push('"');
+                        // SIMD: a megabyte payload is re-encoded on every read.
+                        base64_simd::URL_SAFE_NO_PAD.encode_append(bytes, out);
+                        out.push('"');
+                    }
+                    Ciphertext::Text(text) => push_str(out, text),
+                }
+                out.push(',');
+                push_str(out, name(*recipient));
+                out.push(',');
+                push_str(out, name(*sender));
+                out.push(',');
+                push_str(out, name(*direction));
+                out.push(',');
+                push_num(out, *deadline_at);
+                out.push(']');
+            }
+            // A caller's own array is wrapped in one more, so that it cannot
+            // pass for the five sealed parts.
+            Envelope::Raw(json) if json.trim_start().starts_with('[') => {
+                out.push('[');
+                out.push_str(json);
+                out.push(']');
+            }
+            Envelope::Raw(json) => out.push_str(json),
+        }
+    }
+
     /// One record as JSON text.
     pub fn job_json(&self, r: JobRef) -> String {
         let mut out = String::with_capacity(self.json_size_hint(r));
@@ -233,6 +282,11 @@ impl Store {
                 ..
             } => t.len() + 4,
             Envelope::Raw(json) => json.len(),
+        };
+        let envelope = if self.omits_envelope(job) {
+            2
+        } else {
+            envelope
         };
         let opaque = job.outcome.as_deref().map_or(0, str::len)
             + job.provenance.as_deref().map_or(0, str::len);

@@ -172,6 +172,18 @@ fn envelopes_round_trip_exactly() {
         json(&store, r)[2],
         serde_json::from_str::<serde_json::Value>(raw).unwrap_or_default()
     );
+    let r = store.create(
+        JobInput {
+            envelope: EnvelopeInput::Raw(r#"["a","b","c","d",1]"#),
+            ..input("raw-array", "o")
+        },
+        0.0,
+    );
+    assert_eq!(
+        json(&store, r)[2],
+        serde_json::json!([["a", "b", "c", "d", 1]]),
+        "a caller's array is wrapped, never read as sealed parts"
+    );
     assert!(matches!(
         store
             .live(store.get("canon").unwrap_or(r))
@@ -181,6 +193,53 @@ fn envelopes_round_trip_exactly() {
             ..
         })
     ));
+}
+
+#[test]
+fn omitted_envelopes_read_back_by_id_exactly_as_in_the_full_record() {
+    let mut store = Store::default();
+    let big_ct = "AAAA".repeat(super::out::OMIT_ENVELOPE_BYTES / 3 + 1);
+    let padded = format!("{big_ct}=");
+    let sealed = |id, ct| JobInput {
+        envelope: EnvelopeInput::Sealed {
+            ciphertext: ct,
+            recipient_key_id: "r",
+            sender_key_id: "s",
+            direction: "payload",
+            deadline_at: 1.5,
+        },
+        ..input(id, "o")
+    };
+    let big = store.create(sealed("big", &big_ct), 0.0);
+    let big_text = store.create(sealed("big-text", &padded), 0.0);
+    let small = store.create(sealed("small", CT), 0.0);
+    let raw = store.create(
+        JobInput {
+            envelope: EnvelopeInput::Raw(r#"[1,"x",{"a":null}]"#),
+            ..input("raw", "o")
+        },
+        0.0,
+    );
+    let all = [big, big_text, small, raw];
+    let full: Vec<serde_json::Value> = all.iter().map(|&r| json(&store, r)).collect();
+    store.set_omit_envelopes(true);
+    for (at, &r) in all.iter().enumerate() {
+        let mut lean = json(&store, r);
+        let omitted = at < 2;
+        assert_eq!(lean[2] == serde_json::json!([]), omitted, "record {at}");
+        let mut alone = String::new();
+        store.push_envelope_json(r, &mut alone);
+        let alone: serde_json::Value = serde_json::from_str(&alone).unwrap_or_default();
+        assert_eq!(full.get(at).map(|f| &f[2]), Some(&alone), "envelope {at}");
+        if omitted {
+            lean[2] = alone;
+        }
+        assert_eq!(Some(&lean), full.get(at), "record {at}");
+    }
+    let listed: serde_json::Value =
+        serde_json::from_str(&store.jobs_json(&store.all_jobs())).unwrap_or_default();
+    assert_eq!(listed[0][2], serde_json::json!([]));
+    assert_eq!(listed[2][2], full[2][2]);
 }
 
 #[test]
