@@ -47,7 +47,7 @@ export interface NativeMemoryStoreHandle {
   ): string;
   get(id: string): string | null | undefined;
   omitEnvelopes(): void;
-  envelope(id: string): string | null | undefined;
+  sealedEnvelope(id: string): object | null | undefined;
   claim(runnerId: string, runnerOwner: string, capabilities: string[], max: number, leaseMs: number, now: number): string;
   renewLeases(runnerId: string, leases: string[], leaseMs: number, now: number): (number | null | undefined)[];
   adopt(jobId: string, leaseId: string, expiresAt: number, now: number): string | null | undefined;
@@ -162,8 +162,7 @@ export function jobRecordFromRow(row: JobRow, lazy?: NativeMemoryStoreHandle): J
       kind: row[1],
       get envelope(): unknown {
         if (!loaded) {
-          const text = lazy.envelope(id);
-          held = text == null ? undefined : envelopeFromRow(JSON.parse(text));
+          held = lazy.sealedEnvelope(id) ?? undefined;
           loaded = true;
           settle(this, held);
         }

@@ -474,7 +474,7 @@ pub struct Store {
     counter_lease_ids: Option<u64>,
     /// Records leave without a large sealed envelope (`[]` in its place);
     /// the caller asks for it by id when it needs it (see
-    /// [`Store::push_envelope_json`]).
+    /// [`Store::sealed_envelope_parts`]).
     omit_envelopes: bool,
     pub people: PairingStore,
 }

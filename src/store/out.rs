@@ -27,6 +27,15 @@ use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, RenewResult, Store};
 /// omits envelopes (a 1 KB prompt's is ≈ 1.5 KB; a 1M-character one 1.8 MB).
 pub(crate) const OMIT_ENVELOPE_BYTES: usize = 16 * 1024;
 
+/// The parts of a sealed envelope besides its ciphertext.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SealedParts<'a> {
+    pub recipient_key_id: &'a str,
+    pub sender_key_id: &'a str,
+    pub direction: &'a str,
+    pub deadline_at: f64,
+}
+
 /// Append `text` as a JSON string literal.
 pub(crate) fn push_str(out: &mut String, text: &str) {
     out.push('"');
@@ -175,13 +184,38 @@ impl Store {
         out.push(']');
     }
 
-    /// Append one job's envelope alone, as it sits in a full record: for a
-    /// store that leaves envelopes out of its records. `null` for an unknown job.
-    pub fn push_envelope_json(&self, r: JobRef, out: &mut String) {
-        match self.live(r) {
-            Some(job) => self.push_envelope(job, out),
-            None => out.push_str("null"),
+    /// A sealed envelope's parts, its ciphertext text appended to
+    /// `ciphertext` (bare, no JSON quotes): how a store that leaves large
+    /// envelopes out of its records hands one over when it is read. `None`
+    /// for an unknown job or a caller's own (unsealed) envelope.
+    pub fn sealed_envelope_parts(
+        &self,
+        r: JobRef,
+        ciphertext: &mut String,
+    ) -> Option<SealedParts<'_>> {
+        let job = self.live(r)?;
+        let Envelope::Sealed {
+            ciphertext: ct,
+            recipient,
+            sender,
+            direction,
+            deadline_at,
+        } = &job.envelope
+        else {
+            return None;
+        };
+        match ct {
+            Ciphertext::Bytes(bytes) => {
+                base64_simd::URL_SAFE_NO_PAD.encode_append(bytes, ciphertext)
+            }
+            Ciphertext::Text(text) => ciphertext.push_str(text),
         }
+        Some(SealedParts {
+            recipient_key_id: self.syms.name(*recipient),
+            sender_key_id: self.syms.name(*sender),
+            direction: self.syms.name(*direction),
+            deadline_at: *deadline_at,
+        })
     }
 
     /// Whether records leave this job's envelope out: only large sealed
