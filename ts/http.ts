@@ -1,6 +1,6 @@
 // The web-standard Request → Response mount of the protocol: method, route,
 // size limits, one parse of the body in the core, then the handlers.
-import { ByollmHandlers, handleChecked, type CheckedBody } from "./handlers.js";
+import { ByollmHandlers, bodyText, handleChecked, type CheckedBody } from "./handlers.js";
 import { native } from "./native.js";
 import type { Endpoint, HandlerConfig } from "./types.js";
 
@@ -58,7 +58,7 @@ export function signatureFrom(headers: Headers): unknown {
 function json(status: number, body: unknown, retryAfterSeconds?: number): Response {
   const headers: Record<string, string> = { ...HEADERS };
   if (retryAfterSeconds !== undefined) headers["retry-after"] = String(retryAfterSeconds);
-  return new Response(JSON.stringify(body), { status, headers });
+  return new Response(bodyText(body), { status, headers });
 }
 
 /** A `(Request) => Promise<Response>` handler for the whole protocol (Next.js, Hono, Bun, Deno, Workers…). */
