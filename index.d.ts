@@ -9,5 +9,357 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+export declare class NativeMemoryStore {
+  constructor(defaultTtlMs?: number | undefined | null, retentionMs?: number | undefined | null)
+  /**
+   * From now on records carry `[]` in place of a large sealed envelope
+   * (16 KiB of ciphertext and up); `sealedEnvelope(id)` reads it. A 1 MB prompt's envelope would
+   * otherwise cross into JS on every create, claim, get and complete,
+   * although only the fetch handler reads it.
+   */
+  omitEnvelopes(): void
+  /**
+   * A job's sealed envelope as the object `seal` produces (keys in its
+   * order), or nothing for an unknown job or an unsealed envelope. Built
+   * here rather than sent as JSON: parsing a 1.8 MB text costs more than
+   * the copy into a V8 string.
+   */
+  sealedEnvelope(id: string): object | null
+  /** Number of stored jobs. */
+  get size(): number
+  /**
+   * `create`. The envelope comes either as its five parts (the shape `seal`
+   * produces) or, for any other shape, as `envelopeJson`.
+   */
+  create(id: string, kind: string, sizeClass: string, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, envelopeParts: Array<string> | undefined | null, envelopeDeadlineAt: number, envelopeJson: string | undefined | null, now: number): string
+  get(id: string): string | null
+  /** `claim`; `capabilities` is flat `[kind, backendId, offerScope, …]`. */
+  claim(runnerId: string, runnerOwner: string, capabilities: Array<string>, max: number, leaseMs: number, now: number): string
+  /** `renewLeases`: per lease ref, the new expiry or `null` (lost). */
+  renewLeases(runnerId: string, leases: Array<string>, leaseMs: number, now: number): Array<number | undefined | null>
+  adopt(jobId: string, leaseId: string, expiresAt: number, now: number): string | null
+  /** `complete`: JSON `[accepted, duplicate, record | null]`. */
+  complete(jobId: string, runnerId: string, holderIsLease: boolean, holder: string, outcomeTag: string, outcomeJson: string, provenanceJson: string, provenanceRunner: string | undefined | null, now: number): string
+  /** `release`: the positions of the lease refs that were released. */
+  release(runnerId: string, leases: Array<string>, refused: boolean, now: number): Array<number>
+  expireDue(now: number): string
+  cancel(jobId: string, now: number): string | null
+  listClaimedBy(runnerId: string): string
+  listCancelRequests(runnerId: string): string
+  allJobs(): string
+  watch(jobId: string): void
+  unwatch(jobId: string): void
+  /** Ids of watched jobs written since the last call, one per write. */
+  drainWrites(): Array<string>
+  createPairing(recordJson: string): void
+  pairingByHash(hash: string): string | null
+  pairingByCode(userCode: string): string | null
+  /** `approvePairing`; throws the reference's messages. */
+  approvePairing(userCode: string, owner: string, runnerId: string, now: number): string
+  denyPairing(userCode: string): void
+  consumePairing(hash: string): void
+  runner(runnerId: string): string | null
+  touchRunner(runnerId: string, capabilitiesJson: string, daemonVersionJson: string, now: number): string | null
+  revokeRunner(runnerId: string, now: number): void
+  listRunners(owner?: string | undefined | null): string
+}
+
+/** A site's keys, parsed once and shared with the thread pool. */
+export declare class SiteKeyring {
+  /**
+   * Parses both private keys; throws a clear error when they are not keys.
+   * Consistency of the public half is a separate question: `isConsistent()`.
+   */
+  constructor(keys: StoredKeys)
+  get keyId(): string
+  publicIdentity(): PublicIdentity
+  isConsistent(): boolean
+  /** Seal a job payload to the site itself, for storage at rest. */
+  sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope
+  sealPayloadAsync(plaintext: string, jobId: string, deadlineAt: number): Promise<SealedEnvelope>
+  /**
+   * Open the at-rest payload and seal it to the claiming device; `null`
+   * when the at-rest envelope does not open.
+   */
+  resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null
+  resealForDeviceAsync(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
+  /** Open a device's result envelope addressed to this site. */
+  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): OpenResult
+  openResultAsync(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): Promise<OpenResult>
+  /** The site plane's request signature over `site/<endpoint>`. */
+  signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string
+}
+
+export interface AudienceJob {
+  owner: string
+  audience: "private" | "team"
+  audienceAllow?: Array<string>
+}
+
+export interface AvailabilityCapability {
+  kind: string
+  offerScope: string
+  backendId: string
+}
+
+export interface AvailabilityQuery {
+  kind: string
+  owner: string
+  audience?: "private" | "team"
+  audienceAllow?: Array<string>
+}
+
+export declare function canonicalRequest(endpoint: string, runnerId: string, issuedAt: number, body: string): string
+
+/**
+ * The first capability whose `kind` is `kind` (the same object, not a
+ * copy), or `undefined`.
+ */
+export declare function capabilityFor(caps: readonly Capability[], kind: string): Capability | undefined
+
+/**
+ * The HTTP layer's version check over JSON text; `null` when accepted.
+ * Throws if the text is not JSON (the caller parsed it already).
+ */
+export declare function checkProtocolVersion(jsonText: string): WireErrorBody | null
+
+export interface EnvelopeContext {
+  jobId: string
+  senderKeyId: string
+  recipientKeyId: string
+  deadlineAt: number
+  direction: "payload" | "result"
+}
+
+export declare function formatSiteKeys(keys: StoredKeys): string
+
+export declare function generateDeviceCode(): string
+
+export declare function generateJobId(): string
+
+/** `generateSiteKeys(now = Date.now())`. */
+export declare function generateKeys(now?: number | undefined | null): StoredKeys
+
+export declare function generateLeaseId(): string
+
+export declare function generateRunnerId(): string
+
+export declare function generateUserCode(): string
+
+export declare function hashSecret(secret: string): string
+
+/** One parse of the raw body: JSON, protocol version, strict schema. */
+export declare function inspectRequest(endpoint: string, rawBody: string): { stage: "ok"; body: object } | { stage: "json" | "version" | "schema"; status: number; error: WireErrorBody }
+
+/**
+ * True when `rawBody` is valid for the endpoint **and** canonical: then
+ * `JSON.parse(rawBody)` is exactly the validated body, and a caller in
+ * JavaScript can skip `inspectRequest` and parse it itself (the fastest way
+ * to build the object). False says nothing: call `inspectRequest`.
+ */
+export declare function isCanonicalRequestBody(endpoint: string, rawBody: string): boolean
+
+export declare function keyId(identityPublic: string): string
+
+/**
+ * The full matcher, as the daemon runs it: `daemon.admits` is asked only
+ * when the decision reaches it. `null` when allowed, else the refusal id.
+ */
+export declare function matchAudience(job: AudienceJob, daemon: { owner: string; offerScope: "private" | "team"; cost: "free" | "metered" | "subscription"; spend?: { acknowledged: boolean; ceilingReached?: boolean }; admits: (owner: string) => boolean }): string | null
+
+/**
+ * The server's audience match (claim predicate): `null` when the runner's
+ * capability may take the job, else the refusal id.
+ */
+export declare function matchAudienceServer(job: AudienceJob, capability: OfferedCapability, runnerOwner: string): string | null
+
 /** Version of the native core, for diagnostics. */
 export declare function nativeVersion(): string
+
+export declare function normalizeUserCode(input: string): string
+
+export interface OfferedCapability {
+  offerScope: "private" | "team"
+  backendId: string
+}
+
+/** Never throws for a bad envelope or bad keys: those are reasons. */
+export declare function open(opts: OpenOptions): OpenResult
+
+export interface OpenExpected {
+  jobId: string
+  senderKeyId: string
+  recipientKeyId: string
+  direction: "payload" | "result"
+}
+
+export interface OpenOptions {
+  envelope: SealedEnvelope
+  recipientKeys: StoredKeys
+  senderIdentityPublic: string
+  expected: OpenExpected
+}
+
+/** `{ok: true, plaintext}` or `{ok: false, reason}` (absent fields are not set). */
+export interface OpenResult {
+  ok: boolean
+  plaintext?: string
+  reason?: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch"
+}
+
+/**
+ * The plaintext of a result envelope: `{ok: true, outcome, ran}` or
+ * `{ok: false, message}` with the reference's message.
+ */
+export declare function parseSealedOutcome(plaintext: string): { ok: true; outcome: object; ran: object } | { ok: false; message: string }
+
+export interface PayloadCheck {
+  ok: boolean
+  canonical?: string
+  textLength?: number
+  sizeClass?: "small" | "medium" | "large"
+  message?: string
+}
+
+/** Provenance for a completed job; `untrusted` derived from the audience. */
+export declare function provenanceFor(input: ProvenanceInput): ResultProvenance
+
+export interface ProvenanceInput {
+  audience: "private" | "team"
+  runnerId: string
+  runnerOwner: string
+  backendClass: "http" | "process"
+  model: string
+  stop?: "end" | "length" | "stop-sequence" | "unknown"
+  stopReported?: boolean
+}
+
+export interface PublicIdentity {
+  identity: string
+  encryption: string
+  encryptionSig: string
+}
+
+export declare function publicIdentityOf(keys: StoredKeys): PublicIdentity
+
+export interface RequestSignature {
+  runnerId: string
+  issuedAt: number
+  signature: string
+}
+
+export interface RequestToSign {
+  endpoint: string
+  runnerId: string
+  issuedAt: number
+  body: string
+}
+
+export interface ResultProvenance {
+  audience: string
+  runnerId: string
+  runnerOwner: string
+  backendClass: string
+  model: string
+  untrusted: boolean
+  stop?: string
+  stopReported?: boolean
+}
+
+/**
+ * `ByollmApp.runnerAvailability` over runner records already read from
+ * the store.
+ */
+export declare function runnerAvailability(runners: readonly RunnerRecord[], query: AvailabilityQuery, now: number, livenessMs: number): RunnerAvailability
+
+export interface RunnerAvailability {
+  available: boolean
+  reason?: "no-runner-paired" | "no-runner-online" | "no-matching-capability" | "audience-admits-nobody" | "default-unusable"
+  candidates: number
+}
+
+export declare function seal(opts: SealOptions): SealedEnvelope
+
+export interface SealedEnvelope {
+  ciphertext: string
+  recipientKeyId: string
+  senderKeyId: string
+  direction: "payload" | "result"
+  deadlineAt: number
+}
+
+export interface SealOptions {
+  plaintext: string
+  senderKeys: StoredKeys
+  recipientEncryptionPublic: string
+  context: EnvelopeContext
+}
+
+/** Constant time for equal lengths; `false` (never a throw) on malformed input. */
+export declare function secretsMatch(a: string, b: string): boolean
+
+/**
+ * What `signRequest` returns: `runnerId` is echoed back exactly as given
+ * (as UTF-16, so even a lone surrogate survives).
+ */
+export interface SignedRequest {
+  runnerId: string
+  issuedAt: number
+  signature: string
+}
+
+export declare function signRequest(keys: StoredKeys, req: RequestToSign): SignedRequest
+
+/**
+ * `siteKeysFromEnv` given the variable's name and value; the shell reads
+ * `process.env`. Throws the reference's three messages.
+ */
+export declare function siteKeysFromEnvValue(variable: string, value?: string | undefined | null): StoredKeys
+
+export interface StoredKeys {
+  version: 1
+  identityPublic: string
+  identityPrivate: string
+  encryptionPublic: string
+  encryptionPrivate: string
+  encryptionSig: string
+  createdAt: number
+}
+
+/** The too-large message for `bytes` (the limit is the body cap). */
+export declare function tooLargeMessage(bytes: number): string
+
+/**
+ * Validate `{kind, payload}` as enqueue does. `kind` may be any JS value
+ * (the message prints it with `String(kind)`); `payloadJson` is
+ * `JSON.stringify(payload)`, or `undefined` for an absent payload.
+ */
+export declare function validatePayload(kind: unknown, payloadJson: string | undefined): { ok: true; canonical: string; textLength: number; sizeClass: "small" | "medium" | "large" } | { ok: false; message: string }
+
+/**
+ * The strict schema alone, for `ByollmHandlers.handle(endpoint, body)`
+ * callers that already hold JSON text.
+ */
+export declare function validateRequestBody(endpointName: string, jsonText: string): { ok: true; body: object } | { ok: false }
+
+/** Never throws: anything that is not an object of three strings is `false`. */
+export declare function verifyPublicIdentity(identity: unknown): boolean
+
+export declare function verifyRequest(opts: VerifyRequestOptions): null | "stale" | "bad-signature"
+
+export interface VerifyRequestOptions {
+  identityPublic: string
+  endpoint: string
+  body: string
+  signature: RequestSignature
+  now: number
+  maxSkewMs?: number
+}
+
+/** `WireErrorBody`: `{error, message, supported?, minimum?}`. */
+export interface WireErrorBody {
+  error: string
+  message: string
+  supported?: Array<string>
+  minimum?: string
+}

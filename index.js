@@ -773,6 +773,39 @@ if (
   }
 }
 
-const { nativeVersion } = nativeBinding
+const { NativeMemoryStore, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
+export { NativeMemoryStore }
+export { SiteKeyring }
+export { canonicalRequest }
+export { capabilityFor }
+export { checkProtocolVersion }
+export { formatSiteKeys }
+export { generateDeviceCode }
+export { generateJobId }
+export { generateKeys }
+export { generateLeaseId }
+export { generateRunnerId }
+export { generateUserCode }
+export { hashSecret }
+export { inspectRequest }
+export { isCanonicalRequestBody }
+export { keyId }
+export { matchAudience }
+export { matchAudienceServer }
 export { nativeVersion }
+export { normalizeUserCode }
+export { open }
+export { parseSealedOutcome }
+export { provenanceFor }
+export { publicIdentityOf }
+export { runnerAvailability }
+export { seal }
+export { secretsMatch }
+export { signRequest }
+export { siteKeysFromEnvValue }
+export { tooLargeMessage }
+export { validatePayload }
+export { validateRequestBody }
+export { verifyPublicIdentity }
+export { verifyRequest }
 export const __napiBindingTarget = __napiLoadedBindingTarget
