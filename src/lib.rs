@@ -11,8 +11,8 @@ pub mod site_keys;
 
 // --- envelopes, request signatures, identifiers
 pub mod envelope;
-pub mod secretbox;
 pub mod ids;
+pub mod secretbox;
 pub mod signing;
 
 // --- protocol rules
