@@ -254,7 +254,7 @@ export async function cycles(impl, { jobs, promptChars, fill = 0, http = false }
 
 // ---------------------------------------------------------------- concurrent devices (workers)
 
-async function concurrent(impl, implName, { devices, jobs, promptChars }) {
+export async function concurrent(impl, implName, { devices, jobs, promptChars }) {
   const site = makeSite(impl);
   const served = await serve(site.handler);
   const prompt = "p".repeat(promptChars);
