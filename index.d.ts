@@ -42,11 +42,15 @@ export declare class NativeMemoryStore {
   complete(jobId: string, runnerId: string, holderIsLease: boolean, holder: string, outcomeTag: string, outcomeJson: string, provenanceJson: string, provenanceRunner: string | undefined | null, now: number): string
   /** `release`: the positions of the lease refs that were released. */
   release(runnerId: string, leases: Array<string>, refused: boolean, now: number): Array<number>
-  expireDue(now: number): string
+  /**
+   * The records the sweep changed, as one JSON array text or (for a sweep
+   * that changed a great many) several.
+   */
+  expireDue(now: number): string | string[]
   cancel(jobId: string, now: number): string | null
   listClaimedBy(runnerId: string): string
   listCancelRequests(runnerId: string): string
-  allJobs(): string
+  allJobs(): string | string[]
   watch(jobId: string): void
   unwatch(jobId: string): void
   /** Ids of watched jobs written since the last call, one per write. */

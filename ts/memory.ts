@@ -63,11 +63,12 @@ export interface NativeMemoryStoreHandle {
     now: number,
   ): string;
   release(runnerId: string, leases: string[], refused: boolean, now: number): number[];
-  expireDue(now: number): string;
+  /** One JSON array text, or several when the answer is too large for one JS string. */
+  expireDue(now: number): string | string[];
   cancel(jobId: string, now: number): string | null | undefined;
   listClaimedBy(runnerId: string): string;
   listCancelRequests(runnerId: string): string;
-  allJobs(): string;
+  allJobs(): string | string[];
   watch(jobId: string): void;
   unwatch(jobId: string): void;
   drainWrites(): string[];
@@ -225,8 +226,10 @@ function jobFromJson(text: string | null | undefined, lazy: NativeMemoryStoreHan
   return text == null ? null : jobRecordFromRow(JSON.parse(text) as JobRow, lazy);
 }
 
-function jobsFromJson(text: string, lazy: NativeMemoryStoreHandle | undefined): JobRecord[] {
-  const rows = JSON.parse(text) as JobRow[];
+function jobsFromJson(text: string | string[], lazy: NativeMemoryStoreHandle | undefined): JobRecord[] {
+  // A huge answer (a sweep after an outage, allJobs on a big store) comes in
+  // several arrays: one string could not hold it.
+  const rows = typeof text === "string" ? (JSON.parse(text) as JobRow[]) : text.flatMap((part) => JSON.parse(part) as JobRow[]);
   const out = new Array<JobRecord>(rows.length);
   for (let at = 0; at < rows.length; at += 1) out[at] = jobRecordFromRow(rows[at] as JobRow, lazy);
   return out;

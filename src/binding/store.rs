@@ -12,9 +12,24 @@ use napi::JsString;
 use napi_derive::napi;
 
 use crate::store::{
-    ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput, JobRef, LeaseRef,
-    Store, StoreOptions, DEFAULT_TTL_MS,
+    split_json_array, ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput,
+    JobRef, LeaseRef, Store, StoreOptions, DEFAULT_TTL_MS,
 };
+
+/// Above this, an answer that can list every job (a sweep, `allJobs`) goes to
+/// JS as several JSON arrays: one string may not exceed what V8 and Node-API
+/// accept (about 512 M characters; Node-API refuses 2 GiB with `InvalidArg`,
+/// after the sweep has already changed the jobs).
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// A whole answer as one JSON array text, or several when it is too large.
+fn chunked(json: String) -> Either<String, Vec<String>> {
+    if json.len() <= MAX_ANSWER_BYTES {
+        Either::A(json)
+    } else {
+        Either::B(split_json_array(&json, MAX_ANSWER_BYTES))
+    }
+}
 
 /// Pairs `[jobId0, leaseId0, jobId1, leaseId1, …]` into lease refs.
 fn lease_refs(flat: Vec<String>) -> Vec<LeaseRef> {
@@ -336,11 +351,22 @@ impl NativeMemoryStore {
             .collect()
     }
 
-    #[napi(catch_unwind)]
-    pub fn expire_due<'env>(&mut self, env: &'env Env, now: f64) -> Result<JsString<'env>> {
+    /// The records the sweep changed, as one JSON array text or (for a sweep
+    /// that changed a great many) several.
+    #[napi(catch_unwind, ts_return_type = "string | string[]")]
+    pub fn expire_due<'env>(
+        &mut self,
+        env: &'env Env,
+        now: f64,
+    ) -> Result<Either<JsString<'env>, Vec<String>>> {
         self.out.clear();
         self.inner.expire_due_into(now, &mut self.out);
-        self.send(env)
+        if self.out.len() <= MAX_ANSWER_BYTES {
+            return self.send(env).map(Either::A);
+        }
+        let chunks = split_json_array(&self.out, MAX_ANSWER_BYTES);
+        self.out = String::new();
+        Ok(Either::B(chunks))
     }
 
     #[napi(catch_unwind)]
@@ -365,9 +391,9 @@ impl NativeMemoryStore {
         Store::lease_refs_json(&self.inner.list_cancel_requests(&runner_id))
     }
 
-    #[napi(catch_unwind)]
-    pub fn all_jobs(&self) -> String {
-        self.inner.jobs_json(&self.inner.all_jobs())
+    #[napi(catch_unwind, ts_return_type = "string | string[]")]
+    pub fn all_jobs(&self) -> Either<String, Vec<String>> {
+        chunked(self.inner.jobs_json(&self.inner.all_jobs()))
     }
 
     // -- watchers -----------------------------------------------------------

@@ -27,6 +27,7 @@ use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine as _};
 
 use crate::audience::{server_admits, Audience, OfferScope};
 
+pub use out::split_json_array;
 pub use people::{ApproveError, PairingStore};
 
 /// The reference's default time a claimable job may wait: 15 minutes.

@@ -368,3 +368,104 @@ fn push_lease_refs(out: &mut String, refs: &[LeaseRef]) {
     }
     out.push(']');
 }
+
+/// Split a JSON array of records (as the store writes them) into JSON arrays of
+/// at most about `max_bytes` each, cut only between top-level items.
+///
+/// A sweep after an outage, or `allJobs` on a big store, can describe more
+/// records than one JavaScript string may hold (V8 caps a string near 512 M
+/// characters, and Node-API refuses anything over 2 GiB with `InvalidArg`).
+/// The caller hands such an answer over as several strings. An item larger than
+/// `max_bytes` on its own gets a chunk to itself.
+pub fn split_json_array(json: &str, max_bytes: usize) -> Vec<String> {
+    let bytes = json.as_bytes();
+    let inner = match (bytes.first(), bytes.last()) {
+        (Some(b'['), Some(b']')) if bytes.len() >= 2 => &json[1..json.len() - 1],
+        _ => return vec![json.to_string()],
+    };
+    let mut chunks = Vec::new();
+    let mut chunk = String::from("[");
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut item_start = 0usize;
+    let push_item = |item: &str, chunk: &mut String, chunks: &mut Vec<String>| {
+        if chunk.len() > 1 && chunk.len() + 1 + item.len() + 1 > max_bytes {
+            chunk.push(']');
+            chunks.push(std::mem::replace(chunk, String::from("[")));
+        }
+        if chunk.len() > 1 {
+            chunk.push(',');
+        }
+        chunk.push_str(item);
+    };
+    for (at, &b) in inner.as_bytes().iter().enumerate() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' if depth == 0 => {
+                push_item(&inner[item_start..at], &mut chunk, &mut chunks);
+                item_start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    if item_start < inner.len() {
+        push_item(&inner[item_start..], &mut chunk, &mut chunks);
+    }
+    chunk.push(']');
+    chunks.push(chunk);
+    chunks
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::split_json_array;
+
+    fn joined(chunks: &[String]) -> Vec<serde_json::Value> {
+        chunks
+            .iter()
+            .flat_map(|c| match serde_json::from_str::<serde_json::Value>(c) {
+                Ok(serde_json::Value::Array(items)) => items,
+                other => panic!("chunk is not a JSON array: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn chunks_are_arrays_whose_items_add_up_to_the_original() {
+        let items: Vec<String> = (0..200)
+            .map(|i| format!(r#"["job-{i}","a,b]\"[{{",{{"k":[1,2,{i}]}},null]"#))
+            .collect();
+        let json = format!("[{}]", items.join(","));
+        let whole: Vec<serde_json::Value> = match serde_json::from_str(&json) {
+            Ok(serde_json::Value::Array(items)) => items,
+            other => panic!("{other:?}"),
+        };
+        for max in [1, 50, 100, 1_000, 10_000, json.len(), json.len() * 2] {
+            let chunks = split_json_array(&json, max);
+            assert_eq!(joined(&chunks), whole, "max {max}");
+            if max >= json.len() {
+                assert_eq!(chunks, vec![json.clone()]);
+            } else if max >= 100 {
+                assert!(chunks.len() > 1, "max {max}");
+                assert!(chunks.iter().all(|c| c.len() <= max), "max {max}");
+            }
+        }
+    }
+
+    #[test]
+    fn empty_and_odd_inputs() {
+        assert_eq!(split_json_array("[]", 10), vec!["[]".to_string()]);
+        assert_eq!(split_json_array("[1]", 1), vec!["[1]".to_string()]);
+        assert_eq!(split_json_array("nope", 1), vec!["nope".to_string()]);
+    }
+}
