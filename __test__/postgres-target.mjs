@@ -87,7 +87,19 @@ export function makeTarget({ name, stack, makeStore, truncate, siteKeys, fakeClo
     ownerId: async (who) => ownerId(who),
     ...(fakeClock ? { advanceTime: async (ms) => void (offset += ms) } : {}),
     reset: async () => {
-      await truncate();
+      // The previous check's daemon can still be finishing a request when the
+      // kit resets; TRUNCATE then meets its row locks and PostgreSQL may pick
+      // the TRUNCATE as a deadlock victim (40P01, seen once in CI). Clearing the
+      // tables is scaffolding, not the store under test: try again.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await truncate();
+          break;
+        } catch (error) {
+          if (error?.code !== "40P01" || attempt >= 5) throw error;
+          await new Promise((resolve) => setTimeout(resolve, 50 * attempt));
+        }
+      }
       build();
     },
   };
