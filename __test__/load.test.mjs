@@ -8,22 +8,12 @@ import assert from "node:assert/strict";
 import { load, soak } from "../scripts/load.mjs";
 
 test("load: every job ends in one correct terminal state, none runs twice at once, none is lost", { timeout: 90_000 }, async () => {
-  const run = async () => {
-    const lines = [];
-    const result = await load({ daemons: 8, jobs: 600, workers: 2, leaseMs: 1500, cancelWorkMs: 600, timeoutS: 45, log: (l) => lines.push(l) });
-    return { ...result, lines };
-  };
-  let { summary, violations, lines } = await run();
+  const lines = [];
+  // A daemon stalled past its 1.5 s lease on a loaded machine may still be
+  // running when the job is leased again; the checker accepts that only when
+  // the first lease had lapsed by the second claim (summary.releasedAfterLapse).
+  const { summary, violations } = await load({ daemons: 8, jobs: 600, workers: 2, leaseMs: 1500, cancelWorkMs: 600, timeoutS: 45, log: (l) => lines.push(l) });
   console.log(`# ${JSON.stringify(summary)}`);
-  if (violations.length > 0) {
-    // With a 1.5 s lease on a loaded 2-core machine, a live (not dead) daemon
-    // can miss its renewal and see its job re-leased, which the checker counts.
-    // Such a run is shown and the scenario runs once more; a server fault
-    // repeats, a scheduling hiccup does not.
-    console.log(`# first run had ${violations.length} violation(s), running once more: ${violations.slice(0, 5).join(" | ")}`);
-    ({ summary, violations, lines } = await run());
-    console.log(`# ${JSON.stringify(summary)}`);
-  }
   assert.deepEqual(violations, [], lines.join("\n"));
   // The mix really happened: every mode reached its end state, daemons died and refused.
   for (const key of ["ok:ok", "error:error", "cancel:canceled", "refuse:ok", "die:ok", "parent:ok", "child:ok"]) {
@@ -41,4 +31,28 @@ test("soak: the in-memory store with retention stays flat", { timeout: 90_000 },
   console.log(`# ${JSON.stringify({ ...summary, samples: summary.samples.length })}`);
   assert.deepEqual(violations, []);
   assert.equal(summary.probe, "queued");
+});
+
+test("load checker: a store that silently drops lease renewals is caught re-leasing a running job", { timeout: 90_000 }, async () => {
+  // The daemon is told its lease was renewed, the store lets it lapse anyway:
+  // the next claim hands out a job whose holder still holds a valid lease.
+  const dropRenewals = (store) =>
+    new Proxy(store, {
+      get(target, prop) {
+        if (prop === "renewLeases") return async () => ({ lost: [] });
+        const value = Reflect.get(target, prop, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  // Four 1 s jobs on a 300 ms lease, eight daemons heartbeating every 75 ms
+  // while they work: with renewals kept no lease lapses; with them dropped,
+  // the idle daemons (polling every 100-300 ms) claim a job its holder still
+  // works on. The jobs never finish (every result comes after a lapse), so
+  // the run ends at its 5 s limit.
+  const scenario = { daemons: 8, jobs: 4, workers: 2, leaseMs: 300, workMs: 1000, timeoutS: 5, log: () => {} };
+  const sound = await load(scenario);
+  assert.deepEqual(sound.violations, [], "the same scenario on the real store must be clean");
+  assert.equal(sound.summary.states["ok:ok"], 4);
+  const { violations } = await load({ ...scenario, wrapStore: dropRenewals });
+  assert.ok(violations.some((v) => /while still running|runs overlap/.test(v)), `no re-lease caught: ${violations.slice(0, 3).join(" | ")}`);
 });

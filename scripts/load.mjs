@@ -67,7 +67,7 @@ const MODES = ["ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok",
 
 async function workerMain() {
   const native = await import("../index.js");
-  const { url, daemons, cancelWorkMs, seed } = workerData;
+  const { url, daemons, cancelWorkMs, workMs, seed, leaseMs } = workerData;
   const rand = prng(seed);
   const latencies = [];
   let requests = 0;
@@ -142,6 +142,11 @@ async function workerMain() {
         const a = active.get(l.jobId);
         if (a && a.leaseId === l.leaseId) a.lost = true;
       }
+      // A lease the server did not call lost was renewed to serverTime + leaseMs.
+      for (const { jobId } of leases) {
+        const a = active.get(jobId);
+        if (a && !a.lost) emit({ type: "renewed", jobId, runnerId: d.runnerId, expiresAt: r.body.serverTime + leaseMs });
+      }
     }
 
     async function report(stub, outcome) {
@@ -202,6 +207,17 @@ async function workerMain() {
             return;
           }
           if (a.cancel) return await report(stub, { outcome: "canceled" });
+        } else if (workMs > 0) {
+          // A long job: the daemon heartbeats while it works, as the real one does.
+          const until = Date.now() + workMs;
+          while (Date.now() < until && !a.lost) {
+            await sleep(25);
+            if (Date.now() - lastBeat > leaseMs / 4) await beat();
+          }
+          if (a.lost) {
+            emit({ type: "end", jobId: stub.id, runnerId: d.runnerId, how: "lost" });
+            return;
+          }
         } else {
           await sleep(Math.floor(rand() * 8));
         }
@@ -262,12 +278,13 @@ async function listen(handler) {
   return server;
 }
 
-export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, workers: nWorkers = 4, leaseMs = 3000, timeoutS = 300, cancelWorkMs = 1500, seed = 7, log = console.log } = {}) {
+export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, workers: nWorkers = 4, leaseMs = 3000, timeoutS = 300, cancelWorkMs = 1500, workMs = 0, seed = 7, log = console.log, wrapStore = (s) => s } = {}) {
   const lib = await import("../dist/index.js");
   const native = await import("../index.js");
   const rand = prng(seed);
   const siteKeys = lib.generateSiteKeys();
-  const store = new lib.MemoryStore();
+  // wrapStore lets a test hand the server a deliberately faulty store.
+  const store = wrapStore(new lib.MemoryStore());
   const app = new lib.ByollmApp({ store, siteKeys });
   const handler = lib.createFetchHandler({ store, siteKeys, verificationUrl: "https://site.example/runners", leaseMs });
   const server = await listen(handler);
@@ -311,6 +328,11 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
   const execs = new Map(); // jobId → [{ runnerId, start, end, how }]
   const reported = new Map(); // jobId → [{ runnerId, outcome, accepted, state }]
   const anomalies = [];
+  const relets = []; // jobs leased again after a live holder's lease lapsed
+  // The store lets a lease go when expiresAt <= now, so a re-lease at
+  // `claimedAt` is sound when the holder's last known expiry is not later.
+  // A renewal that reaches this thread late can hide a fault, never invent one.
+  const lapsedBefore = (exec, claimedAt) => exec.expiresAt <= claimedAt;
   const perWorker = Math.ceil(nDaemons / nWorkers);
   const stats = { latencies: [], requests: 0, errors: 0 };
   const started = performance.now();
@@ -319,7 +341,7 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
   for (let w = 0; w < nWorkers; w++) {
     const mine = daemons.slice(w * perWorker, (w + 1) * perWorker);
     if (mine.length === 0) continue;
-    const worker = new Worker(fileURLToPath(import.meta.url), { workerData: { url, daemons: mine, cancelWorkMs, seed: seed * 31 + w } });
+    const worker = new Worker(fileURLToPath(import.meta.url), { workerData: { url, daemons: mine, cancelWorkMs, workMs, seed: seed * 31 + w, leaseMs } });
     workers.push(worker);
     done.push(
       new Promise((resolve, reject) => {
@@ -339,10 +361,19 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
                   );
                 }
                 const list = execs.get(e.jobId) ?? [];
+                const claimedAt = e.expiresAt - leaseMs;
                 const open = list.find((x) => x.end === undefined);
-                if (open) anomalies.push(`job ${e.jobId} started on ${e.runnerId} while still running on ${open.runnerId}`);
-                list.push({ runnerId: e.runnerId, start: e.t, expiresAt: e.expiresAt });
+                // A live daemon that outlived its lease (a stall on a loaded
+                // machine) may still be running when the job is leased again;
+                // that is the protocol working. Only a second lease issued
+                // while the first was still valid is a fault.
+                if (open && !lapsedBefore(open, claimedAt)) anomalies.push(`job ${e.jobId} started on ${e.runnerId} while still running on ${open.runnerId}`);
+                else if (open) relets.push(e.jobId);
+                list.push({ runnerId: e.runnerId, start: e.t, claimedAt, expiresAt: e.expiresAt });
                 execs.set(e.jobId, list);
+              } else if (e.type === "renewed") {
+                const x = (execs.get(e.jobId) ?? []).find((y) => y.runnerId === e.runnerId && y.end === undefined);
+                if (x) x.expiresAt = Math.max(x.expiresAt, e.expiresAt);
               } else if (e.type === "end") {
                 const x = (execs.get(e.jobId) ?? []).find((y) => y.runnerId === e.runnerId && y.end === undefined);
                 if (x) Object.assign(x, { end: e.t, how: e.how });
@@ -435,7 +466,7 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
     // No two runs of one job overlap in time.
     const list = (execs.get(id) ?? []).slice().sort((a, b) => a.start - b.start);
     for (let i = 1; i < list.length; i++) {
-      if (list[i - 1].end === undefined || list[i].start < list[i - 1].end) violations.push(`${id}: runs overlap (${list[i - 1].runnerId} / ${list[i].runnerId})`);
+      if ((list[i - 1].end === undefined || list[i].start < list[i - 1].end) && !lapsedBefore(list[i - 1], list[i].claimedAt)) violations.push(`${id}: runs overlap (${list[i - 1].runnerId} / ${list[i].runnerId})`);
     }
     if (job.mode === "refuse") {
       const refusers = list.filter((x) => x.how === "refused").map((x) => x.runnerId);
@@ -466,6 +497,7 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
     latencyMs: { p50: Number(percentile(lat, 50).toFixed(2)), p99: Number(percentile(lat, 99).toFixed(2)), max: Number((lat.at(-1) ?? 0).toFixed(2)) },
     non200: stats.errors,
     died,
+    releasedAfterLapse: relets.length,
     refusedReleases: refused,
     cancelLandedOn: cancelLanded,
     states,
