@@ -113,6 +113,7 @@ export interface NativeBinding {
   SiteKeyring: new (keys: StoredKeys) => SiteKeyringHandle;
   // protocol rules
   inspectRequest(endpoint: string, rawBody: string): Inspected;
+  isCanonicalRequestBody(endpoint: string, rawBody: string): boolean;
   validateRequestBody(endpoint: string, json: string): { ok: true; body: Record<string, unknown> } | { ok: false };
   checkProtocolVersion(json: string): WireErrorBody | null;
   parseSealedOutcome(
