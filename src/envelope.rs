@@ -196,11 +196,123 @@ fn box_key_bytes(secret: &StaticSecret, their_public: &[u8; 32]) -> Option<Zeroi
     if !shared.was_contributory() {
         return None;
     }
-    let mut key =
-        hsalsa::<salsa20::cipher::consts::U10>(shared.as_bytes().into(), &Default::default());
+    Some(hsalsa_key(shared.as_bytes()))
+}
+
+/// HSalsa20 of the X25519 output with a zero nonce (`crypto_box_beforenm`).
+fn hsalsa_key(shared: &[u8; 32]) -> Zeroizing<[u8; 32]> {
+    let mut key = hsalsa::<salsa20::cipher::consts::U10>(shared.into(), &Default::default());
     let bytes = Zeroizing::new(key.into());
     zeroize::Zeroize::zeroize(key.as_mut_slice());
-    Some(bytes)
+    bytes
+}
+
+/// The seal side's box key: the ephemeral secret against the recipient's
+/// public key, through the recipient's precomputed table when it has one.
+fn seal_box_key(ephemeral: &StaticSecret, recipient_public: &[u8; 32]) -> Option<XSalsa20Poly1305> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(shared) = fixed_base::shared_secret(ephemeral, recipient_public) {
+        // All zeros: a small-order recipient key, refused as libsodium does.
+        if bool::from(subtle::ConstantTimeEq::ct_eq(&shared[..], &[0u8; 32][..])) {
+            return None;
+        }
+        return Some(XSalsa20Poly1305::new(hsalsa_key(&shared).as_ref().into()));
+    }
+    box_key(ephemeral, recipient_public)
+}
+
+/// X25519 to a recipient we seal to again and again (the site's own key at
+/// every enqueue, a paired device's key at every fetch) through a
+/// constant-time table of multiples of that recipient's point: the same
+/// multiplication the site's identity signature does with the basepoint
+/// table, about a third of the Montgomery ladder's time here. The table costs
+/// about as much as twenty ladders and 30 KB, so a key gets one only after
+/// being sealed to a few times, and only a bounded number of keys keep one.
+///
+/// Why it equals X25519: the ladder's answer is the u-coordinate of
+/// `clamp(k)·P` for either point P with the recipient's u (a u on the curve's
+/// twist has no Edwards point and keeps the ladder). The clamped scalar is
+/// used unreduced, a multiple of the cofactor, so a small-order component of
+/// P vanishes just as in the ladder, and the identity maps back to u = 0.
+#[cfg(not(target_arch = "wasm32"))]
+mod fixed_base {
+    use curve25519_dalek::edwards::EdwardsBasepointTable;
+    use curve25519_dalek::montgomery::MontgomeryPoint;
+    use curve25519_dalek::traits::BasepointTable;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    use x25519_dalek::StaticSecret;
+    use zeroize::Zeroizing;
+
+    /// Seals to a key before it gets a table (a table pays for itself after ~25).
+    pub(super) const BUILD_AFTER: u32 = 4;
+    /// Keys holding a table at once (30 KB each).
+    const MAX_TABLES: usize = 64;
+    /// Keys whose seals are being counted, before the count starts over.
+    const MAX_COUNTED: usize = 4096;
+
+    #[derive(Default)]
+    struct Tables {
+        /// `None`: this u has no Edwards point (the twist); the ladder it is.
+        built: HashMap<[u8; 32], Option<Arc<EdwardsBasepointTable>>>,
+        /// Insertion order of `built`, for eviction.
+        order: std::collections::VecDeque<[u8; 32]>,
+        seen: HashMap<[u8; 32], u32>,
+    }
+
+    fn tables() -> &'static Mutex<Tables> {
+        static TABLES: OnceLock<Mutex<Tables>> = OnceLock::new();
+        TABLES.get_or_init(|| Mutex::new(Tables::default()))
+    }
+
+    /// The table for `public`, building it on the seal that reaches
+    /// [`BUILD_AFTER`]; `None` means: use the ladder.
+    fn table_for(public: &[u8; 32]) -> Option<Arc<EdwardsBasepointTable>> {
+        {
+            let mut state = tables().lock().ok()?;
+            if let Some(entry) = state.built.get(public) {
+                return entry.clone();
+            }
+            if state.seen.len() >= MAX_COUNTED && !state.seen.contains_key(public) {
+                state.seen.clear();
+            }
+            let count = state.seen.entry(*public).or_insert(0);
+            *count += 1;
+            if *count < BUILD_AFTER {
+                return None;
+            }
+            state.seen.remove(public);
+        }
+        // Built outside the lock: a millisecond other seals need not wait for.
+        let table = MontgomeryPoint(*public)
+            .to_edwards(0)
+            .map(|point| Arc::new(EdwardsBasepointTable::create(&point)));
+        let mut state = tables().lock().ok()?;
+        if !state.built.contains_key(public) {
+            if state.built.len() >= MAX_TABLES {
+                if let Some(oldest) = state.order.pop_front() {
+                    state.built.remove(&oldest);
+                }
+            }
+            state.built.insert(*public, table.clone());
+            state.order.push_back(*public);
+        }
+        table
+    }
+
+    /// The X25519 output of `ephemeral` against `public`, or `None` when
+    /// `public` has no table (the caller runs the ladder).
+    pub(super) fn shared_secret(
+        ephemeral: &StaticSecret,
+        public: &[u8; 32],
+    ) -> Option<Zeroizing<[u8; 32]>> {
+        let table = table_for(public)?;
+        let scalar = Zeroizing::new(ephemeral.to_bytes());
+        let mut point = table.mul_base_clamped(*scalar);
+        let shared = Zeroizing::new(point.to_montgomery().to_bytes());
+        zeroize::Zeroize::zeroize(&mut point);
+        Some(shared)
+    }
 }
 
 /// `crypto_box_seal` with a given ephemeral secret (for known answers; real
@@ -211,7 +323,7 @@ pub fn seal_box_with_ephemeral(
     message: &[u8],
 ) -> Option<Vec<u8>> {
     let ephemeral_public = *XPublicKey::from(ephemeral).as_bytes();
-    let cipher = box_key(ephemeral, recipient_public)?;
+    let cipher = seal_box_key(ephemeral, recipient_public)?;
     let nonce = seal_nonce(&ephemeral_public, recipient_public);
     let mut out = Vec::with_capacity(SEAL_OVERHEAD + message.len());
     out.extend_from_slice(&ephemeral_public);
@@ -736,6 +848,90 @@ mod tests {
             );
             let cb = crypto_box::SecretKey::from(site.encryption_secret().to_bytes());
             assert!(cb.unseal(&forged).is_ok(), "crypto_box alone accepts it");
+        }
+    }
+
+    /// A deterministic X25519 secret (no RNG: the test is repeatable).
+    fn nth_secret(n: u32) -> StaticSecret {
+        let digest = sha2::Sha256::digest(n.to_le_bytes());
+        let mut bytes = [0u8; 32];
+        bytes.copy_from_slice(&digest);
+        StaticSecret::from(bytes)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn recipient_tables_give_the_ladders_answer() {
+        use curve25519_dalek::constants::EIGHT_TORSION;
+        use curve25519_dalek::montgomery::MontgomeryPoint;
+        // Keys a device could present: honest ones, honest ones plus a
+        // small-order component (an X25519 key need not be in the prime-order
+        // group), and the small-order points themselves.
+        let mut recipients: Vec<[u8; 32]> = (0..3)
+            .map(|i| *XPublicKey::from(&nth_secret(1000 + i)).as_bytes())
+            .collect();
+        if let Some(p) = MontgomeryPoint(recipients[0]).to_edwards(0) {
+            for t in EIGHT_TORSION.iter().skip(1) {
+                recipients.push((p + t).to_montgomery().to_bytes());
+            }
+        } else {
+            panic!("an honest key lifts to Edwards");
+        }
+        for t in EIGHT_TORSION.iter() {
+            recipients.push(t.to_montgomery().to_bytes());
+        }
+        // A u on the twist (no Edwards point) keeps the ladder.
+        let twist = (2u8..)
+            .map(|u| {
+                let mut b = [0u8; 32];
+                b[0] = u;
+                b
+            })
+            .find(|b| MontgomeryPoint(*b).to_edwards(0).is_none());
+        let Some(twist) = twist else {
+            panic!("some small u is on the twist")
+        };
+        recipients.push(twist);
+
+        let mut n = 0;
+        for public in &recipients {
+            let mut tabled = 0;
+            for _ in 0..(fixed_base::BUILD_AFTER + 6) {
+                n += 1;
+                let eph = nth_secret(n);
+                let ladder = eph.diffie_hellman(&XPublicKey::from(*public));
+                if let Some(shared) = fixed_base::shared_secret(&eph, public) {
+                    assert_eq!(&*shared, ladder.as_bytes(), "u = {public:?}");
+                    tabled += 1;
+                }
+                // The whole seal agrees with the ladder's refusals too.
+                let sealed = seal_box_with_ephemeral(&eph, public, b"x");
+                assert_eq!(sealed.is_none(), !ladder.was_contributory());
+            }
+            if *public == twist {
+                assert_eq!(tabled, 0, "the twist has no table");
+            } else {
+                assert!(tabled >= 6, "a key sealed to often gets its table");
+            }
+        }
+    }
+
+    #[test]
+    fn seals_to_a_tabled_key_open() {
+        let site = party(7);
+        let to = party(8);
+        let ctx = context(&site, &to);
+        for i in 0..12 {
+            let text = format!("message {i}");
+            let Ok(env) =
+                seal_with_handle(Text::Utf8(&text), &site, &to.keys().encryption_public, &ctx)
+            else {
+                panic!("seal")
+            };
+            match open_as(&to, &site, &env, &expected(&ctx)) {
+                Ok(opened) => assert_eq!(opened.as_str(), text),
+                Err(e) => panic!("open {i}: {e:?}"),
+            }
         }
     }
 
