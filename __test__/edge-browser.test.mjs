@@ -1,4 +1,4 @@
-// The ./edge module in a real browser (Debian chromium through playwright-core,
+// The edge module (edge/) in a real browser (Debian chromium through playwright-core,
 // as __test__/browser.test.mjs uses): served as plain ES modules from a
 // loopback server, imported by a page, and checked against the reference in
 // both directions.

@@ -1,5 +1,5 @@
 // Runs INSIDE Deno (driven by __test__/edge.test.mjs), with no --allow-ffi:
-// checks the ./edge WebAssembly module against the golden vectors and against
+// checks the edge WebAssembly module (edge/) against the golden vectors and against
 // cases the reference made, and writes cases of its own for the reference to
 // check back.
 //

@@ -1,6 +1,6 @@
 // The Supabase Edge Function example (examples/supabase-edge): type-checked
 // and its Deno tests run with NO permissions (no FFI, env, net or files),
-// against the ./edge module of this checkout.
+// against the edge module (edge/) of this checkout.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";

@@ -1,4 +1,4 @@
-// The ./edge WebAssembly module, proven where it is meant to run: Deno WITHOUT
+// The edge WebAssembly module (the byollm-server-native-edge package, edge/), proven where it is meant to run: Deno WITHOUT
 // --allow-ffi. Node 22 makes randomized cases with the reference
 // (@byollm/protocol), Deno checks them and the golden vectors with the edge
 // module (__test__/edge-deno-check.mjs) and writes its own sealed envelopes,
@@ -194,7 +194,7 @@ test("edge module in Node too (no Deno): the embedded .wasm loads and errors are
 
 test("edge/wasm-inline.js is edge/byollm_edge.wasm gzipped, and unpacks without node:zlib too", async () => {
   ensureWasm();
-  // One module, two forms (./edge embeds it, ./edge/workers and ./edge/manual
+  // One module, two forms (the package root embeds it, /workers and /manual
   // load the file): the embedded one must be exactly the file, compressed.
   const wasm = readFileSync(join(root, "edge", "byollm_edge.wasm"));
   const { default: embedded } = await import("../edge/wasm-inline.js");
@@ -253,15 +253,23 @@ console.log(JSON.stringify([edge.isReady(), edge.verifyPublicIdentity(edge.publi
   }
 });
 
-test("the published package carries the built edge module (git ignores it, npm must not)", () => {
+test("the edge package (edge/package.json) carries the built module (git ignores it, npm must not)", () => {
   ensureWasm();
-  const r = spawnSync("npm", ["pack", "--dry-run", "--ignore-scripts", "--json"], { cwd: root, encoding: "utf8" });
+  const edgeDir = join(root, "edge");
+  const r = spawnSync("npm", ["pack", "--dry-run", "--ignore-scripts", "--json"], { cwd: edgeDir, encoding: "utf8" });
   assert.equal(r.status, 0, r.stderr);
   const files = JSON.parse(r.stdout)[0].files.map((f) => f.path);
-  for (const f of ["edge/index.js", "edge/core.js", "edge/api.js", "edge/workers.js", "edge/manual.js", "edge/index.d.ts", "edge/byollm_edge.wasm", "edge/wasm-inline.js"]) {
-    assert.ok(files.includes(f), `${f} is not in the package`);
+  for (const f of ["index.js", "core.js", "api.js", "workers.js", "manual.js", "index.d.ts", "byollm_edge.wasm", "wasm-inline.js"]) {
+    assert.ok(files.includes(f), `${f} is not in the edge package`);
   }
-  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
-  assert.equal(pkg.exports["./edge"].import, "./edge/index.js");
-  assert.equal(pkg.exports["./edge/workers"].import, "./edge/workers.js");
+  const pkg = JSON.parse(readFileSync(join(edgeDir, "package.json"), "utf8"));
+  const main = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+  assert.equal(pkg.name, "byollm-server-native-edge");
+  assert.equal(pkg.version, main.version, "the edge package is released at the main package's version");
+  assert.equal(pkg.exports["."].import, "./index.js");
+  assert.equal(pkg.exports["./workers"].import, "./workers.js");
+  assert.equal(pkg.exports["./manual"].import, "./manual.js");
+  // And the main package no longer ships a second copy of the WebAssembly.
+  assert.equal(Object.keys(main.exports).some((k) => k.startsWith("./edge")), false);
+  assert.equal(main.files.includes("edge"), false);
 });

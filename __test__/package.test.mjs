@@ -12,9 +12,10 @@
 // install scripts enabled, so anything that tried to compile would fail.
 //
 // Then, from the fresh projects: a whole in-memory job cycle (the daemon side
-// uses the package's own WebAssembly crypto, `/edge`), `npx keygen`, once under
-// the package's own name and once aliased as `@byollm/server`; and the
-// loader's error when the platform package is missing.
+// uses our WebAssembly crypto, the separate byollm-server-native-edge
+// package), `npx keygen`, once under the package's own name and once aliased
+// as `@byollm/server`; and the loader's error when the platform package is
+// missing.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
@@ -26,6 +27,7 @@ import { basename, delimiter, join } from "node:path";
 import { hostPlatform, kb, root, stageRelease, tarFolder } from "../scripts/pack-release.mjs";
 
 const NAME = "byollm-server-native";
+const EDGE = "byollm-server-native-edge";
 const host = hostPlatform();
 const binary = join(root, `${NAME}.${host}.node`);
 // Any platform works: the release workflow runs this next to each platform's binary.
@@ -39,7 +41,7 @@ const CONSUMER = String.raw`
 import assert from "node:assert/strict";
 import { ByollmApp, MemoryStore, generateSiteKeys } from "PKG";
 import { createHandler } from "PKG/next";
-import { generateKeys, keyId, open, publicIdentityOf, seal, signRequest } from "PKG/edge";
+import { generateKeys, keyId, open, publicIdentityOf, seal, signRequest } from "EDGE";
 
 const siteKeys = generateSiteKeys();
 const store = new MemoryStore();
@@ -178,8 +180,9 @@ const npm = (args, cwd) => exec("npm", args, cwd);
 /** A fresh project depending on `spec` under `name`, installed from the loopback registry. */
 async function installProject(dir, name, spec) {
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module", dependencies: { [name]: spec } }));
-  writeFileSync(join(dir, "app.mjs"), CONSUMER.replaceAll("PKG", name));
+  const dependencies = { [name]: spec, [EDGE]: release.edgeManifest.version };
+  writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module", dependencies }));
+  writeFileSync(join(dir, "app.mjs"), CONSUMER.replaceAll("PKG", name).replaceAll("EDGE", EDGE));
   const started = Date.now();
   const r = await npm(["install"], dir);
   assert.equal(r.status, 0, `npm install failed:\n${r.stdout}\n${r.stderr}`);
@@ -202,8 +205,9 @@ before(async () => {
     if (spawnSync("strip", ["--strip-debug", "-o", stripped, binary]).status === 0) addon = stripped;
   }
   release = stageRelease({ work, binary: addon, targets: "all" });
+  release.edgeManifest = JSON.parse(spawnSync("tar", ["-xzOf", release.edge, "package/package.json"], { encoding: "utf8" }).stdout);
   const deps = packDependencies(release.manifest, join(work, "tarballs"));
-  registry = await serveRegistry([release.main, ...Object.values(release.platforms), ...deps]);
+  registry = await serveRegistry([release.main, release.edge, ...Object.values(release.platforms), ...deps]);
   const userconfig = join(work, "npmrc");
   writeFileSync(userconfig, "");
   // (PATH is dropped in any spelling too: Windows calls it Path, and two copies would race.)
@@ -219,7 +223,7 @@ before(async () => {
   });
   console.log(`# staged and packed in ${Date.now() - started} ms`);
   const build = addon === binary ? (statSync(binary).size > 10 * 1024 * 1024 ? "debug build" : "release build") : "debug build, stripped";
-  console.log(`# main package ${kb(release.main)} (target <= 200 KB); ${host} package ${kb(release.platforms[host])} (${build}; target <= 3 MB)`);
+  console.log(`# main package ${kb(release.main)} (target <= 200 KB); ${host} package ${kb(release.platforms[host])} (${build}; target <= 3 MB); ${EDGE} ${kb(release.edge)}`);
 });
 
 after(async () => {
@@ -231,9 +235,18 @@ test("the packed packages: the binary is in the platform package only, optionalD
   const listing = (file) => spawnSync("tar", ["-tzf", file], { encoding: "utf8" }).stdout.split("\n").filter(Boolean);
   const main = listing(release.main);
   assert.deepEqual(main.filter((f) => f.endsWith(".node")), [], "the main package carries no .node file");
-  for (const needed of ["package/dist/index.js", "package/dist/native-loader.js", "package/index.js", "package/bin/keygen.mjs", "package/edge/byollm_edge.wasm"]) {
+  for (const needed of ["package/dist/index.js", "package/dist/native-loader.js", "package/index.js", "package/bin/keygen.mjs"]) {
     assert.ok(main.includes(needed), `${needed} is not in the main tarball`);
   }
+  // The WebAssembly lives in its own package, at the main package's version.
+  assert.deepEqual(main.filter((f) => f.endsWith(".wasm") || f.startsWith("package/edge/") || f.endsWith(".map")), []);
+  const edge = listing(release.edge);
+  for (const needed of ["package/index.js", "package/workers.js", "package/manual.js", "package/byollm_edge.wasm", "package/wasm-inline.js", "package/index.d.ts"]) {
+    assert.ok(edge.includes(needed), `${needed} is not in the edge tarball`);
+  }
+  assert.equal(release.edgeManifest.name, EDGE);
+  assert.equal(release.edgeManifest.version, release.manifest.version);
+  assert.ok(statSync(release.main).size <= 200 * 1024, `main package ${kb(release.main)} is over 200 KB`);
   assert.deepEqual(listing(release.platforms[host]).sort(), ["package/README.md", `package/${NAME}.${host}.node`, "package/package.json"]);
   const expected = Object.fromEntries(Object.keys(release.platforms).map((p) => [`${NAME}-${p}`, release.manifest.version]));
   assert.equal(Object.keys(expected).length, 7);
@@ -248,11 +261,12 @@ test("installed by its own name: only this platform's binary is fetched, nothing
   await installProject(project, NAME, release.manifest.version);
   // The six other platform packages are declared but npm must skip them by os/cpu/libc (musl included).
   assert.deepEqual(
-    registry.fetched.filter((n) => n.startsWith(`${NAME}-`)),
+    registry.fetched.filter((n) => n.startsWith(`${NAME}-`) && n !== EDGE),
     [`${NAME}-${host}`],
   );
   const modules = readdirSync(join(project, "node_modules"));
-  assert.deepEqual(modules.filter((n) => n.startsWith(`${NAME}-`)), [`${NAME}-${host}`]);
+  assert.deepEqual(modules.filter((n) => n.startsWith(`${NAME}-`) && n !== EDGE), [`${NAME}-${host}`]);
+  assert.ok(modules.includes(EDGE));
   assert.ok(existsSync(join(project, "node_modules", `${NAME}-${host}`, `${NAME}.${host}.node`)));
   assert.deepEqual(readdirSync(join(project, "node_modules", NAME)).filter((f) => f.endsWith(".node")), []);
 

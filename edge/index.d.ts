@@ -1,4 +1,4 @@
-// Types of byollm-server-native/edge (and /edge/workers): the crypto core as
+// Types of byollm-server-native-edge (and its /workers and /manual): the crypto core as
 // WebAssembly, with the names and shapes of @byollm/protocol.
 
 export interface StoredKeys {

@@ -1,5 +1,5 @@
 // @ts-self-types="./index.d.ts"
-// byollm-server-native/edge: the crypto core as WebAssembly, for runtimes
+// byollm-server-native-edge: the crypto core as WebAssembly, for runtimes
 // that cannot load a native addon (Deno without --allow-ffi, Supabase Edge
 // Functions, browsers; Cloudflare Workers use ./workers.js).
 //

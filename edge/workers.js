@@ -1,5 +1,5 @@
 // @ts-self-types="./index.d.ts"
-// byollm-server-native/edge/workers: the edge module for Cloudflare Workers
+// byollm-server-native-edge/workers: the edge module for Cloudflare Workers
 // (and bundlers that turn a `.wasm` import into a WebAssembly.Module).
 // Workers forbid compiling WebAssembly from bytes at run time, so the module
 // must arrive precompiled through this import rather than from index.js's

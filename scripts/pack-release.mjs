@@ -19,7 +19,8 @@ import { fileURLToPath } from "node:url";
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
 // What `npm pack` of the main package reads (package.json "files", plus the
-// README and LICENSE npm always adds) and the platform package folders.
+// README and LICENSE npm always adds), the platform package folders, and the
+// edge package's folder (edge/, a package of its own).
 const STAGED = ["package.json", "README.md", "LICENSE", "index.js", "index.d.ts", "dist", "edge", "bin", "supabase", "npm"];
 
 /** The napi `platformArchABI` of this process, e.g. `linux-x64-gnu`. */
@@ -106,7 +107,10 @@ export function stageRelease({ work, binary, targets = "host" }) {
     }
   }
   const main = packInto(stage, out);
-  return { main, platforms, host, manifest: JSON.parse(readFileSync(join(stage, "package.json"), "utf8")) };
+  // The WebAssembly build is its own package (edge/package.json), released
+  // with the same version so the two are always installed as a pair.
+  const edge = packInto(join(stage, "edge"), out);
+  return { main, platforms, edge, host, manifest: JSON.parse(readFileSync(join(stage, "package.json"), "utf8")) };
 }
 
 /**
@@ -139,7 +143,8 @@ export const kb = (file) => `${(statSync(file).size / 1024).toFixed(1)} KB`;
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const out = process.argv[2] ? resolve(process.argv[2]) : mkdtempSync(join(tmpdir(), "byollm-release-"));
-  const { main, platforms } = stageRelease({ work: out });
+  const { main, platforms, edge } = stageRelease({ work: out });
   console.log(`main package      ${kb(main)}  ${main}`);
+  console.log(`edge package      ${kb(edge)}  ${edge}`);
   for (const [platform, file] of Object.entries(platforms)) console.log(`${platform.padEnd(17)} ${kb(file)}  ${file}`);
 }

@@ -90,7 +90,7 @@ export function explainLoadFailure(error: unknown): Error {
   lines.push(
     `Prebuilt platforms: ${supported.length ? supported.join(", ") : "(unknown: package.json lists no napi targets)"}.`,
     "Anywhere else, build from source with a Rust toolchain: clone the repository, then `npm ci` (which runs `napi build` with cargo).",
-    "Only the crypto exists without the addon, as WebAssembly: `byollm-server-native/edge`.",
+    "Only the crypto exists without the addon, as WebAssembly: the package `byollm-server-native-edge`.",
   );
   const causes = causeMessages(error);
   if (causes.length) lines.push("What the loader tried:", ...causes.map((c) => `  - ${c}`));

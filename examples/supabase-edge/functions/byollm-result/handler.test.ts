@@ -1,7 +1,7 @@
 // `deno test --config deno.local.json` (no permissions at all): the daemon
 // side is played with the same edge module, the function is called directly.
 import assert from "node:assert/strict";
-import { generateKeys, keyId, publicIdentityOf, seal, signRequest, type StoredKeys } from "byollm-server-native/edge";
+import { generateKeys, keyId, publicIdentityOf, seal, signRequest, type StoredKeys } from "byollm-server-native-edge";
 import { handle, type Config } from "./handler.ts";
 
 const NOW = 1767225600000;

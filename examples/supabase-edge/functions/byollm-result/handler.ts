@@ -1,6 +1,6 @@
 // A Supabase Edge Function (Deno) that accepts a daemon's signed `result`
 // call and opens the sealed outcome inside it, using only the WebAssembly
-// build of the byollm crypto core (`byollm-server-native/edge`): no native
+// build of the byollm crypto core (`byollm-server-native-edge`): no native
 // addon, no FFI permission, no Node built-ins.
 //
 // The handler is a plain function of (Request, config) so it can be tested
@@ -13,7 +13,7 @@ import {
   type RequestSignature,
   type SealedEnvelope,
   type StoredKeys,
-} from "byollm-server-native/edge";
+} from "byollm-server-native-edge";
 
 export interface Config {
   /** The site's keys: the BYOLLM_SITE_KEYS value `keygen` printed. */
