@@ -81,6 +81,13 @@ export declare class SiteKeyring {
   /** Seal a job payload to the site itself, for storage at rest. */
   sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope
   sealPayloadAsync(plaintext: string, jobId: string, deadlineAt: number): Promise<SealedEnvelope>
+  /** `validatePayload` then `sealPayload` of its canonical text, in one call. */
+  sealCheckedPayload(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): SealedPayload
+  /**
+   * [`Self::seal_checked_payload`] on the thread pool (validation
+   * included: for a large payload it is milliseconds of parsing).
+   */
+  sealCheckedPayloadAsync(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): Promise<SealedPayload>
   /**
    * Open the at-rest payload and seal it to the claiming device; `null`
    * when the at-rest envelope does not open.
@@ -290,6 +297,17 @@ export interface SealedEnvelope {
   senderKeyId: string
   direction: "payload" | "result"
   deadlineAt: number
+}
+
+/**
+ * `sealCheckedPayload`'s answer: the at-rest envelope and the payload's
+ * size class, or the validator's message.
+ */
+export interface SealedPayload {
+  ok: boolean
+  envelope?: SealedEnvelope
+  sizeClass?: string
+  message?: string
 }
 
 export interface SealOptions {

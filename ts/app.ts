@@ -29,7 +29,7 @@ export { normalizeUserCode };
 const DEFAULT_LIVENESS_MS = 35_000;
 /** How long a sealed payload is worth keeping; bound into its signature. */
 const ENVELOPE_MAX_AGE_MS = 86_400_000;
-/** Payloads longer than this (UTF-16 units) are sealed on the thread pool. */
+/** Payloads whose JSON is longer than this (UTF-16 units) are checked and sealed on the thread pool. */
 const ASYNC_SEAL_THRESHOLD = 64 * 1024;
 
 /**
@@ -116,17 +116,19 @@ export class ByollmApp {
       );
     }
 
-    const checked = native.validatePayload(input.kind, payloadJson(input.payload));
-    if (!checked.ok) throw new Error(payloadError(String(input.kind), checked.message));
-
     // One clock reading for both the record and the envelope it binds.
     const createdAt = this.#now();
     const id = input.id ?? generateJobId();
     const deadlineAt = createdAt + ENVELOPE_MAX_AGE_MS;
-    const envelope: SealedEnvelope =
-      checked.canonical.length > ASYNC_SEAL_THRESHOLD
-        ? await this.#keyring.sealPayloadAsync(checked.canonical, id, deadlineAt)
-        : this.#keyring.sealPayload(checked.canonical, id, deadlineAt);
+    // Validated and sealed in one native call: the canonical text, as long as
+    // the payload, stays on the native side.
+    const json = payloadJson(input.payload);
+    const checked =
+      json !== undefined && json.length > ASYNC_SEAL_THRESHOLD
+        ? await this.#keyring.sealCheckedPayloadAsync(input.kind, json, id, deadlineAt)
+        : this.#keyring.sealCheckedPayload(input.kind, json, id, deadlineAt);
+    if (!checked.ok) throw new Error(payloadError(String(input.kind), checked.message));
+    const envelope: SealedEnvelope = checked.envelope;
 
     // The plaintext payload is not handed to the store (its interface never
     // had it); everything else the caller passed goes through unchanged.

@@ -50,12 +50,24 @@ export type Inspected =
   | { stage: "ok"; body: Record<string, unknown> }
   | { stage: "json" | "version" | "schema"; status: number; error: WireErrorBody };
 
+export type SealedPayload =
+  | { ok: true; envelope: SealedEnvelope; sizeClass: string }
+  | { ok: false; message: string };
+
 export interface SiteKeyringHandle {
   readonly keyId: string;
   publicIdentity(): PublicIdentity;
   isConsistent(): boolean;
   sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope;
   sealPayloadAsync(plaintext: string, jobId: string, deadlineAt: number): Promise<SealedEnvelope>;
+  /** `validatePayload` and `sealPayload` of the canonical text in one call (the text stays native). */
+  sealCheckedPayload(kind: unknown, payloadJson: string | undefined, jobId: string, deadlineAt: number): SealedPayload;
+  sealCheckedPayloadAsync(
+    kind: unknown,
+    payloadJson: string | undefined,
+    jobId: string,
+    deadlineAt: number,
+  ): Promise<SealedPayload>;
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null;
   resealForDeviceAsync(
     atRest: SealedEnvelope,

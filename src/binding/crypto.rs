@@ -225,6 +225,37 @@ pub struct VerifyRequestOptions {
 
 // ---------------------------------------------------------------- conversions
 
+/// `sealCheckedPayload`'s answer: the at-rest envelope and the payload's
+/// size class, or the validator's message.
+#[napi(object, js_name = "SealedPayload")]
+pub struct JsSealedPayload {
+    pub ok: bool,
+    pub envelope: Option<JsSealedEnvelope>,
+    pub size_class: Option<String>,
+    pub message: Option<String>,
+}
+
+impl JsSealedPayload {
+    fn from_core(
+        checked: std::result::Result<(envelope::SealedEnvelope, &'static str), String>,
+    ) -> Self {
+        match checked {
+            Ok((sealed, size_class)) => JsSealedPayload {
+                ok: true,
+                envelope: Some(sealed.into()),
+                size_class: Some(size_class.to_owned()),
+                message: None,
+            },
+            Err(message) => JsSealedPayload {
+                ok: false,
+                envelope: None,
+                size_class: None,
+                message: Some(message),
+            },
+        }
+    }
+}
+
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(Status::InvalidArg, message.into())
 }
@@ -634,6 +665,28 @@ fn seal_payload_core(
     )
 }
 
+/// Validate an enqueue's payload and seal its canonical text at rest, in one
+/// step: the canonical text (as long as the payload) never crosses to
+/// JavaScript and back. The validator's message is the inner `Err`.
+fn seal_checked_core(
+    handle: &KeyHandle,
+    kind: Option<&str>,
+    kind_display: &str,
+    payload_json: Option<&str>,
+    job_id: &str,
+    deadline_at: f64,
+) -> std::result::Result<
+    std::result::Result<(envelope::SealedEnvelope, &'static str), String>,
+    envelope::SealError,
+> {
+    let valid = match crate::kinds::validate_payload(kind, kind_display, payload_json) {
+        Ok(valid) => valid,
+        Err(message) => return Ok(Err(message)),
+    };
+    let sealed = seal_payload_core(handle, &valid.canonical, job_id, deadline_at)?;
+    Ok(Ok((sealed, valid.size_class.as_str())))
+}
+
 fn reseal_core(
     handle: &KeyHandle,
     at_rest: &envelope::SealedEnvelope,
@@ -743,6 +796,49 @@ impl SiteKeyring {
             job_id,
             deadline_at,
         })
+    }
+
+    /// `validatePayload` then `sealPayload` of its canonical text, in one call.
+    #[napi(catch_unwind)]
+    pub fn seal_checked_payload(
+        &self,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<JsSealedPayload> {
+        let (kind_text, display) = super::rules::payload_kind(kind)?;
+        seal_checked_core(
+            &self.inner,
+            kind_text.as_deref(),
+            &display,
+            payload_json.as_deref(),
+            &job_id,
+            deadline_at,
+        )
+        .map(JsSealedPayload::from_core)
+        .map_err(seal_error)
+    }
+
+    /// [`Self::seal_checked_payload`] on the thread pool (validation
+    /// included: for a large payload it is milliseconds of parsing).
+    #[napi(catch_unwind, ts_return_type = "Promise<SealedPayload>")]
+    pub fn seal_checked_payload_async(
+        &self,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<AsyncTask<SealCheckedTask>> {
+        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
+        Ok(AsyncTask::new(SealCheckedTask {
+            handle: self.inner.clone(),
+            kind_text,
+            kind_display,
+            payload_json,
+            job_id,
+            deadline_at,
+        }))
     }
 
     /// Open the at-rest payload and seal it to the claiming device; `null`
@@ -861,6 +957,38 @@ impl Task for SealPayloadTask {
 
     fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
         Ok(output.into())
+    }
+}
+
+pub struct SealCheckedTask {
+    handle: Arc<KeyHandle>,
+    kind_text: Option<String>,
+    kind_display: String,
+    payload_json: Option<String>,
+    job_id: String,
+    deadline_at: f64,
+}
+
+impl Task for SealCheckedTask {
+    type Output = std::result::Result<(envelope::SealedEnvelope, &'static str), String>;
+    type JsValue = JsSealedPayload;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        guard(|| {
+            seal_checked_core(
+                &self.handle,
+                self.kind_text.as_deref(),
+                &self.kind_display,
+                self.payload_json.as_deref(),
+                &self.job_id,
+                self.deadline_at,
+            )
+            .map_err(seal_error)
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
+        Ok(JsSealedPayload::from_core(output))
     }
 }
 

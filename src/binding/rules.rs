@@ -520,14 +520,7 @@ pub struct JsPayloadCheck {
     ts_return_type = "{ ok: true; canonical: string; textLength: number; sizeClass: \"small\" | \"medium\" | \"large\" } | { ok: false; message: string }"
 )]
 pub fn validate_payload(kind: Unknown<'_>, payload_json: Option<String>) -> Result<JsPayloadCheck> {
-    let kind_text: Option<String> = match kind.get_type()? {
-        ValueType::String => Some(String::from_unknown(kind)?),
-        _ => None,
-    };
-    let display = match &kind_text {
-        Some(s) => s.clone(),
-        None => kind.coerce_to_string()?.into_utf8()?.as_str()?.to_owned(),
-    };
+    let (kind_text, display) = payload_kind(kind)?;
     Ok(
         match kinds::validate_payload(kind_text.as_deref(), &display, payload_json.as_deref()) {
             Ok(v) => JsPayloadCheck {
@@ -546,6 +539,20 @@ pub fn validate_payload(kind: Unknown<'_>, payload_json: Option<String>) -> Resu
             },
         },
     )
+}
+
+/// An enqueue's `kind` as the payload validator takes it: the string when it
+/// is one, and the text its error message shows (`String(kind)`) either way.
+pub(crate) fn payload_kind(kind: Unknown<'_>) -> Result<(Option<String>, String)> {
+    let kind_text: Option<String> = match kind.get_type()? {
+        ValueType::String => Some(String::from_unknown(kind)?),
+        _ => None,
+    };
+    let display = match &kind_text {
+        Some(s) => s.clone(),
+        None => kind.coerce_to_string()?.into_utf8()?.as_str()?.to_owned(),
+    };
+    Ok((kind_text, display))
 }
 
 /// The too-large message for `bytes` (the limit is the body cap).
