@@ -107,7 +107,12 @@ test("npm pack → install as @byollm/server → an unmodified consumer runs a w
         private: true,
         type: "module",
         // The platform package by path: offline, npm cannot fetch it by the version the main package names.
-        dependencies: { "@byollm/server": `file:${tarball}`, [`byollm-server-native-${host}`]: `file:${platforms[host]}` },
+        // The consumer's daemon side imports @byollm/protocol itself, so it declares it (from npm's cache).
+        dependencies: {
+          "@byollm/server": `file:${tarball}`,
+          [`byollm-server-native-${host}`]: `file:${platforms[host]}`,
+          "@byollm/protocol": "0.1.1",
+        },
       }),
     );
     writeFileSync(join(project, "app.mjs"), CONSUMER);

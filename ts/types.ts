@@ -1,8 +1,7 @@
 // The public type vocabulary of the package: records, store interfaces and the
-// options of the app-facing classes. Protocol shapes (keys, envelopes, outcomes,
-// capabilities) are the protocol package's own types, imported as types only:
-// nothing here exists at runtime, so the package never loads @byollm/protocol
-// (which needs a newer Node than we support).
+// options of the app-facing classes. The protocol shapes they are built from
+// (keys, envelopes, outcomes, capabilities) are declared in protocol-types.ts,
+// interchangeable with the reference protocol package's, so we do not depend on it.
 import type {
   Audience,
   Capability,
@@ -17,7 +16,7 @@ import type {
   SealedEnvelope,
   SizeClass,
   StoredKeys,
-} from "@byollm/protocol";
+} from "./protocol-types.js";
 
 export type {
   Audience,
