@@ -107,12 +107,7 @@ test("npm pack → install as @byollm/server → an unmodified consumer runs a w
         private: true,
         type: "module",
         // The platform package by path: offline, npm cannot fetch it by the version the main package names.
-        // The consumer's daemon side imports @byollm/protocol itself, so it declares it (from npm's cache).
-        dependencies: {
-          "@byollm/server": `file:${tarball}`,
-          [`byollm-server-native-${host}`]: `file:${platforms[host]}`,
-          "@byollm/protocol": "0.1.1",
-        },
+        dependencies: { "@byollm/server": `file:${tarball}`, [`byollm-server-native-${host}`]: `file:${platforms[host]}` },
       }),
     );
     writeFileSync(join(project, "app.mjs"), CONSUMER);
