@@ -93,6 +93,13 @@ export declare class SiteKeyring {
    * when the at-rest envelope does not open.
    */
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null
+  /**
+   * [`Self::reseal_for_device_async`] for a job whose envelope is in our
+   * `NativeMemoryStore`: read there, so a megabyte ciphertext does not
+   * become a JS string only to be read back. `null` when the store has no
+   * sealed envelope under that id, as for one that does not open.
+   */
+  resealStoredForDeviceAsync(store: NativeMemoryStore, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
   resealForDeviceAsync(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
   /** Open a device's result envelope addressed to this site. */
   openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): OpenResult

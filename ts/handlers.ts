@@ -3,6 +3,7 @@
 // operations and the wire answers.
 import { native, type SiteKeyringHandle } from "./native.js";
 import { generateDeviceCode, generateUserCode, hashSecret } from "./ids.js";
+import { unreadEnvelopeStore } from "./memory.js";
 import type {
   AuthContext,
   ByollmStore,
@@ -368,12 +369,18 @@ export class ByollmHandlers {
     if (!job || job.lease?.runnerId !== runner.id || job.lease.id !== request.leaseId) {
       return fail("not-found", "no such lease on this job");
     }
-    const big = job.envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
+    // A large envelope our MemoryStore has not handed to JS yet is resealed
+    // where it lies (same open and seal, no megabyte string in and out).
+    const stored = unreadEnvelopeStore(job);
+    const big = stored !== undefined || job.envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
     let envelope: SealedEnvelope | null;
     try {
-      envelope = big
-        ? await this.#keyring.resealForDeviceAsync(job.envelope, job.id, job.createdAt, runner.device)
-        : this.#keyring.resealForDevice(job.envelope, job.id, job.createdAt, runner.device);
+      envelope =
+        stored !== undefined
+          ? await this.#keyring.resealStoredForDeviceAsync(stored, job.id, job.createdAt, runner.device)
+          : big
+            ? await this.#keyring.resealForDeviceAsync(job.envelope, job.id, job.createdAt, runner.device)
+            : this.#keyring.resealForDevice(job.envelope, job.id, job.createdAt, runner.device);
     } catch {
       // Opening failures come back as null; a throw here means the device's
       // pinned encryption key is not a 32-byte X25519 key (signed, so it passed

@@ -142,6 +142,19 @@ function settle(record: object, value: unknown): void {
 }
 
 /**
+ * Records whose large envelope is still in the native store (not read yet),
+ * with that store: the fetch handler then reseals it there without the
+ * envelope ever becoming a JS string. Reading or assigning the envelope
+ * takes the record out.
+ */
+const unreadEnvelopes = new WeakMap<object, NativeMemoryStoreHandle>();
+
+/** The native store holding `job`'s envelope when the record has not read it yet. */
+export function unreadEnvelopeStore(job: JobRecord): NativeMemoryStoreHandle | undefined {
+  return unreadEnvelopes.get(job);
+}
+
+/**
  * Build the reference's record object (its key order) from a native row.
  * A row may carry `[]` for a large envelope; the record then reads it from
  * the store on first access: an enumerable accessor in the same key
@@ -158,13 +171,14 @@ export function jobRecordFromRow(row: JobRow, lazy?: NativeMemoryStoreHandle): J
     const id = row[0];
     let loaded = false;
     let held: unknown;
-    return {
+    const record = {
       id,
       kind: row[1],
       get envelope(): unknown {
         if (!loaded) {
           held = lazy.sealedEnvelope(id) ?? undefined;
           loaded = true;
+          unreadEnvelopes.delete(this);
           settle(this, held);
         }
         return held;
@@ -175,6 +189,7 @@ export function jobRecordFromRow(row: JobRow, lazy?: NativeMemoryStoreHandle): J
         if (Object.isFrozen(this)) throw new TypeError("Cannot assign to read only property 'envelope' of object");
         held = value;
         loaded = true;
+        unreadEnvelopes.delete(this);
         settle(this, value);
       },
       sizeClass: row[3],
@@ -196,6 +211,8 @@ export function jobRecordFromRow(row: JobRow, lazy?: NativeMemoryStoreHandle): J
       provenance: row[19],
       updatedAt: row[20],
     } as JobRecord;
+    unreadEnvelopes.set(record, lazy);
+    return record;
   }
   return {
     id: row[0],

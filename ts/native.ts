@@ -75,6 +75,13 @@ export interface SiteKeyringHandle {
     createdAt: number,
     device: PublicIdentity,
   ): Promise<SealedEnvelope | null>;
+  /** `resealForDeviceAsync` of the envelope our native store holds for `jobId` (null when it holds none). */
+  resealStoredForDeviceAsync(
+    store: object,
+    jobId: string,
+    createdAt: number,
+    device: PublicIdentity,
+  ): Promise<SealedEnvelope | null>;
   openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): OpenResult;
   openResultAsync(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): Promise<OpenResult>;
   signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string;
@@ -151,16 +158,17 @@ const table = loaded as unknown as Record<string, unknown>;
 /**
  * The binding, with every access checked: a function the loaded addon does not
  * export throws a clear error naming it (a stale or partial native build).
+ * The exports are own properties of a plain object, so a call on the request
+ * path is an ordinary property load; only a name the addon lacks falls
+ * through to the throwing proxy behind it.
  */
-export const native: NativeBinding = new Proxy({} as NativeBinding, {
+const missing = new Proxy(Object.create(null) as object, {
   get(_target, name: string | symbol) {
-    const value = typeof name === "string" ? table[name] : undefined;
-    if (value === undefined) {
-      throw new Error(
-        `byollm-server-native: the native addon does not export \`${String(name)}\`. ` +
-          "The installed .node file is older than this JavaScript; rebuild or reinstall the package.",
-      );
-    }
-    return value;
+    throw new Error(
+      `byollm-server-native: the native addon does not export \`${String(name)}\`. ` +
+        "The installed .node file is older than this JavaScript; rebuild or reinstall the package.",
+    );
   },
 });
+
+export const native = Object.assign(Object.create(missing) as object, table) as unknown as NativeBinding;

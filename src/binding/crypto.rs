@@ -862,6 +862,27 @@ impl SiteKeyring {
         .map_err(seal_error)
     }
 
+    /// [`Self::reseal_for_device_async`] for a job whose envelope is in our
+    /// `NativeMemoryStore`: read there, so a megabyte ciphertext does not
+    /// become a JS string only to be read back. `null` when the store has no
+    /// sealed envelope under that id, as for one that does not open.
+    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
+    pub fn reseal_stored_for_device_async(
+        &self,
+        store: &mut crate::binding::store::NativeMemoryStore,
+        job_id: String,
+        created_at: f64,
+        device: JsPublicIdentity,
+    ) -> AsyncTask<ResealTask> {
+        AsyncTask::new(ResealTask {
+            handle: self.inner.clone(),
+            at_rest: store.sealed_envelope_core(&job_id),
+            job_id,
+            created_at,
+            device: device_from_js(&device),
+        })
+    }
+
     #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
     pub fn reseal_for_device_async(
         &self,
@@ -872,7 +893,7 @@ impl SiteKeyring {
     ) -> AsyncTask<ResealTask> {
         AsyncTask::new(ResealTask {
             handle: self.inner.clone(),
-            at_rest: at_rest.into(),
+            at_rest: Some(at_rest.into()),
             job_id,
             created_at,
             device: device_from_js(&device),
@@ -994,7 +1015,8 @@ impl Task for SealCheckedTask {
 
 pub struct ResealTask {
     handle: Arc<KeyHandle>,
-    at_rest: envelope::SealedEnvelope,
+    /// `None`: nothing to open (a stored job without a sealed envelope).
+    at_rest: Option<envelope::SealedEnvelope>,
     job_id: String,
     created_at: f64,
     device: PublicIdentity,
@@ -1006,9 +1028,12 @@ impl Task for ResealTask {
 
     fn compute(&mut self) -> Result<Self::Output> {
         guard(|| {
+            let Some(at_rest) = &self.at_rest else {
+                return Ok(None);
+            };
             reseal_core(
                 &self.handle,
-                &self.at_rest,
+                at_rest,
                 &self.job_id,
                 self.created_at,
                 &self.device,

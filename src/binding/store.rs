@@ -108,6 +108,26 @@ impl NativeMemoryStore {
     }
 }
 
+impl NativeMemoryStore {
+    /// A job's sealed envelope as the core's value, ciphertext re-encoded
+    /// (for the keyring's reseal, which then needs no JS string of it).
+    pub(super) fn sealed_envelope_core(
+        &mut self,
+        id: &str,
+    ) -> Option<crate::envelope::SealedEnvelope> {
+        let r = self.inner.get(id)?;
+        let mut ciphertext = String::new();
+        let parts = self.inner.sealed_envelope_parts(r, &mut ciphertext)?;
+        Some(crate::envelope::SealedEnvelope {
+            ciphertext,
+            recipient_key_id: parts.recipient_key_id.to_owned(),
+            sender_key_id: parts.sender_key_id.to_owned(),
+            direction: parts.direction.to_owned(),
+            deadline_at: parts.deadline_at,
+        })
+    }
+}
+
 #[napi]
 impl NativeMemoryStore {
     #[napi(constructor, catch_unwind)]
