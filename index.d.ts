@@ -89,6 +89,13 @@ export declare class SiteKeyring {
    */
   sealCheckedPayloadAsync(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): Promise<SealedPayload>
   /**
+   * [`Self::seal_checked_payload_async`] for a payload that is a plain
+   * object of string values, given as its keys and values: the JSON text
+   * is written here (off the main thread) instead of by `JSON.stringify`,
+   * which scans a megabyte prompt a character at a time.
+   */
+  sealStringFieldsAsync(kind: unknown, keys: Array<ExactString>, values: Array<ExactString>, jobId: string, deadlineAt: number): Promise<SealedPayload>
+  /**
    * Open the at-rest payload and seal it to the claiming device; `null`
    * when the at-rest envelope does not open.
    */

@@ -66,3 +66,64 @@ test("sealCheckedPayload: a kind that cannot become a string throws like validat
   assert.throws(() => native.validatePayload(Symbol("k"), "{}"));
   assert.throws(() => ring.sealCheckedPayload(Symbol("k"), "{}", "job", T0));
 });
+
+/** A seeded xorshift: the same "random" strings on every run. */
+function rng(seed) {
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return x / 2 ** 32;
+  };
+}
+
+/** Text JSON.stringify has work to do on: quotes, escapes, controls, lone and paired surrogates, astral and Latin-1. */
+function awkwardText(next, length) {
+  const pieces = ['"', "\\", "\n", "\u0000", "\u001f", "\u007f", "é", "✓", "😀", "\ud800", "\udfff", "\u2028", "a", "plain words "];
+  let out = "";
+  while (out.length < length) out += next() < 0.7 ? "p".repeat(1 + Math.floor(next() * 50)) : pieces[Math.floor(next() * pieces.length)];
+  return out;
+}
+
+test("sealStringFieldsAsync seals exactly what JSON.stringify of the same object would", async () => {
+  const next = rng(6);
+  const payloads = [
+    { prompt: "p".repeat(70_000) },
+    { prompt: awkwardText(next, 80_000), system: awkwardText(next, 300) },
+    { system: "é".repeat(40_000), prompt: "q".repeat(40_000) },
+    { prompt: awkwardText(next, 70_000), extra: "refused by the schema" },
+    { 2: "x", 1: "y", prompt: "z".repeat(70_000) },
+  ];
+  for (const [n, payload] of payloads.entries()) {
+    const keys = Object.keys(payload);
+    const values = keys.map((k) => payload[k]);
+    const viaJson = await ring.sealCheckedPayloadAsync("llm.generate", JSON.stringify(payload), `job-${n}`, T0);
+    const viaFields = await ring.sealStringFieldsAsync("llm.generate", keys, values, `job-${n}`, T0);
+    assert.equal(viaFields.ok, viaJson.ok, `verdict ${n}`);
+    if (!viaJson.ok) {
+      assert.equal(viaFields.message, viaJson.message);
+      continue;
+    }
+    assert.equal(viaFields.sizeClass, viaJson.sizeClass);
+    assert.equal(openAtRest(viaFields.envelope, `job-${n}`), openAtRest(viaJson.envelope, `job-${n}`), `payload ${n}`);
+  }
+  await assert.rejects(async () => ring.sealStringFieldsAsync("llm.generate", ["a"], [], "job", T0), /differ in length/);
+});
+
+test("largeStringFields takes only plain objects of string data properties, large enough", async () => {
+  const { largeStringFields } = await import("../dist/app.js");
+  const big = "p".repeat(70_000);
+  assert.deepEqual(largeStringFields({ prompt: big, system: "s" }), [["prompt", "system"], [big, "s"]]);
+  assert.deepEqual(largeStringFields(Object.assign(Object.create(null), { prompt: big })), [["prompt"], [big]]);
+  assert.equal(largeStringFields({ prompt: "small" }), undefined, "small payloads keep JSON.stringify");
+  assert.equal(largeStringFields({ prompt: big, n: 1 }), undefined, "a number");
+  assert.equal(largeStringFields({ prompt: big, toJSON: () => ({}) }), undefined, "toJSON");
+  assert.equal(largeStringFields({ get prompt() { return big; } }), undefined, "a getter");
+  assert.equal(largeStringFields(new (class P { prompt = big })()), undefined, "a class instance");
+  assert.equal(largeStringFields([big]), undefined, "an array");
+  assert.equal(largeStringFields(big), undefined, "a string");
+  assert.equal(largeStringFields(null), undefined);
+});

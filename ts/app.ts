@@ -121,12 +121,20 @@ export class ByollmApp {
     const id = input.id ?? generateJobId();
     const deadlineAt = createdAt + ENVELOPE_MAX_AGE_MS;
     // Validated and sealed in one native call: the canonical text, as long as
-    // the payload, stays on the native side.
-    const json = payloadJson(input.payload);
-    const checked =
-      json !== undefined && json.length > ASYNC_SEAL_THRESHOLD
-        ? await this.#keyring.sealCheckedPayloadAsync(input.kind, json, id, deadlineAt)
-        : this.#keyring.sealCheckedPayload(input.kind, json, id, deadlineAt);
+    // the payload, stays on the native side. A large payload of plain string
+    // fields (a long prompt) goes over as its strings, and its JSON is
+    // written on the thread pool.
+    const fields = largeStringFields(input.payload);
+    let checked;
+    if (fields !== undefined) {
+      checked = await this.#keyring.sealStringFieldsAsync(input.kind, fields[0], fields[1], id, deadlineAt);
+    } else {
+      const json = payloadJson(input.payload);
+      checked =
+        json !== undefined && json.length > ASYNC_SEAL_THRESHOLD
+          ? await this.#keyring.sealCheckedPayloadAsync(input.kind, json, id, deadlineAt)
+          : this.#keyring.sealCheckedPayload(input.kind, json, id, deadlineAt);
+    }
     if (!checked.ok) throw new Error(payloadError(String(input.kind), checked.message));
     const envelope: SealedEnvelope = checked.envelope;
 
@@ -267,6 +275,32 @@ function payloadJson(payload: unknown): string | undefined {
   } catch {
     return "null";
   }
+}
+
+/**
+ * A payload's keys and values when it is a plain object whose own enumerable
+ * properties are all data properties holding strings, of more than
+ * `ASYNC_SEAL_THRESHOLD` units in all; otherwise undefined. For such an
+ * object `JSON.stringify` writes exactly `{"key":"value",…}` in
+ * `Object.keys` order (no `toJSON`, getters, or other types can intervene),
+ * which the keyring writes itself. Checking costs a few property reads; the
+ * scan `JSON.stringify` would make of a megabyte prompt is what it saves.
+ */
+export function largeStringFields(payload: unknown): [string[], string[]] | undefined {
+  if (typeof payload !== "object" || payload === null || Array.isArray(payload)) return undefined;
+  const proto: unknown = Object.getPrototypeOf(payload);
+  if (proto !== Object.prototype && proto !== null) return undefined;
+  if ("toJSON" in payload) return undefined;
+  const keys = Object.keys(payload);
+  const values = new Array<string>(keys.length);
+  let units = 0;
+  for (let at = 0; at < keys.length; at += 1) {
+    const held = Object.getOwnPropertyDescriptor(payload, keys[at] as string);
+    if (held === undefined || !("value" in held) || typeof held.value !== "string") return undefined;
+    values[at] = held.value;
+    units += held.value.length;
+  }
+  return units > ASYNC_SEAL_THRESHOLD ? [keys, values] : undefined;
 }
 
 /** The core reports the issue list; the sentence around it names the kind. */

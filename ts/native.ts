@@ -68,6 +68,14 @@ export interface SiteKeyringHandle {
     jobId: string,
     deadlineAt: number,
   ): Promise<SealedPayload>;
+  /** `sealCheckedPayloadAsync` of a plain object of string values given as keys and values (JSON written natively). */
+  sealStringFieldsAsync(
+    kind: unknown,
+    keys: string[],
+    values: string[],
+    jobId: string,
+    deadlineAt: number,
+  ): Promise<SealedPayload>;
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null;
   resealForDeviceAsync(
     atRest: SealedEnvelope,

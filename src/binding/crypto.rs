@@ -110,6 +110,78 @@ impl ToNapiValue for AsciiFirstString {
     }
 }
 
+/// A JavaScript string exactly, lone surrogates included: ASCII through
+/// [`AsciiFirstString`]'s copy, anything else as its UTF-16 units.
+pub struct ExactString(pub JsStr);
+
+impl TypeName for ExactString {
+    fn type_name() -> &'static str {
+        String::type_name()
+    }
+
+    fn value_type() -> ValueType {
+        String::value_type()
+    }
+}
+
+impl ValidateNapiValue for ExactString {}
+
+impl FromNapiValue for ExactString {
+    unsafe fn from_napi_value(
+        env: napi::sys::napi_env,
+        napi_val: napi::sys::napi_value,
+    ) -> Result<Self> {
+        use napi::sys;
+        let mut utf8_len = 0usize;
+        let mut units = 0usize;
+        // SAFETY: length queries only (null buffer), as napi documents them.
+        let ascii = unsafe {
+            sys::napi_get_value_string_utf8(env, napi_val, std::ptr::null_mut(), 0, &mut utf8_len)
+                == sys::Status::napi_ok
+                && sys::napi_get_value_string_utf16(
+                    env,
+                    napi_val,
+                    std::ptr::null_mut(),
+                    0,
+                    &mut units,
+                ) == sys::Status::napi_ok
+                && utf8_len == units
+        };
+        if ascii {
+            // SAFETY: forwarded as received from napi.
+            let text = unsafe { AsciiFirstString::from_napi_value(env, napi_val) }?;
+            return Ok(ExactString(JsStr::new(text.0)));
+        }
+        // Not ASCII (or not a string: the UTF-16 read reports that).
+        // SAFETY: forwarded as received from napi.
+        let units = unsafe { Utf16String::from_napi_value(env, napi_val) }?;
+        Ok(ExactString(JsStr::from_utf16(&units)))
+    }
+}
+
+/// `JSON.stringify` of an object whose own enumerable properties are these
+/// keys with these string values, in this order (the caller checked that
+/// shape, so nothing else can change the text).
+fn string_fields_json(keys: &[ExactString], values: &[ExactString]) -> String {
+    let size: usize = keys
+        .iter()
+        .chain(values)
+        .map(|s| s.0.as_str().len() + 3)
+        .sum();
+    let mut out = String::with_capacity(size + 2);
+    out.push('{');
+    for (at, (key, value)) in keys.iter().zip(values).enumerate() {
+        if at > 0 {
+            out.push(',');
+        }
+        key.0.write_json(&mut out);
+        out.push(':');
+        value.0.write_json(&mut out);
+    }
+    out.push('}');
+    out
+}
+
 #[napi(object, js_name = "StoredKeys")]
 pub struct JsStoredKeys {
     #[napi(ts_type = "1")]
@@ -835,7 +907,36 @@ impl SiteKeyring {
             handle: self.inner.clone(),
             kind_text,
             kind_display,
-            payload_json,
+            payload: PayloadSource::Json(payload_json),
+            job_id,
+            deadline_at,
+        }))
+    }
+
+    /// [`Self::seal_checked_payload_async`] for a payload that is a plain
+    /// object of string values, given as its keys and values: the JSON text
+    /// is written here (off the main thread) instead of by `JSON.stringify`,
+    /// which scans a megabyte prompt a character at a time.
+    #[napi(catch_unwind, ts_return_type = "Promise<SealedPayload>")]
+    pub fn seal_string_fields_async(
+        &self,
+        kind: Unknown<'_>,
+        keys: Vec<ExactString>,
+        values: Vec<ExactString>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<AsyncTask<SealCheckedTask>> {
+        if keys.len() != values.len() {
+            return Err(invalid(
+                "sealStringFieldsAsync: keys and values differ in length",
+            ));
+        }
+        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
+        Ok(AsyncTask::new(SealCheckedTask {
+            handle: self.inner.clone(),
+            kind_text,
+            kind_display,
+            payload: PayloadSource::Fields(keys, values),
             job_id,
             deadline_at,
         }))
@@ -981,11 +1082,19 @@ impl Task for SealPayloadTask {
     }
 }
 
+/// An enqueue payload as it reaches the keyring.
+pub enum PayloadSource {
+    /// `JSON.stringify(payload)`, or `None` when there is none.
+    Json(Option<String>),
+    /// A plain object of string values, as keys and values.
+    Fields(Vec<ExactString>, Vec<ExactString>),
+}
+
 pub struct SealCheckedTask {
     handle: Arc<KeyHandle>,
     kind_text: Option<String>,
     kind_display: String,
-    payload_json: Option<String>,
+    payload: PayloadSource,
     job_id: String,
     deadline_at: f64,
 }
@@ -996,11 +1105,19 @@ impl Task for SealCheckedTask {
 
     fn compute(&mut self) -> Result<Self::Output> {
         guard(|| {
+            let written;
+            let payload_json = match &self.payload {
+                PayloadSource::Json(json) => json.as_deref(),
+                PayloadSource::Fields(keys, values) => {
+                    written = string_fields_json(keys, values);
+                    Some(written.as_str())
+                }
+            };
             seal_checked_core(
                 &self.handle,
                 self.kind_text.as_deref(),
                 &self.kind_display,
-                self.payload_json.as_deref(),
+                payload_json,
                 &self.job_id,
                 self.deadline_at,
             )
