@@ -68,7 +68,7 @@ for (const s of sections) {
   printRows(rows);
   if (s.key === "cycle") {
     console.log("  server side: time in the handler (in-process), or in the node:http request callback from the");
-    console.log("  request event to res.end (over HTTP), plus app.enqueue and app.result; the simulated device's");
+    console.log("  complete request body to res.end (over HTTP), plus app.enqueue and app.result; the simulated device's");
     console.log("  time is left out. 16 devices: the main thread's CPU time (the devices run in worker threads).");
   }
   results.sections[s.key] = rows;
