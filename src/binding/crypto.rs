@@ -773,10 +773,6 @@ fn reseal_core(
         recipient_key_id: site.clone(),
         direction: "payload".into(),
     };
-    let opened = envelope::open_with_handle(at_rest, handle, handle.identity_key(), &expected);
-    let Ok(plaintext) = opened else {
-        return Ok(None);
-    };
     let context = envelope::Context {
         job_id: job_id.to_string(),
         sender_key_id: site,
@@ -784,18 +780,29 @@ fn reseal_core(
         deadline_at: created_at + envelope::ENVELOPE_MAX_AGE_MS,
         direction: "payload".into(),
     };
-    let text = match plaintext.lone_utf16() {
-        Some(units) => {
-            envelope::seal_with_handle(Text::Utf16(units), handle, &device.encryption, &context)
-        }
-        None => envelope::seal_with_handle(
-            Text::Utf8(plaintext.as_str()),
-            handle,
-            &device.encryption,
-            &context,
-        ),
-    };
-    text.map(Some)
+    // The seal to the device runs while a large body's at-rest signature is
+    // still being checked; its envelope is kept only if the check passes.
+    let resealed = envelope::open_with_handle_then(
+        at_rest,
+        handle,
+        handle.identity_key(),
+        &expected,
+        |plaintext| match plaintext.lone_utf16() {
+            Some(units) => {
+                envelope::seal_with_handle(Text::Utf16(units), handle, &device.encryption, &context)
+            }
+            None => envelope::seal_with_handle(
+                Text::Utf8(plaintext.as_str()),
+                handle,
+                &device.encryption,
+                &context,
+            ),
+        },
+    );
+    match resealed {
+        Ok(sealed) => sealed.map(Some),
+        Err(_) => Ok(None),
+    }
 }
 
 fn open_result_core(
