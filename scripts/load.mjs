@@ -180,7 +180,7 @@ async function workerMain() {
       }
       const { prompt } = JSON.parse(opened.plaintext);
       const mode = prompt.split(":")[0];
-      emit({ type: "start", jobId: stub.id, runnerId: d.runnerId, expiresAt: stub.lease.expiresAt });
+      emit({ type: "start", jobId: stub.id, runnerId: d.runnerId, leaseId: stub.lease.id, expiresAt: stub.lease.expiresAt });
       const a = { leaseId: stub.lease.id, cancel: false, lost: false };
       active.set(stub.id, a);
       try {
@@ -361,19 +361,17 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
                   );
                 }
                 const list = execs.get(e.jobId) ?? [];
+                // Overlaps are judged after the run, in time order: the two
+                // workers' batches arrive in any order.
                 const claimedAt = e.expiresAt - leaseMs;
-                const open = list.find((x) => x.end === undefined);
-                // A live daemon that outlived its lease (a stall on a loaded
-                // machine) may still be running when the job is leased again;
-                // that is the protocol working. Only a second lease issued
-                // while the first was still valid is a fault.
-                if (open && !lapsedBefore(open, claimedAt)) anomalies.push(`job ${e.jobId} started on ${e.runnerId} while still running on ${open.runnerId}`);
-                else if (open) relets.push(e.jobId);
-                list.push({ runnerId: e.runnerId, start: e.t, claimedAt, expiresAt: e.expiresAt });
+                list.push({ runnerId: e.runnerId, leaseId: e.leaseId, start: e.t, claimedAt, expiresAt: e.expiresAt, renewals: 0 });
                 execs.set(e.jobId, list);
               } else if (e.type === "renewed") {
                 const x = (execs.get(e.jobId) ?? []).find((y) => y.runnerId === e.runnerId && y.end === undefined);
-                if (x) x.expiresAt = Math.max(x.expiresAt, e.expiresAt);
+                if (x) {
+                  x.expiresAt = Math.max(x.expiresAt, e.expiresAt);
+                  x.renewals++;
+                }
               } else if (e.type === "end") {
                 const x = (execs.get(e.jobId) ?? []).find((y) => y.runnerId === e.runnerId && y.end === undefined);
                 if (x) Object.assign(x, { end: e.t, how: e.how });
@@ -448,6 +446,24 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
     const record = await store.get(id);
     const state = record?.state ?? "missing";
     states[`${job.mode}:${state}`] = (states[`${job.mode}:${state}`] ?? 0) + 1;
+    // No two runs of one job overlap in time (checked for every job, ended or not).
+    const list = (execs.get(id) ?? []).slice().sort((a, b) => a.start - b.start);
+    for (let i = 1; i < list.length; i++) {
+      const [prev, next] = [list[i - 1], list[i]];
+      if (prev.end !== undefined && next.start >= prev.end) continue;
+      // A live daemon that outlived its lease (a stall on a loaded machine)
+      // may still be running when the job is leased again: the protocol
+      // working. Only a second lease issued while the first was valid is a fault.
+      if (lapsedBefore(prev, next.claimedAt)) {
+        relets.push(id);
+        continue;
+      }
+      violations.push(
+        `job ${id} started on ${next.runnerId} while still running on ${prev.runnerId} ` +
+          `(lease ${prev.leaseId} known valid until ${prev.expiresAt} after ${prev.renewals} renewals, started ${prev.start}, ended ${prev.end ?? "never"}; ` +
+          `lease ${next.leaseId} claimed at ${next.claimedAt}, started ${next.start})`,
+      );
+    }
     if (!terminal.has(state)) {
       violations.push(`lost: ${id} (${job.mode}) is ${state}`);
       continue;
@@ -462,11 +478,6 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
       const delivered = await app.result(id);
       if (delivered?.outcome?.text !== `done:${id}`) violations.push(`${id}: wrong result text ${JSON.stringify(delivered?.outcome)}`);
       if (delivered?.provenance?.runnerId !== accepted[0]?.runnerId) violations.push(`${id}: provenance names ${delivered?.provenance?.runnerId}, result came from ${accepted[0]?.runnerId}`);
-    }
-    // No two runs of one job overlap in time.
-    const list = (execs.get(id) ?? []).slice().sort((a, b) => a.start - b.start);
-    for (let i = 1; i < list.length; i++) {
-      if ((list[i - 1].end === undefined || list[i].start < list[i - 1].end) && !lapsedBefore(list[i - 1], list[i].claimedAt)) violations.push(`${id}: runs overlap (${list[i - 1].runnerId} / ${list[i].runnerId})`);
     }
     if (job.mode === "refuse") {
       const refusers = list.filter((x) => x.how === "refused").map((x) => x.runnerId);
