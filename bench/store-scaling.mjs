@@ -202,6 +202,29 @@ export async function run(opts = {}) {
   return rows;
 }
 
+/**
+ * The rows of run() in the shape scripts/bench.mjs prints (name, ref, ours,
+ * unit, ratio): timings as ops/s, memory as bytes per job; the ratio is
+ * always "how many times better ours is" (faster, or smaller).
+ */
+export function benchRows(rows) {
+  const key = (r) => `${r.op}|${r.n}`;
+  const ref = new Map(rows.filter((r) => r.store === "reference").map((r) => [key(r), r]));
+  const out = [];
+  for (const r of rows.filter((x) => x.store === "native")) {
+    const other = ref.get(key(r));
+    const name = `${r.op}, N = ${r.n.toLocaleString("en")}`;
+    if (r.medianMs !== undefined) {
+      const ours = 1000 / r.medianMs;
+      const theirs = other ? 1000 / other.medianMs : null;
+      out.push({ name, ref: theirs, ours, unit: "ops/s", ratio: theirs ? ours / theirs : null });
+    } else {
+      out.push({ name, ref: other?.value ?? null, ours: r.value, unit: "bytes/job", ratio: other ? other.value / r.value : null });
+    }
+  }
+  return out;
+}
+
 function printTable(rows) {
   const fmt = (ms) => (ms >= 1 ? `${ms.toFixed(2)} ms` : `${(ms * 1000).toFixed(1)} µs`);
   console.log("\n| op | N | native | reference | reference / native |");
