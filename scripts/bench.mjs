@@ -10,7 +10,8 @@
 //
 // Needs Node >= 22.14 (the reference does) and a release build of the addon
 // (`npm run build:native`; `npm ci` makes one).
-import { mkdirSync, writeFileSync, existsSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import os from "node:os";
@@ -31,11 +32,14 @@ const sections = [
   { key: "rules", file: "bench/rules.mjs", title: "Request validation (ours vs JSON.parse + zod)" },
   { key: "store", file: "bench/store-scaling.mjs", title: "In-memory store scaling (ours vs reference MemoryStore)" },
   { key: "cycle", file: "bench/full-cycle.mjs", title: "Full job cycle through createFetchHandler" },
+  { key: "scaling", file: "bench/full-cycle.mjs", title: "Full cycle against stored job count (server side, in-process)", scalingOf: "cycle" },
   { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
 ];
 
 const machine = `${os.cpus()[0]?.model ?? "unknown CPU"} × ${os.cpus().length}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
-console.log(`byollm-server-native benchmarks — ${machine}${quick ? " (quick: rough numbers)" : ""}`);
+if (!args.some((a) => a.startsWith("--section="))) {
+  console.log(`byollm-server-native benchmarks — ${machine}${quick ? " (quick: rough numbers)" : ""}`);
+}
 
 function fmt(x) {
   if (x === null || x === undefined || Number.isNaN(x)) return "—";
@@ -55,43 +59,75 @@ function printRows(rows) {
   }
 }
 
-const results = { machine, quick, sections: {} };
-for (const s of sections) {
-  if (wanted.length && !wanted.includes(s.key)) continue;
-  console.log(`\n## ${s.title}`);
-  if (!existsSync(join(root, s.file))) {
-    console.log(`  (section not built yet: ${s.file} is missing)`);
-    continue;
-  }
+// Each section runs in a process of its own: the store section leaves a heap
+// of millions of records behind, which slowed the next section's garbage
+// collection (both implementations alike) and ran the 1,000,000-job scaling
+// point out of memory. The child prints its table and hands its rows back
+// through a file.
+const child = args.find((a) => a.startsWith("--section="))?.slice("--section=".length);
+const outFile = args.find((a) => a.startsWith("--out="))?.slice("--out=".length);
+
+async function runSection(key) {
+  const s = sections.find((x) => x.key === key);
   const mod = await import(join(root, s.file));
-  const raw = await mod.run({ quick });
-  // A section whose own rows are shaped for its own report converts them.
-  const rows = mod.benchRows ? mod.benchRows(raw) : raw;
-  printRows(rows);
-  if (s.key === "cycle") {
-    console.log("  server side: time in the handler (in-process), or in the node:http request callback from the");
-    console.log("  complete request body to res.end (over HTTP), plus app.enqueue and app.result; the simulated device's");
-    console.log("  time is left out. 16 devices: the main thread's CPU time (the devices run in worker threads).");
-  }
-  results.sections[s.key] = rows;
-  if (s.key === "cycle" && mod.scaling) {
-    console.log("\n## Full cycle against stored job count (server side, in-process)");
+  if (s.scalingOf) {
     const points = await mod.scaling(
       quick
         ? { sizes: [1_000, 10_000], oursOnly: [], jobs: 20 }
         : { sizes: [1_000, 10_000, 100_000], oursOnly: [1_000_000], jobs: 60 },
     );
     printRows(points.map((p) => ({ name: `${p.stored.toLocaleString("en")} stored jobs`, ref: p.ref, ours: p.ours, unit: "jobs/s", ratio: p.ref ? p.ours / p.ref : null })));
-    results.scaling = points;
     const first = points[0];
     const at100k = points.find((p) => p.stored === 100_000);
     if (first && at100k) {
       console.log(`  ours at 100,000 vs ours at 1,000: ${fmt(at100k.ours / first.ours)}x of the rate (target ≥ 0.67)`);
     }
-    writeFileSync(join(root, "docs", "bench-scaling.svg"), chart(points, machine));
+    return { scaling: points };
+  }
+  const raw = await mod.run({ quick });
+  // A section whose own rows are shaped for its own report converts them.
+  const rows = mod.benchRows ? mod.benchRows(raw) : raw;
+  printRows(rows);
+  if (key === "cycle") {
+    console.log("  server side: time in the handler (in-process), or in the node:http request callback from the");
+    console.log("  complete request body to res.end (over HTTP), plus app.enqueue and app.result; the simulated device's");
+    console.log("  time is left out. 16 devices: the main thread's CPU time (the devices run in worker threads).");
+  }
+  return { rows };
+}
+
+if (child) {
+  writeFileSync(outFile, JSON.stringify(await runSection(child)));
+  process.exit(0);
+}
+
+const results = { machine, quick, sections: {} };
+const scratch = mkdtempSync(join(os.tmpdir(), "byollm-bench-"));
+for (const s of sections) {
+  if (wanted.length && !wanted.includes(s.key) && !(s.scalingOf && wanted.includes(s.scalingOf))) continue;
+  console.log(`\n## ${s.title}`);
+  if (!existsSync(join(root, s.file))) {
+    console.log(`  (section not built yet: ${s.file} is missing)`);
+    continue;
+  }
+  const out = join(scratch, `${s.key}.json`);
+  const flags = [...process.execArgv, "--max-old-space-size=8192", "--expose-gc"];
+  const r = spawnSync(process.execPath, [...flags, fileURLToPath(import.meta.url), `--section=${s.key}`, `--out=${out}`, ...(quick ? ["--quick"] : [])], { stdio: "inherit" });
+  if (r.status !== 0 || !existsSync(out)) {
+    console.log(`  (section ${s.key} failed: exit ${r.status}${r.signal ? `, ${r.signal}` : ""})`);
+    process.exitCode = 1;
+    continue;
+  }
+  const got = JSON.parse(readFileSync(out, "utf8"));
+  if (got.scaling) {
+    results.scaling = got.scaling;
+    writeFileSync(join(root, "docs", "bench-scaling.svg"), chart(got.scaling, machine));
     console.log("  chart written to docs/bench-scaling.svg");
+  } else {
+    results.sections[s.key] = got.rows;
   }
 }
+rmSync(scratch, { recursive: true, force: true });
 
 mkdirSync(join(root, ".bench"), { recursive: true });
 writeFileSync(join(root, ".bench", "results.json"), JSON.stringify(results, null, 2));

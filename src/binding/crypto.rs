@@ -50,54 +50,62 @@ impl TypeName for AsciiFirstString {
 
 impl ValidateNapiValue for AsciiFirstString {}
 
+/// The string as bytes when every UTF-16 unit of it is ASCII, copied with
+/// the Latin-1 getter; `None` for any other string, or a non-string.
+///
+/// # Safety
+/// `env` and `napi_val` as napi hands them to `from_napi_value`.
+unsafe fn read_ascii(env: napi::sys::napi_env, napi_val: napi::sys::napi_value) -> Option<String> {
+    use napi::sys;
+    let mut utf8_len = 0usize;
+    let mut units = 0usize;
+    // SAFETY: length queries only (null buffer), as napi documents them.
+    let queried = unsafe {
+        sys::napi_get_value_string_utf8(env, napi_val, std::ptr::null_mut(), 0, &mut utf8_len)
+            == sys::Status::napi_ok
+            && sys::napi_get_value_string_latin1(env, napi_val, std::ptr::null_mut(), 0, &mut units)
+                == sys::Status::napi_ok
+    };
+    if !queried || utf8_len != units {
+        return None;
+    }
+    // Room for the terminating NUL napi always writes.
+    let mut buf: Vec<u8> = Vec::with_capacity(units + 1);
+    let mut written = 0usize;
+    // SAFETY: the buffer has `units + 1` bytes of capacity, which is what
+    // napi is told it may write; only `written` bytes are then claimed as
+    // initialised (napi never reports more than it wrote).
+    let status = unsafe {
+        sys::napi_get_value_string_latin1(
+            env,
+            napi_val,
+            buf.as_mut_ptr().cast(),
+            units + 1,
+            &mut written,
+        )
+    };
+    if status != sys::Status::napi_ok || written > units {
+        return None;
+    }
+    // SAFETY: see above; `written` bytes were initialised.
+    unsafe { buf.set_len(written) };
+    // Checked rather than assumed: an ASCII scan is cheap next to the
+    // transcoding it replaces.
+    if !buf.is_ascii() {
+        return None;
+    }
+    // SAFETY: ASCII bytes are valid UTF-8.
+    Some(unsafe { String::from_utf8_unchecked(buf) })
+}
+
 impl FromNapiValue for AsciiFirstString {
     unsafe fn from_napi_value(
         env: napi::sys::napi_env,
         napi_val: napi::sys::napi_value,
     ) -> Result<Self> {
-        use napi::sys;
-        let mut utf8_len = 0usize;
-        let mut units = 0usize;
-        // SAFETY: length queries only (null buffer), as napi documents them.
-        let queried = unsafe {
-            sys::napi_get_value_string_utf8(env, napi_val, std::ptr::null_mut(), 0, &mut utf8_len)
-                == sys::Status::napi_ok
-                && sys::napi_get_value_string_latin1(
-                    env,
-                    napi_val,
-                    std::ptr::null_mut(),
-                    0,
-                    &mut units,
-                ) == sys::Status::napi_ok
-        };
-        if queried && utf8_len == units {
-            // Room for the terminating NUL napi always writes.
-            let mut buf: Vec<u8> = Vec::with_capacity(units + 1);
-            let mut written = 0usize;
-            // SAFETY: the buffer has `units + 1` bytes of capacity, which is
-            // what napi is told it may write; only `written` bytes are then
-            // claimed as initialised (napi never reports more than it wrote).
-            let status = unsafe {
-                sys::napi_get_value_string_latin1(
-                    env,
-                    napi_val,
-                    buf.as_mut_ptr().cast(),
-                    units + 1,
-                    &mut written,
-                )
-            };
-            if status == sys::Status::napi_ok && written <= units {
-                // SAFETY: see above; `written` bytes were initialised.
-                unsafe { buf.set_len(written) };
-                // Checked rather than assumed: an ASCII scan is cheap next to
-                // the transcoding it replaces.
-                if buf.is_ascii() {
-                    // SAFETY: ASCII bytes are valid UTF-8.
-                    return Ok(AsciiFirstString(unsafe {
-                        String::from_utf8_unchecked(buf)
-                    }));
-                }
-            }
+        // SAFETY: forwarded as received from napi.
+        if let Some(text) = unsafe { read_ascii(env, napi_val) } {
+            return Ok(AsciiFirstString(text));
         }
         // Not a string, or not ASCII: the ordinary path (and its errors).
         unsafe { String::from_napi_value(env, napi_val) }.map(AsciiFirstString)
@@ -131,26 +139,9 @@ impl FromNapiValue for ExactString {
         env: napi::sys::napi_env,
         napi_val: napi::sys::napi_value,
     ) -> Result<Self> {
-        use napi::sys;
-        let mut utf8_len = 0usize;
-        let mut units = 0usize;
-        // SAFETY: length queries only (null buffer), as napi documents them.
-        let ascii = unsafe {
-            sys::napi_get_value_string_utf8(env, napi_val, std::ptr::null_mut(), 0, &mut utf8_len)
-                == sys::Status::napi_ok
-                && sys::napi_get_value_string_utf16(
-                    env,
-                    napi_val,
-                    std::ptr::null_mut(),
-                    0,
-                    &mut units,
-                ) == sys::Status::napi_ok
-                && utf8_len == units
-        };
-        if ascii {
-            // SAFETY: forwarded as received from napi.
-            let text = unsafe { AsciiFirstString::from_napi_value(env, napi_val) }?;
-            return Ok(ExactString(JsStr::new(text.0)));
+        // SAFETY: forwarded as received from napi.
+        if let Some(text) = unsafe { read_ascii(env, napi_val) } {
+            return Ok(ExactString(JsStr::new(text)));
         }
         // Not ASCII (or not a string: the UTF-16 read reports that).
         // SAFETY: forwarded as received from napi.
