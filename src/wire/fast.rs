@@ -217,6 +217,30 @@ impl<'a> Scan<'a> {
         self.b.get(self.i).copied()
     }
 
+    /// Is the next token the string `"word"` (no escapes)? Consumed if so.
+    /// The usual body spells each key and enum value exactly as the schema
+    /// does, so a direct comparison settles it without scanning for the
+    /// closing quote first; `word` holds no quote, so the answer is the same
+    /// as [`Self::plain_str`]'s.
+    fn literal(&mut self, word: &str) -> bool {
+        self.ws();
+        let w = word.as_bytes();
+        let Some(rest) = self.b.get(self.i..) else {
+            return false;
+        };
+        if rest.len() < w.len() + 2 || rest[0] != b'"' || rest[w.len() + 1] != b'"' {
+            return false;
+        }
+        // A short loop the compiler keeps inline (a memcmp call costs more
+        // than these few bytes).
+        if rest[1..=w.len()].iter().zip(w).all(|(a, b)| a == b) {
+            self.i += w.len() + 2;
+            true
+        } else {
+            false
+        }
+    }
+
     /// A string without escapes (keys, enum values): its raw bytes.
     fn plain_str(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
@@ -363,6 +387,9 @@ impl<'a> Scan<'a> {
                 (ok_min && ok_max).then_some(())
             }
             Schema::Enum(values) => {
+                if values.iter().any(|v| self.literal(v)) {
+                    return Some(());
+                }
                 let s = self.plain_str()?;
                 values.iter().any(|v| v.as_bytes() == s).then_some(())
             }
@@ -421,20 +448,24 @@ impl<'a> Scan<'a> {
                     self.i += 1;
                 } else {
                     loop {
-                        let key = self.plain_str()?;
-                        self.eat(b':')?;
-                        // Skip absent optional fields; a skipped required or
-                        // defaulted field means "not canonical".
-                        loop {
-                            let field = fields.get(next)?;
-                            if field.name.as_bytes() == key {
-                                break;
+                        // The expected key first, spelled as the schema
+                        // does; otherwise read the key and look ahead.
+                        if !fields.get(next).is_some_and(|f| self.literal(f.name)) {
+                            let key = self.plain_str()?;
+                            // Skip absent optional fields; a skipped required
+                            // or defaulted field means "not canonical".
+                            loop {
+                                let field = fields.get(next)?;
+                                if field.name.as_bytes() == key {
+                                    break;
+                                }
+                                if field.presence != Presence::Optional {
+                                    return None;
+                                }
+                                next += 1;
                             }
-                            if field.presence != Presence::Optional {
-                                return None;
-                            }
-                            next += 1;
                         }
+                        self.eat(b':')?;
                         let field = fields.get(next)?;
                         self.value(field.schema)?;
                         next += 1;
