@@ -167,57 +167,11 @@ export function jobRecordFromRow(row: JobRow, lazy?: NativeMemoryStoreHandle): J
   const purpose = row[5];
   const allow = row[7];
   const envelope = row[2];
-  if (lazy !== undefined && Array.isArray(envelope) && envelope.length === 0) {
-    const id = row[0];
-    let loaded = false;
-    let held: unknown;
-    const record = {
-      id,
-      kind: row[1],
-      get envelope(): unknown {
-        if (!loaded) {
-          held = lazy.sealedEnvelope(id) ?? undefined;
-          loaded = true;
-          unreadEnvelopes.delete(this);
-          settle(this, held);
-        }
-        return held;
-      },
-      set envelope(value: unknown) {
-        // A plain property of a frozen object refuses writes (TypeError in
-        // strict code); the setter would otherwise accept them silently.
-        if (Object.isFrozen(this)) throw new TypeError("Cannot assign to read only property 'envelope' of object");
-        held = value;
-        loaded = true;
-        unreadEnvelopes.delete(this);
-        settle(this, value);
-      },
-      sizeClass: row[3],
-      audience: row[4],
-      purpose: purpose === 0 ? undefined : purpose[0],
-      owner: row[6],
-      audienceAllow: allow === 0 ? undefined : allow,
-      dependsOn: row[8],
-      state: row[9],
-      lease: lease === null ? null : { id: lease[0], runnerId: lease[1], expiresAt: lease[2] },
-      completedByLeaseId: row[11],
-      createdAt: row[12],
-      claimableAt: row[13],
-      ttlMs: row[14],
-      deadlineAt: row[15],
-      refusedBy: row[16],
-      attempts: row[17],
-      outcome: row[18],
-      provenance: row[19],
-      updatedAt: row[20],
-    } as JobRecord;
-    unreadEnvelopes.set(record, lazy);
-    return record;
-  }
-  return {
+  const deferred = lazy !== undefined && Array.isArray(envelope) && envelope.length === 0;
+  const record = {
     id: row[0],
     kind: row[1],
-    envelope: envelopeFromRow(envelope),
+    envelope: deferred ? undefined : envelopeFromRow(envelope),
     sizeClass: row[3],
     audience: row[4],
     purpose: purpose === 0 ? undefined : purpose[0],
@@ -237,6 +191,42 @@ export function jobRecordFromRow(row: JobRow, lazy?: NativeMemoryStoreHandle): J
     provenance: row[19],
     updatedAt: row[20],
   } as JobRecord;
+  if (deferred) deferEnvelope(record, lazy);
+  return record;
+}
+
+/**
+ * Replace `record.envelope` (already in its key position, so the order
+ * stays) with an enumerable accessor that reads the envelope from the store
+ * on first use and then settles into a plain property.
+ */
+function deferEnvelope(record: JobRecord, lazy: NativeMemoryStoreHandle): void {
+  const id = record.id;
+  let loaded = false;
+  let held: unknown;
+  Object.defineProperty(record, "envelope", {
+    enumerable: true,
+    configurable: true,
+    get(this: object): unknown {
+      if (!loaded) {
+        held = lazy.sealedEnvelope(id) ?? undefined;
+        loaded = true;
+        unreadEnvelopes.delete(this);
+        settle(this, held);
+      }
+      return held;
+    },
+    set(this: object, value: unknown) {
+      // A plain property of a frozen object refuses writes (TypeError in
+      // strict code); the setter would otherwise accept them silently.
+      if (Object.isFrozen(this)) throw new TypeError("Cannot assign to read only property 'envelope' of object");
+      held = value;
+      loaded = true;
+      unreadEnvelopes.delete(this);
+      settle(this, value);
+    },
+  });
+  unreadEnvelopes.set(record, lazy);
 }
 
 function jobFromJson(text: string | null | undefined, lazy: NativeMemoryStoreHandle | undefined): JobRecord | null {
