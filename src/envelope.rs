@@ -186,11 +186,38 @@ fn seal_nonce(ephemeral_public: &[u8; 32], recipient_public: &[u8; 32]) -> Nonce
 /// X25519 then HSalsa20 (`crypto_box_beforenm`), refusing an all-zero shared
 /// secret like libsodium does; the key `crate::secretbox` takes.
 fn box_key_bytes(secret: &StaticSecret, their_public: &[u8; 32]) -> Option<Zeroizing<[u8; 32]>> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(shared) = variable_base_shared_secret(secret, their_public) {
+        if bool::from(subtle::ConstantTimeEq::ct_eq(&shared[..], &[0u8; 32][..])) {
+            return None;
+        }
+        return Some(hsalsa_key(&shared));
+    }
     let shared = secret.diffie_hellman(&XPublicKey::from(*their_public));
     if !shared.was_contributory() {
         return None;
     }
     Some(hsalsa_key(shared.as_bytes()))
+}
+
+/// X25519 of our secret against a key we see once (an envelope's ephemeral
+/// key), computed on the Edwards form of the point: curve25519-dalek runs
+/// that multiplication on its AVX2 backend when the CPU has it, which the
+/// Montgomery ladder cannot use (≈ 33 µs instead of 52 here). Constant time
+/// in the secret; the point is public. Equal to the ladder for the same
+/// reasons as [`fixed_base`] (the unreduced clamped scalar, the u-coordinate
+/// of either lift); `None` for a u on the twist, which keeps the ladder.
+#[cfg(not(target_arch = "wasm32"))]
+fn variable_base_shared_secret(
+    secret: &StaticSecret,
+    their_public: &[u8; 32],
+) -> Option<Zeroizing<[u8; 32]>> {
+    let point = curve25519_dalek::montgomery::MontgomeryPoint(*their_public).to_edwards(0)?;
+    let scalar = Zeroizing::new(secret.to_bytes());
+    let mut product = point.mul_clamped(*scalar);
+    let shared = Zeroizing::new(product.to_montgomery().to_bytes());
+    zeroize::Zeroize::zeroize(&mut product);
+    Some(shared)
 }
 
 /// HSalsa20 of the X25519 output with a zero nonce (`crypto_box_beforenm`).
@@ -319,6 +346,15 @@ pub fn seal_box_with_ephemeral(
     recipient_public: &[u8; 32],
     message: &[u8],
 ) -> Option<Vec<u8>> {
+    seal_box_keyed(ephemeral, recipient_public, message).map(|(sealed, _)| sealed)
+}
+
+/// [`seal_box_with_ephemeral`], also giving the box key (for [`own_seals`]).
+fn seal_box_keyed(
+    ephemeral: &StaticSecret,
+    recipient_public: &[u8; 32],
+    message: &[u8],
+) -> Option<(Vec<u8>, Zeroizing<[u8; 32]>)> {
     let ephemeral_public = *XPublicKey::from(ephemeral).as_bytes();
     let key = seal_box_key(ephemeral, recipient_public)?;
     let nonce: [u8; 24] = seal_nonce(&ephemeral_public, recipient_public).into();
@@ -329,7 +365,7 @@ pub fn seal_box_with_ephemeral(
     // Through crate::secretbox (SSE2 Salsa20 on x86_64), as open does.
     let tag = crate::secretbox::seal_in_place(&key, &nonce, out.get_mut(SEAL_OVERHEAD..)?);
     out.get_mut(32..SEAL_OVERHEAD)?.copy_from_slice(&tag);
-    Some(out)
+    Some((out, key))
 }
 
 /// `crypto_box_seal` with a fresh ephemeral key from `rng`.
@@ -377,16 +413,43 @@ pub fn seal_with_rng<R: RngCore + CryptoRng>(
     recipient_encryption_public: &str,
     context: &Context,
 ) -> Result<SealedEnvelope, SealError> {
+    let recipient = recipient_bytes(recipient_encryption_public)?;
+    seal_to(rng, plaintext, sender, &recipient, context, false)
+}
+
+fn recipient_bytes(recipient_encryption_public: &str) -> Result<[u8; 32], SealError> {
     let recipient = b64::decode_lenient(recipient_encryption_public);
-    let recipient: [u8; 32] = recipient
+    recipient
         .as_slice()
         .try_into()
-        .map_err(|_| SealError::RecipientKeyLength(recipient.len()))?;
+        .map_err(|_| SealError::RecipientKeyLength(recipient.len()))
+}
+
+/// The seal itself. `to_self`: the recipient key is the sender's own
+/// (checked by the caller against the key derived from its secret), so the
+/// envelope is remembered for [`own_seals`].
+fn seal_to<R: RngCore + CryptoRng>(
+    rng: &mut R,
+    plaintext: Text<'_>,
+    sender: &SigningKey,
+    recipient: &[u8; 32],
+    context: &Context,
+    to_self: bool,
+) -> Result<SealedEnvelope, SealError> {
     let body = signed_body(context, plaintext);
     let signature = b64::encode_url(&ed25519_dalek::Signer::sign(sender, &body).to_bytes());
     let inner = inner_json(&body, &signature);
     drop(body);
-    let sealed = seal_box(rng, &recipient, &inner).ok_or(SealError::RecipientKeyWeak)?;
+    let ephemeral = StaticSecret::random_from_rng(rng);
+    let (sealed, key) =
+        seal_box_keyed(&ephemeral, recipient, &inner).ok_or(SealError::RecipientKeyWeak)?;
+    drop(inner);
+    #[cfg(not(target_arch = "wasm32"))]
+    if to_self {
+        own_seals::remember(&sealed, key, recipient, sender.verifying_key().as_bytes());
+    }
+    #[cfg(target_arch = "wasm32")]
+    let _ = (to_self, key);
     Ok(SealedEnvelope {
         ciphertext: b64::encode_url(&sealed),
         recipient_key_id: context.recipient_key_id.clone(),
@@ -431,12 +494,123 @@ pub fn seal_with_handle(
     recipient_encryption_public: &str,
     context: &Context,
 ) -> Result<SealedEnvelope, SealError> {
-    seal(
+    let recipient = recipient_bytes(recipient_encryption_public)?;
+    // Sealed to the key its own secret gives: an at-rest envelope this
+    // process will most likely open again soon (see `own_seals`).
+    let to_self = recipient == *sender.encryption_public();
+    seal_to(
+        &mut OsRng,
         plaintext,
         sender.signing_key(),
-        recipient_encryption_public,
+        &recipient,
         context,
+        to_self,
     )
+}
+
+/// Envelopes this process sealed to its own key (a job's payload at rest),
+/// remembered by ephemeral public key with a digest of the whole sealed box,
+/// the box key, and the signer. Opening one of them again (the fetch that
+/// reseals a job for its device, usually moments after the enqueue) needs
+/// neither the X25519 multiplication nor the Ed25519 verification: the bytes
+/// are, digest for digest, the ones sealed here, so what they say and who
+/// signed it is already known. Anything else (another ciphertext under a
+/// remembered ephemeral key, another recipient, another expected signer, an
+/// envelope from before a restart or evicted from the bounded table) takes
+/// the full open. The digest, not the box's tag alone, is what allows
+/// skipping the signature: whoever holds the site's X25519 secret could make
+/// a box under a remembered key, but not these bytes.
+#[cfg(not(target_arch = "wasm32"))]
+mod own_seals {
+    use blake2::digest::consts::U32;
+    use blake2::{Blake2b, Digest};
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::{Mutex, OnceLock};
+    use zeroize::Zeroizing;
+
+    /// Envelopes remembered at once (≈ 170 bytes each); the oldest goes first.
+    pub(super) const CAPACITY: usize = 4096;
+
+    struct Entry {
+        digest: [u8; 32],
+        recipient: [u8; 32],
+        signer: [u8; 32],
+        key: Zeroizing<[u8; 32]>,
+    }
+
+    #[derive(Default)]
+    struct Table {
+        entries: HashMap<[u8; 32], Entry>,
+        order: VecDeque<[u8; 32]>,
+    }
+
+    fn table() -> &'static Mutex<Table> {
+        static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
+        TABLE.get_or_init(|| Mutex::new(Table::default()))
+    }
+
+    fn digest(sealed: &[u8]) -> [u8; 32] {
+        Blake2b::<U32>::digest(sealed).into()
+    }
+
+    pub(super) fn remember(
+        sealed: &[u8],
+        key: Zeroizing<[u8; 32]>,
+        recipient: &[u8; 32],
+        signer: &[u8; 32],
+    ) {
+        let Some(ephemeral) = sealed.get(..32).and_then(|e| <[u8; 32]>::try_from(e).ok()) else {
+            return;
+        };
+        let entry = Entry {
+            digest: digest(sealed),
+            recipient: *recipient,
+            signer: *signer,
+            key,
+        };
+        // A poisoned lock (a panic elsewhere) only costs the shortcut.
+        let Ok(mut table) = table().lock() else {
+            return;
+        };
+        if table.entries.len() >= CAPACITY {
+            if let Some(oldest) = table.order.pop_front() {
+                table.entries.remove(&oldest);
+            }
+        }
+        if table.entries.insert(ephemeral, entry).is_none() {
+            table.order.push_back(ephemeral);
+        }
+    }
+
+    /// The box key of `sealed` if these exact bytes were sealed here to
+    /// `recipient` and signed by `signer`.
+    pub(super) fn recall(
+        sealed: &[u8],
+        recipient: &[u8; 32],
+        signer: &[u8; 32],
+    ) -> Option<Zeroizing<[u8; 32]>> {
+        let ephemeral: [u8; 32] = sealed.get(..32)?.try_into().ok()?;
+        let key = {
+            let table = table().lock().ok()?;
+            let entry = table.entries.get(&ephemeral)?;
+            if entry.recipient != *recipient || entry.signer != *signer {
+                return None;
+            }
+            (entry.digest, entry.key.clone())
+        };
+        // Hashed outside the lock (a megabyte payload takes a millisecond).
+        (digest(sealed) == key.0).then_some(key.1)
+    }
+
+    #[cfg(test)]
+    pub(super) fn holds(sealed: &[u8]) -> bool {
+        let Some(ephemeral) = sealed.get(..32).and_then(|e| <[u8; 32]>::try_from(e).ok()) else {
+            return false;
+        };
+        table()
+            .lock()
+            .is_ok_and(|t| t.entries.contains_key(&ephemeral))
+    }
 }
 
 /// Open with a parsed key handle as the recipient.
@@ -525,13 +699,26 @@ pub fn open_then<T>(
     let recipient = recipient.ok_or(OpenFailure::Unopenable)?;
     with_scratch(|sealed, body| {
         b64::decode_lenient_into(&envelope.ciphertext, sealed);
-        let inner = open_box_in_place(recipient.secret, recipient.public, sealed)
-            .ok_or(OpenFailure::Unopenable)?;
+        // An envelope sealed here to our own key, byte for byte: its box key
+        // and its signer are known (see `own_seals`).
+        #[cfg(not(target_arch = "wasm32"))]
+        let known = sender.and_then(|s| own_seals::recall(sealed, recipient.public, s.as_bytes()));
+        #[cfg(target_arch = "wasm32")]
+        let known: Option<Zeroizing<[u8; 32]>> = None;
+        let signed_here = known.is_some();
+        let inner = match &known {
+            Some(key) => open_box_with_key(key, recipient.public, sealed),
+            None => open_box_in_place(recipient.secret, recipient.public, sealed),
+        }
+        .ok_or(OpenFailure::Unopenable)?;
         let verified = match split_inner_fast(inner) {
             // The common case, `{"body":"…","signature":"…"}` exactly as seal
             // writes it: read straight from the bytes, no JSON tree and no
             // copy of the (large) body text.
             Some((body_text, signature)) if b64::decode_inner_body_into(body_text, body) => {
+                if signed_here {
+                    return read_claims(envelope, expected, body).map(then);
+                }
                 if body.len() >= PARALLEL_VERIFY_FROM {
                     let body: &[u8] = body;
                     return std::thread::scope(|scope| {
@@ -656,11 +843,21 @@ fn open_box_in_place<'a>(
         return None;
     }
     let ephemeral_public: [u8; 32] = sealed.get(..32)?.try_into().ok()?;
-    let tag: [u8; 16] = sealed.get(32..SEAL_OVERHEAD)?.try_into().ok()?;
     let key = box_key_bytes(secret, &ephemeral_public)?;
+    open_box_with_key(&key, own_public, sealed)
+}
+
+/// The secretbox half of [`open_box_in_place`], with the box key known.
+fn open_box_with_key<'a>(
+    key: &[u8; 32],
+    own_public: &[u8; 32],
+    sealed: &'a mut [u8],
+) -> Option<&'a [u8]> {
+    let ephemeral_public: [u8; 32] = sealed.get(..32)?.try_into().ok()?;
+    let tag: [u8; 16] = sealed.get(32..SEAL_OVERHEAD)?.try_into().ok()?;
     let nonce = seal_nonce(&ephemeral_public, own_public).into();
     let message = sealed.get_mut(SEAL_OVERHEAD..)?;
-    crate::secretbox::open_in_place(&key, &nonce, message, &tag).then_some(message)
+    crate::secretbox::open_in_place(key, &nonce, message, &tag).then_some(message)
 }
 
 /// Split `{"body":"B","signature":"S"}` when the bytes have exactly that
@@ -959,6 +1156,208 @@ mod tests {
                 assert!(tabled >= 6, "a key sealed to often gets its table");
             }
         }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn the_edwards_multiplication_gives_the_ladders_answer() {
+        use curve25519_dalek::constants::EIGHT_TORSION;
+        use curve25519_dalek::montgomery::MontgomeryPoint;
+        // What an envelope's ephemeral key can be: honest, honest plus a
+        // small-order component, small order, on the twist, and spellings
+        // the ladder reduces (high bit set, u ≥ p).
+        let mut points: Vec<[u8; 32]> = (0..24)
+            .map(|i| *XPublicKey::from(&nth_secret(5000 + i)).as_bytes())
+            .collect();
+        let Some(lift) = MontgomeryPoint(points[0]).to_edwards(0) else {
+            panic!("an honest key lifts to Edwards")
+        };
+        for t in EIGHT_TORSION.iter() {
+            points.push((lift + t).to_montgomery().to_bytes());
+            points.push(t.to_montgomery().to_bytes());
+        }
+        for u in 0u8..=40 {
+            let mut b = [0u8; 32];
+            b[0] = u;
+            points.push(b);
+            let mut high = b;
+            high[31] |= 0x80;
+            points.push(high);
+            // p + u for small u: 2^255 - 19 + u, a non-canonical spelling.
+            let mut big = [0xffu8; 32];
+            big[31] = 0x7f;
+            big[0] = 0xedu8.wrapping_add(u);
+            if u < 19 {
+                points.push(big);
+            }
+        }
+        for honest in points.clone().iter().take(24) {
+            let mut high = *honest;
+            high[31] |= 0x80;
+            points.push(high);
+        }
+        let (mut lifted, mut twisted) = (0, 0);
+        for (i, point) in points.iter().enumerate() {
+            let secret = nth_secret(9000 + i as u32);
+            let ladder = secret.diffie_hellman(&XPublicKey::from(*point));
+            match variable_base_shared_secret(&secret, point) {
+                Some(shared) => {
+                    assert_eq!(&*shared, ladder.as_bytes(), "u = {point:?}");
+                    lifted += 1;
+                }
+                None => twisted += 1,
+            }
+            // The box key agrees, refusals included.
+            let key = box_key_bytes(&secret, point);
+            assert_eq!(key.is_none(), !ladder.was_contributory(), "u = {point:?}");
+            if let Some(key) = key {
+                assert_eq!(*key, *hsalsa_key(ladder.as_bytes()));
+            }
+        }
+        assert!(
+            lifted > 60 && twisted > 10,
+            "both paths ran: {lifted} / {twisted}"
+        );
+    }
+
+    /// `env`'s sealed box, decoded.
+    fn sealed_bytes(env: &SealedEnvelope) -> Vec<u8> {
+        let mut out = Vec::new();
+        b64::decode_lenient_into(&env.ciphertext, &mut out);
+        out
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn own_seals_are_remembered_and_open_as_before() {
+        let site = party(40);
+        let device = party(41);
+        let at_rest = context(&site, &site);
+        let Ok(env) = seal_with_handle(
+            Text::Utf8("payload"),
+            &site,
+            &site.keys().encryption_public,
+            &at_rest,
+        ) else {
+            panic!("seal")
+        };
+        assert!(own_seals::holds(&sealed_bytes(&env)));
+        let opened = open_as(&site, &site, &env, &expected(&at_rest));
+        assert_eq!(opened.map(|p| p.as_str().to_string()), Ok("payload".into()));
+        // Expecting another signer: refused, as the full open refuses it.
+        assert_eq!(
+            open_as(&site, &device, &env, &expected(&at_rest)).map(|p| p.as_str().to_string()),
+            Err(OpenFailure::BadSignature)
+        );
+        // Another job's claims: the claims are still read.
+        let mut other = expected(&at_rest);
+        other.job_id = "job-2".into();
+        assert_eq!(
+            open_as(&site, &site, &env, &other).map(|p| p.as_str().to_string()),
+            Err(OpenFailure::ContextMismatch)
+        );
+        // One byte changed: the box does not open.
+        let mut bytes = sealed_bytes(&env);
+        if let Some(last) = bytes.last_mut() {
+            *last ^= 1;
+        }
+        let tampered = SealedEnvelope {
+            ciphertext: b64::encode_url(&bytes),
+            ..env.clone()
+        };
+        assert_eq!(
+            open_as(&site, &site, &tampered, &expected(&at_rest)).map(|p| p.as_str().to_string()),
+            Err(OpenFailure::Unopenable)
+        );
+        // Sealed to someone else: not remembered.
+        let Ok(to_device) = seal_with_handle(
+            Text::Utf8("payload"),
+            &site,
+            &device.keys().encryption_public,
+            &context(&site, &device),
+        ) else {
+            panic!("seal")
+        };
+        assert!(!own_seals::holds(&sealed_bytes(&to_device)));
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn a_box_forged_under_a_remembered_key_still_has_its_signature_checked() {
+        // Someone holding the site's X25519 secret (a leaked encryption key,
+        // not the identity key) can make a box under a remembered ephemeral
+        // key. Its content is theirs, so its signature must be checked.
+        let site = party(42);
+        let forger = party(43);
+        let at_rest = context(&site, &site);
+        let Ok(genuine) = seal_with_handle(
+            Text::Utf8("real"),
+            &site,
+            &site.keys().encryption_public,
+            &at_rest,
+        ) else {
+            panic!("seal")
+        };
+        let sealed = sealed_bytes(&genuine);
+        let Ok(ephemeral) = <[u8; 32]>::try_from(&sealed[..32]) else {
+            panic!("ephemeral key")
+        };
+        let Some(key) = box_key_bytes(site.encryption_secret(), &ephemeral) else {
+            panic!("box key")
+        };
+        let body = signed_body(&at_rest, Text::Utf8("forged"));
+        let inner = inner_json(&body, &forger.sign_text(&body));
+        let nonce: [u8; 24] = seal_nonce(&ephemeral, site.encryption_public()).into();
+        let mut message = inner.clone();
+        let tag = crate::secretbox::seal_in_place(&key, &nonce, &mut message);
+        let mut forged = ephemeral.to_vec();
+        forged.extend_from_slice(&tag);
+        forged.extend_from_slice(&message);
+        let forged = SealedEnvelope {
+            ciphertext: b64::encode_url(&forged),
+            ..genuine.clone()
+        };
+        assert_eq!(
+            open_as(&site, &site, &forged, &expected(&at_rest)).map(|p| p.as_str().to_string()),
+            Err(OpenFailure::BadSignature)
+        );
+        assert_eq!(
+            open_as(&site, &site, &genuine, &expected(&at_rest)).map(|p| p.as_str().to_string()),
+            Ok("real".into())
+        );
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn own_seals_forget_the_oldest_beyond_capacity() {
+        let site = party(44);
+        let at_rest = context(&site, &site);
+        let seal_one = || match seal_with_handle(
+            Text::Utf8("x"),
+            &site,
+            &site.keys().encryption_public,
+            &at_rest,
+        ) {
+            Ok(env) => sealed_bytes(&env),
+            Err(e) => panic!("seal: {e}"),
+        };
+        let first = seal_one();
+        for _ in 0..own_seals::CAPACITY {
+            seal_one();
+        }
+        assert!(!own_seals::holds(&first), "the oldest was evicted");
+        // Still opens, the long way.
+        let env = SealedEnvelope {
+            ciphertext: b64::encode_url(&first),
+            recipient_key_id: at_rest.recipient_key_id.clone(),
+            sender_key_id: at_rest.sender_key_id.clone(),
+            direction: at_rest.direction.clone(),
+            deadline_at: at_rest.deadline_at,
+        };
+        assert_eq!(
+            open_as(&site, &site, &env, &expected(&at_rest)).map(|p| p.as_str().to_string()),
+            Ok("x".into())
+        );
     }
 
     #[test]
