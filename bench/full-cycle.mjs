@@ -235,9 +235,6 @@ export async function cycles(impl, { jobs, promptChars, fill = 0, http = false }
   const device = new Device(send, served ? served.origin : "http://127.0.0.1");
   await device.pair((userCode) => site.app.approvePairing({ userCode, owner: OWNER }));
   const prompt = "p".repeat(promptChars);
-  // Each run starts on a collected heap (under --expose-gc, as `npm run
-  // bench` runs it), so neither implementation pays for the other's garbage.
-  globalThis.gc?.();
   timer.ms = 0;
   device.deviceMs = 0;
   const t0 = performance.now();
