@@ -388,7 +388,7 @@ export async function run({ quick = false, impls } = {}) {
     "full cycle over loopback HTTP, wall, device included (1 KB prompt)": "≥3x",
     "full cycle over loopback HTTP, server side (1 KB prompt)": "≥3x",
   });
-  await measure("jobs/s", (impl) => cycles(impl, { jobs: quick ? 3 : 10, promptChars: 1_000_000 }), {
+  await measure("jobs/s", (impl) => cycles(impl, { jobs: quick ? 3 : 20, promptChars: 1_000_000 }), {
     "full cycle in-process, server side (1M-char prompt)": server,
   }, { "full cycle in-process, server side (1M-char prompt)": "≥5x" });
   await measure(
