@@ -127,29 +127,31 @@ pub fn utf16_len(s: &str) -> usize {
 
 /// Append `JSON.stringify(s)` for a well-formed string.
 pub fn write_json_str(s: &str, out: &mut String) {
+    out.reserve(s.len() + 2);
     out.push('"');
     let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escape: Option<&str> = match b {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
-            0x08 => Some("\\b"),
-            0x0c => Some("\\f"),
-            0..=0x1f => None,
-            _ => continue,
-        };
-        out.push_str(&s[start..i]);
-        match escape {
-            Some(e) => out.push_str(e),
-            None => push_u_escape(out, u16::from(b)),
+    let mut at = 0;
+    loop {
+        // What needs escaping is exactly what ends a plain run in the
+        // parser (`"`, `\\`, a control byte), so the parser's vector scan
+        // finds it here too: a megabyte prompt is written in a few copies.
+        let run = plain_len(bytes, at);
+        // Ends before an ASCII byte or at the end: always a char boundary.
+        out.push_str(s.get(at..at + run).unwrap_or_default());
+        at += run;
+        let Some(&b) = bytes.get(at) else { break };
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => push_u_escape(out, u16::from(b)),
         }
-        start = i + 1;
+        at += 1;
     }
-    out.push_str(&s[start..]);
     out.push('"');
 }
 
@@ -944,6 +946,58 @@ mod tests {
     /// The SIMD scan stops exactly where a byte-at-a-time scan does, for a
     /// special byte at every offset of blocks longer than one vector, and
     /// strings with long plain runs and escapes still parse to the same text.
+    /// The byte-at-a-time writer `write_json_str` replaced, as the oracle.
+    fn write_json_str_bytewise(s: &str) -> String {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    #[test]
+    fn write_json_str_escapes_exactly_what_json_stringify_does() {
+        let specials = [
+            '"', '\\', '\n', '\r', '\t', '\u{8}', '\u{c}', '\u{0}', '\u{1f}', '\u{7f}', 'é', '😀',
+            '\u{2028}', 'a',
+        ];
+        for len in 0..70 {
+            for &special in &specials {
+                for at in 0..=len {
+                    let text: String = (0..len)
+                        .map(|i| if i == at { special } else { 'x' })
+                        .collect();
+                    let mut out = String::new();
+                    write_json_str(&text, &mut out);
+                    assert_eq!(out, write_json_str_bytewise(&text), "{text:?}");
+                    // And JSON.parse (ours) reads it back.
+                    let back = parse(&out).map(|d| d.str(d.root()).map(|s| s.as_str().to_string()));
+                    assert_eq!(back.ok().flatten(), Some(text));
+                }
+            }
+        }
+        // Every control byte, in runs of every mix.
+        let all: String = (0u32..0x80)
+            .filter_map(char::from_u32)
+            .cycle()
+            .take(1000)
+            .collect();
+        let mut out = String::from("kept");
+        write_json_str(&all, &mut out);
+        assert_eq!(out, format!("kept{}", write_json_str_bytewise(&all)));
+    }
+
     #[test]
     fn plain_len_matches_a_byte_scan() {
         let naive = |b: &[u8], at: usize| {
