@@ -43,6 +43,11 @@ pub fn encode_url(bytes: &[u8]) -> String {
     base64_simd::URL_SAFE_NO_PAD.encode_to_string(bytes)
 }
 
+/// [`encode_url`] appended to `out` (no intermediate string).
+pub fn encode_url_append(bytes: &[u8], out: &mut String) {
+    base64_simd::URL_SAFE_NO_PAD.encode_append(bytes, out);
+}
+
 /// Standard alphabet with `=` padding: PKCS#8 private keys, the env secret.
 pub fn encode_std(bytes: &[u8]) -> String {
     STANDARD.encode(bytes)

@@ -130,19 +130,26 @@ impl std::error::Error for SealError {}
 /// The exact bytes the envelope signature covers: `JSON.stringify` of
 /// `{v, jobId, senderKeyId, recipientKeyId, deadlineAt, direction, plaintext}`.
 pub fn signed_body(context: &Context, plaintext: Text<'_>) -> Vec<u8> {
+    let mut out = String::new();
+    write_signed_body(context, plaintext, &mut out);
+    out.into_bytes()
+}
+
+/// [`signed_body`] appended to `out`.
+fn write_signed_body(context: &Context, plaintext: Text<'_>, out: &mut String) {
     let plain_len = match plaintext {
         Text::Utf8(s) => s.len(),
         Text::Utf16(u) => u.len() * 3,
     };
-    let mut out = String::with_capacity(200 + plain_len + plain_len / 16);
+    out.reserve(200 + plain_len + plain_len / 16);
     out.push_str("{\"v\":");
-    json::write_json_str(ENVELOPE_BODY_VERSION, &mut out);
+    json::write_json_str(ENVELOPE_BODY_VERSION, out);
     out.push_str(",\"jobId\":");
-    json::write_json_str(&context.job_id, &mut out);
+    json::write_json_str(&context.job_id, out);
     out.push_str(",\"senderKeyId\":");
-    json::write_json_str(&context.sender_key_id, &mut out);
+    json::write_json_str(&context.sender_key_id, out);
     out.push_str(",\"recipientKeyId\":");
-    json::write_json_str(&context.recipient_key_id, &mut out);
+    json::write_json_str(&context.recipient_key_id, out);
     out.push_str(",\"deadlineAt\":");
     if context.deadline_at.is_finite() {
         out.push_str(&json::js_number_to_string(context.deadline_at));
@@ -151,28 +158,33 @@ pub fn signed_body(context: &Context, plaintext: Text<'_>) -> Vec<u8> {
         out.push_str("null");
     }
     out.push_str(",\"direction\":");
-    json::write_json_str(&context.direction, &mut out);
+    json::write_json_str(&context.direction, out);
     out.push_str(",\"plaintext\":");
     match plaintext {
-        Text::Utf8(s) => json::write_json_str(s, &mut out),
+        Text::Utf8(s) => json::write_json_str(s, out),
         // Lone surrogates are written as `\udxxx` escapes, like JSON.stringify.
-        Text::Utf16(u) => JsStr::from_utf16(u).write_json(&mut out),
+        Text::Utf16(u) => JsStr::from_utf16(u).write_json(out),
     }
     out.push('}');
-    out.into_bytes()
 }
 
 /// The inner JSON `{"body":<base64url body>,"signature":<signature>}`.
 pub fn inner_json(body: &[u8], signature: &str) -> Vec<u8> {
-    let mut out = String::with_capacity(body.len() / 3 * 4 + signature.len() + 32);
+    let mut out = String::new();
+    write_inner_json(body, signature, &mut out);
+    out.into_bytes()
+}
+
+/// [`inner_json`] appended to `out`.
+fn write_inner_json(body: &[u8], signature: &str, out: &mut String) {
+    out.reserve(body.len() / 3 * 4 + signature.len() + 32);
     out.push_str("{\"body\":\"");
-    out.push_str(&b64::encode_url(body));
+    b64::encode_url_append(body, out);
     out.push_str("\",\"signature\":");
     // A signature we made is base64url, but escape anyway so the output is
     // always the JSON.stringify of whatever was given.
-    json::write_json_str(signature, &mut out);
+    json::write_json_str(signature, out);
     out.push('}');
-    out.into_bytes()
 }
 
 /// BLAKE2b-192 over `epk ‖ recipient pk`: the sealed-box nonce.
@@ -355,17 +367,30 @@ fn seal_box_keyed(
     recipient_public: &[u8; 32],
     message: &[u8],
 ) -> Option<(Vec<u8>, Zeroizing<[u8; 32]>)> {
+    let mut out = Vec::new();
+    let key = seal_box_keyed_into(ephemeral, recipient_public, message, &mut out)?;
+    Some((out, key))
+}
+
+/// [`seal_box_keyed`] into `out` (cleared first).
+fn seal_box_keyed_into(
+    ephemeral: &StaticSecret,
+    recipient_public: &[u8; 32],
+    message: &[u8],
+    out: &mut Vec<u8>,
+) -> Option<Zeroizing<[u8; 32]>> {
     let ephemeral_public = *XPublicKey::from(ephemeral).as_bytes();
     let key = seal_box_key(ephemeral, recipient_public)?;
     let nonce: [u8; 24] = seal_nonce(&ephemeral_public, recipient_public).into();
-    let mut out = Vec::with_capacity(SEAL_OVERHEAD + message.len());
+    out.clear();
+    out.reserve(SEAL_OVERHEAD + message.len());
     out.extend_from_slice(&ephemeral_public);
     out.extend_from_slice(&[0u8; 16]);
     out.extend_from_slice(message);
     // Through crate::secretbox (SSE2 Salsa20 on x86_64), as open does.
     let tag = crate::secretbox::seal_in_place(&key, &nonce, out.get_mut(SEAL_OVERHEAD..)?);
     out.get_mut(32..SEAL_OVERHEAD)?.copy_from_slice(&tag);
-    Some((out, key))
+    Some(key)
 }
 
 /// `crypto_box_seal` with a fresh ephemeral key from `rng`.
@@ -436,26 +461,27 @@ fn seal_to<R: RngCore + CryptoRng>(
     context: &Context,
     to_self: bool,
 ) -> Result<SealedEnvelope, SealError> {
-    let body = signed_body(context, plaintext);
-    let signature = b64::encode_url(&ed25519_dalek::Signer::sign(sender, &body).to_bytes());
-    let inner = inner_json(&body, &signature);
-    drop(body);
-    let ephemeral = StaticSecret::random_from_rng(rng);
-    let (sealed, key) =
-        seal_box_keyed(&ephemeral, recipient, &inner).ok_or(SealError::RecipientKeyWeak)?;
-    drop(inner);
-    #[cfg(not(target_arch = "wasm32"))]
-    if to_self {
-        own_seals::remember(&sealed, key, recipient, sender.verifying_key().as_bytes());
-    }
-    #[cfg(target_arch = "wasm32")]
-    let _ = (to_self, key);
-    Ok(SealedEnvelope {
-        ciphertext: b64::encode_url(&sealed),
-        recipient_key_id: context.recipient_key_id.clone(),
-        sender_key_id: context.sender_key_id.clone(),
-        direction: context.direction.clone(),
-        deadline_at: context.deadline_at,
+    with_seal_scratch(|body, inner, sealed| {
+        write_signed_body(context, plaintext, body);
+        let signature =
+            b64::encode_url(&ed25519_dalek::Signer::sign(sender, body.as_bytes()).to_bytes());
+        write_inner_json(body.as_bytes(), &signature, inner);
+        let ephemeral = StaticSecret::random_from_rng(rng);
+        let key = seal_box_keyed_into(&ephemeral, recipient, inner.as_bytes(), sealed)
+            .ok_or(SealError::RecipientKeyWeak)?;
+        #[cfg(not(target_arch = "wasm32"))]
+        if to_self && sealed.len() < own_seals::REMEMBER_BELOW {
+            own_seals::remember(sealed, key, recipient, sender.verifying_key().as_bytes());
+        }
+        #[cfg(target_arch = "wasm32")]
+        let _ = (to_self, key);
+        Ok(SealedEnvelope {
+            ciphertext: b64::encode_url(sealed),
+            recipient_key_id: context.recipient_key_id.clone(),
+            sender_key_id: context.sender_key_id.clone(),
+            direction: context.direction.clone(),
+            deadline_at: context.deadline_at,
+        })
     })
 }
 
@@ -530,6 +556,13 @@ mod own_seals {
 
     /// Envelopes remembered at once (≈ 170 bytes each); the oldest goes first.
     pub(super) const CAPACITY: usize = 4096;
+    /// Boxes from this size on are not remembered. Their signature is
+    /// checked on a second thread while the reseal runs
+    /// (`PARALLEL_VERIFY_FROM`), so the check costs the fetch little wall
+    /// time, while hashing the box at seal and at open (BLAKE2b, ≈ 1 GB/s
+    /// here) would sit on the path twice: a 1M-character payload's seal took
+    /// 7.1 ms remembered and 5.0 ms not, its reseal 9.6 and 7.0 ms.
+    pub(super) const REMEMBER_BELOW: usize = super::PARALLEL_VERIFY_FROM;
 
     struct Entry {
         digest: [u8; 32],
@@ -828,6 +861,52 @@ fn with_scratch<T>(work: impl FnOnce(&mut Vec<u8>, &mut Vec<u8>) -> T) -> T {
         Err(_) => {
             let (mut a, mut b) = (Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new()));
             work(&mut a, &mut b)
+        }
+    })
+}
+
+/// Run a seal's `work` with three reusable buffers (signed body, inner
+/// JSON, sealed box), for the same reason as [`with_scratch`]: a large
+/// payload's seal otherwise maps and faults in a few fresh megabytes each
+/// time (a 1M-character seal spent more in page faults than in copies).
+/// Strings are handed out empty; afterwards the used bytes are zeroed (they
+/// hold the plaintext) and oversized buffers are released.
+fn with_seal_scratch<T>(work: impl FnOnce(&mut String, &mut String, &mut Vec<u8>) -> T) -> T {
+    use std::cell::RefCell;
+    thread_local! {
+        static SEAL_SCRATCH: RefCell<[Vec<u8>; 3]> = const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
+    }
+    // An empty byte vector is always valid UTF-8: the string keeps its capacity.
+    let as_string = |mut bytes: Vec<u8>| {
+        bytes.clear();
+        String::from_utf8(bytes).unwrap_or_default()
+    };
+    let wipe = |mut bytes: Vec<u8>| {
+        bytes.fill(0);
+        bytes.clear();
+        if bytes.capacity() > SCRATCH_KEEP {
+            Vec::new()
+        } else {
+            bytes
+        }
+    };
+    SEAL_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut bufs) => {
+            let [body, inner, sealed] = &mut *bufs;
+            let mut body_text = as_string(std::mem::take(body));
+            let mut inner_text = as_string(std::mem::take(inner));
+            let out = work(&mut body_text, &mut inner_text, sealed);
+            *body = wipe(body_text.into_bytes());
+            *inner = wipe(inner_text.into_bytes());
+            *sealed = wipe(std::mem::take(sealed));
+            out
+        }
+        // Re-entered (cannot happen today): fresh buffers, wiped on drop.
+        Err(_) => {
+            let (mut body, mut inner) =
+                (Zeroizing::new(String::new()), Zeroizing::new(String::new()));
+            let mut sealed = Zeroizing::new(Vec::new());
+            work(&mut body, &mut inner, &mut sealed)
         }
     })
 }
@@ -1325,6 +1404,36 @@ mod tests {
             open_as(&site, &site, &genuine, &expected(&at_rest)).map(|p| p.as_str().to_string()),
             Ok("real".into())
         );
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn large_own_seals_are_not_remembered_and_open_the_long_way() {
+        let site = party(45);
+        let at_rest = context(&site, &site);
+        let text = "p".repeat(own_seals::REMEMBER_BELOW);
+        let Ok(env) = seal_with_handle(
+            Text::Utf8(&text),
+            &site,
+            &site.keys().encryption_public,
+            &at_rest,
+        ) else {
+            panic!("seal")
+        };
+        assert!(!own_seals::holds(&sealed_bytes(&env)));
+        let opened = open_as(&site, &site, &env, &expected(&at_rest));
+        assert_eq!(opened.map(|p| p.as_str().len()), Ok(text.len()));
+        // Just under the size: remembered.
+        let small = "p".repeat(own_seals::REMEMBER_BELOW / 2);
+        let Ok(env) = seal_with_handle(
+            Text::Utf8(&small),
+            &site,
+            &site.keys().encryption_public,
+            &at_rest,
+        ) else {
+            panic!("seal")
+        };
+        assert!(own_seals::holds(&sealed_bytes(&env)));
     }
 
     #[cfg(not(target_arch = "wasm32"))]
