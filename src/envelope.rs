@@ -1299,6 +1299,28 @@ mod tests {
         );
     }
 
+    /// `text` sealed by `site` to its own key (an at-rest envelope).
+    fn seal_at_rest(site: &KeyHandle, text: &str) -> SealedEnvelope {
+        match seal_with_handle(
+            Text::Utf8(text),
+            site,
+            &site.keys().encryption_public,
+            &context(site, site),
+        ) {
+            Ok(env) => env,
+            Err(e) => panic!("seal: {e}"),
+        }
+    }
+
+    /// `site` opening its own at-rest envelope, as text.
+    fn open_at_rest(
+        site: &KeyHandle,
+        env: &SealedEnvelope,
+        exp: &Expected,
+    ) -> Result<String, OpenFailure> {
+        open_as(site, site, env, exp).map(|p| p.as_str().to_string())
+    }
+
     /// `env`'s sealed box, decoded.
     fn sealed_bytes(env: &SealedEnvelope) -> Vec<u8> {
         let mut out = Vec::new();
@@ -1312,17 +1334,12 @@ mod tests {
         let site = party(40);
         let device = party(41);
         let at_rest = context(&site, &site);
-        let Ok(env) = seal_with_handle(
-            Text::Utf8("payload"),
-            &site,
-            &site.keys().encryption_public,
-            &at_rest,
-        ) else {
-            panic!("seal")
-        };
+        let env = seal_at_rest(&site, "payload");
         assert!(own_seals::holds(&sealed_bytes(&env)));
-        let opened = open_as(&site, &site, &env, &expected(&at_rest));
-        assert_eq!(opened.map(|p| p.as_str().to_string()), Ok("payload".into()));
+        assert_eq!(
+            open_at_rest(&site, &env, &expected(&at_rest)),
+            Ok("payload".into())
+        );
         // Expecting another signer: refused, as the full open refuses it.
         assert_eq!(
             open_as(&site, &device, &env, &expected(&at_rest)).map(|p| p.as_str().to_string()),
@@ -1332,7 +1349,7 @@ mod tests {
         let mut other = expected(&at_rest);
         other.job_id = "job-2".into();
         assert_eq!(
-            open_as(&site, &site, &env, &other).map(|p| p.as_str().to_string()),
+            open_at_rest(&site, &env, &other),
             Err(OpenFailure::ContextMismatch)
         );
         // One byte changed: the box does not open.
@@ -1345,7 +1362,7 @@ mod tests {
             ..env.clone()
         };
         assert_eq!(
-            open_as(&site, &site, &tampered, &expected(&at_rest)).map(|p| p.as_str().to_string()),
+            open_at_rest(&site, &tampered, &expected(&at_rest)),
             Err(OpenFailure::Unopenable)
         );
         // Sealed to someone else: not remembered.
@@ -1369,14 +1386,7 @@ mod tests {
         let site = party(42);
         let forger = party(43);
         let at_rest = context(&site, &site);
-        let Ok(genuine) = seal_with_handle(
-            Text::Utf8("real"),
-            &site,
-            &site.keys().encryption_public,
-            &at_rest,
-        ) else {
-            panic!("seal")
-        };
+        let genuine = seal_at_rest(&site, "real");
         let sealed = sealed_bytes(&genuine);
         let Ok(ephemeral) = <[u8; 32]>::try_from(&sealed[..32]) else {
             panic!("ephemeral key")
@@ -1397,11 +1407,11 @@ mod tests {
             ..genuine.clone()
         };
         assert_eq!(
-            open_as(&site, &site, &forged, &expected(&at_rest)).map(|p| p.as_str().to_string()),
+            open_at_rest(&site, &forged, &expected(&at_rest)),
             Err(OpenFailure::BadSignature)
         );
         assert_eq!(
-            open_as(&site, &site, &genuine, &expected(&at_rest)).map(|p| p.as_str().to_string()),
+            open_at_rest(&site, &genuine, &expected(&at_rest)),
             Ok("real".into())
         );
     }
@@ -1412,27 +1422,15 @@ mod tests {
         let site = party(45);
         let at_rest = context(&site, &site);
         let text = "p".repeat(own_seals::REMEMBER_BELOW);
-        let Ok(env) = seal_with_handle(
-            Text::Utf8(&text),
-            &site,
-            &site.keys().encryption_public,
-            &at_rest,
-        ) else {
-            panic!("seal")
-        };
+        let env = seal_at_rest(&site, &text);
         assert!(!own_seals::holds(&sealed_bytes(&env)));
-        let opened = open_as(&site, &site, &env, &expected(&at_rest));
-        assert_eq!(opened.map(|p| p.as_str().len()), Ok(text.len()));
+        assert_eq!(
+            open_at_rest(&site, &env, &expected(&at_rest)),
+            Ok(text.clone())
+        );
         // Just under the size: remembered.
         let small = "p".repeat(own_seals::REMEMBER_BELOW / 2);
-        let Ok(env) = seal_with_handle(
-            Text::Utf8(&small),
-            &site,
-            &site.keys().encryption_public,
-            &at_rest,
-        ) else {
-            panic!("seal")
-        };
+        let env = seal_at_rest(&site, &small);
         assert!(own_seals::holds(&sealed_bytes(&env)));
     }
 
@@ -1440,31 +1438,18 @@ mod tests {
     #[test]
     fn own_seals_forget_the_oldest_beyond_capacity() {
         let site = party(44);
-        let at_rest = context(&site, &site);
-        let seal_one = || match seal_with_handle(
-            Text::Utf8("x"),
-            &site,
-            &site.keys().encryption_public,
-            &at_rest,
-        ) {
-            Ok(env) => sealed_bytes(&env),
-            Err(e) => panic!("seal: {e}"),
-        };
-        let first = seal_one();
+        let first = seal_at_rest(&site, "x");
         for _ in 0..own_seals::CAPACITY {
-            seal_one();
+            seal_at_rest(&site, "y");
         }
-        assert!(!own_seals::holds(&first), "the oldest was evicted");
+        assert!(
+            !own_seals::holds(&sealed_bytes(&first)),
+            "the oldest was evicted"
+        );
         // Still opens, the long way.
-        let env = SealedEnvelope {
-            ciphertext: b64::encode_url(&first),
-            recipient_key_id: at_rest.recipient_key_id.clone(),
-            sender_key_id: at_rest.sender_key_id.clone(),
-            direction: at_rest.direction.clone(),
-            deadline_at: at_rest.deadline_at,
-        };
+        let at_rest = context(&site, &site);
         assert_eq!(
-            open_as(&site, &site, &env, &expected(&at_rest)).map(|p| p.as_str().to_string()),
+            open_at_rest(&site, &first, &expected(&at_rest)),
             Ok("x".into())
         );
     }
