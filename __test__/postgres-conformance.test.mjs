@@ -5,10 +5,9 @@
 // SQL) and on the real clock with short lease/TTL/pairing TTL; and under the
 // reference app, which isolates the store from our HTTP layer.
 import { test, before, after } from "node:test";
-import pg from "pg";
 import * as reference from "@byollm/server";
 import { postgresStore } from "../dist/postgres.js";
-import { freshDatabase, TRUNCATE } from "./postgres-db.mjs";
+import { freshDatabase, TRUNCATE, testPool } from "./postgres-db.mjs";
 import { makeTarget, certifyAndReport, ours, FAKE, REAL } from "./postgres-target.mjs";
 
 // Site keys are plain data; the reference's generator keeps this file
@@ -19,7 +18,7 @@ let db;
 let pool;
 before(async () => {
   db = await freshDatabase("conf");
-  pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  pool = testPool(db.url, 4);
 });
 after(async () => {
   await pool?.end();

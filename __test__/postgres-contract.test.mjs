@@ -5,16 +5,15 @@
 // rather than throwing synchronously; subscribe hears this store's own writes.
 import { before, after } from "node:test";
 import { randomUUID } from "node:crypto";
-import pg from "pg";
 import { postgresStore } from "../dist/postgres.js";
-import { freshDatabase, TRUNCATE } from "./postgres-db.mjs";
+import { freshDatabase, TRUNCATE, testPool } from "./postgres-db.mjs";
 import { storeContract } from "./store-contract.mjs";
 
 let db;
 let pool;
 before(async () => {
   db = await freshDatabase("contract");
-  pool = new pg.Pool({ connectionString: db.url, max: 2 });
+  pool = testPool(db.url, 2);
 });
 after(async () => {
   await pool?.end();

@@ -22,6 +22,20 @@ export function adminUrl() {
   }
 }
 
+/**
+ * A pool for a test file. pg-pool's `end()` resolves once it has asked its
+ * idle clients to close, not once they have: the `drop database … with
+ * (force)` that follows can reach a backend still connected, and the
+ * "terminating connection" error it sends to that client is re-emitted on
+ * the pool, which without a listener is an uncaught exception in whichever
+ * test runs next. Test pools listen and ignore it (the rows are gone anyway).
+ */
+export function testPool(connectionString, max) {
+  const pool = new pg.Pool({ connectionString, max });
+  pool.on("error", () => undefined);
+  return pool;
+}
+
 /** Create a database, apply the migrations, return its URL and a dropper. */
 export async function freshDatabase(label) {
   const admin = adminUrl();

@@ -11,7 +11,7 @@ import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { postgresStore } from "../dist/postgres.js";
-import { freshDatabase, adminUrl } from "./postgres-db.mjs";
+import { freshDatabase, adminUrl, testPool } from "./postgres-db.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const T0 = 1_767_225_600_000;
@@ -41,7 +41,7 @@ let pool;
 let store;
 before(async () => {
   db = await freshDatabase("store");
-  pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  pool = testPool(db.url, 4);
   store = postgresStore({ pool, defaultTtlMs: 60_000 });
 });
 after(async () => {

@@ -3,11 +3,10 @@
 // STAND-IN (./supabase-standin.mjs) on a real PostgreSQL. The kit's fake clock
 // reaches SQL because the store passes every `now` to the functions.
 import { test, before, after } from "node:test";
-import pg from "pg";
 import { createClient } from "@supabase/supabase-js";
 import * as reference from "@byollm/server";
 import { supabaseStore } from "../dist/supabase/index.js";
-import { freshDatabase, TRUNCATE } from "./postgres-db.mjs";
+import { freshDatabase, TRUNCATE, testPool } from "./postgres-db.mjs";
 import { startPostgrestStandIn, signJwt } from "./supabase-standin.mjs";
 import { makeTarget, certifyAndReport, ours, FAKE } from "./postgres-target.mjs";
 
@@ -22,7 +21,7 @@ let standIn;
 let client;
 before(async () => {
   db = await freshDatabase("supaconf");
-  pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  pool = testPool(db.url, 1);
   standIn = await startPostgrestStandIn({ connectionString: db.url, jwtSecret: SECRET });
   client = createClient(standIn.url, signJwt({ role: "service_role" }, SECRET), {
     auth: { persistSession: false, autoRefreshToken: false },

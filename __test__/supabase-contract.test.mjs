@@ -6,10 +6,9 @@
 // so the synchronous-subscribe tests do not apply.
 import { before, after } from "node:test";
 import { randomUUID } from "node:crypto";
-import pg from "pg";
 import { createClient } from "@supabase/supabase-js";
 import { supabaseStore } from "../dist/supabase/index.js";
-import { freshDatabase, TRUNCATE } from "./postgres-db.mjs";
+import { freshDatabase, TRUNCATE, testPool } from "./postgres-db.mjs";
 import { startPostgrestStandIn, signJwt } from "./supabase-standin.mjs";
 import { storeContract } from "./store-contract.mjs";
 
@@ -27,7 +26,7 @@ let standIn;
 let client;
 before(async () => {
   db = await freshDatabase("supacontract");
-  pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  pool = testPool(db.url, 1);
   standIn = await startPostgrestStandIn({ connectionString: db.url, jwtSecret: SECRET });
   client = createClient(standIn.url, signJwt({ role: "service_role" }, SECRET), {
     auth: { persistSession: false, autoRefreshToken: false },

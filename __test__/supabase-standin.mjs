@@ -16,7 +16,7 @@
 // else is 404: it is not a general PostgREST.
 import { createServer } from "node:http";
 import { createHmac, timingSafeEqual } from "node:crypto";
-import pg from "pg";
+import { testPool } from "./postgres-db.mjs";
 
 const b64url = (buf) => Buffer.from(buf).toString("base64url");
 
@@ -46,7 +46,7 @@ const TABLES = new Set(["byollm_jobs", "byollm_runners", "byollm_pairings", "byo
 
 /** Start the stand-in on 127.0.0.1 (random port). Returns {url, close, requests}. */
 export async function startPostgrestStandIn({ connectionString, jwtSecret }) {
-  const pool = new pg.Pool({ connectionString, max: 4 });
+  const pool = testPool(connectionString, 4);
   const signatures = new Map();
   const requests = [];
 

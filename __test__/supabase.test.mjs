@@ -6,11 +6,10 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import pg from "pg";
 import { createClient } from "@supabase/supabase-js";
 import { supabaseStore, supabaseRealtimeDelivery } from "../dist/supabase/index.js";
 import { NoRunnerAvailableError, ResultTimeoutError } from "../dist/errors.js";
-import { freshDatabase } from "./postgres-db.mjs";
+import { freshDatabase, testPool } from "./postgres-db.mjs";
 import { startPostgrestStandIn, signJwt } from "./supabase-standin.mjs";
 
 const SECRET = "stand-in-jwt-secret-for-tests-only-0123456789";
@@ -44,7 +43,7 @@ const clientFor = (claims) =>
 
 before(async () => {
   db = await freshDatabase("supa");
-  pool = new pg.Pool({ connectionString: db.url, max: 2 });
+  pool = testPool(db.url, 2);
   standIn = await startPostgrestStandIn({ connectionString: db.url, jwtSecret: SECRET });
   service = createClient(standIn.url, signJwt({ role: "service_role" }, SECRET), CLIENT_OPTIONS);
   store = supabaseStore({ client: service, defaultTtlMs: 60_000 });

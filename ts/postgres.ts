@@ -121,7 +121,11 @@ export async function postgresMigrations(): Promise<{ name: string; sql: string 
  * `anon`, `authenticated`, `service_role` and `auth.uid()` when absent).
  */
 export async function migratePostgres(target: { pool: Pool } | { connectionString: string }): Promise<string[]> {
+  const owned = !("pool" in target);
   const pool = "pool" in target ? target.pool : new pg.Pool({ connectionString: target.connectionString, max: 1 });
+  // As in postgresStore: a connection dropped while idle (here, while the
+  // pool is ending) must not become an uncaught exception in the host.
+  if (owned) pool.on("error", () => undefined);
   let client: PoolClient | undefined;
   try {
     client = await pool.connect();
@@ -146,6 +150,6 @@ export async function migratePostgres(target: { pool: Pool } | { connectionStrin
     return applied;
   } finally {
     client?.release();
-    if (!("pool" in target)) await pool.end();
+    if (owned) await pool.end();
   }
 }
