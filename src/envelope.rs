@@ -554,7 +554,7 @@ mod own_seals {
     use std::sync::{Mutex, OnceLock};
     use zeroize::Zeroizing;
 
-    /// Envelopes remembered at once (≈ 170 bytes each); the oldest goes first.
+    /// Envelopes remembered at once (≈ 200 bytes each with the table's own); the oldest goes first.
     pub(super) const CAPACITY: usize = 4096;
     /// Boxes from this size on are not remembered. Their signature is
     /// checked on a second thread while the reseal runs
