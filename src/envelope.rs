@@ -1180,27 +1180,34 @@ mod tests {
         StaticSecret::from(bytes)
     }
 
+    /// X25519 keys a peer could present: `honest` honest ones (from `seed`),
+    /// the first of them plus each small-order component (a key need not be
+    /// in the prime-order group), and the eight small-order points.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn honest_torsioned_and_small_order(seed: u32, honest: u32) -> Vec<[u8; 32]> {
+        use curve25519_dalek::constants::EIGHT_TORSION;
+        use curve25519_dalek::montgomery::MontgomeryPoint;
+        use curve25519_dalek::traits::IsIdentity;
+        let mut points: Vec<[u8; 32]> = (0..honest)
+            .map(|i| *XPublicKey::from(&nth_secret(seed + i)).as_bytes())
+            .collect();
+        let Some(lift) = MontgomeryPoint(points[0]).to_edwards(0) else {
+            panic!("an honest key lifts to Edwards")
+        };
+        for t in EIGHT_TORSION.iter() {
+            if !t.is_identity() {
+                points.push((lift + t).to_montgomery().to_bytes());
+            }
+            points.push(t.to_montgomery().to_bytes());
+        }
+        points
+    }
+
     #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn recipient_tables_give_the_ladders_answer() {
-        use curve25519_dalek::constants::EIGHT_TORSION;
         use curve25519_dalek::montgomery::MontgomeryPoint;
-        // Keys a device could present: honest ones, honest ones plus a
-        // small-order component (an X25519 key need not be in the prime-order
-        // group), and the small-order points themselves.
-        let mut recipients: Vec<[u8; 32]> = (0..3)
-            .map(|i| *XPublicKey::from(&nth_secret(1000 + i)).as_bytes())
-            .collect();
-        if let Some(p) = MontgomeryPoint(recipients[0]).to_edwards(0) {
-            for t in EIGHT_TORSION.iter().skip(1) {
-                recipients.push((p + t).to_montgomery().to_bytes());
-            }
-        } else {
-            panic!("an honest key lifts to Edwards");
-        }
-        for t in EIGHT_TORSION.iter() {
-            recipients.push(t.to_montgomery().to_bytes());
-        }
+        let mut recipients = honest_torsioned_and_small_order(1000, 3);
         // A u on the twist (no Edwards point) keeps the ladder.
         let twist = (2u8..)
             .map(|u| {
@@ -1240,21 +1247,10 @@ mod tests {
     #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn the_edwards_multiplication_gives_the_ladders_answer() {
-        use curve25519_dalek::constants::EIGHT_TORSION;
-        use curve25519_dalek::montgomery::MontgomeryPoint;
         // What an envelope's ephemeral key can be: honest, honest plus a
         // small-order component, small order, on the twist, and spellings
         // the ladder reduces (high bit set, u ≥ p).
-        let mut points: Vec<[u8; 32]> = (0..24)
-            .map(|i| *XPublicKey::from(&nth_secret(5000 + i)).as_bytes())
-            .collect();
-        let Some(lift) = MontgomeryPoint(points[0]).to_edwards(0) else {
-            panic!("an honest key lifts to Edwards")
-        };
-        for t in EIGHT_TORSION.iter() {
-            points.push((lift + t).to_montgomery().to_bytes());
-            points.push(t.to_montgomery().to_bytes());
-        }
+        let mut points = honest_torsioned_and_small_order(5000, 24);
         for u in 0u8..=40 {
             let mut b = [0u8; 32];
             b[0] = u;
