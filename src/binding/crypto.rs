@@ -24,6 +24,24 @@ use crate::site_keys;
 
 // ---------------------------------------------------------------- shapes
 
+/// Declares a string newtype to napi as a JavaScript string (its type name
+/// and type check are `String`'s).
+macro_rules! string_typed {
+    ($name:ident) => {
+        impl TypeName for $name {
+            fn type_name() -> &'static str {
+                String::type_name()
+            }
+
+            fn value_type() -> ValueType {
+                String::value_type()
+            }
+        }
+
+        impl ValidateNapiValue for $name {}
+    };
+}
+
 /// A JavaScript string read into Rust without UTF-8 transcoding when it is
 /// pure ASCII (as a ciphertext is): V8 then copies its one-byte form
 /// straight out. A megabyte envelope's ciphertext is ~1.4 M characters, and
@@ -38,17 +56,7 @@ use crate::site_keys;
 /// ordinary UTF-8 path, so what the core sees is the same text either way.
 pub struct AsciiFirstString(pub String);
 
-impl TypeName for AsciiFirstString {
-    fn type_name() -> &'static str {
-        String::type_name()
-    }
-
-    fn value_type() -> ValueType {
-        String::value_type()
-    }
-}
-
-impl ValidateNapiValue for AsciiFirstString {}
+string_typed!(AsciiFirstString);
 
 /// The string as bytes when every UTF-16 unit of it is ASCII, copied with
 /// the Latin-1 getter; `None` for any other string, or a non-string.
@@ -122,17 +130,7 @@ impl ToNapiValue for AsciiFirstString {
 /// [`AsciiFirstString`]'s copy, anything else as its UTF-16 units.
 pub struct ExactString(pub JsStr);
 
-impl TypeName for ExactString {
-    fn type_name() -> &'static str {
-        String::type_name()
-    }
-
-    fn value_type() -> ValueType {
-        String::value_type()
-    }
-}
-
-impl ValidateNapiValue for ExactString {}
+string_typed!(ExactString);
 
 impl FromNapiValue for ExactString {
     unsafe fn from_napi_value(
