@@ -6,6 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as native from "../index.js";
+import { xorshift32 } from "../scripts/prng.mjs";
 
 const T0 = 1767225600000;
 const site = native.generateKeys(T0);
@@ -67,18 +68,6 @@ test("sealCheckedPayload: a kind that cannot become a string throws like validat
   assert.throws(() => ring.sealCheckedPayload(Symbol("k"), "{}", "job", T0));
 });
 
-/** A seeded xorshift: the same "random" strings on every run. */
-function rng(seed) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 2 ** 32;
-  };
-}
 
 /** Text JSON.stringify has work to do on: quotes, escapes, controls, lone and paired surrogates, astral and Latin-1. */
 function awkwardText(next, length) {
@@ -89,7 +78,7 @@ function awkwardText(next, length) {
 }
 
 test("sealStringFieldsAsync seals exactly what JSON.stringify of the same object would", async () => {
-  const next = rng(6);
+  const next = xorshift32(6);
   const payloads = [
     { prompt: "p".repeat(70_000) },
     { prompt: awkwardText(next, 80_000), system: awkwardText(next, 300) },

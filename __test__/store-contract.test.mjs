@@ -8,21 +8,16 @@ import assert from "node:assert/strict";
 import { MemoryStore as ReferenceStore } from "@byollm/server";
 import { MemoryStore } from "../dist/memory.js";
 import { storeContract, envelope, capability, pairing, T0 } from "./store-contract.mjs";
+import { xorshift32 } from "../scripts/prng.mjs";
 
 storeContract("reference @byollm/server MemoryStore", () => new ReferenceStore());
 storeContract("native MemoryStore", () => new MemoryStore());
 
 /** xorshift32: seeded, so a failure replays. */
 function rng(seed) {
-  let x = seed >>> 0 || 1;
-  const next = () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x;
-  };
+  const unit = xorshift32(seed);
+  // The generator's 32-bit state itself (exact: a multiple of 2^-32 times 2^32).
+  const next = () => unit() * 2 ** 32;
   return {
     below: (n) => next() % n,
     pick: (items) => items[next() % items.length],

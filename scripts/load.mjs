@@ -21,6 +21,7 @@
 //
 // The last line is `RESULT <json>`; the exit code is 1 on any violation.
 import { Worker, isMainThread, parentPort, workerData } from "node:worker_threads";
+import { xorshift32 } from "./prng.mjs";
 import http from "node:http";
 import { fileURLToPath } from "node:url";
 import v8 from "node:v8";
@@ -47,18 +48,6 @@ const opt = (name, fallback) => {
 };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** xorshift32, so a run's job mix and choices are reproducible per seed. */
-function prng(seed) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 4294967296;
-  };
-}
 
 const MODES = ["ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "error", "cancel", "refuse", "die", "parent", "child"];
 
@@ -68,7 +57,7 @@ const MODES = ["ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok",
 async function workerMain() {
   const native = await import("../index.js");
   const { url, daemons, cancelWorkMs, workMs, seed, leaseMs } = workerData;
-  const rand = prng(seed);
+  const rand = xorshift32(seed);
   const latencies = [];
   let requests = 0;
   let errors = 0;
@@ -281,7 +270,7 @@ async function listen(handler) {
 export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, workers: nWorkers = 4, leaseMs = 3000, timeoutS = 300, cancelWorkMs = 1500, workMs = 0, seed = 7, log = console.log, wrapStore = (s) => s } = {}) {
   const lib = await import("../dist/index.js");
   const native = await import("../index.js");
-  const rand = prng(seed);
+  const rand = xorshift32(seed);
   const siteKeys = lib.generateSiteKeys();
   // wrapStore lets a test hand the server a deliberately faulty store.
   const store = wrapStore(new lib.MemoryStore());
