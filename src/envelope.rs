@@ -336,14 +336,6 @@ mod fixed_base {
         table
     }
 
-    /// Whether `public` holds a table now (a key sealed to again and again).
-    pub(super) fn has_table(public: &[u8; 32]) -> bool {
-        tables()
-            .lock()
-            .map(|state| matches!(state.built.get(public), Some(Some(_))))
-            .unwrap_or(false)
-    }
-
     /// The X25519 output of `ephemeral` against `public`, or `None` when
     /// `public` has no table (the caller runs the ladder).
     pub(super) fn shared_secret(
@@ -356,159 +348,6 @@ mod fixed_base {
         let shared = Zeroizing::new(point.to_montgomery().to_bytes());
         zeroize::Zeroize::zeroize(&mut point);
         Some(shared)
-    }
-}
-
-/// One-time halves of future sealed boxes, made ahead of time on a
-/// background thread for the recipients this process seals to again and
-/// again (those [`fixed_base`] keeps a table for: the site's own key at every
-/// enqueue, a paired device's key at every fetch). Half of a seal's work is
-/// the two X25519 multiplications of its one-time key (its public key and
-/// the shared secret), which do not depend on the message; done here, a
-/// request seals with the signature, the cipher and a lock.
-///
-/// Each half is used once: it is moved out of its queue under the lock and
-/// dropped (the box key zeroed) after its seal. The one-time secret is
-/// dropped, zeroed, as soon as its half is made, as in a seal made on the
-/// spot. Bounded: [`DEPTH`] halves for each of at most [`MAX_RECIPIENTS`]
-/// keys (64 bytes each). If the thread cannot start or stops, queues run dry
-/// and seals make their halves on the spot, as before.
-#[cfg(not(target_arch = "wasm32"))]
-mod prepared {
-    use super::OneTimeHalf;
-    use rand_core::OsRng;
-    use std::collections::{HashMap, VecDeque};
-    use std::sync::{Condvar, Mutex, OnceLock};
-    use x25519_dalek::StaticSecret;
-
-    /// Halves kept ready for one recipient.
-    pub(super) const DEPTH: usize = 32;
-    /// Recipients prepared for at once; the longest-prepared goes first.
-    pub(super) const MAX_RECIPIENTS: usize = 64;
-
-    #[derive(Default)]
-    struct Queues {
-        ready: HashMap<[u8; 32], VecDeque<OneTimeHalf>>,
-        /// Keys of `ready` in the order they were added, for eviction.
-        order: VecDeque<[u8; 32]>,
-        worker: bool,
-    }
-
-    struct Shared {
-        queues: Mutex<Queues>,
-        /// Signalled when a queue may have room.
-        room: Condvar,
-    }
-
-    fn shared() -> &'static Shared {
-        static SHARED: OnceLock<Shared> = OnceLock::new();
-        SHARED.get_or_init(|| Shared {
-            queues: Mutex::new(Queues::default()),
-            room: Condvar::new(),
-        })
-    }
-
-    /// A half made ahead of time for `recipient`, if one is ready.
-    pub(super) fn take(recipient: &[u8; 32]) -> Option<OneTimeHalf> {
-        let shared = shared();
-        let half = shared
-            .queues
-            .lock()
-            .ok()?
-            .ready
-            .get_mut(recipient)?
-            .pop_front();
-        shared.room.notify_one();
-        half
-    }
-
-    /// Start keeping halves ready for `recipient` (no-op when already kept).
-    pub(super) fn keep_ready(recipient: &[u8; 32]) {
-        let shared = shared();
-        let Ok(mut queues) = shared.queues.lock() else {
-            return;
-        };
-        if queues.ready.contains_key(recipient) {
-            return;
-        }
-        if queues.ready.len() >= MAX_RECIPIENTS {
-            if let Some(oldest) = queues.order.pop_front() {
-                queues.ready.remove(&oldest);
-            }
-        }
-        queues
-            .ready
-            .insert(*recipient, VecDeque::with_capacity(DEPTH));
-        queues.order.push_back(*recipient);
-        if !queues.worker {
-            queues.worker = std::thread::Builder::new()
-                .name("byollm-seal-prep".into())
-                .spawn(work)
-                .is_ok();
-        }
-        drop(queues);
-        shared.room.notify_one();
-    }
-
-    /// The one-time public keys ready for `recipient`, in the order seals take them (for tests).
-    #[cfg(test)]
-    pub(super) fn ready_for(recipient: &[u8; 32]) -> Vec<[u8; 32]> {
-        shared()
-            .queues
-            .lock()
-            .ok()
-            .and_then(|q| {
-                q.ready
-                    .get(recipient)
-                    .map(|r| r.iter().map(|h| h.ephemeral_public).collect())
-            })
-            .unwrap_or_default()
-    }
-
-    /// The background thread: fill whichever queue has room, one half at a
-    /// time (the lock is never held across a multiplication), else sleep.
-    fn work() {
-        let shared = shared();
-        loop {
-            let recipient = {
-                let Ok(mut queues) = shared.queues.lock() else {
-                    return;
-                };
-                loop {
-                    let q = &*queues;
-                    let short = q
-                        .order
-                        .iter()
-                        .find(|key| q.ready.get(*key).is_some_and(|r| r.len() < DEPTH));
-                    if let Some(key) = short {
-                        break *key;
-                    }
-                    queues = match shared.room.wait(queues) {
-                        Ok(queues) => queues,
-                        Err(_) => return,
-                    };
-                }
-            };
-            let half = super::one_time_half(&StaticSecret::random_from_rng(OsRng), &recipient);
-            let Ok(mut queues) = shared.queues.lock() else {
-                return;
-            };
-            match half {
-                Some(half) => {
-                    if let Some(queue) = queues.ready.get_mut(&recipient) {
-                        if queue.len() < DEPTH {
-                            queue.push_back(half);
-                        }
-                    }
-                }
-                // A small-order key: nothing can be sealed to it; seals to it
-                // say so on the spot.
-                None => {
-                    queues.ready.remove(&recipient);
-                    queues.order.retain(|key| key != &recipient);
-                }
-            }
-        }
     }
 }
 
@@ -528,63 +367,30 @@ fn seal_box_keyed(
     recipient_public: &[u8; 32],
     message: &[u8],
 ) -> Option<(Vec<u8>, Zeroizing<[u8; 32]>)> {
-    let one_time = one_time_half(ephemeral, recipient_public)?;
     let mut out = Vec::new();
-    seal_box_into(&one_time, recipient_public, message, &mut out)?;
-    Some((out, one_time.key))
+    let key = seal_box_keyed_into(ephemeral, recipient_public, message, &mut out)?;
+    Some((out, key))
 }
 
-/// The message-independent half of a sealed box: the one-time public key
-/// that opens it and the box key (`crypto_box_beforenm` of the one-time
-/// secret and the recipient's key). The one-time secret itself is not kept.
-pub(crate) struct OneTimeHalf {
-    ephemeral_public: [u8; 32],
-    key: Zeroizing<[u8; 32]>,
-}
-
-/// The half of a box to `recipient_public` with `ephemeral` as its one-time
-/// key; `None` when the recipient key is of small order.
-fn one_time_half(ephemeral: &StaticSecret, recipient_public: &[u8; 32]) -> Option<OneTimeHalf> {
-    Some(OneTimeHalf {
-        ephemeral_public: *XPublicKey::from(ephemeral).as_bytes(),
-        key: seal_box_key(ephemeral, recipient_public)?,
-    })
-}
-
-/// A fresh half for a seal with OS randomness: one made ahead of time when
-/// [`prepared`] holds one for this recipient, else made now. A recipient
-/// sealed to often enough to have a table starts being prepared for.
-fn fresh_half(recipient_public: &[u8; 32]) -> Option<OneTimeHalf> {
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Some(half) = prepared::take(recipient_public) {
-        return Some(half);
-    }
-    let half = one_time_half(&StaticSecret::random_from_rng(OsRng), recipient_public)?;
-    #[cfg(not(target_arch = "wasm32"))]
-    if fixed_base::has_table(recipient_public) {
-        prepared::keep_ready(recipient_public);
-    }
-    Some(half)
-}
-
-/// The sealed box of `message` under `half` into `out` (cleared first):
-/// `epk ‖ tag ‖ ciphertext`, nonce BLAKE2b-192(epk ‖ recipient pk).
-fn seal_box_into(
-    half: &OneTimeHalf,
+/// [`seal_box_keyed`] into `out` (cleared first).
+fn seal_box_keyed_into(
+    ephemeral: &StaticSecret,
     recipient_public: &[u8; 32],
     message: &[u8],
     out: &mut Vec<u8>,
-) -> Option<()> {
-    let nonce: [u8; 24] = seal_nonce(&half.ephemeral_public, recipient_public).into();
+) -> Option<Zeroizing<[u8; 32]>> {
+    let ephemeral_public = *XPublicKey::from(ephemeral).as_bytes();
+    let key = seal_box_key(ephemeral, recipient_public)?;
+    let nonce: [u8; 24] = seal_nonce(&ephemeral_public, recipient_public).into();
     out.clear();
     out.reserve(SEAL_OVERHEAD + message.len());
-    out.extend_from_slice(&half.ephemeral_public);
+    out.extend_from_slice(&ephemeral_public);
     out.extend_from_slice(&[0u8; 16]);
     out.extend_from_slice(message);
     // Through crate::secretbox (SSE2 Salsa20 on x86_64), as open does.
-    let tag = crate::secretbox::seal_in_place(&half.key, &nonce, out.get_mut(SEAL_OVERHEAD..)?);
+    let tag = crate::secretbox::seal_in_place(&key, &nonce, out.get_mut(SEAL_OVERHEAD..)?);
     out.get_mut(32..SEAL_OVERHEAD)?.copy_from_slice(&tag);
-    Some(())
+    Some(key)
 }
 
 /// `crypto_box_seal` with a fresh ephemeral key from `rng`.
@@ -633,8 +439,7 @@ pub fn seal_with_rng<R: RngCore + CryptoRng>(
     context: &Context,
 ) -> Result<SealedEnvelope, SealError> {
     let recipient = recipient_bytes(recipient_encryption_public)?;
-    let half = |to: &[u8; 32]| one_time_half(&StaticSecret::random_from_rng(rng), to);
-    seal_to(half, plaintext, sender, &recipient, context, false)
+    seal_to(rng, plaintext, sender, &recipient, context, false)
 }
 
 fn recipient_bytes(recipient_encryption_public: &str) -> Result<[u8; 32], SealError> {
@@ -645,11 +450,11 @@ fn recipient_bytes(recipient_encryption_public: &str) -> Result<[u8; 32], SealEr
         .map_err(|_| SealError::RecipientKeyLength(recipient.len()))
 }
 
-/// The seal itself, with `half` giving the box's one-time half. `to_self`:
-/// the recipient key is the sender's own (checked by the caller against the
-/// key derived from its secret), so the envelope is remembered for [`own_seals`].
-fn seal_to(
-    half: impl FnOnce(&[u8; 32]) -> Option<OneTimeHalf>,
+/// The seal itself. `to_self`: the recipient key is the sender's own
+/// (checked by the caller against the key derived from its secret), so the
+/// envelope is remembered for [`own_seals`].
+fn seal_to<R: RngCore + CryptoRng>(
+    rng: &mut R,
     plaintext: Text<'_>,
     sender: &SigningKey,
     recipient: &[u8; 32],
@@ -661,20 +466,15 @@ fn seal_to(
         let signature =
             b64::encode_url(&ed25519_dalek::Signer::sign(sender, body.as_bytes()).to_bytes());
         write_inner_json(body.as_bytes(), &signature, inner);
-        let half = half(recipient).ok_or(SealError::RecipientKeyWeak)?;
-        seal_box_into(&half, recipient, inner.as_bytes(), sealed)
+        let ephemeral = StaticSecret::random_from_rng(rng);
+        let key = seal_box_keyed_into(&ephemeral, recipient, inner.as_bytes(), sealed)
             .ok_or(SealError::RecipientKeyWeak)?;
         #[cfg(not(target_arch = "wasm32"))]
         if to_self && sealed.len() < own_seals::REMEMBER_BELOW {
-            own_seals::remember(
-                sealed,
-                half.key,
-                recipient,
-                sender.verifying_key().as_bytes(),
-            );
+            own_seals::remember(sealed, key, recipient, sender.verifying_key().as_bytes());
         }
         #[cfg(target_arch = "wasm32")]
-        let _ = (to_self, half);
+        let _ = (to_self, key);
         Ok(SealedEnvelope {
             ciphertext: b64::encode_url(sealed),
             recipient_key_id: context.recipient_key_id.clone(),
@@ -685,15 +485,20 @@ fn seal_to(
     })
 }
 
-/// Seal with OS randomness (the one-time half possibly made ahead of time, see [`prepared`]).
+/// Seal with OS randomness.
 pub fn seal(
     plaintext: Text<'_>,
     sender: &SigningKey,
     recipient_encryption_public: &str,
     context: &Context,
 ) -> Result<SealedEnvelope, SealError> {
-    let recipient = recipient_bytes(recipient_encryption_public)?;
-    seal_to(fresh_half, plaintext, sender, &recipient, context, false)
+    seal_with_rng(
+        &mut OsRng,
+        plaintext,
+        sender,
+        recipient_encryption_public,
+        context,
+    )
 }
 
 /// `seal()` over raw `StoredKeys` fields, parsing the sender key each call
@@ -720,7 +525,7 @@ pub fn seal_with_handle(
     // process will most likely open again soon (see `own_seals`).
     let to_self = recipient == *sender.encryption_public();
     seal_to(
-        fresh_half,
+        &mut OsRng,
         plaintext,
         sender.signing_key(),
         &recipient,
@@ -1224,54 +1029,6 @@ mod tests {
     use crate::keys::{KeyHandle, StoredKeys};
     use crypto_secretbox::aead::{AeadInPlace, KeyInit};
     use crypto_secretbox::XSalsa20Poly1305;
-
-    #[cfg(not(target_arch = "wasm32"))]
-    #[test]
-    fn prepared_halves_are_taken_in_order_once_each_and_open() {
-        let site = party(41);
-        let to = party(42);
-        let ctx = context(&site, &to);
-        let recipient = *to.encryption_public();
-        let seal_one = |text: &str| match seal_with_handle(
-            Text::Utf8(text),
-            &site,
-            &to.keys().encryption_public,
-            &ctx,
-        ) {
-            Ok(env) => env,
-            Err(e) => panic!("seal: {e}"),
-        };
-        // Sealed to often enough for a table; the next seal starts the queue.
-        for i in 0..=fixed_base::BUILD_AFTER {
-            seal_one(&format!("warm {i}"));
-        }
-        let filled = std::time::Instant::now();
-        while prepared::ready_for(&recipient).len() < prepared::DEPTH {
-            assert!(
-                filled.elapsed().as_secs() < 20,
-                "the background thread did not fill the queue"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        let mut seen = std::collections::HashSet::new();
-        for i in 0..3 * prepared::DEPTH {
-            let next = prepared::ready_for(&recipient).first().copied();
-            let text = format!("message {i}");
-            let env = seal_one(&text);
-            let bytes = sealed_bytes(&env);
-            let Some(epk) = bytes.get(..32).and_then(|b| <[u8; 32]>::try_from(b).ok()) else {
-                panic!("short box")
-            };
-            if let Some(next) = next {
-                assert_eq!(epk, next, "seal {i} did not take the oldest ready half");
-            }
-            assert!(seen.insert(epk), "seal {i} reused a one-time key");
-            match open_as(&to, &site, &env, &expected(&ctx)) {
-                Ok(opened) => assert_eq!(opened.as_str(), text),
-                Err(e) => panic!("open {i}: {e:?}"),
-            }
-        }
-    }
 
     fn party(n: u8) -> KeyHandle {
         match KeyHandle::new(StoredKeys::from_secrets(
