@@ -418,21 +418,30 @@ export async function run({ quick = false, impls } = {}) {
 /**
  * jobs/s (server side, in-process) against stored job count, for both
  * populations (see `fillStore`), for the table and the chart. Each point is
- * its own site after one short unrecorded run per implementation (a fresh
- * site's first seals build its key tables).
+ * a median of `rounds` runs on fresh sites, after one short unrecorded run
+ * per implementation (a fresh site's first seals build its key tables).
  */
-export async function scaling({ sizes = [1_000, 10_000, 100_000], oursOnly = [], jobs = 200, refJobs = 60, impls } = {}) {
+export async function scaling({ sizes = [1_000, 10_000, 100_000], oursOnly = [], jobs = 200, refJobs = 60, rounds = 3, impls } = {}) {
   const { ref, ours } = impls ?? (await loadImpls());
   await cycles(ours, { jobs: 40, promptChars: 1000 });
   await cycles(ref, { jobs: 40, promptChars: 1000 });
   const points = [];
   for (const population of ["backlog", "history"]) {
     for (const fill of [...sizes, ...oursOnly]) {
-      const o = await cycles(ours, { jobs, promptChars: 1000, fill, population });
-      // The reference at 100,000 queued jobs spends ~40 ms a cycle: 30 cycles make the point.
-      const n = fill >= 100_000 ? Math.min(refJobs, 30) : refJobs;
-      const r = oursOnly.includes(fill) ? null : await cycles(ref, { jobs: n, promptChars: 1000, fill, population });
-      points.push({ stored: fill, population, ref: r?.serverJobsPerSec ?? null, ours: o.serverJobsPerSec });
+      // Median of `rounds` runs, reference and ours interleaved, each on a
+      // freshly filled site (one run for ours-only sizes: a million jobs take
+      // a while to store).
+      const only = oursOnly.includes(fill);
+      const o = [];
+      const r = [];
+      for (let i = 0; i < (only ? 1 : rounds); i++) {
+        o.push((await cycles(ours, { jobs, promptChars: 1000, fill, population })).serverJobsPerSec);
+        if (only) continue;
+        // The reference at 100,000 queued jobs spends ~40 ms a cycle: 30 cycles make the point.
+        const n = fill >= 100_000 ? Math.min(refJobs, 30) : refJobs;
+        r.push((await cycles(ref, { jobs: n, promptChars: 1000, fill, population })).serverJobsPerSec);
+      }
+      points.push({ stored: fill, population, ref: only ? null : median(r), ours: median(o) });
     }
   }
   return points;

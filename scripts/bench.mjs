@@ -73,7 +73,7 @@ async function runSection(key) {
   if (s.scalingOf) {
     const points = await mod.scaling(
       quick
-        ? { sizes: [1_000, 10_000], oursOnly: [], jobs: 20, refJobs: 20 }
+        ? { sizes: [1_000, 10_000], oursOnly: [], jobs: 20, refJobs: 20, rounds: 1 }
         : { sizes: [1_000, 10_000, 100_000], oursOnly: [1_000_000] },
     );
     const label = { backlog: "queued for other owners", history: "ended (history)" };
