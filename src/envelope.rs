@@ -393,13 +393,22 @@ fn seal_box_keyed_into(
     Some(key)
 }
 
+/// A fresh X25519 secret from `rng` (32 random bytes; clamping happens when
+/// it is used). Our RNG is rand_core 0.6's, x25519-dalek 3 takes 0.10's, so
+/// the bytes are drawn here rather than through `random_from_rng`.
+fn random_secret<R: RngCore + CryptoRng>(rng: &mut R) -> StaticSecret {
+    let mut bytes = Zeroizing::new([0u8; 32]);
+    rng.fill_bytes(bytes.as_mut());
+    StaticSecret::from(*bytes)
+}
+
 /// `crypto_box_seal` with a fresh ephemeral key from `rng`.
 pub fn seal_box<R: RngCore + CryptoRng>(
     rng: &mut R,
     recipient_public: &[u8; 32],
     message: &[u8],
 ) -> Option<Vec<u8>> {
-    let ephemeral = StaticSecret::random_from_rng(rng);
+    let ephemeral = random_secret(rng);
     seal_box_with_ephemeral(&ephemeral, recipient_public, message)
 }
 
@@ -466,7 +475,7 @@ fn seal_to<R: RngCore + CryptoRng>(
         let signature =
             b64::encode_url(&ed25519_dalek::Signer::sign(sender, body.as_bytes()).to_bytes());
         write_inner_json(body.as_bytes(), &signature, inner);
-        let ephemeral = StaticSecret::random_from_rng(rng);
+        let ephemeral = random_secret(rng);
         let key = seal_box_keyed_into(&ephemeral, recipient, inner.as_bytes(), sealed)
             .ok_or(SealError::RecipientKeyWeak)?;
         #[cfg(not(target_arch = "wasm32"))]
@@ -1174,7 +1183,7 @@ mod tests {
 
     /// A deterministic X25519 secret (no RNG: the test is repeatable).
     fn nth_secret(n: u32) -> StaticSecret {
-        let digest = sha2::Sha256::digest(n.to_le_bytes());
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(n.to_le_bytes());
         let mut bytes = [0u8; 32];
         bytes.copy_from_slice(&digest);
         StaticSecret::from(bytes)
