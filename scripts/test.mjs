@@ -51,6 +51,18 @@ if (!jsOnly && only.length === 0) {
   });
   // The core's tests plus the wasm binding's host-side tests.
   run("cargo test", "cargo", ["test", "--features", "wasm"]);
+  // The crypto again on curve25519-dalek's AVX2 backend. .cargo/config.toml
+  // compiles in the AVX-512 IFMA one, which this machine's CPU selects, while
+  // a CPU without AVX-512 IFMA (most Intel desktops, older EPYCs) runs the
+  // AVX2 code: this build leaves IFMA out, so that code is what the tests run.
+  // (RUSTFLAGS replaces the config's flags; its own target dir keeps caches apart.)
+  run("cargo test (AVX2 curve backend)", "cargo", ["test", "--lib", "--", "envelope", "keys", "signing", "site_keys"], {
+    env: {
+      ...process.env,
+      RUSTFLAGS: [process.env.RUSTFLAGS, '--cfg curve25519_dalek_backend="simd"'].filter(Boolean).join(" "),
+      CARGO_TARGET_DIR: join(root, "target", "avx2"),
+    },
+  });
 }
 
 const testDir = join(root, "__test__");
