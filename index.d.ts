@@ -230,6 +230,13 @@ export interface OpenResult {
   ok: boolean
   plaintext?: string
   reason?: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch"
+  /**
+   * Set by `openResult` only: the plaintext is a sealed outcome, valid and
+   * canonical, so `JSON.parse(plaintext)` is exactly what
+   * `parseSealedOutcome` would answer (its `outcome` and `ran`) and the
+   * caller may build it that way. Absent or false says nothing.
+   */
+  canonicalOutcome?: boolean
 }
 
 /**

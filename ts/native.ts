@@ -31,7 +31,17 @@ export interface OpenExpected {
 }
 
 export type OpenFailure = "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch";
-export type OpenResult = { ok: true; plaintext: string } | { ok: false; reason: OpenFailure };
+export type OpenResult =
+  | {
+      ok: true;
+      plaintext: string;
+      /**
+       * `openResult` only: the plaintext is a valid, canonical sealed outcome,
+       * so `JSON.parse(plaintext)` is exactly `parseSealedOutcome`'s answer.
+       */
+      canonicalOutcome?: boolean;
+    }
+  | { ok: false; reason: OpenFailure };
 
 export interface RequestSignature {
   runnerId: string;

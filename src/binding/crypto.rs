@@ -21,6 +21,7 @@ use crate::keys::{
 };
 use crate::signing::{self, RequestSignature, VerifyingKeyCache};
 use crate::site_keys;
+use crate::wire;
 
 // ---------------------------------------------------------------- shapes
 
@@ -230,6 +231,11 @@ pub struct JsOpenResult {
         ts_type = "\"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\""
     )]
     pub reason: Option<String>,
+    /// Set by `openResult` only: the plaintext is a sealed outcome, valid and
+    /// canonical, so `JSON.parse(plaintext)` is exactly what
+    /// `parseSealedOutcome` would answer (its `outcome` and `ran`) and the
+    /// caller may build it that way. Absent or false says nothing.
+    pub canonical_outcome: Option<bool>,
 }
 
 #[napi(object)]
@@ -403,6 +409,24 @@ impl From<JsSealedEnvelope> for envelope::SealedEnvelope {
 }
 
 fn open_result(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult {
+    open_result_with(result, None)
+}
+
+/// Is an opened result's plaintext a canonical sealed outcome? The one-pass
+/// check `isCanonicalRequestBody` uses, over the sealed-outcome schema; a
+/// lone surrogate never is.
+fn canonical_outcome(opened: &std::result::Result<JsStr, OpenFailure>) -> bool {
+    opened.as_ref().is_ok_and(|text| {
+        text.lone_utf16().is_none()
+            && wire::fast::canonical_ok(&wire::SEALED_OUTCOME, text.as_str()).is_some()
+    })
+}
+
+/// [`open_result`] carrying `canonicalOutcome` (see [`JsOpenResult`]).
+fn open_result_with(
+    result: std::result::Result<JsStr, OpenFailure>,
+    canonical_outcome: Option<bool>,
+) -> JsOpenResult {
     match result {
         Ok(text) => {
             // A plaintext holding a lone surrogate goes back as exact UTF-16.
@@ -424,12 +448,14 @@ fn open_result(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult 
                 ok: true,
                 plaintext: Some(plaintext),
                 reason: None,
+                canonical_outcome,
             }
         }
         Err(reason) => JsOpenResult {
             ok: false,
             plaintext: None,
             reason: Some(reason.as_str().to_string()),
+            canonical_outcome: None,
         },
     }
 }
@@ -1005,12 +1031,9 @@ impl SiteKeyring {
         job_id: String,
         device_identity: String,
     ) -> JsOpenResult {
-        open_result(open_result_core(
-            &self.inner,
-            &envelope.into(),
-            &job_id,
-            &device_identity,
-        ))
+        let opened = open_result_core(&self.inner, &envelope.into(), &job_id, &device_identity);
+        let canonical = canonical_outcome(&opened);
+        open_result_with(opened, canonical.then_some(true))
     }
 
     #[napi(catch_unwind, ts_return_type = "Promise<OpenResult>")]
@@ -1168,22 +1191,24 @@ pub struct OpenResultTask {
 }
 
 impl Task for OpenResultTask {
-    type Output = std::result::Result<JsStr, OpenFailure>;
+    type Output = (std::result::Result<JsStr, OpenFailure>, bool);
     type JsValue = JsOpenResult;
 
     fn compute(&mut self) -> Result<Self::Output> {
         guard(|| {
-            Ok(open_result_core(
+            let opened = open_result_core(
                 &self.handle,
                 &self.envelope,
                 &self.job_id,
                 &self.device_identity,
-            ))
+            );
+            let canonical = canonical_outcome(&opened);
+            Ok((opened, canonical))
         })
     }
 
-    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
-        Ok(open_result(output))
+    fn resolve(&mut self, _env: Env, (opened, canonical): Self::Output) -> Result<Self::JsValue> {
+        Ok(open_result_with(opened, canonical.then_some(true)))
     }
 }
 

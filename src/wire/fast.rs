@@ -631,4 +631,48 @@ mod tests {
             "withheld must be filled in"
         );
     }
+
+    /// The result handler trusts a yes over the sealed-outcome schema to mean
+    /// `JSON.parse(text)` is the validated outcome: the full path must then
+    /// accept it and write back the very same text.
+    #[test]
+    fn canonical_sealed_outcomes_are_what_the_full_path_builds() {
+        const RAN: &str = r#""ran":{"model":"m","backendClass":"http","durationMs":12}"#;
+        let yes = [
+            format!(r#"{{"outcome":{{"outcome":"ok","text":"hi é \"q\""}},{RAN}}}"#),
+            format!(r#"{{"outcome":{{"outcome":"error","code":"c","message":"m","retryable":false}},{RAN}}}"#),
+            format!(r#"{{"outcome":{{"outcome":"canceled"}},{RAN}}}"#),
+            r#"{"outcome":{"outcome":"ok","text":""},"ran":{"model":"m","backendClass":"http","durationMs":0,"stop":"end","stopReported":true}}"#.to_string(),
+        ];
+        for text in &yes {
+            assert!(
+                canonical_ok(&wire::SEALED_OUTCOME, text).is_some(),
+                "{text}"
+            );
+            let wire::SealedOutcomeResult::Ok { doc, outcome } =
+                wire::parse_sealed_outcome(text, &basic_url_ok)
+            else {
+                panic!("the full path refused {text}")
+            };
+            let mut written = String::new();
+            outcome.write_json(&doc, &mut written);
+            assert_eq!(&written, text);
+        }
+        // Not canonical, or not valid: the handler takes the full path.
+        let no = [
+            format!(r#"{{{RAN},"outcome":{{"outcome":"canceled"}}}}"#),
+            format!(r#"{{"outcome":{{"outcome":"ok","text":"t","artifactUrl":"https://x.test/a"}},{RAN}}}"#),
+            format!(r#"{{"outcome":{{"outcome":"ok","text":"t","extra":1}},{RAN}}}"#),
+            format!(r#"{{"outcome":{{"outcome":"done"}},{RAN}}}"#),
+            r#"{"outcome":{"outcome":"canceled"},"ran":{"model":"m","backendClass":"http","durationMs":1.5}}"#.to_string(),
+            r#"{"outcome":{"outcome":"canceled"},"ran":{"model":"","backendClass":"http","durationMs":1}}"#.to_string(),
+            format!(r#"{{"outcome":{{"outcome":"canceled"}},{RAN},"more":true}}"#),
+        ];
+        for text in &no {
+            assert!(
+                canonical_ok(&wire::SEALED_OUTCOME, text).is_none(),
+                "{text}"
+            );
+        }
+    }
 }
