@@ -31,7 +31,10 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/musl}"
 gcc_s_dir="$CARGO_TARGET_DIR/musl-libgcc"
 mkdir -p "$gcc_s_dir"
 ln -sf "$(gcc -print-file-name=libgcc_s.so.1)" "$gcc_s_dir/libgcc_s.so.1"
-export RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=-L$(cd "$gcc_s_dir" && pwd)"
+# RUSTFLAGS replaces .cargo/config.toml's flags (napi build adds its musl flags
+# there too, so per-target flags would be ignored): repeat the config's cfg that
+# compiles in curve25519-dalek's IFMA backend.
+export RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=-L$(cd "$gcc_s_dir" && pwd) --cfg curve25519_dalek_backend=\"avx512\""
 
 mkdir -p "$out"
 npx napi build --platform --release --features node --esm --target "$target" --output-dir "$out" --no-js --dts musl.d.ts
