@@ -541,7 +541,7 @@ export async function openOutcome(
   } else {
     const parsed = native.parseSealedOutcome(opened.plaintext);
     if (!parsed.ok) return { ok: false, why: parsed.message };
-    ({ outcome, ran } = parsed as { outcome: Record<string, unknown>; ran: Record<string, unknown> });
+    ({ outcome, ran } = parsed);
   }
   if (outcome["outcome"] !== disposition) {
     return { ok: false, why: "the declared disposition is not the one that was sealed" };

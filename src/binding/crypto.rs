@@ -412,14 +412,18 @@ fn open_result(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult 
     open_result_with(result, None)
 }
 
-/// Is an opened result's plaintext a canonical sealed outcome? The one-pass
-/// check `isCanonicalRequestBody` uses, over the sealed-outcome schema; a
-/// lone surrogate never is.
-fn canonical_outcome(opened: &std::result::Result<JsStr, OpenFailure>) -> bool {
-    opened.as_ref().is_ok_and(|text| {
-        text.lone_utf16().is_none()
-            && wire::fast::canonical_ok(&wire::SEALED_OUTCOME, text.as_str()).is_some()
-    })
+/// `canonicalOutcome` for an opened result: `Some(true)` when the plaintext
+/// is a canonical sealed outcome (the one-pass check `isCanonicalRequestBody`
+/// uses, over the sealed-outcome schema; a lone surrogate never is), else
+/// absent.
+fn canonical_outcome(opened: &std::result::Result<JsStr, OpenFailure>) -> Option<bool> {
+    opened
+        .as_ref()
+        .is_ok_and(|text| {
+            text.lone_utf16().is_none()
+                && wire::fast::canonical_ok(&wire::SEALED_OUTCOME, text.as_str()).is_some()
+        })
+        .then_some(true)
 }
 
 /// [`open_result`] carrying `canonicalOutcome` (see [`JsOpenResult`]).
@@ -1033,7 +1037,7 @@ impl SiteKeyring {
     ) -> JsOpenResult {
         let opened = open_result_core(&self.inner, &envelope.into(), &job_id, &device_identity);
         let canonical = canonical_outcome(&opened);
-        open_result_with(opened, canonical.then_some(true))
+        open_result_with(opened, canonical)
     }
 
     #[napi(catch_unwind, ts_return_type = "Promise<OpenResult>")]
@@ -1191,7 +1195,7 @@ pub struct OpenResultTask {
 }
 
 impl Task for OpenResultTask {
-    type Output = (std::result::Result<JsStr, OpenFailure>, bool);
+    type Output = (std::result::Result<JsStr, OpenFailure>, Option<bool>);
     type JsValue = JsOpenResult;
 
     fn compute(&mut self) -> Result<Self::Output> {
@@ -1208,7 +1212,7 @@ impl Task for OpenResultTask {
     }
 
     fn resolve(&mut self, _env: Env, (opened, canonical): Self::Output) -> Result<Self::JsValue> {
-        Ok(open_result_with(opened, canonical.then_some(true)))
+        Ok(open_result_with(opened, canonical))
     }
 }
 
