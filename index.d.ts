@@ -101,6 +101,13 @@ export declare class SiteKeyring {
    */
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null
   /**
+   * A signed `claim`, `fetch` or `result` served end to end on our
+   * store (see `crate::direct::serve`): the answer's JSON text (status
+   * 200), or `null` when the general path must answer, in which case
+   * nothing has changed.
+   */
+  serveDirect(store: NativeMemoryStore, endpoint: string, body: string, runnerId: string, issuedAt: string, signature: string, leaseMs: number, now: number): string | null
+  /**
    * [`Self::reseal_for_device_async`] for a job whose envelope is in our
    * `NativeMemoryStore`: read there, so a megabyte ciphertext does not
    * become a JS string only to be read back. `null` when the store has no
@@ -148,6 +155,9 @@ export declare function capabilityFor(caps: readonly Capability[], kind: string)
  */
 export declare function checkProtocolVersion(jsonText: string): WireErrorBody | null
 
+/** The deadline a claim stub carries (`crate::direct::deadline_for`). */
+export declare function deadlineFor(deadlineAt: number | undefined | null, claimableAt: number | undefined | null, ttlMs: number, now: number): number
+
 export interface EnvelopeContext {
   jobId: string
   senderKeyId: string
@@ -155,6 +165,9 @@ export interface EnvelopeContext {
   deadlineAt: number
   direction: "payload" | "result"
 }
+
+/** Whether a fetch may have the payload (`crate::direct::fetch_lease_held`). */
+export declare function fetchLeaseHeld(leaseId: unknown, leaseRunnerId: unknown, askedLeaseId: string, runnerId: unknown): boolean
 
 export declare function formatSiteKeys(keys: StoredKeys): string
 
@@ -286,6 +299,12 @@ export interface RequestToSign {
   issuedAt: number
   body: string
 }
+
+/**
+ * Whether a result is refused before it is opened
+ * (`crate::direct::result_lease_refused`); for a job that has a lease.
+ */
+export declare function resultLeaseRefused(leaseId: unknown, leaseRunnerId: unknown, leaseExpiresAt: number, askedLeaseId: string, runnerId: unknown, now: number): boolean
 
 export interface ResultProvenance {
   audience: string

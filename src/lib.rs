@@ -21,7 +21,8 @@ pub mod json;
 pub mod kinds;
 pub mod wire;
 
-// --- the in-memory store
+// --- the in-memory store, and the direct lane served on it
+pub mod direct;
 pub mod store;
 
 #[cfg(feature = "node")]

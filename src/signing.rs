@@ -2,6 +2,7 @@
 //! window checked before the signature.
 
 use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use ed25519_dalek::VerifyingKey;
 use sha2::{Digest, Sha256};
@@ -115,6 +116,21 @@ pub fn verify_request(
         None
     } else {
         Some(SignatureFailure::BadSignature)
+    }
+}
+
+/// The process's cache of pinned identity keys (see [`VerifyingKeyCache`]):
+/// `None` when `identity_public` is not a key.
+pub fn pinned_key(identity_public: &str) -> Option<VerifyingKey> {
+    static CACHE: OnceLock<Mutex<VerifyingKeyCache>> = OnceLock::new();
+    match CACHE
+        .get_or_init(|| Mutex::new(VerifyingKeyCache::new(4096)))
+        .lock()
+    {
+        Ok(mut cache) => cache.get(identity_public),
+        // A poisoned lock only means another call panicked mid-update; decode
+        // directly rather than fail this request.
+        Err(_) => keys::verifying_key(identity_public),
     }
 }
 

@@ -3,7 +3,7 @@
 // operations and the wire answers.
 import { native, type SiteKeyringHandle } from "./native.js";
 import { generateDeviceCode, generateUserCode, hashSecret } from "./ids.js";
-import { unreadEnvelopeStore } from "./memory.js";
+import { serveDirect, servesDirectly, unreadEnvelopeStore } from "./memory.js";
 import type {
   AuthContext,
   ByollmStore,
@@ -146,7 +146,7 @@ function asSignature(value: unknown): { runnerId: string; issuedAt: number; sign
 
 /** The deadline a stub carries: the job's own, else the end of its TTL window. */
 export function deadlineFor(job: JobRecord, now: number): number {
-  return job.deadlineAt ?? (job.claimableAt ?? now) + job.ttlMs;
+  return native.deadlineFor(job.deadlineAt, job.claimableAt, job.ttlMs, now);
 }
 
 /** Check a parsed JSON value against an endpoint's schema (used by `handle`, which gets objects). */
@@ -161,6 +161,8 @@ function checkValue(endpoint: Endpoint, body: unknown): CheckedBody {
   const checked = native.validateRequestBody(endpoint, json);
   return checked.ok ? { ok: true, body: checked.body } : { ok: false };
 }
+
+let serveDirectChecked: (handlers: ByollmHandlers, endpoint: Endpoint, rawBody: string, headers: Headers) => string | null;
 
 let dispatchChecked: (
   handlers: ByollmHandlers,
@@ -187,6 +189,7 @@ export class ByollmHandlers {
 
   static {
     dispatchChecked = (handlers, endpoint, checked, auth) => handlers.#dispatch(endpoint, checked, auth);
+    serveDirectChecked = (handlers, endpoint, rawBody, headers) => handlers.#serveDirect(endpoint, rawBody, headers);
   }
 
   constructor(config: HandlerConfig) {
@@ -265,6 +268,23 @@ export class ByollmHandlers {
     if (runner.revokedAt !== null) return fail("revoked", "this runner has been revoked by its owner");
     if (!checked.ok) return fail("bad-request", "request body failed schema validation");
     return run(checked.body, runner);
+  }
+
+  /**
+   * The fast path for our MemoryStore: a daemon's ordinary claim, fetch or
+   * result served in one native call (src/direct.rs), with the same answer
+   * the general path gives. Null when it does not apply or declines (any
+   * error, refusal or unusual request), and the general path answers.
+   */
+  #serveDirect(endpoint: Endpoint, rawBody: string, headers: Headers): string | null {
+    const store = this.#store;
+    if (!servesDirectly(store)) return null;
+    if (endpoint !== "claim" && endpoint !== "fetch" && endpoint !== "result") return null;
+    const runnerId = headers.get("x-byollm-runner");
+    const issuedAt = headers.get("x-byollm-issued-at");
+    const signature = headers.get("x-byollm-signature");
+    if (runnerId === null || issuedAt === null || signature === null) return null;
+    return serveDirect(store, this.#keyring, { endpoint, body: rawBody, runnerId, issuedAt, signature }, this.#leaseMs, this.#now());
   }
 
   async #pair(request: PairStart | PairPoll): Promise<HandlerResult> {
@@ -366,7 +386,8 @@ export class ByollmHandlers {
     if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const job = await this.#store.get(request.jobId);
     // One answer for "no such job", "not yours" and "a lease you no longer hold".
-    if (!job || job.lease?.runnerId !== runner.id || job.lease.id !== request.leaseId) {
+    const held = job?.lease;
+    if (!job || !held || !native.fetchLeaseHeld(held.id, held.runnerId, request.leaseId, runner.id)) {
       return fail("not-found", "no such lease on this job");
     }
     // A large envelope our MemoryStore has not handed to JS yet is resealed
@@ -428,17 +449,13 @@ export class ByollmHandlers {
     const job = await this.#store.get(request.jobId);
     if (!job) return fail("not-found", "unknown job");
     // A live lease answers only to the runner it was granted to, and only
-    // until it expires: the reference checks the lease id alone (ids travel
-    // in stubs, so another paired runner may know it) and lets a lapsed
-    // lease complete until a sweep happens to run. Refused with the store's
-    // own non-holder answer. Adopted (relay-granted, runnerId "") leases
-    // have no runner and no lease clock; they keep the lease-id check.
+    // until it expires (ids travel in stubs, so another paired runner may
+    // know one); refused with the store's own non-holder answer. The rule
+    // is the core's (src/direct.rs), which the fast path uses too.
     const lease = job.lease;
     if (
       lease &&
-      lease.id === request.leaseId &&
-      lease.runnerId !== "" &&
-      (lease.runnerId !== runner.id || lease.expiresAt <= now)
+      native.resultLeaseRefused(lease.id, lease.runnerId, Number(lease.expiresAt), request.leaseId, runner.id, now)
     ) {
       return ok({ accepted: false, state: job.state });
     }
@@ -492,6 +509,16 @@ export class ByollmHandlers {
     }
     return ok({ released });
   }
+}
+
+/** The handlers' direct-lane fast path (see `ByollmHandlers#serveDirect`): an answer text, or null. */
+export function serveDirectRequest(
+  handlers: ByollmHandlers,
+  endpoint: Endpoint,
+  rawBody: string,
+  headers: Headers,
+): string | null {
+  return serveDirectChecked(handlers, endpoint, rawBody, headers);
 }
 
 /** Dispatch a body the transport already checked against its schema (one parse per request). */

@@ -1,6 +1,6 @@
 // The web-standard Request → Response mount of the protocol: method, route,
 // size limits, one parse of the body in the core, then the handlers.
-import { ByollmHandlers, bodyText, handleChecked, type CheckedBody } from "./handlers.js";
+import { ByollmHandlers, bodyText, handleChecked, serveDirectRequest, type CheckedBody } from "./handlers.js";
 import { native } from "./native.js";
 import type { Endpoint, HandlerConfig } from "./types.js";
 
@@ -90,6 +90,11 @@ export function createFetchHandler(
     if (rawBody.length > MAX_BODY_BYTES) {
       return json(400, { error: "bad-request", message: native.tooLargeMessage(rawBody.length) });
     }
+
+    // A daemon's ordinary claim, fetch or result on our MemoryStore: served
+    // natively in one call, with the answer the path below would give.
+    const direct = serveDirectRequest(handlers, endpoint, rawBody, request.headers);
+    if (direct !== null) return new Response(direct, { status: 200, headers: { ...HEADERS } });
 
     // JSON, protocol version and the endpoint's schema in one pass. JSON and
     // version failures are answered now; a schema failure only after the

@@ -7,6 +7,7 @@
 // into strings and numbers, and turns the native JSON rows back into the
 // reference's record objects. Every rule lives in Rust.
 import { binding as loaded } from "./native-loader.js";
+import type { SiteKeyringHandle } from "./native.js";
 import type {
   AdoptArgs,
   ApproveArgs,
@@ -289,6 +290,54 @@ function jsonOf(value: unknown): string {
   return JSON.stringify(value) ?? "null";
 }
 
+/** The signed request a direct-lane call serves (see `serveDirect`). */
+export interface DirectCall {
+  readonly endpoint: string;
+  readonly body: string;
+  readonly runnerId: string;
+  readonly issuedAt: string;
+  readonly signature: string;
+}
+
+let serveDirectOn: (store: MemoryStore, keyring: SiteKeyringHandle, call: DirectCall, leaseMs: number, now: number) => string | null;
+let ownsNative: (store: object) => boolean;
+
+/** The store methods whose work a direct-lane call does natively. */
+const DIRECT_METHODS = ["getRunner", "get", "claim", "complete"] as const;
+
+/**
+ * Whether `store` is one of our MemoryStores exactly as this module made it:
+ * a direct-lane call skips its JS methods, so a subclass, a proxy, an
+ * instance with methods of its own or a patched prototype (anything that
+ * could change what those methods do) takes the general path.
+ */
+export function servesDirectly(store: unknown): store is MemoryStore {
+  if (typeof store !== "object" || store === null || !ownsNative(store)) return false;
+  if (Object.getPrototypeOf(store) !== MemoryStore.prototype || Reflect.ownKeys(store).length !== 0) return false;
+  const proto = MemoryStore.prototype as unknown as Record<string, unknown>;
+  for (let at = 0; at < DIRECT_METHODS.length; at += 1) {
+    const name = DIRECT_METHODS[at] as string;
+    if (proto[name] !== ORIGINAL_METHODS[at]) return false;
+  }
+  return true;
+}
+
+/**
+ * Serve a signed claim, fetch or result end to end in the native store (the
+ * handlers' fast path; src/direct.rs), then tell the store's watchers about
+ * what it wrote. The answer's JSON text, or null when the handlers' general
+ * path must answer (the store is unchanged then).
+ */
+export function serveDirect(
+  store: MemoryStore,
+  keyring: SiteKeyringHandle,
+  call: DirectCall,
+  leaseMs: number,
+  now: number,
+): string | null {
+  return serveDirectOn(store, keyring, call, leaseMs, now);
+}
+
 export interface NativeMemoryStoreOptions extends MemoryStoreOptions {
   /**
    * Forget terminal jobs this many ms after they ended (checked by every
@@ -313,6 +362,24 @@ export class MemoryStore implements ByollmStore {
   readonly #watchers = new Map<string, Set<() => void>>();
   /** Runner records by id: read on every signed request, written rarely. */
   readonly #runners = new Map<string, RunnerRecord>();
+
+  static {
+    ownsNative = (store) => #native in store;
+    serveDirectOn = (store, keyring, call, leaseMs, now) => {
+      const answer = keyring.serveDirect(
+        store.#native,
+        call.endpoint,
+        call.body,
+        call.runnerId,
+        call.issuedAt,
+        call.signature,
+        leaseMs,
+        now,
+      );
+      if (answer !== null) store.#notify();
+      return answer;
+    };
+  }
 
   constructor(options: NativeMemoryStoreOptions = {}) {
     const Native = native.NativeMemoryStore;
@@ -577,3 +644,8 @@ export class MemoryStore implements ByollmStore {
     return Promise.resolve(JSON.parse(this.#native.listRunners(owner)) as RunnerRecord[]);
   }
 }
+
+/** The prototype's methods as defined above, for `servesDirectly`. */
+const ORIGINAL_METHODS: readonly unknown[] = DIRECT_METHODS.map(
+  (name) => (MemoryStore.prototype as unknown as Record<string, unknown>)[name],
+);

@@ -101,6 +101,21 @@ export interface SiteKeyringHandle {
     device: PublicIdentity,
   ): Promise<SealedEnvelope | null>;
   openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): OpenResult;
+  /**
+   * A signed claim, fetch or result served end to end on our native store
+   * (src/direct.rs): the answer's JSON text (status 200), or null when the
+   * general path must answer it (nothing changed then).
+   */
+  serveDirect(
+    store: object,
+    endpoint: string,
+    body: string,
+    runnerId: string,
+    issuedAt: string,
+    signature: string,
+    leaseMs: number,
+    now: number,
+  ): string | null;
   openResultAsync(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): Promise<OpenResult>;
   signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string;
 }
@@ -161,6 +176,17 @@ export interface NativeBinding {
     payloadJson: string | undefined,
   ): { ok: true; canonical: string; textLength: number; sizeClass: string } | { ok: false; message: string };
   tooLargeMessage(bytes: number): string;
+  // the handlers' lease and stub rules (src/direct.rs)
+  deadlineFor(deadlineAt: number | null | undefined, claimableAt: number | null | undefined, ttlMs: number, now: number): number;
+  fetchLeaseHeld(leaseId: unknown, leaseRunnerId: unknown, askedLeaseId: string, runnerId: unknown): boolean;
+  resultLeaseRefused(
+    leaseId: unknown,
+    leaseRunnerId: unknown,
+    leaseExpiresAt: number,
+    askedLeaseId: string,
+    runnerId: unknown,
+    now: number,
+  ): boolean;
   provenanceFor(input: Record<string, unknown>): ResultProvenance;
   capabilityFor(caps: readonly Capability[], kind: string): Capability | undefined | null;
   runnerAvailability(

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use napi::bindgen_prelude::*;
-use napi::ValueType;
+use napi::{JsString, ValueType};
 use napi_derive::napi;
 
 use crate::envelope::{self, OpenFailure, Text};
@@ -19,7 +19,7 @@ use crate::json::JsStr;
 use crate::keys::{
     self, is_positive_safe_integer, KeyHandle, ParsedKeyCache, PublicIdentity, StoredKeys,
 };
-use crate::signing::{self, RequestSignature, VerifyingKeyCache};
+use crate::signing::{self, RequestSignature};
 use crate::site_keys;
 use crate::wire;
 
@@ -419,10 +419,7 @@ fn open_result(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult 
 fn canonical_outcome(opened: &std::result::Result<JsStr, OpenFailure>) -> Option<bool> {
     opened
         .as_ref()
-        .is_ok_and(|text| {
-            text.lone_utf16().is_none()
-                && wire::fast::canonical_ok(&wire::SEALED_OUTCOME, text.as_str()).is_some()
-        })
+        .is_ok_and(crate::direct::is_canonical_outcome)
         .then_some(true)
 }
 
@@ -641,19 +638,8 @@ pub fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<SignedRequ
     })
 }
 
-/// Pinned identity keys, decoded once (bounded).
-fn key_cache() -> &'static Mutex<VerifyingKeyCache> {
-    static CACHE: OnceLock<Mutex<VerifyingKeyCache>> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new(VerifyingKeyCache::new(4096)))
-}
-
 fn cached_key(identity_public: &str) -> Option<ed25519_dalek::VerifyingKey> {
-    match key_cache().lock() {
-        Ok(mut cache) => cache.get(identity_public),
-        // A poisoned lock only means another call panicked mid-update; decode
-        // directly rather than fail this request.
-        Err(_) => keys::verifying_key(identity_public),
-    }
+    signing::pinned_key(identity_public)
 }
 
 #[napi(catch_unwind, ts_return_type = "null | \"stale\" | \"bad-signature\"")]
@@ -776,68 +762,6 @@ fn seal_checked_core(
     };
     let sealed = seal_payload_core(handle, &valid.canonical, job_id, deadline_at)?;
     Ok(Ok((sealed, valid.size_class.as_str())))
-}
-
-fn reseal_core(
-    handle: &KeyHandle,
-    at_rest: &envelope::SealedEnvelope,
-    job_id: &str,
-    created_at: f64,
-    device: &PublicIdentity,
-) -> std::result::Result<Option<envelope::SealedEnvelope>, envelope::SealError> {
-    let site = handle.key_id().to_string();
-    let expected = envelope::Expected {
-        job_id: job_id.to_string(),
-        sender_key_id: site.clone(),
-        recipient_key_id: site.clone(),
-        direction: "payload".into(),
-    };
-    let context = envelope::Context {
-        job_id: job_id.to_string(),
-        sender_key_id: site,
-        recipient_key_id: fingerprint::key_id(&device.identity),
-        deadline_at: created_at + envelope::ENVELOPE_MAX_AGE_MS,
-        direction: "payload".into(),
-    };
-    // The seal to the device runs while a large body's at-rest signature is
-    // still being checked; its envelope is kept only if the check passes.
-    let resealed = envelope::open_with_handle_then(
-        at_rest,
-        handle,
-        handle.identity_key(),
-        &expected,
-        |plaintext| match plaintext.lone_utf16() {
-            Some(units) => {
-                envelope::seal_with_handle(Text::Utf16(units), handle, &device.encryption, &context)
-            }
-            None => envelope::seal_with_handle(
-                Text::Utf8(plaintext.as_str()),
-                handle,
-                &device.encryption,
-                &context,
-            ),
-        },
-    );
-    match resealed {
-        Ok(sealed) => sealed.map(Some),
-        Err(_) => Ok(None),
-    }
-}
-
-fn open_result_core(
-    handle: &KeyHandle,
-    envelope: &envelope::SealedEnvelope,
-    job_id: &str,
-    device_identity: &str,
-) -> std::result::Result<JsStr, OpenFailure> {
-    let expected = envelope::Expected {
-        job_id: job_id.to_string(),
-        sender_key_id: fingerprint::key_id(device_identity),
-        recipient_key_id: handle.key_id().to_string(),
-        direction: "result".into(),
-    };
-    let sender = cached_key(device_identity);
-    envelope::open_with_handle(envelope, handle, sender.as_ref(), &expected)
 }
 
 #[napi]
@@ -978,7 +902,7 @@ impl SiteKeyring {
         created_at: f64,
         device: JsPublicIdentity,
     ) -> Result<Option<JsSealedEnvelope>> {
-        reseal_core(
+        crate::direct::reseal_for_device(
             &self.inner,
             &at_rest.into(),
             &job_id,
@@ -987,6 +911,49 @@ impl SiteKeyring {
         )
         .map(|o| o.map(JsSealedEnvelope::from))
         .map_err(seal_error)
+    }
+
+    /// A signed `claim`, `fetch` or `result` served end to end on our
+    /// store (see `crate::direct::serve`): the answer's JSON text (status
+    /// 200), or `null` when the general path must answer, in which case
+    /// nothing has changed.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind)]
+    pub fn serve_direct<'env>(
+        &self,
+        env: &'env Env,
+        store: &mut crate::binding::store::NativeMemoryStore,
+        endpoint: String,
+        body: String,
+        runner_id: String,
+        issued_at: String,
+        signature: String,
+        lease_ms: f64,
+        now: f64,
+    ) -> Result<Option<JsString<'env>>> {
+        let Some(endpoint) = wire::Endpoint::parse(&endpoint) else {
+            return Ok(None);
+        };
+        let call = crate::direct::Call {
+            endpoint,
+            body: &body,
+            runner_id: &runner_id,
+            issued_at: &issued_at,
+            signature: &signature,
+        };
+        let site = crate::direct::Site {
+            keys: &self.inner,
+            lease_ms,
+        };
+        match crate::direct::serve(store.core_mut(), &site, &call, now) {
+            // Answers are ASCII but for the odd id or model name; V8 takes
+            // those as Latin-1 without a UTF-8 decoding pass.
+            Some(answer) if answer.is_ascii() => {
+                env.create_string_latin1(answer.as_bytes()).map(Some)
+            }
+            Some(answer) => env.create_string(&answer).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// [`Self::reseal_for_device_async`] for a job whose envelope is in our
@@ -1035,7 +1002,8 @@ impl SiteKeyring {
         job_id: String,
         device_identity: String,
     ) -> JsOpenResult {
-        let opened = open_result_core(&self.inner, &envelope.into(), &job_id, &device_identity);
+        let opened =
+            crate::direct::open_result(&self.inner, &envelope.into(), &job_id, &device_identity);
         let canonical = canonical_outcome(&opened);
         open_result_with(opened, canonical)
     }
@@ -1171,7 +1139,7 @@ impl Task for ResealTask {
             let Some(at_rest) = &self.at_rest else {
                 return Ok(None);
             };
-            reseal_core(
+            crate::direct::reseal_for_device(
                 &self.handle,
                 at_rest,
                 &self.job_id,
@@ -1200,7 +1168,7 @@ impl Task for OpenResultTask {
 
     fn compute(&mut self) -> Result<Self::Output> {
         guard(|| {
-            let opened = open_result_core(
+            let opened = crate::direct::open_result(
                 &self.handle,
                 &self.envelope,
                 &self.job_id,

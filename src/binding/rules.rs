@@ -555,6 +555,67 @@ pub(crate) fn payload_kind(kind: Unknown<'_>) -> Result<(Option<String>, String)
     Ok((kind_text, display))
 }
 
+// ------------------------------------------------------------ the handlers' lease and stub rules
+
+/// A JS value as the lease rules compare it: the string when it is one
+/// (without lone surrogates, which no id of ours holds), else `None`, which
+/// matches no string.
+fn rule_text(value: Unknown<'_>) -> Result<Option<String>> {
+    if value.get_type()? != ValueType::String {
+        return Ok(None);
+    }
+    let units = Utf16String::from_unknown(value)?;
+    Ok(String::from_utf16(&units).ok())
+}
+
+/// The deadline a claim stub carries (`crate::direct::deadline_for`).
+#[napi(catch_unwind)]
+pub fn deadline_for(
+    deadline_at: Option<f64>,
+    claimable_at: Option<f64>,
+    ttl_ms: f64,
+    now: f64,
+) -> f64 {
+    crate::direct::deadline_for(deadline_at, claimable_at, ttl_ms, now)
+}
+
+/// Whether a fetch may have the payload (`crate::direct::fetch_lease_held`).
+#[napi(catch_unwind)]
+pub fn fetch_lease_held(
+    lease_id: Unknown<'_>,
+    lease_runner_id: Unknown<'_>,
+    asked_lease_id: String,
+    runner_id: Unknown<'_>,
+) -> Result<bool> {
+    Ok(crate::direct::fetch_lease_held(
+        rule_text(lease_id)?.as_deref(),
+        rule_text(lease_runner_id)?.as_deref(),
+        &asked_lease_id,
+        rule_text(runner_id)?.as_deref(),
+    ))
+}
+
+/// Whether a result is refused before it is opened
+/// (`crate::direct::result_lease_refused`); for a job that has a lease.
+#[napi(catch_unwind)]
+pub fn result_lease_refused(
+    lease_id: Unknown<'_>,
+    lease_runner_id: Unknown<'_>,
+    lease_expires_at: f64,
+    asked_lease_id: String,
+    runner_id: Unknown<'_>,
+    now: f64,
+) -> Result<bool> {
+    Ok(crate::direct::result_lease_refused(
+        rule_text(lease_id)?.as_deref(),
+        rule_text(lease_runner_id)?.as_deref(),
+        lease_expires_at,
+        &asked_lease_id,
+        rule_text(runner_id)?.as_deref(),
+        now,
+    ))
+}
+
 /// The too-large message for `bytes` (the limit is the body cap).
 #[napi(catch_unwind)]
 pub fn too_large_message(bytes: f64) -> String {

@@ -109,6 +109,11 @@ impl NativeMemoryStore {
 }
 
 impl NativeMemoryStore {
+    /// The core store, for the keyring's direct-lane requests.
+    pub(super) fn core_mut(&mut self) -> &mut Store {
+        &mut self.inner
+    }
+
     /// A job's sealed envelope as the core's value, ciphertext re-encoded
     /// (for the keyring's reseal, which then needs no JS string of it).
     pub(super) fn sealed_envelope_core(

@@ -303,6 +303,36 @@ pub struct CompleteResult {
     pub job: Option<JobRef>,
 }
 
+/// What the direct lane reads of a stored job (see `crate::direct`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobView<'a> {
+    pub id: &'a str,
+    pub kind: &'a str,
+    pub audience: &'a str,
+    pub owner: &'a str,
+    /// JSON text of `purpose`; `None` = the key holds `undefined`.
+    pub purpose_json: Option<&'a str>,
+    pub size_class: &'a str,
+    pub state: JobState,
+    pub lease: Option<LeaseView<'a>>,
+    pub created_at: f64,
+    pub claimable_at: Option<f64>,
+    pub ttl_ms: f64,
+    pub deadline_at: Option<f64>,
+    /// The length of the ciphertext text of a sealed envelope; `None` for a
+    /// caller's own envelope of another shape.
+    pub sealed_ciphertext_chars: Option<usize>,
+}
+
+/// A job's lease as [`JobView`] shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseView<'a> {
+    pub id: &'a str,
+    /// `""` for an adopted (relay-granted) lease.
+    pub runner_id: &'a str,
+    pub expires_at: f64,
+}
+
 /// The ordered indexes over the jobs.
 #[derive(Default)]
 struct Indexes {
@@ -662,6 +692,41 @@ impl Store {
     /// `get`.
     pub fn get(&self, id: &str) -> Option<JobRef> {
         self.slot_of(id).and_then(|s| self.job_ref(s))
+    }
+
+    /// The fields of a job the direct lane reads, without a record's JSON.
+    pub fn view(&self, r: JobRef) -> Option<JobView<'_>> {
+        let job = self.live(r)?;
+        let name = |sym| self.syms.name(sym);
+        Some(JobView {
+            id: &job.id,
+            kind: name(job.kind),
+            audience: name(job.audience),
+            owner: name(job.owner),
+            purpose_json: job.purpose.as_deref(),
+            size_class: name(job.size_class),
+            state: job.state,
+            lease: job.lease.as_ref().map(|l| LeaseView {
+                id: &l.id,
+                runner_id: name(l.runner),
+                expires_at: l.expires_at,
+            }),
+            created_at: job.created_at,
+            claimable_at: job.claimable_at,
+            ttl_ms: job.ttl_ms,
+            deadline_at: job.deadline_at,
+            sealed_ciphertext_chars: match &job.envelope {
+                Envelope::Sealed {
+                    ciphertext: Ciphertext::Bytes(bytes),
+                    ..
+                } => Some(bytes.len().saturating_mul(4).div_ceil(3)),
+                Envelope::Sealed {
+                    ciphertext: Ciphertext::Text(text),
+                    ..
+                } => Some(text.len()),
+                Envelope::Raw(_) => None,
+            },
+        })
     }
 
     /// `claim`: sweep, then hand out up to `max` claimable jobs, oldest

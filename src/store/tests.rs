@@ -1428,3 +1428,33 @@ fn footprint() {
     let after = rss();
     eprintln!("footprint: {} bytes per job", (after - before) / n);
 }
+
+#[test]
+fn a_view_tells_the_sealed_ciphertext_length_without_encoding_it() {
+    let mut store = Store::new(StoreOptions::default());
+    let texts: Vec<String> = (0..12usize)
+        .map(|n| URL_SAFE_NO_PAD.encode((0..n).map(|b| b as u8).collect::<Vec<u8>>()))
+        .chain(["not base64url!".to_string()])
+        .collect();
+    for (at, text) in texts.iter().enumerate() {
+        let id = format!("job-{at}");
+        let mut job = input(&id, "bob");
+        job.envelope = EnvelopeInput::Sealed {
+            ciphertext: text,
+            recipient_key_id: "site",
+            sender_key_id: "site",
+            direction: "payload",
+            deadline_at: 5000.0,
+        };
+        let r = store.create(job, 1.0);
+        let view = store.view(r).expect("a live job has a view");
+        assert_eq!(view.sealed_ciphertext_chars, Some(text.len()), "{text:?}");
+        let mut written = String::new();
+        store.sealed_envelope_parts(r, &mut written);
+        assert_eq!(&written, text);
+    }
+    let mut raw = input("raw", "bob");
+    raw.envelope = EnvelopeInput::Raw("{\"custom\":1}");
+    let r = store.create(raw, 1.0);
+    assert_eq!(store.view(r).map(|v| v.sealed_ciphertext_chars), Some(None));
+}

@@ -1,0 +1,396 @@
+// The direct lane (src/direct.rs): a daemon's claim, fetch and result served
+// end to end in our native store must answer byte for byte what the general
+// path (ts/handlers.ts over the store's JS methods) answers, leave the store
+// in the same state, and decline (changing nothing) whatever it does not serve.
+//
+// Two sites with the same keys, clock and runner: one on a plain MemoryStore
+// (the fast path applies) and one on the same store behind a proxy (a JS
+// store to the handler, so every request takes the general path). The same
+// requests go to both; lease ids are random, so each side's are mapped onto
+// placeholders before comparing.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { MemoryStore, createFetchHandler } from "../dist/index.js";
+import { serveDirect, servesDirectly } from "../dist/memory.js";
+import { native } from "../dist/native.js";
+
+const keys = JSON.parse(readFileSync(new URL("../tests/vectors/keys.json", import.meta.url), "utf8"));
+const SITE = keys.parties.site.storedKeys;
+const DEVICE = keys.parties.device.storedKeys;
+const STRANGER = keys.parties.stranger.storedKeys;
+const SITE_KEY_ID = native.keyId(SITE.identityPublic);
+const DEVICE_KEY_ID = native.keyId(DEVICE.identityPublic);
+const ORIGIN = "https://app.example";
+const T0 = 1_764_500_000_000;
+const RUNNER = "runner-direct-1";
+const CAP = { kind: "llm.generate", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "team" };
+const keyring = new native.SiteKeyring(SITE);
+
+/** Requests the native fast path answered, by endpoint (it answers through SiteKeyring#serveDirect). */
+const servedNatively = {};
+const nativeServe = native.SiteKeyring.prototype.serveDirect;
+native.SiteKeyring.prototype.serveDirect = function (store, endpoint, ...rest) {
+  const answer = nativeServe.call(this, store, endpoint, ...rest);
+  if (answer !== null) servedNatively[endpoint] = (servedNatively[endpoint] ?? 0) + 1;
+  return answer;
+};
+
+/** A JS store around ours: the handler cannot see the native store behind it. */
+function jsStore(inner) {
+  return new Proxy(inner, {
+    get(target, name) {
+      const value = target[name];
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+async function pairRunner(store, device = DEVICE, runnerId = RUNNER, owner = "bob") {
+  const userCode = `CODE-${runnerId}`;
+  await store.createPairing({
+    device: native.publicIdentityOf(device),
+    deviceCodeHash: `hash-${runnerId}`,
+    userCode,
+    state: "pending",
+    owner: null,
+    runnerId: null,
+    collected: false,
+    label: "test",
+    platform: "linux",
+    daemonVersion: "0.1.1",
+    capabilities: [CAP],
+    expiresAt: T0 + 600_000,
+    createdAt: T0,
+  });
+  await store.approvePairing({ userCode, owner, runnerId, now: T0 });
+}
+
+/** The jobs both sites hold, with the same ids and the same at-rest envelopes. */
+function jobInputs() {
+  const sealed = (id, prompt) => keyring.sealPayload(JSON.stringify({ prompt }), id, T0 + 86_400_000);
+  return [
+    { id: "job-a", kind: "llm.generate", envelope: sealed("job-a", "first"), sizeClass: "small", owner: "bob" },
+    {
+      id: "job-b",
+      kind: "llm.generate",
+      envelope: sealed("job-b", "second \u00e9\u4e2d \"quoted\"\n"),
+      sizeClass: "small",
+      owner: "bob",
+      purpose: { label: "summary", note: "caf\u00e9" },
+      deadlineAt: T0 + 50_000,
+    },
+    {
+      id: "job-c",
+      kind: "llm.generate",
+      envelope: sealed("job-c", "third"),
+      sizeClass: "small",
+      owner: "alice",
+      audience: "team",
+      audienceAllow: ["bob"],
+      ttlMs: 30_000,
+    },
+    { id: "job-d", kind: "llm.generate", envelope: sealed("job-d", "fourth"), sizeClass: "small", owner: "bob" },
+    // Not claimable until job-a ends ok.
+    { id: "job-e", kind: "llm.generate", envelope: sealed("job-e", "after a"), sizeClass: "small", owner: "bob", dependsOn: ["job-a"] },
+  ];
+}
+
+const JOBS = jobInputs();
+
+async function site({ direct }) {
+  const clock = { now: T0 };
+  const inner = new MemoryStore();
+  const store = direct ? inner : jsStore(inner);
+  const handler = createFetchHandler({ store, siteKeys: SITE, verificationUrl: `${ORIGIN}/pair`, now: () => clock.now, leaseMs: 20_000 });
+  await pairRunner(inner);
+  await pairRunner(inner, STRANGER, "runner-stranger", "carol");
+  for (const [at, job] of JOBS.entries()) await inner.create(job, T0 + at);
+  return { clock, inner, store, handler };
+}
+
+function signed(endpoint, body, { device = DEVICE, runnerId = RUNNER, issuedAt, text } = {}) {
+  const raw = text ?? JSON.stringify(body);
+  const sig = native.signRequest(device, { endpoint, runnerId, issuedAt, body: raw });
+  return {
+    raw,
+    headers: {
+      "content-type": "application/json",
+      "x-byollm-runner": runnerId,
+      "x-byollm-issued-at": String(issuedAt),
+      "x-byollm-signature": sig.signature,
+    },
+  };
+}
+
+async function post(s, endpoint, body, options = {}) {
+  const { raw, headers } = signed(endpoint, body, { issuedAt: s.clock.now, ...options });
+  const response = await s.handler(new Request(`${ORIGIN}/byollm/${endpoint}`, { method: "POST", headers, body: raw }));
+  return { status: response.status, headers: Object.fromEntries(response.headers), text: await response.text() };
+}
+
+/** Replace each side's lease ids by placeholders, in order of first appearance. */
+function leaseNames() {
+  const names = new Map();
+  return (text) =>
+    text.replace(/"(lease-[^"]*|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"/g, (all, id) => {
+      if (id.startsWith("job-")) return all;
+      if (!names.has(id)) names.set(id, `<lease ${names.size}>`);
+      return `"${names.get(id)}"`;
+    });
+}
+
+function resultEnvelope(jobId, { outcome = { outcome: "ok", text: `done ${jobId}` }, ran = { model: "m", backendClass: "http", durationMs: 3 }, plaintext, device = DEVICE } = {}) {
+  return native.seal({
+    plaintext: plaintext ?? JSON.stringify({ outcome, ran }),
+    senderKeys: device,
+    recipientEncryptionPublic: SITE.encryptionPublic,
+    context: {
+      jobId,
+      senderKeyId: native.keyId(device.identityPublic),
+      recipientKeyId: SITE_KEY_ID,
+      deadlineAt: T0 + 86_400_000,
+      direction: "result",
+    },
+  });
+}
+
+test("the fast path applies to a plain MemoryStore only", async () => {
+  const plain = new MemoryStore();
+  assert.equal(servesDirectly(plain), true);
+  assert.equal(servesDirectly(jsStore(plain)), false, "a proxy goes through its own methods");
+  class Sub extends MemoryStore {}
+  assert.equal(servesDirectly(new Sub()), false, "a subclass may override the methods");
+  const patched = new MemoryStore();
+  patched.complete = async () => ({ accepted: false });
+  assert.equal(servesDirectly(patched), false, "an instance with its own methods");
+  const original = MemoryStore.prototype.claim;
+  try {
+    MemoryStore.prototype.claim = async () => [];
+    assert.equal(servesDirectly(plain), false, "a patched prototype");
+  } finally {
+    MemoryStore.prototype.claim = original;
+  }
+  assert.equal(servesDirectly(plain), true);
+  assert.equal(servesDirectly({}), false);
+  assert.equal(servesDirectly(null), false);
+});
+
+test("claim, fetch and result: the same answers and the same store as the general path", async () => {
+  for (const key of Object.keys(servedNatively)) delete servedNatively[key];
+  const fast = await site({ direct: true });
+  const slow = await site({ direct: false });
+  const names = { fast: leaseNames(), slow: leaseNames() };
+  const both = async (endpoint, body, options) => {
+    const a = await post(fast, endpoint, body, options);
+    const b = await post(slow, endpoint, body, options);
+    assert.equal(a.status, b.status, `${endpoint} status`);
+    assert.deepEqual(a.headers, b.headers, `${endpoint} headers`);
+    return { a, b };
+  };
+  const same = async (endpoint, body, options) => {
+    const { a, b } = await both(endpoint, body, options);
+    assert.equal(names.fast(a.text), names.slow(b.text), `${endpoint} answer`);
+    return { a: JSON.parse(a.text), b: JSON.parse(b.text) };
+  };
+  const tick = (ms) => {
+    fast.clock.now += ms;
+    slow.clock.now += ms;
+  };
+  const claimBody = (max, runnerId = RUNNER) => ({ protocolVersion: "2", runnerId, capabilities: [CAP], max });
+
+  tick(1_000);
+  const first = await same("claim", claimBody(2));
+  assert.deepEqual(first.a.jobs.map((j) => j.id), ["job-a", "job-b"]);
+  assert.deepEqual(first.a.jobs[1].purpose, { label: "summary", note: "caf\u00e9" });
+  const second = await same("claim", claimBody(5));
+  assert.deepEqual(second.a.jobs.map((j) => j.id), ["job-c", "job-d"], "the team job for bob, not job-e (blocked)");
+  assert.deepEqual((await same("claim", claimBody(3))).a, { jobs: [], leaseMs: 20_000 });
+
+  const leases = (side) => new Map([...first[side].jobs, ...second[side].jobs].map((j) => [j.id, j.lease.id]));
+  const lease = { a: leases("a"), b: leases("b") };
+  const fetchBoth = async (jobId, leaseOf = (side) => lease[side].get(jobId), options) => {
+    const a = await post(fast, "fetch", { protocolVersion: "2", runnerId: RUNNER, jobId, leaseId: leaseOf("a") }, options);
+    const b = await post(slow, "fetch", { protocolVersion: "2", runnerId: RUNNER, jobId, leaseId: leaseOf("b") }, options);
+    assert.equal(a.status, b.status, `fetch ${jobId} status`);
+    assert.deepEqual(a.headers, b.headers);
+    return { a, b };
+  };
+  for (const jobId of ["job-a", "job-b", "job-c", "job-d"]) {
+    const { a, b } = await fetchBoth(jobId);
+    assert.equal(a.status, 200);
+    const ea = JSON.parse(a.text).envelope;
+    const eb = JSON.parse(b.text).envelope;
+    // Fresh randomness in each seal: everything but the ciphertext is equal,
+    // and both open to the same payload for the device.
+    assert.deepEqual(Object.keys(ea), Object.keys(eb));
+    assert.deepEqual({ ...ea, ciphertext: "" }, { ...eb, ciphertext: "" });
+    assert.equal(ea.recipientKeyId, DEVICE_KEY_ID);
+    const open = (envelope) =>
+      native.open({
+        envelope,
+        recipientKeys: DEVICE,
+        senderIdentityPublic: SITE.identityPublic,
+        expected: { jobId, senderKeyId: SITE_KEY_ID, recipientKeyId: DEVICE_KEY_ID, direction: "payload" },
+      });
+    const [pa, pb] = [open(ea), open(eb)];
+    assert.equal(pa.ok, true);
+    assert.equal(pa.plaintext, pb.plaintext);
+    assert.equal(a.text, `{"envelope":${JSON.stringify(ea)}}`, "the text is JSON.stringify's");
+  }
+  // Declined by the fast path, answered by the general one, the same way on both.
+  const notFound = await fetchBoth("job-a", () => "lease-not-this-one");
+  assert.equal(notFound.a.status, 404);
+  assert.equal(notFound.a.text, notFound.b.text);
+  const unknown = await fetchBoth("job-zzz", () => "x");
+  assert.equal(unknown.a.text, unknown.b.text);
+  const stranger = await fetchBoth("job-a", undefined, { device: STRANGER, runnerId: "runner-stranger" });
+  assert.equal(stranger.a.status, 401, "the body names another runner than the signer");
+  assert.equal(stranger.a.text, stranger.b.text);
+
+  const resultBody = (jobId, side, envelope, disposition = "ok") => ({
+    protocolVersion: "2",
+    runnerId: RUNNER,
+    jobId,
+    leaseId: lease[side].get(jobId),
+    envelope,
+    disposition,
+  });
+  const resultBoth = async (jobId, envelope, disposition, options) => {
+    const a = await post(fast, "result", resultBody(jobId, "a", envelope, disposition), options);
+    const b = await post(slow, "result", resultBody(jobId, "b", envelope, disposition), options);
+    assert.equal(a.status, b.status, `result ${jobId} status`);
+    assert.equal(a.text, b.text, `result ${jobId} answer`);
+    assert.deepEqual(a.headers, b.headers);
+    return JSON.parse(a.text);
+  };
+  const okA = resultEnvelope("job-a");
+  assert.deepEqual(await resultBoth("job-a", okA), { accepted: true, state: "ok" });
+  assert.deepEqual(await resultBoth("job-a", okA), { accepted: false, duplicate: true, state: "ok" }, "a replay");
+  const withStop = resultEnvelope("job-b", {
+    outcome: { outcome: "ok", text: "caf\u00e9 \u4e2d\n\"q\"" },
+    ran: { model: "llama3.2:1b", backendClass: "http", durationMs: 12, stop: "length", stopReported: false },
+  });
+  assert.deepEqual(await resultBoth("job-b", withStop), { accepted: true, state: "ok" });
+  // The disposition in the clear must be the sealed one.
+  const errC = resultEnvelope("job-c", { outcome: { outcome: "error", code: "backend-failed", message: "boom", retryable: false } });
+  assert.equal((await resultBoth("job-c", errC, "ok")).error, "bad-request");
+  assert.deepEqual(await resultBoth("job-c", errC, "error"), { accepted: true, state: "error" });
+  // A lapsed lease is refused before its envelope is opened.
+  tick(25_000);
+  assert.deepEqual(await resultBoth("job-d", resultEnvelope("job-d")), { accepted: false, state: "claimed" });
+  // job-e became claimable when job-a ended ok.
+  const third = await same("claim", claimBody(5));
+  assert.deepEqual(third.a.jobs.map((j) => j.id), ["job-e", "job-d"]);
+
+  // The two stores hold the same records (lease ids mapped the same way).
+  for (const id of ["job-a", "job-b", "job-c", "job-d", "job-e"]) {
+    const ra = JSON.stringify(await fast.inner.get(id));
+    const rb = JSON.stringify(await slow.inner.get(id));
+    assert.equal(names.fast(ra), names.slow(rb), `record ${id}`);
+  }
+  // Every 200 of the fast site came from the native path (the general site's never do).
+  assert.deepEqual(servedNatively, { claim: 4, fetch: 4, result: 4 });
+  const provenance = (await fast.inner.get("job-b")).provenance;
+  assert.deepEqual(provenance, {
+    audience: "private",
+    runnerId: RUNNER,
+    runnerOwner: "bob",
+    backendClass: "http",
+    model: "llama3.2:1b",
+    untrusted: false,
+    stop: "length",
+    stopReported: false,
+  });
+});
+
+test("requests the fast path declines leave the store as it was, and get the general path's answer", async () => {
+  const fast = await site({ direct: true });
+  const slow = await site({ direct: false });
+  const snapshot = async (s) => JSON.stringify(s.inner.allJobs());
+  const before = await snapshot(fast);
+  const claim = { protocolVersion: "2", runnerId: RUNNER, capabilities: [CAP], max: 1 };
+  const cases = [
+    ["stale signature", claim, { issuedAt: T0 - 10 * 60_000 }],
+    ["signed by a stranger for this runner", claim, { device: STRANGER }],
+    ["an unknown runner", { ...claim, runnerId: "nobody" }, { runnerId: "nobody" }],
+    ["a body naming another runner", { ...claim, runnerId: "runner-stranger" }, {}],
+    ["a schema failure", { ...claim, max: 0 }, {}],
+    ["a wrong protocol version", { ...claim, protocolVersion: "1" }, {}],
+  ];
+  for (const [name, body, options] of cases) {
+    const a = await post(fast, "claim", body, options);
+    const b = await post(slow, "claim", body, options);
+    assert.notEqual(a.status, 200, name);
+    assert.equal(a.status, b.status, name);
+    assert.equal(a.text, b.text, name);
+    assert.equal(await snapshot(fast), before, `${name}: nothing changed`);
+  }
+  // The native call itself says no (null) and changes nothing, for each of these.
+  const call = (body, over = {}) => {
+    const { raw, headers } = signed("claim", body, { issuedAt: T0 + 1_000 });
+    return serveDirect(
+      fast.inner,
+      keyring,
+      {
+        endpoint: "claim",
+        body: raw,
+        runnerId: headers["x-byollm-runner"],
+        issuedAt: headers["x-byollm-issued-at"],
+        signature: headers["x-byollm-signature"],
+        ...over,
+      },
+      20_000,
+      T0 + 1_000,
+    );
+  };
+  const at = T0 + 1_000;
+  assert.equal(call(claim, { issuedAt: `0${at}` }), null, "a leading zero: Number() reads it, the fast path leaves it");
+  assert.equal(call(claim, { issuedAt: `${at}.0` }), null);
+  assert.equal(call(claim, { issuedAt: ` ${at}` }), null);
+  assert.equal(call(claim, { runnerId: "" }), null);
+  assert.equal(call(claim, { endpoint: "heartbeat" }), null);
+  assert.equal(call(claim, { body: ` ${JSON.stringify(claim)}` }), null, "a body that is not canonical");
+  assert.equal(await snapshot(fast), before);
+  // A non-canonical but valid body is served by the general path all the same.
+  const spaced = JSON.stringify(claim, null, 1);
+  const a = await post(fast, "claim", undefined, { text: spaced });
+  const b = await post(slow, "claim", undefined, { text: spaced });
+  assert.equal(a.status, 200);
+  assert.equal(leaseNames()(a.text), leaseNames()(b.text));
+  // And a plain call is served, which changes the store (a claim).
+  const served = call({ ...claim, max: 5 });
+  assert.equal(typeof served, "string");
+  assert.deepEqual(JSON.parse(served).jobs.map((j) => j.id), ["job-b", "job-c", "job-d"]);
+});
+
+test("a revoked runner gets the general path's 403 from the fast-path site", async () => {
+  const fast = await site({ direct: true });
+  const slow = await site({ direct: false });
+  await fast.inner.revokeRunner(RUNNER, T0);
+  await slow.inner.revokeRunner(RUNNER, T0);
+  const body = { protocolVersion: "2", runnerId: RUNNER, capabilities: [CAP], max: 1 };
+  const a = await post(fast, "claim", body);
+  const b = await post(slow, "claim", body);
+  assert.equal(a.status, 403);
+  assert.equal(a.text, b.text);
+});
+
+test("watchers hear the direct lane's writes", async () => {
+  const fast = await site({ direct: true });
+  const heard = [];
+  fast.inner.subscribe("job-a", () => heard.push("job-a"));
+  const claim = await post(fast, "claim", { protocolVersion: "2", runnerId: RUNNER, capabilities: [CAP], max: 1 });
+  const leaseId = JSON.parse(claim.text).jobs[0].lease.id;
+  assert.deepEqual(heard, ["job-a"], "the claim");
+  const done = await post(fast, "result", {
+    protocolVersion: "2",
+    runnerId: RUNNER,
+    jobId: "job-a",
+    leaseId,
+    envelope: resultEnvelope("job-a"),
+    disposition: "ok",
+  });
+  assert.equal(done.text, '{"accepted":true,"state":"ok"}');
+  assert.deepEqual(heard, ["job-a", "job-a"], "the completion");
+});

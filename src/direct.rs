@@ -1,0 +1,610 @@
+//! The site's side of the direct lane: a job's payload resealed for the
+//! device that holds its lease, a device's sealed result opened, and the
+//! signed `claim`, `fetch` and `result` requests served end to end when the
+//! jobs live in our own [`Store`].
+//!
+//! [`serve`] is the fast path of `ts/handlers.ts` for our `MemoryStore`. It
+//! answers only requests it can answer completely and exactly as the
+//! general path would (the daemon's ordinary traffic: a canonical body, a
+//! valid signature of a known, unrevoked runner, a lease it holds); for
+//! anything else it returns `None` before changing anything, and the
+//! general path decides (errors, refusals, odd spellings, large payloads).
+//! The decisions both paths take are the functions below; the general path
+//! calls them through the binding: [`deadline_for`], [`fetch_lease_held`],
+//! [`result_lease_refused`].
+
+use serde_json::Value;
+
+use crate::audience::{self, Audience, BackendClass, ProvenanceInput, StopReason};
+use crate::envelope::{self, OpenFailure, Text};
+use crate::fingerprint;
+use crate::json::{self, js_number_to_string, write_json_str, Doc, JsStr, Node, NodeId};
+use crate::keys::{KeyHandle, PublicIdentity};
+use crate::signing::{self, RequestSignature};
+use crate::store::{ClaimArgs, ClaimCapability, CompleteArgs, Holder, JobView, LeaseView, Store};
+use crate::wire::{self, Endpoint};
+
+/// Envelopes from this many ciphertext characters are sealed and opened on
+/// the thread pool by the general path, off the event loop.
+pub const ASYNC_CRYPTO_THRESHOLD: usize = 64 * 1024;
+
+// ---------------------------------------------------------------- rules
+
+/// The deadline a claim stub carries: the job's own, else the end of its
+/// TTL window (counted from now for a job that is not claimable yet).
+pub fn deadline_for(
+    deadline_at: Option<f64>,
+    claimable_at: Option<f64>,
+    ttl_ms: f64,
+    now: f64,
+) -> f64 {
+    deadline_at.unwrap_or(claimable_at.unwrap_or(now) + ttl_ms)
+}
+
+/// Whether a fetch may have the payload: the job's lease is the one named
+/// and is held by the runner asking. (One answer for "no such job", "not
+/// yours" and "a lease you no longer hold", so nothing here says which.)
+/// `None` stands for a value that is not a string (a JS store's odd record),
+/// which matches nothing.
+pub fn fetch_lease_held(
+    lease_id: Option<&str>,
+    lease_runner_id: Option<&str>,
+    asked_lease_id: &str,
+    runner_id: Option<&str>,
+) -> bool {
+    lease_runner_id.is_some() && lease_runner_id == runner_id && lease_id == Some(asked_lease_id)
+}
+
+/// Whether a result naming `asked_lease_id` is refused before its envelope
+/// is opened: a live lease answers only to the runner it was granted to, and
+/// only until it expires (the reference checks the lease id alone, and lets
+/// a lapsed lease complete until a sweep happens to run). Adopted leases
+/// (runner `""`, relay-granted) have no runner and no lease clock; the
+/// store's own holder check decides those, as it does a lease id that is
+/// not the current one. `None` stands for a value that is not a string.
+pub fn result_lease_refused(
+    lease_id: Option<&str>,
+    lease_runner_id: Option<&str>,
+    lease_expires_at: f64,
+    asked_lease_id: &str,
+    runner_id: Option<&str>,
+    now: f64,
+) -> bool {
+    lease_id == Some(asked_lease_id)
+        && lease_runner_id != Some("")
+        && (lease_runner_id.is_none() || lease_runner_id != runner_id || lease_expires_at <= now)
+}
+
+// ---------------------------------------------------------------- the payload's two seals
+
+/// Open a job's at-rest payload (sealed by and to the site) and seal it to
+/// the device; `Ok(None)` when the at-rest envelope does not open, `Err`
+/// when the device's encryption key cannot be sealed to.
+pub fn reseal_for_device(
+    site: &KeyHandle,
+    at_rest: &envelope::SealedEnvelope,
+    job_id: &str,
+    created_at: f64,
+    device: &PublicIdentity,
+) -> Result<Option<envelope::SealedEnvelope>, envelope::SealError> {
+    let site_id = site.key_id().to_string();
+    let expected = envelope::Expected {
+        job_id: job_id.to_string(),
+        sender_key_id: site_id.clone(),
+        recipient_key_id: site_id.clone(),
+        direction: "payload".into(),
+    };
+    let context = envelope::Context {
+        job_id: job_id.to_string(),
+        sender_key_id: site_id,
+        recipient_key_id: fingerprint::key_id(&device.identity),
+        deadline_at: created_at + envelope::ENVELOPE_MAX_AGE_MS,
+        direction: "payload".into(),
+    };
+    // The seal to the device runs while a large body's at-rest signature is
+    // still being checked; its envelope is kept only if the check passes.
+    let resealed = envelope::open_with_handle_then(
+        at_rest,
+        site,
+        site.identity_key(),
+        &expected,
+        |plaintext| match plaintext.lone_utf16() {
+            Some(units) => {
+                envelope::seal_with_handle(Text::Utf16(units), site, &device.encryption, &context)
+            }
+            None => envelope::seal_with_handle(
+                Text::Utf8(plaintext.as_str()),
+                site,
+                &device.encryption,
+                &context,
+            ),
+        },
+    );
+    match resealed {
+        Ok(sealed) => sealed.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Open a device's sealed result for `job_id`, checking it was signed by
+/// the device's pinned identity.
+pub fn open_result(
+    site: &KeyHandle,
+    sealed: &envelope::SealedEnvelope,
+    job_id: &str,
+    device_identity: &str,
+) -> Result<JsStr, OpenFailure> {
+    let expected = envelope::Expected {
+        job_id: job_id.to_string(),
+        sender_key_id: fingerprint::key_id(device_identity),
+        recipient_key_id: site.key_id().to_string(),
+        direction: "result".into(),
+    };
+    let sender = signing::pinned_key(device_identity);
+    envelope::open_with_handle(sealed, site, sender.as_ref(), &expected)
+}
+
+/// Whether an opened result is a sealed outcome in canonical form (what
+/// `JSON.stringify` writes), so the caller may parse it plainly.
+pub fn is_canonical_outcome(plaintext: &JsStr) -> bool {
+    plaintext.lone_utf16().is_none()
+        && wire::fast::canonical_ok(&wire::SEALED_OUTCOME, plaintext.as_str()).is_some()
+}
+
+// ---------------------------------------------------------------- serving
+
+/// A signed request as it arrived: the endpoint, the body text, and the
+/// three `x-byollm-*` header values.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub endpoint: Endpoint,
+    pub body: &'a str,
+    pub runner_id: &'a str,
+    pub issued_at: &'a str,
+    pub signature: &'a str,
+}
+
+/// The site serving it.
+#[derive(Clone, Copy)]
+pub struct Site<'a> {
+    pub keys: &'a KeyHandle,
+    pub lease_ms: f64,
+}
+
+/// The answer (status 200, this JSON text) to `call`, or `None` when the
+/// general path must answer it; `None` always comes before any change to
+/// the store.
+pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> Option<String> {
+    let issued_at = plain_timestamp(call.issued_at)?;
+    if call.runner_id.is_empty() || call.signature.is_empty() {
+        return None;
+    }
+    if !matches!(
+        call.endpoint,
+        Endpoint::Claim | Endpoint::Fetch | Endpoint::Result
+    ) {
+        return None;
+    }
+    wire::fast::canonical_ok(call.endpoint.schema(), call.body)?;
+    let runner = RunnerFacts::read(store, call.runner_id)?;
+    let key = signing::pinned_key(&runner.device.identity);
+    let signature = RequestSignature {
+        runner_id: call.runner_id.to_string(),
+        issued_at,
+        signature: call.signature.to_string(),
+    };
+    let failure = signing::verify_request(
+        key.as_ref(),
+        call.endpoint.as_str(),
+        call.body,
+        &signature,
+        now,
+        signing::MAX_CLOCK_SKEW_MS,
+    );
+    if failure.is_some() {
+        return None;
+    }
+    let doc = json::parse(call.body).ok()?;
+    let body = doc.root();
+    if text(&doc, body, "runnerId")? != runner.id {
+        return None;
+    }
+    match call.endpoint {
+        Endpoint::Claim => claim(store, site, &runner, &doc, now),
+        Endpoint::Fetch => fetch(store, site, &runner, &doc),
+        _ => result(store, site, &runner, &doc, now),
+    }
+}
+
+/// `issuedAt` when the header is a plain positive decimal that `Number()`
+/// reads exactly (at most 15 digits, no sign, no leading zero); any other
+/// spelling is left to the general path's reading.
+fn plain_timestamp(header: &str) -> Option<f64> {
+    let bytes = header.as_bytes();
+    if bytes.is_empty()
+        || bytes.len() > 15
+        || bytes.first() == Some(&b'0')
+        || !bytes.iter().all(u8::is_ascii_digit)
+    {
+        return None;
+    }
+    header.parse::<u64>().ok().map(|n| n as f64)
+}
+
+/// The string at `obj[key]`, when it is one without a lone surrogate.
+fn text<'d>(doc: &'d Doc, obj: NodeId, key: &str) -> Option<&'d str> {
+    let s = doc.str(doc.get(obj, key)?)?;
+    (!s.has_lone_surrogate()).then(|| s.as_str())
+}
+
+/// What the requests read of the runner record, all strings as the store
+/// holds them; `None` (the general path) for a revoked or unusual record.
+struct RunnerFacts {
+    id: String,
+    owner: String,
+    device: PublicIdentity,
+}
+
+impl RunnerFacts {
+    fn read(store: &Store, runner_id: &str) -> Option<RunnerFacts> {
+        let record = store.people.runner(runner_id)?;
+        if record.get("revokedAt") != Some(&Value::Null) {
+            return None;
+        }
+        let string = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+        let device = record.get("device")?;
+        Some(RunnerFacts {
+            id: string(record.get("id"))?,
+            owner: string(record.get("owner"))?,
+            device: PublicIdentity {
+                identity: string(device.get("identity"))?,
+                encryption: string(device.get("encryption"))?,
+                encryption_sig: string(device.get("encryptionSig")).unwrap_or_default(),
+            },
+        })
+    }
+}
+
+fn claim(
+    store: &mut Store,
+    site: &Site<'_>,
+    runner: &RunnerFacts,
+    doc: &Doc,
+    now: f64,
+) -> Option<String> {
+    let body = doc.root();
+    let Node::Array(items) = doc.node(doc.get(body, "capabilities")?) else {
+        return None;
+    };
+    let mut capabilities = Vec::with_capacity(items.len());
+    for &item in items {
+        capabilities.push(ClaimCapability {
+            kind: text(doc, item, "kind")?,
+            backend_id: text(doc, item, "backendId")?,
+            offer_scope: text(doc, item, "offerScope")?,
+        });
+    }
+    let Node::Number(max) = doc.node(doc.get(body, "max")?) else {
+        return None;
+    };
+    let claimed = store.claim(&ClaimArgs {
+        runner_id: &runner.id,
+        runner_owner: &runner.owner,
+        capabilities: &capabilities,
+        max: *max,
+        lease_ms: site.lease_ms,
+        now,
+    });
+    let site_id = site.keys.key_id();
+    let mut out = String::with_capacity(64 + claimed.len() * 320);
+    out.push_str("{\"jobs\":[");
+    let mut first = true;
+    for r in claimed {
+        // A job the store just handed out is live and holds its new lease.
+        let Some(job) = store.view(r) else { continue };
+        let Some(lease) = job.lease else { continue };
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        write_stub(&mut out, &job, &lease, site_id, now);
+    }
+    out.push_str("],\"leaseMs\":");
+    push_number(&mut out, site.lease_ms);
+    out.push('}');
+    Some(out)
+}
+
+/// A number as `JSON.stringify` writes it (`null` when not finite).
+fn push_number(out: &mut String, value: f64) {
+    if value.is_finite() {
+        out.push_str(&js_number_to_string(value));
+    } else {
+        out.push_str("null");
+    }
+}
+
+/// A claim stub, exactly the fields the daemon parses (never
+/// `audienceAllow`), in the wire's key order.
+fn write_stub(out: &mut String, job: &JobView<'_>, lease: &LeaseView<'_>, site_id: &str, now: f64) {
+    out.push_str("{\"id\":");
+    write_json_str(job.id, out);
+    out.push_str(",\"kind\":");
+    write_json_str(job.kind, out);
+    out.push_str(",\"audience\":");
+    write_json_str(job.audience, out);
+    out.push_str(",\"owner\":");
+    write_json_str(job.owner, out);
+    out.push_str(",\"site\":");
+    write_json_str(site_id, out);
+    if let Some(purpose) = job.purpose_json {
+        out.push_str(",\"purpose\":");
+        out.push_str(purpose);
+    }
+    out.push_str(",\"sizeClass\":");
+    write_json_str(job.size_class, out);
+    out.push_str(",\"streaming\":false,\"deadlineAt\":");
+    push_number(
+        out,
+        deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now),
+    );
+    out.push_str(",\"lease\":{\"id\":");
+    write_json_str(lease.id, out);
+    out.push_str(",\"runnerId\":");
+    write_json_str(lease.runner_id, out);
+    out.push_str(",\"expiresAt\":");
+    push_number(out, lease.expires_at);
+    out.push_str("}}");
+}
+
+fn fetch(store: &mut Store, site: &Site<'_>, runner: &RunnerFacts, doc: &Doc) -> Option<String> {
+    let body = doc.root();
+    let job_id = text(doc, body, "jobId")?;
+    let lease_id = text(doc, body, "leaseId")?;
+    let r = store.get(job_id)?;
+    let job = store.view(r)?;
+    let lease = job.lease.as_ref();
+    if !fetch_lease_held(
+        lease.map(|l| l.id),
+        lease.map(|l| l.runner_id),
+        lease_id,
+        Some(&runner.id),
+    ) {
+        return None;
+    }
+    if job.sealed_ciphertext_chars? > ASYNC_CRYPTO_THRESHOLD {
+        return None;
+    }
+    let created_at = job.created_at;
+    let mut ciphertext = String::new();
+    let parts = store.sealed_envelope_parts(r, &mut ciphertext)?;
+    let at_rest = envelope::SealedEnvelope {
+        ciphertext,
+        recipient_key_id: parts.recipient_key_id.to_owned(),
+        sender_key_id: parts.sender_key_id.to_owned(),
+        direction: parts.direction.to_owned(),
+        deadline_at: parts.deadline_at,
+    };
+    let sealed =
+        reseal_for_device(site.keys, &at_rest, job_id, created_at, &runner.device).ok()??;
+    let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
+    out.push_str("{\"envelope\":{\"ciphertext\":");
+    write_json_str(&sealed.ciphertext, &mut out);
+    out.push_str(",\"recipientKeyId\":");
+    write_json_str(&sealed.recipient_key_id, &mut out);
+    out.push_str(",\"senderKeyId\":");
+    write_json_str(&sealed.sender_key_id, &mut out);
+    out.push_str(",\"direction\":");
+    write_json_str(&sealed.direction, &mut out);
+    out.push_str(",\"deadlineAt\":");
+    push_number(&mut out, sealed.deadline_at);
+    out.push_str("}}");
+    Some(out)
+}
+
+fn result(
+    store: &mut Store,
+    site: &Site<'_>,
+    runner: &RunnerFacts,
+    doc: &Doc,
+    now: f64,
+) -> Option<String> {
+    let body = doc.root();
+    let job_id = text(doc, body, "jobId")?;
+    let lease_id = text(doc, body, "leaseId")?;
+    let disposition = text(doc, body, "disposition")?;
+    let env = doc.get(body, "envelope")?;
+    let Node::Number(deadline_at) = doc.node(doc.get(env, "deadlineAt")?) else {
+        return None;
+    };
+    let sealed = envelope::SealedEnvelope {
+        ciphertext: text(doc, env, "ciphertext")?.to_owned(),
+        recipient_key_id: text(doc, env, "recipientKeyId")?.to_owned(),
+        sender_key_id: text(doc, env, "senderKeyId")?.to_owned(),
+        direction: text(doc, env, "direction")?.to_owned(),
+        deadline_at: *deadline_at,
+    };
+    if sealed.ciphertext.len() > ASYNC_CRYPTO_THRESHOLD {
+        return None;
+    }
+    let r = store.get(job_id)?;
+    let job = store.view(r)?;
+    if let Some(lease) = &job.lease {
+        if result_lease_refused(
+            Some(lease.id),
+            Some(lease.runner_id),
+            lease.expires_at,
+            lease_id,
+            Some(&runner.id),
+            now,
+        ) {
+            return None;
+        }
+    }
+    let audience = Audience::parse(job.audience)?;
+    let state_before = job.state;
+
+    let plaintext = open_result(site.keys, &sealed, job_id, &runner.device.identity).ok()?;
+    if !is_canonical_outcome(&plaintext) {
+        return None;
+    }
+    let sealed_outcome = json::parse(plaintext.as_str()).ok()?;
+    let root = sealed_outcome.root();
+    let outcome = sealed_outcome.get(root, "outcome")?;
+    let ran = sealed_outcome.get(root, "ran")?;
+    let tag = text(&sealed_outcome, outcome, "outcome")?;
+    if tag != disposition {
+        return None;
+    }
+    let stop = match sealed_outcome.get(ran, "stop") {
+        Some(id) => Some(StopReason::parse(sealed_outcome.str(id)?.as_str())?),
+        None => None,
+    };
+    let stop_reported = match sealed_outcome.get(ran, "stopReported") {
+        Some(id) => match sealed_outcome.node(id) {
+            Node::Bool(b) => Some(*b),
+            _ => return None,
+        },
+        None => None,
+    };
+    let provenance = audience::provenance_for(&ProvenanceInput {
+        audience,
+        runner_id: &runner.id,
+        runner_owner: &runner.owner,
+        backend_class: BackendClass::parse(text(&sealed_outcome, ran, "backendClass")?)?,
+        model: text(&sealed_outcome, ran, "model")?,
+        stop,
+        stop_reported,
+    });
+    let provenance_json = serde_json::to_string(&provenance).ok()?;
+    let done = store.complete(&CompleteArgs {
+        job_id,
+        runner_id: &runner.id,
+        holder: Holder::Lease(lease_id),
+        outcome_tag: tag,
+        outcome_json: &sealed_outcome.to_json(outcome),
+        provenance_json: &provenance_json,
+        provenance_runner: Some(&runner.id),
+        now,
+    });
+    let state = done
+        .job
+        .and_then(|r| store.view(r))
+        .map_or(state_before, |j| j.state);
+    let mut out = String::with_capacity(64);
+    out.push_str(if done.accepted && !done.duplicate {
+        "{\"accepted\":true"
+    } else {
+        "{\"accepted\":false"
+    });
+    if done.duplicate {
+        out.push_str(",\"duplicate\":true");
+    }
+    out.push_str(",\"state\":");
+    write_json_str(state.as_str(), &mut out);
+    out.push('}');
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_is_the_jobs_own_else_the_end_of_its_window() {
+        assert_eq!(deadline_for(Some(5.0), Some(100.0), 10.0, 1_000.0), 5.0);
+        assert_eq!(deadline_for(None, Some(100.0), 10.0, 1_000.0), 110.0);
+        assert_eq!(deadline_for(None, None, 10.0, 1_000.0), 1_010.0);
+    }
+
+    #[test]
+    fn a_fetch_needs_the_named_lease_held_by_the_asking_runner() {
+        assert!(fetch_lease_held(Some("l1"), Some("r1"), "l1", Some("r1")));
+        assert!(
+            !fetch_lease_held(Some("l1"), Some("r1"), "l2", Some("r1")),
+            "another lease"
+        );
+        assert!(
+            !fetch_lease_held(Some("l1"), Some("r2"), "l1", Some("r1")),
+            "another runner's lease"
+        );
+        assert!(
+            !fetch_lease_held(None, Some("r1"), "l1", Some("r1")),
+            "a lease id that is not a string"
+        );
+        assert!(
+            !fetch_lease_held(Some("l1"), None, "l1", None),
+            "no runner on either side matches"
+        );
+        assert!(
+            !fetch_lease_held(Some("l1"), Some(""), "l1", Some("r1")),
+            "an adopted lease"
+        );
+    }
+
+    #[test]
+    fn a_result_on_a_live_lease_answers_only_to_its_runner_until_it_expires() {
+        let refused =
+            |lease_runner: Option<&str>, expires_at: f64, asked: &str, runner: Option<&str>| {
+                result_lease_refused(Some("l1"), lease_runner, expires_at, asked, runner, 100.0)
+            };
+        assert!(
+            !refused(Some("r1"), 101.0, "l1", Some("r1")),
+            "the holder, in time"
+        );
+        assert!(
+            refused(Some("r1"), 100.0, "l1", Some("r1")),
+            "the holder, at expiry"
+        );
+        assert!(
+            refused(Some("r2"), 101.0, "l1", Some("r1")),
+            "someone else's lease"
+        );
+        assert!(
+            refused(None, 101.0, "l1", Some("r1")),
+            "a lease runner that is not a string"
+        );
+        assert!(
+            !refused(Some(""), 0.0, "l1", Some("r1")),
+            "adopted: the store decides"
+        );
+        assert!(
+            !refused(Some("r2"), 0.0, "l2", Some("r1")),
+            "not the current lease: the store decides"
+        );
+        assert!(!result_lease_refused(
+            None,
+            Some("r2"),
+            0.0,
+            "l1",
+            Some("r1"),
+            100.0
+        ));
+    }
+
+    #[test]
+    fn only_a_plain_decimal_timestamp_is_read_here() {
+        assert_eq!(plain_timestamp("1764500000000"), Some(1_764_500_000_000.0));
+        assert_eq!(plain_timestamp("1"), Some(1.0));
+        assert_eq!(
+            plain_timestamp("999999999999999"),
+            Some(999_999_999_999_999.0)
+        );
+        for other in [
+            "",
+            "0",
+            "01",
+            "1e3",
+            "0x10",
+            " 1",
+            "1 ",
+            "+1",
+            "-1",
+            "1.0",
+            "1234567890123456",
+            "١٢",
+        ] {
+            assert_eq!(plain_timestamp(other), None, "{other:?}");
+        }
+    }
+}
