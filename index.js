@@ -773,12 +773,14 @@ if (
   }
 }
 
-const { NativeMemoryStore, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { NativeMemoryStore, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, deadlineFor, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { NativeMemoryStore }
 export { SiteKeyring }
 export { canonicalRequest }
 export { capabilityFor }
 export { checkProtocolVersion }
+export { deadlineFor }
+export { fetchLeaseHeld }
 export { formatSiteKeys }
 export { generateDeviceCode }
 export { generateJobId }
@@ -798,6 +800,7 @@ export { open }
 export { parseSealedOutcome }
 export { provenanceFor }
 export { publicIdentityOf }
+export { resultLeaseRefused }
 export { runnerAvailability }
 export { seal }
 export { secretsMatch }
