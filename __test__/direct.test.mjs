@@ -350,10 +350,14 @@ test("requests the fast path declines leave the store as it was, and get the gen
   assert.equal(call(claim, { issuedAt: ` ${at}` }), null);
   assert.equal(call(claim, { runnerId: "" }), null);
   assert.equal(call(claim, { endpoint: "heartbeat" }), null);
-  assert.equal(call(claim, { body: ` ${JSON.stringify(claim)}` }), null, "a body that is not canonical");
+  // Valid and signed, but not in the schema's key order: the general path reads it.
+  const reordered = JSON.stringify({ runnerId: RUNNER, ...claim });
+  const reorderedSig = native.signRequest(DEVICE, { endpoint: "claim", runnerId: RUNNER, issuedAt: T0 + 1_000, body: reordered });
+  assert.equal(call(claim, { body: reordered, signature: reorderedSig.signature }), null, "a body that is not canonical");
+  assert.equal(call(claim, { body: ` ${JSON.stringify(claim)}` }), null, "a body other than the one signed");
   assert.equal(await snapshot(fast), before);
   // A non-canonical but valid body is served by the general path all the same.
-  const spaced = JSON.stringify(claim, null, 1);
+  const spaced = JSON.stringify({ runnerId: RUNNER, ...claim }, null, 1);
   const a = await post(fast, "claim", undefined, { text: spaced });
   const b = await post(slow, "claim", undefined, { text: spaced });
   assert.equal(a.status, 200);

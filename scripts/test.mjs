@@ -56,7 +56,7 @@ if (!jsOnly && only.length === 0) {
   // a CPU without AVX-512 IFMA (most Intel desktops, older EPYCs) runs the
   // AVX2 code: this build leaves IFMA out, so that code is what the tests run.
   // (RUSTFLAGS replaces the config's flags; its own target dir keeps caches apart.)
-  run("cargo test (AVX2 curve backend)", "cargo", ["test", "--lib", "--", "envelope", "keys", "signing", "site_keys"], {
+  run("cargo test (AVX2 curve backend)", "cargo", ["test", "--lib", "--", "envelope", "keys", "signing", "site_keys", "direct"], {
     env: {
       ...process.env,
       RUSTFLAGS: [process.env.RUSTFLAGS, '--cfg curve25519_dalek_backend="simd"'].filter(Boolean).join(" "),

@@ -582,6 +582,322 @@ mod tests {
         ));
     }
 
+    use crate::keys::StoredKeys;
+    use crate::store::{EnvelopeInput, JobInput, StoreOptions};
+    use ed25519_dalek::Signer;
+
+    const NOW: f64 = 1_764_500_000_000.0;
+
+    struct Lane {
+        store: Store,
+        site: KeyHandle,
+        device: KeyHandle,
+    }
+
+    fn handle(seed: u8) -> KeyHandle {
+        match KeyHandle::new(StoredKeys::from_secrets(
+            &[seed; 32],
+            &[seed.wrapping_add(1); 32],
+            1,
+        )) {
+            Ok(h) => h,
+            Err(e) => panic!("keys: {e}"),
+        }
+    }
+
+    /// A store with runner `r1` (owner bob, paired with `device`) and one job
+    /// for bob, sealed at rest by `site`.
+    fn lane() -> Lane {
+        let (site, device) = (handle(1), handle(7));
+        let mut store = Store::new(StoreOptions::default());
+        let mut pairing = serde_json::Map::new();
+        let identity = device.public_identity();
+        pairing.insert("deviceCodeHash".into(), "h".into());
+        pairing.insert("userCode".into(), "CODE".into());
+        pairing.insert("state".into(), "pending".into());
+        pairing.insert(
+            "device".into(),
+            serde_json::json!({"identity": identity.identity, "encryption": identity.encryption, "encryptionSig": identity.encryption_sig}),
+        );
+        store.people.create_pairing(pairing);
+        assert!(store.people.approve("CODE", "bob", "r1", NOW).is_ok());
+        let context = envelope::Context {
+            job_id: "job-1".into(),
+            sender_key_id: site.key_id().into(),
+            recipient_key_id: site.key_id().into(),
+            deadline_at: NOW + envelope::ENVELOPE_MAX_AGE_MS,
+            direction: "payload".into(),
+        };
+        let sealed = match envelope::seal_with_handle(
+            Text::Utf8("{\"prompt\":\"hi\"}"),
+            &site,
+            &site.keys().encryption_public,
+            &context,
+        ) {
+            Ok(sealed) => sealed,
+            Err(e) => panic!("seal: {e}"),
+        };
+        store.create(
+            JobInput {
+                id: "job-1",
+                kind: "llm.generate",
+                envelope: EnvelopeInput::Sealed {
+                    ciphertext: &sealed.ciphertext,
+                    recipient_key_id: &sealed.recipient_key_id,
+                    sender_key_id: &sealed.sender_key_id,
+                    direction: &sealed.direction,
+                    deadline_at: sealed.deadline_at,
+                },
+                size_class: "small",
+                owner: "bob",
+                audience: None,
+                purpose_json: None,
+                audience_allow: None,
+                depends_on: None,
+                ttl_ms: None,
+                deadline_at: None,
+            },
+            NOW - 1_000.0,
+        );
+        Lane {
+            store,
+            site,
+            device,
+        }
+    }
+
+    fn signature(by: &KeyHandle, endpoint: Endpoint, body: &str) -> String {
+        let canonical = signing::canonical_request(endpoint.as_str(), "r1", NOW, body);
+        crate::b64::encode_url(&by.signing_key().sign(canonical.as_bytes()).to_bytes())
+    }
+
+    fn call<'a>(endpoint: Endpoint, body: &'a str, signature: &'a str) -> Call<'a> {
+        Call {
+            endpoint,
+            body,
+            runner_id: "r1",
+            issued_at: "1764500000000",
+            signature,
+        }
+    }
+
+    fn all_jobs(store: &Store) -> String {
+        store.jobs_json(&store.all_jobs())
+    }
+
+    #[test]
+    fn a_signed_claim_fetch_and_result_are_served_end_to_end() {
+        let Lane {
+            mut store,
+            site,
+            device,
+        } = lane();
+        let site_ref = Site {
+            keys: &site,
+            lease_ms: 60_000.0,
+        };
+        let claim = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
+        let sig = signature(&device, Endpoint::Claim, claim);
+        let Some(answer) = serve(
+            &mut store,
+            &site_ref,
+            &call(Endpoint::Claim, claim, &sig),
+            NOW,
+        ) else {
+            panic!("the claim was not served");
+        };
+        let lease_id = match store
+            .view(store.get("job-1").expect("stored"))
+            .and_then(|j| j.lease)
+        {
+            Some(lease) => lease.id.to_string(),
+            None => panic!("no lease after the claim"),
+        };
+        let expected = format!(
+            r#"{{"jobs":[{{"id":"job-1","kind":"llm.generate","audience":"private","owner":"bob","site":"{}","sizeClass":"small","streaming":false,"deadlineAt":{},"lease":{{"id":"{lease_id}","runnerId":"r1","expiresAt":{}}}}}],"leaseMs":60000}}"#,
+            site.key_id(),
+            NOW - 1_000.0 + 900_000.0,
+            NOW + 60_000.0,
+        );
+        assert_eq!(answer, expected);
+
+        let fetch = format!(
+            r#"{{"protocolVersion":"2","runnerId":"r1","jobId":"job-1","leaseId":"{lease_id}"}}"#
+        );
+        let sig = signature(&device, Endpoint::Fetch, &fetch);
+        let Some(answer) = serve(
+            &mut store,
+            &site_ref,
+            &call(Endpoint::Fetch, &fetch, &sig),
+            NOW,
+        ) else {
+            panic!("the fetch was not served");
+        };
+        let doc = json::parse(&answer).expect("the answer is JSON");
+        let env = doc.get(doc.root(), "envelope").expect("an envelope");
+        let text = |key: &str| {
+            doc.str(doc.get(env, key).expect(key))
+                .expect(key)
+                .as_str()
+                .to_string()
+        };
+        let for_device = envelope::SealedEnvelope {
+            ciphertext: text("ciphertext"),
+            recipient_key_id: text("recipientKeyId"),
+            sender_key_id: text("senderKeyId"),
+            direction: text("direction"),
+            deadline_at: NOW - 1_000.0 + envelope::ENVELOPE_MAX_AGE_MS,
+        };
+        let expected = envelope::Expected {
+            job_id: "job-1".into(),
+            sender_key_id: site.key_id().into(),
+            recipient_key_id: device.key_id().into(),
+            direction: "payload".into(),
+        };
+        let opened =
+            envelope::open_with_handle(&for_device, &device, site.identity_key(), &expected);
+        assert_eq!(
+            opened.map(|t| t.into_string()),
+            Ok("{\"prompt\":\"hi\"}".to_string())
+        );
+
+        let context = envelope::Context {
+            job_id: "job-1".into(),
+            sender_key_id: device.key_id().into(),
+            recipient_key_id: site.key_id().into(),
+            deadline_at: NOW + 1.0,
+            direction: "result".into(),
+        };
+        let outcome = r#"{"outcome":{"outcome":"ok","text":"done"},"ran":{"model":"m","backendClass":"http","durationMs":4,"stop":"end"}}"#;
+        let sealed = envelope::seal_with_handle(
+            Text::Utf8(outcome),
+            &device,
+            &site.keys().encryption_public,
+            &context,
+        )
+        .expect("seal");
+        let result = format!(
+            r#"{{"protocolVersion":"2","runnerId":"r1","jobId":"job-1","leaseId":"{lease_id}","envelope":{{"ciphertext":"{}","recipientKeyId":"{}","senderKeyId":"{}","direction":"result","deadlineAt":{}}},"disposition":"ok"}}"#,
+            sealed.ciphertext,
+            sealed.recipient_key_id,
+            sealed.sender_key_id,
+            NOW + 1.0,
+        );
+        let sig = signature(&device, Endpoint::Result, &result);
+        assert_eq!(
+            serve(
+                &mut store,
+                &site_ref,
+                &call(Endpoint::Result, &result, &sig),
+                NOW
+            )
+            .as_deref(),
+            Some(r#"{"accepted":true,"state":"ok"}"#)
+        );
+        let record = all_jobs(&store);
+        assert!(
+            record.contains(r#"{"outcome":"ok","text":"done"}"#),
+            "{record}"
+        );
+        assert!(
+            record.contains(r#"{"audience":"private","runnerId":"r1","runnerOwner":"bob","backendClass":"http","model":"m","untrusted":false,"stop":"end"}"#),
+            "{record}"
+        );
+        assert_eq!(
+            serve(
+                &mut store,
+                &site_ref,
+                &call(Endpoint::Result, &result, &sig),
+                NOW
+            )
+            .as_deref(),
+            Some(r#"{"accepted":false,"duplicate":true,"state":"ok"}"#),
+            "a replay"
+        );
+    }
+
+    #[test]
+    fn what_it_declines_leaves_the_store_unchanged() {
+        let Lane {
+            mut store,
+            site,
+            device,
+        } = lane();
+        let stranger = handle(42);
+        let site_ref = Site {
+            keys: &site,
+            lease_ms: 60_000.0,
+        };
+        let claim = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
+        let good = signature(&device, Endpoint::Claim, claim);
+        let forged = signature(&stranger, Endpoint::Claim, claim);
+        let before = all_jobs(&store);
+        // Valid, but not what the schema writes (key order): the general path reads it.
+        let reordered = claim.replace(
+            r#""protocolVersion":"2","runnerId":"r1""#,
+            r#""runnerId":"r1","protocolVersion":"2""#,
+        );
+        let reordered_sig = signature(&device, Endpoint::Claim, &reordered);
+        let other_runner = claim.replace("\"runnerId\":\"r1\"", "\"runnerId\":\"r2\"");
+        let other_sig = signature(&device, Endpoint::Claim, &other_runner);
+        let declined: Vec<(&str, Call<'_>, f64)> = vec![
+            ("forged", call(Endpoint::Claim, claim, &forged), NOW),
+            (
+                "stale",
+                call(Endpoint::Claim, claim, &good),
+                NOW + 600_000.0,
+            ),
+            (
+                "not canonical",
+                call(Endpoint::Claim, &reordered, &reordered_sig),
+                NOW,
+            ),
+            (
+                "another runner in the body",
+                call(Endpoint::Claim, &other_runner, &other_sig),
+                NOW,
+            ),
+            (
+                "unknown runner",
+                Call {
+                    runner_id: "r9",
+                    ..call(Endpoint::Claim, claim, &good)
+                },
+                NOW,
+            ),
+            (
+                "signed for another endpoint",
+                call(Endpoint::Fetch, claim, &good),
+                NOW,
+            ),
+            ("heartbeat", call(Endpoint::Heartbeat, claim, &good), NOW),
+            (
+                "odd timestamp",
+                Call {
+                    issued_at: "1764500000000.0",
+                    ..call(Endpoint::Claim, claim, &good)
+                },
+                NOW,
+            ),
+        ];
+        for (name, c, now) in declined {
+            assert_eq!(serve(&mut store, &site_ref, &c, now), None, "{name}");
+            assert_eq!(all_jobs(&store), before, "{name}: nothing changed");
+        }
+        store.people.revoke("r1", NOW);
+        assert_eq!(
+            serve(
+                &mut store,
+                &site_ref,
+                &call(Endpoint::Claim, claim, &good),
+                NOW
+            ),
+            None,
+            "revoked"
+        );
+        assert_eq!(all_jobs(&store), before);
+    }
+
     #[test]
     fn only_a_plain_decimal_timestamp_is_read_here() {
         assert_eq!(plain_timestamp("1764500000000"), Some(1_764_500_000_000.0));
