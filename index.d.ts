@@ -101,6 +101,14 @@ export declare class SiteKeyring {
    */
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null
   /**
+   * `sealCheckedPayload` and our store's `create` in one call, for an
+   * enqueue on our `NativeMemoryStore`: the at-rest envelope never
+   * becomes a JS object only to be handed back. The new record's row (see
+   * `NativeMemoryStore.create`), or the validator's refusal (nothing
+   * stored).
+   */
+  enqueueDirect(store: NativeMemoryStore, kind: unknown, payloadJson: string | undefined | null, jobId: string, envelopeDeadlineAt: number, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, now: number): string | { message: string }
+  /**
    * A signed `claim`, `fetch` or `result` served end to end on our
    * store (see `crate::direct::serve`): the answer's JSON text (status
    * 200), or `null` when the general path must answer, in which case
@@ -264,6 +272,11 @@ export interface PayloadCheck {
   textLength?: number
   sizeClass?: "small" | "medium" | "large"
   message?: string
+}
+
+/** `enqueueDirect`'s refusal: the payload validator's message. */
+export interface PayloadRefusal {
+  message: string
 }
 
 /** Provenance for a completed job; `untrusted` derived from the audience. */

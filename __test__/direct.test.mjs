@@ -11,7 +11,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { MemoryStore, createFetchHandler } from "../dist/index.js";
+import { ByollmApp, MemoryStore, createFetchHandler } from "../dist/index.js";
 import { serveDirect, servesDirectly } from "../dist/memory.js";
 import { native } from "../dist/native.js";
 
@@ -34,6 +34,11 @@ native.SiteKeyring.prototype.serveDirect = function (store, endpoint, ...rest) {
   const answer = nativeServe.call(this, store, endpoint, ...rest);
   if (answer !== null) servedNatively[endpoint] = (servedNatively[endpoint] ?? 0) + 1;
   return answer;
+};
+const nativeEnqueue = native.SiteKeyring.prototype.enqueueDirect;
+native.SiteKeyring.prototype.enqueueDirect = function (...args) {
+  servedNatively.enqueue = (servedNatively.enqueue ?? 0) + 1;
+  return nativeEnqueue.apply(this, args);
 };
 
 /** A JS store around ours: the handler cannot see the native store behind it. */
@@ -397,4 +402,65 @@ test("watchers hear the direct lane's writes", async () => {
   });
   assert.equal(done.text, '{"accepted":true,"state":"ok"}');
   assert.deepEqual(heard, ["job-a", "job-a"], "the completion");
+});
+
+test("enqueue on a plain MemoryStore: one native call, the same records and refusals as the general path", async () => {
+  for (const key of Object.keys(servedNatively)) delete servedNatively[key];
+  const now = () => T0;
+  const plain = new MemoryStore();
+  const behind = new MemoryStore();
+  const fast = new ByollmApp({ store: plain, siteKeys: SITE, now });
+  const slow = new ByollmApp({ store: jsStore(behind), siteKeys: SITE, now });
+  const inputs = [
+    { kind: "llm.generate", payload: { prompt: "hello" }, owner: "bob", id: "e-1" },
+    {
+      kind: "llm.chat",
+      payload: { messages: [{ role: "user", content: "caf\u00e9" }] },
+      owner: "bob",
+      id: "e-2",
+      audience: "team",
+      audienceAllow: ["alice", "carol"],
+      purpose: { label: "x", n: 1 },
+      ttlMs: 5_000,
+      deadlineAt: T0 + 60_000,
+      dependsOn: ["e-1"],
+    },
+    { kind: "llm.generate", payload: { prompt: "again" }, owner: "bob", id: "e-1" },
+    { kind: "llm.generate", payload: { prompt: "" }, owner: "bob", id: "e-3" },
+    { kind: "llm.embed", payload: { prompt: "x" }, owner: "bob", id: "e-4" },
+    { kind: 7, payload: { prompt: "x" }, owner: "bob", id: "e-5" },
+    { kind: "llm.generate", owner: "bob", id: "e-6" },
+    // Types only the general path takes (it validates the payload first, then the store refuses or takes them).
+    { kind: "llm.generate", payload: { prompt: "" }, owner: 42, id: "e-7" },
+    { kind: "llm.generate", payload: { prompt: "x" }, owner: "bob", id: "e-8", audienceAllow: new Set(["alice"]), audience: "team" },
+    { kind: "llm.generate", payload: { prompt: "x" }, owner: "bob", id: "e-9", purpose: { big: 1n } },
+    { kind: "llm.generate", payload: { prompt: "x" }, owner: "bob", id: "e-10", ttlMs: "soon" },
+  ];
+  const settle = async (promise) => {
+    try {
+      const handle = await promise;
+      return { ok: JSON.stringify({ ...handle.record, envelope: { ...handle.record.envelope, ciphertext: "" } }) };
+    } catch (error) {
+      return { threw: `${error?.constructor?.name}: ${error?.message}` };
+    }
+  };
+  for (const input of inputs) {
+    const a = await settle(fast.enqueue(input));
+    const b = await settle(slow.enqueue(input));
+    assert.deepEqual(a, b, JSON.stringify(input, (_, v) => (typeof v === "bigint" ? `${v}n` : v instanceof Set ? [...v] : v)));
+  }
+  assert.equal(servedNatively.enqueue, 7, "every input but the four with odd types went native");
+  for (const id of ["e-1", "e-2", "e-8"]) {
+    const a = await plain.get(id);
+    const b = await behind.get(id);
+    assert.deepEqual({ ...a, envelope: null }, { ...b, envelope: null }, id);
+    const opened = (record) =>
+      native.open({
+        envelope: record.envelope,
+        recipientKeys: SITE,
+        senderIdentityPublic: SITE.identityPublic,
+        expected: { jobId: id, senderKeyId: SITE_KEY_ID, recipientKeyId: SITE_KEY_ID, direction: "payload" },
+      }).plaintext;
+    assert.equal(opened(a), opened(b), `${id}: the same sealed payload`);
+  }
 });

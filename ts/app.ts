@@ -3,6 +3,7 @@
 import { CloudLane } from "./cloud.js";
 import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
+import { enqueueDirect, servesDirectly } from "./memory.js";
 import { native, type SiteKeyringHandle } from "./native.js";
 import type {
   AvailabilityQuery,
@@ -125,6 +126,18 @@ export class ByollmApp {
     // fields (a long prompt) goes over as its strings, and its JSON is
     // written on the thread pool.
     const fields = largeStringFields(input.payload);
+    if (fields === undefined && this.cloud === undefined && servesDirectly(this.#store)) {
+      // Our MemoryStore: validated, sealed and stored in one native call.
+      const json = payloadJson(input.payload);
+      if (json === undefined || json.length <= ASYNC_SEAL_THRESHOLD) {
+        const { payload: _payload, ...job } = input;
+        const stored = enqueueDirect(this.#store, this.#keyring, input.kind, json, { ...job, id }, deadlineAt, createdAt);
+        if (stored !== null) {
+          if ("message" in stored) throw new Error(payloadError(String(input.kind), stored.message));
+          return this.#handle(stored);
+        }
+      }
+    }
     let checked;
     if (fields !== undefined) {
       checked = await this.#keyring.sealStringFieldsAsync(input.kind, fields[0], fields[1], id, deadlineAt);
@@ -154,7 +167,10 @@ export class ByollmApp {
     );
     // The job is stored before it is published: a relay that is down delays routing, it loses nothing.
     await this.cloud?.publish(record);
+    return this.#handle(record);
+  }
 
+  #handle(record: JobRecord): JobHandle {
     return {
       id: record.id,
       record,

@@ -300,10 +300,19 @@ export interface DirectCall {
 }
 
 let serveDirectOn: (store: MemoryStore, keyring: SiteKeyringHandle, call: DirectCall, leaseMs: number, now: number) => string | null;
+let enqueueDirectOn: (
+  store: MemoryStore,
+  keyring: SiteKeyringHandle,
+  kind: unknown,
+  payloadJson: string | undefined,
+  job: DirectJob,
+  envelopeDeadlineAt: number,
+  now: number,
+) => JobRecord | { message: string } | null;
 let ownsNative: (store: object) => boolean;
 
 /** The store methods whose work a direct-lane call does natively. */
-const DIRECT_METHODS = ["getRunner", "get", "claim", "complete"] as const;
+const DIRECT_METHODS = ["getRunner", "get", "claim", "complete", "create"] as const;
 
 /**
  * Whether `store` is one of our MemoryStores exactly as this module made it:
@@ -338,6 +347,39 @@ export function serveDirect(
   return serveDirectOn(store, keyring, call, leaseMs, now);
 }
 
+/** What an enqueue stores besides its envelope and size class (`StoredJobInput`'s other fields). */
+export interface DirectJob {
+  readonly id: unknown;
+  readonly owner: unknown;
+  readonly audience?: unknown;
+  readonly purpose?: unknown;
+  readonly audienceAllow?: unknown;
+  readonly dependsOn?: unknown;
+  readonly ttlMs?: unknown;
+  readonly deadlineAt?: unknown;
+}
+
+const isStrings = (value: unknown): value is string[] =>
+  Array.isArray(value) && value.every((item) => typeof item === "string");
+
+/**
+ * Validate, seal at rest and store a job in one native call, for an enqueue
+ * on a store `servesDirectly` accepts: the new record, or the validator's
+ * refusal (nothing stored). Null when a field is of a type only the general
+ * path handles (it then fails the way it always has, in the same order).
+ */
+export function enqueueDirect(
+  store: MemoryStore,
+  keyring: SiteKeyringHandle,
+  kind: unknown,
+  payloadJson: string | undefined,
+  job: DirectJob,
+  envelopeDeadlineAt: number,
+  now: number,
+): JobRecord | { message: string } | null {
+  return enqueueDirectOn(store, keyring, kind, payloadJson, job, envelopeDeadlineAt, now);
+}
+
 export interface NativeMemoryStoreOptions extends MemoryStoreOptions {
   /**
    * Forget terminal jobs this many ms after they ended (checked by every
@@ -365,6 +407,45 @@ export class MemoryStore implements ByollmStore {
 
   static {
     ownsNative = (store) => #native in store;
+    enqueueDirectOn = (store, keyring, kind, payloadJson, job, envelopeDeadlineAt, now) => {
+      // The shapes \`create\` hands the native side without a throw; anything
+      // else goes the general way, which validates the payload first.
+      const { id, owner, audience, purpose, audienceAllow, dependsOn, ttlMs, deadlineAt } = job;
+      if (typeof id !== "string" || typeof owner !== "string") return null;
+      if (audience != null && typeof audience !== "string") return null;
+      const allow = audienceAllow ? (isStrings(audienceAllow) ? [...audienceAllow] : null) : undefined;
+      const after = dependsOn ? (isStrings(dependsOn) ? [...dependsOn] : null) : undefined;
+      if (allow === null || after === null) return null;
+      if (ttlMs != null && typeof ttlMs !== "number") return null;
+      if (deadlineAt != null && typeof deadlineAt !== "number") return null;
+      let purposeJson: string | undefined;
+      if (purpose !== undefined) {
+        try {
+          purposeJson = jsonOf(purpose);
+        } catch {
+          return null;
+        }
+      }
+      const answer = keyring.enqueueDirect(
+        store.#native,
+        kind,
+        payloadJson,
+        id,
+        envelopeDeadlineAt,
+        owner,
+        audience ?? undefined,
+        purposeJson,
+        allow,
+        after,
+        ttlMs ?? undefined,
+        deadlineAt ?? undefined,
+        now,
+      );
+      if (typeof answer !== "string") return answer;
+      const record = jobFromJson(answer, store.#lazy) as JobRecord;
+      store.#notify();
+      return record;
+    };
     serveDirectOn = (store, keyring, call, leaseMs, now) => {
       const answer = keyring.serveDirect(
         store.#native,

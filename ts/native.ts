@@ -102,6 +102,25 @@ export interface SiteKeyringHandle {
   ): Promise<SealedEnvelope | null>;
   openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): OpenResult;
   /**
+   * `sealCheckedPayload` and our native store's `create` in one call: the
+   * new record's row, or the validator's refusal (nothing stored).
+   */
+  enqueueDirect(
+    store: object,
+    kind: unknown,
+    payloadJson: string | undefined,
+    jobId: string,
+    envelopeDeadlineAt: number,
+    owner: string,
+    audience: string | undefined,
+    purposeJson: string | undefined,
+    audienceAllow: string[] | undefined,
+    dependsOn: string[] | undefined,
+    ttlMs: number | undefined,
+    deadlineAt: number | undefined,
+    now: number,
+  ): string | { message: string };
+  /**
    * A signed claim, fetch or result served end to end on our native store
    * (src/direct.rs): the answer's JSON text (status 200), or null when the
    * general path must answer it (nothing changed then).

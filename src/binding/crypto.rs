@@ -323,6 +323,12 @@ impl JsSealedPayload {
     }
 }
 
+/// `enqueueDirect`'s refusal: the payload validator's message.
+#[napi(object, js_name = "PayloadRefusal")]
+pub struct JsPayloadRefusal {
+    pub message: String,
+}
+
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(Status::InvalidArg, message.into())
 }
@@ -911,6 +917,73 @@ impl SiteKeyring {
         )
         .map(|o| o.map(JsSealedEnvelope::from))
         .map_err(seal_error)
+    }
+
+    /// `sealCheckedPayload` and our store's `create` in one call, for an
+    /// enqueue on our `NativeMemoryStore`: the at-rest envelope never
+    /// becomes a JS object only to be handed back. The new record's row (see
+    /// `NativeMemoryStore.create`), or the validator's refusal (nothing
+    /// stored).
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind, ts_return_type = "string | { message: string }")]
+    pub fn enqueue_direct<'env>(
+        &self,
+        env: &'env Env,
+        store: &mut crate::binding::store::NativeMemoryStore,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        job_id: String,
+        envelope_deadline_at: f64,
+        owner: String,
+        audience: Option<String>,
+        purpose_json: Option<String>,
+        audience_allow: Option<Vec<String>>,
+        depends_on: Option<Vec<String>>,
+        ttl_ms: Option<f64>,
+        deadline_at: Option<f64>,
+        now: f64,
+    ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
+        let (kind_text, display) = super::rules::payload_kind(kind)?;
+        let checked = seal_checked_core(
+            &self.inner,
+            kind_text.as_deref(),
+            &display,
+            payload_json.as_deref(),
+            &job_id,
+            envelope_deadline_at,
+        )
+        .map_err(seal_error)?;
+        let (sealed, size_class) = match checked {
+            Ok(done) => done,
+            Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
+        };
+        // The validator accepted the kind, so it is a string.
+        let kind = kind_text.unwrap_or_default();
+        store
+            .create_job(
+                env,
+                crate::store::JobInput {
+                    id: &job_id,
+                    kind: &kind,
+                    envelope: crate::store::EnvelopeInput::Sealed {
+                        ciphertext: &sealed.ciphertext,
+                        recipient_key_id: &sealed.recipient_key_id,
+                        sender_key_id: &sealed.sender_key_id,
+                        direction: &sealed.direction,
+                        deadline_at: sealed.deadline_at,
+                    },
+                    size_class,
+                    owner: &owner,
+                    audience: audience.as_deref(),
+                    purpose_json: purpose_json.as_deref(),
+                    audience_allow,
+                    depends_on,
+                    ttl_ms,
+                    deadline_at,
+                },
+                now,
+            )
+            .map(Either::A)
     }
 
     /// A signed `claim`, `fetch` or `result` served end to end on our

@@ -109,6 +109,19 @@ impl NativeMemoryStore {
 }
 
 impl NativeMemoryStore {
+    /// `create`, answering the new record's row (also the keyring's direct enqueue).
+    pub(super) fn create_job<'env>(
+        &mut self,
+        env: &'env Env,
+        input: JobInput<'_>,
+        now: f64,
+    ) -> Result<JsString<'env>> {
+        let r = self.inner.create(input, now);
+        self.out.clear();
+        self.inner.push_job_json(r, &mut self.out);
+        self.send(env)
+    }
+
     /// The core store, for the keyring's direct-lane requests.
     pub(super) fn core_mut(&mut self) -> &mut Store {
         &mut self.inner
@@ -229,7 +242,8 @@ impl NativeMemoryStore {
             (_, Some(json)) => EnvelopeInput::Raw(json),
             _ => EnvelopeInput::Raw("null"),
         };
-        let r = self.inner.create(
+        self.create_job(
+            env,
             JobInput {
                 id: &id,
                 kind: &kind,
@@ -244,10 +258,7 @@ impl NativeMemoryStore {
                 deadline_at,
             },
             now,
-        );
-        self.out.clear();
-        self.inner.push_job_json(r, &mut self.out);
-        self.send(env)
+        )
     }
 
     #[napi(catch_unwind)]
