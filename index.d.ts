@@ -43,6 +43,12 @@ export declare class NativeMemoryStore {
   /** `release`: the positions of the lease refs that were released. */
   release(runnerId: string, leases: Array<string>, refused: boolean, now: number): Array<number>
   /**
+   * `ByollmApp.result` on this store in one call: the expiry sweep, then
+   * the job's `{jobId, state, outcome?, provenance?}` as JSON, or `null`
+   * for an unknown job.
+   */
+  sweptResult(id: string, now: number): string | null
+  /**
    * The records the sweep changed, as one JSON array text or (for a sweep
    * that changed a great many) several.
    */

@@ -14,6 +14,7 @@ import { readFileSync } from "node:fs";
 import { ByollmApp, MemoryStore, createFetchHandler } from "../dist/index.js";
 import { serveDirect, servesDirectly } from "../dist/memory.js";
 import { native } from "../dist/native.js";
+import { binding } from "../dist/native-loader.js";
 
 const keys = JSON.parse(readFileSync(new URL("../tests/vectors/keys.json", import.meta.url), "utf8"));
 const SITE = keys.parties.site.storedKeys;
@@ -34,6 +35,11 @@ native.SiteKeyring.prototype.serveDirect = function (store, endpoint, ...rest) {
   const answer = nativeServe.call(this, store, endpoint, ...rest);
   if (answer !== null) servedNatively[endpoint] = (servedNatively[endpoint] ?? 0) + 1;
   return answer;
+};
+const nativeResult = binding.NativeMemoryStore.prototype.sweptResult;
+binding.NativeMemoryStore.prototype.sweptResult = function (...args) {
+  servedNatively.result = (servedNatively.result ?? 0) + 1;
+  return nativeResult.apply(this, args);
 };
 const nativeEnqueue = native.SiteKeyring.prototype.enqueueDirect;
 native.SiteKeyring.prototype.enqueueDirect = function (...args) {
@@ -463,4 +469,58 @@ test("enqueue on a plain MemoryStore: one native call, the same records and refu
       }).plaintext;
     assert.equal(opened(a), opened(b), `${id}: the same sealed payload`);
   }
+});
+
+test("app.result on a plain MemoryStore: one native call, the general path's answers", async () => {
+  for (const key of Object.keys(servedNatively)) delete servedNatively[key];
+  const clock = { now: T0 };
+  const now = () => clock.now;
+  const plain = new MemoryStore();
+  const behind = new MemoryStore();
+  const fast = new ByollmApp({ store: plain, siteKeys: SITE, now });
+  const slow = new ByollmApp({ store: jsStore(behind), siteKeys: SITE, now });
+  for (const app of [fast, slow]) {
+    await app.enqueue({ kind: "llm.generate", payload: { prompt: "a" }, owner: "bob", id: "r-1" });
+    await app.enqueue({ kind: "llm.generate", payload: { prompt: "b" }, owner: "bob", id: "r-2", ttlMs: 1_000 });
+    await app.enqueue({ kind: "llm.generate", payload: { prompt: "c" }, owner: "bob", id: "r-3" });
+  }
+  // r-3 completes with an outcome and provenance; r-2 expires by the sweep result() runs.
+  for (const store of [plain, behind]) {
+    const [job] = await store.claim({ runnerId: RUNNER, runnerOwner: "bob", capabilities: [CAP], max: 1, leaseMs: 60_000, now: T0 + 10 });
+    assert.equal(job.id, "r-1");
+    await store.complete({
+      jobId: "r-1",
+      runnerId: RUNNER,
+      holder: { by: "lease", leaseId: job.lease.id },
+      outcome: { outcome: "ok", text: "caf\u00e9" },
+      provenance: { audience: "private", runnerId: RUNNER, runnerOwner: "bob", backendClass: "http", model: "m", untrusted: false },
+      now: T0 + 20,
+    });
+  }
+  clock.now = T0 + 5_000;
+  const heard = [];
+  plain.subscribe("r-2", () => heard.push("r-2"));
+  for (const id of ["r-1", "r-2", "r-3", "nope"]) {
+    assert.deepEqual(await fast.result(id), await slow.result(id), id);
+  }
+  assert.deepEqual(heard, ["r-2"], "the sweep's expiry reached the watcher");
+  assert.deepEqual(await fast.result("r-1"), {
+    jobId: "r-1",
+    state: "ok",
+    outcome: { outcome: "ok", text: "caf\u00e9" },
+    provenance: { audience: "private", runnerId: RUNNER, runnerOwner: "bob", backendClass: "http", model: "m", untrusted: false },
+  });
+  assert.deepEqual(await fast.result("r-2"), { jobId: "r-2", state: "expired" });
+  assert.equal(await fast.result(42), await slow.result(42));
+  assert.equal(servedNatively.result, 6, "every string id read natively");
+  // A subclass that reads jobs its own way keeps it.
+  class Audited extends ByollmApp {
+    async job(jobId) {
+      const record = await super.job(jobId);
+      return record && { ...record, state: "audited" };
+    }
+  }
+  const audited = new Audited({ store: plain, siteKeys: SITE, now });
+  assert.equal((await audited.result("r-1")).state, "audited");
+  assert.equal(servedNatively.result, 6);
 });

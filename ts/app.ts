@@ -3,7 +3,7 @@
 import { CloudLane } from "./cloud.js";
 import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
-import { enqueueDirect, servesDirectly } from "./memory.js";
+import { enqueueDirect, servesDirectly, sweptResult } from "./memory.js";
 import { native, type SiteKeyringHandle } from "./native.js";
 import type {
   AvailabilityQuery,
@@ -189,6 +189,10 @@ export class ByollmApp {
 
   /** State, outcome and provenance. Check `provenance.untrusted` before showing the text as your own. */
   async result(jobId: string): Promise<DeliveredResult | null> {
+    // Our MemoryStore, read by this class's own `job`: one native call.
+    if (typeof jobId === "string" && this.job === ORIGINAL_JOB && servesDirectly(this.#store)) {
+      return sweptResult(this.#store, jobId, this.#now());
+    }
     const job = await this.job(jobId);
     if (!job) return null;
     return {
@@ -323,3 +327,6 @@ export function largeStringFields(payload: unknown): [string[], string[]] | unde
 function payloadError(kind: string, message: string): string {
   return message.startsWith("invalid ") ? message : `invalid ${kind} payload — ${message}`;
 }
+
+/** `ByollmApp.prototype.job` as defined here: `result` reads natively only when `job` is this one. */
+const ORIGINAL_JOB = ByollmApp.prototype.job;

@@ -10,6 +10,7 @@ import { binding as loaded } from "./native-loader.js";
 import type { SiteKeyringHandle } from "./native.js";
 import type {
   AdoptArgs,
+  DeliveredResult,
   ApproveArgs,
   ByollmStore,
   ClaimArgs,
@@ -66,6 +67,8 @@ export interface NativeMemoryStoreHandle {
   release(runnerId: string, leases: string[], refused: boolean, now: number): number[];
   /** One JSON array text, or several when the answer is too large for one JS string. */
   expireDue(now: number): string | string[];
+  /** The sweep, then `ByollmApp.result`'s answer for `jobId` as JSON (null: unknown job). */
+  sweptResult(jobId: string, now: number): string | null | undefined;
   cancel(jobId: string, now: number): string | null | undefined;
   listClaimedBy(runnerId: string): string;
   listCancelRequests(runnerId: string): string;
@@ -310,9 +313,19 @@ let enqueueDirectOn: (
   now: number,
 ) => JobRecord | { message: string } | null;
 let ownsNative: (store: object) => boolean;
+let sweptResultOn: (store: MemoryStore, jobId: string, now: number) => DeliveredResult | null;
+
+/**
+ * `ByollmApp.result` on a store `servesDirectly` accepts, in one native call:
+ * the expiry sweep, then the job's state, outcome and provenance, without
+ * the whole record. Watchers hear what the sweep changed.
+ */
+export function sweptResult(store: MemoryStore, jobId: string, now: number): DeliveredResult | null {
+  return sweptResultOn(store, jobId, now);
+}
 
 /** The store methods whose work a direct-lane call does natively. */
-const DIRECT_METHODS = ["getRunner", "get", "claim", "complete", "create"] as const;
+const DIRECT_METHODS = ["getRunner", "get", "claim", "complete", "create", "expireDue"] as const;
 
 /**
  * Whether `store` is one of our MemoryStores exactly as this module made it:
@@ -407,6 +420,11 @@ export class MemoryStore implements ByollmStore {
 
   static {
     ownsNative = (store) => #native in store;
+    sweptResultOn = (store, jobId, now) => {
+      const text = store.#native.sweptResult(jobId, now);
+      store.#notify();
+      return text == null ? null : (JSON.parse(text) as DeliveredResult);
+    };
     enqueueDirectOn = (store, keyring, kind, payloadJson, job, envelopeDeadlineAt, now) => {
       // The shapes \`create\` hands the native side without a throw; anything
       // else goes the general way, which validates the payload first.

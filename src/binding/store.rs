@@ -387,6 +387,27 @@ impl NativeMemoryStore {
             .collect()
     }
 
+    /// `ByollmApp.result` on this store in one call: the expiry sweep, then
+    /// the job's `{jobId, state, outcome?, provenance?}` as JSON, or `null`
+    /// for an unknown job.
+    #[napi(catch_unwind)]
+    pub fn swept_result<'env>(
+        &mut self,
+        env: &'env Env,
+        id: String,
+        now: f64,
+    ) -> Result<Option<JsString<'env>>> {
+        self.inner.expire_due_quietly(now);
+        match self.inner.get(&id) {
+            Some(r) => {
+                self.out.clear();
+                self.inner.push_result_json(r, &mut self.out);
+                self.send(env).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
     /// The records the sweep changed, as one JSON array text or (for a sweep
     /// that changed a great many) several.
     #[napi(catch_unwind, ts_return_type = "string | string[]")]

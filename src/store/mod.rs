@@ -1119,6 +1119,12 @@ impl Store {
         out.push(']');
     }
 
+    /// `expireDue` without the list of what it changed (the changes still
+    /// reach watchers through [`Store::drain_writes`]).
+    pub fn expire_due_quietly(&mut self, now: f64) {
+        self.sweep(now, None);
+    }
+
     /// Append the record at `slot` to a sweep's JSON array.
     /// `changed` is the output and the offset where the array's items start.
     fn snapshot(&self, slot: u32, changed: &mut Option<(&mut String, usize)>) {

@@ -184,6 +184,29 @@ impl Store {
         out.push(']');
     }
 
+    /// What `ByollmApp.result` answers for a job, as JSON for `JSON.parse`:
+    /// `{"jobId","state"}`, then `outcome` and `provenance` when the job
+    /// holds them (the keys are left out for `null`, as the app does).
+    pub fn push_result_json(&self, r: JobRef, out: &mut String) {
+        let Some(job) = self.live(r) else {
+            out.push_str("null");
+            return;
+        };
+        out.push_str("{\"jobId\":");
+        push_str(out, &job.id);
+        out.push_str(",\"state\":");
+        push_str(out, job.state.as_str());
+        for (key, value) in [("outcome", &job.outcome), ("provenance", &job.provenance)] {
+            if let Some(json) = value.as_deref().filter(|json| *json != "null") {
+                out.push_str(",\"");
+                out.push_str(key);
+                out.push_str("\":");
+                out.push_str(json);
+            }
+        }
+        out.push('}');
+    }
+
     /// A sealed envelope's parts, its ciphertext text appended to
     /// `ciphertext` (bare, no JSON quotes): how a store that leaves large
     /// envelopes out of its records hands one over when it is read. `None`

@@ -1458,3 +1458,56 @@ fn a_view_tells_the_sealed_ciphertext_length_without_encoding_it() {
     let r = store.create(raw, 1.0);
     assert_eq!(store.view(r).map(|v| v.sealed_ciphertext_chars), Some(None));
 }
+
+#[test]
+fn the_result_view_holds_state_outcome_and_provenance_only() {
+    let mut store = Store::new(StoreOptions::default());
+    let a = store.create(input("a", "bob"), 1.0);
+    let view = |store: &Store, r: JobRef| {
+        let mut out = String::new();
+        store.push_result_json(r, &mut out);
+        out
+    };
+    assert_eq!(view(&store, a), r#"{"jobId":"a","state":"queued"}"#);
+    let caps = [cap("llm.generate", "ollama", "private")];
+    let claimed = store.claim(&claim_args("r", "bob", &caps, 2.0));
+    let lease = store
+        .view(claimed[0])
+        .and_then(|j| j.lease)
+        .map(|l| l.id.to_string())
+        .unwrap_or_default();
+    let done = store.complete(&CompleteArgs {
+        job_id: "a",
+        runner_id: "r",
+        holder: Holder::Lease(&lease),
+        outcome_tag: "ok",
+        outcome_json: r#"{"outcome":"ok","text":"t"}"#,
+        provenance_json: r#"{"runnerId":"r"}"#,
+        provenance_runner: Some("r"),
+        now: 3.0,
+    });
+    assert!(done.accepted);
+    assert_eq!(
+        view(&store, a),
+        r#"{"jobId":"a","state":"ok","outcome":{"outcome":"ok","text":"t"},"provenance":{"runnerId":"r"}}"#
+    );
+    // An outcome given as `null` reads as none, as the app leaves out a null.
+    let b = store.create(input("b", "bob"), 1.0);
+    store.claim(&claim_args("r", "bob", &caps, 4.0));
+    let lease = store
+        .view(b)
+        .and_then(|j| j.lease)
+        .map(|l| l.id.to_string())
+        .unwrap_or_default();
+    store.complete(&CompleteArgs {
+        job_id: "b",
+        runner_id: "r",
+        holder: Holder::Lease(&lease),
+        outcome_tag: "",
+        outcome_json: "null",
+        provenance_json: "null",
+        provenance_runner: None,
+        now: 5.0,
+    });
+    assert_eq!(view(&store, b), r#"{"jobId":"b","state":"error"}"#);
+}
