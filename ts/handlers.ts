@@ -162,7 +162,7 @@ function checkValue(endpoint: Endpoint, body: unknown): CheckedBody {
   return checked.ok ? { ok: true, body: checked.body } : { ok: false };
 }
 
-let serveDirectChecked: (handlers: ByollmHandlers, endpoint: Endpoint, rawBody: string, headers: Headers) => string | null;
+let serveDirectFor: (handlers: ByollmHandlers, endpoint: Endpoint, rawBody: string, headers: Headers) => string | null;
 
 let dispatchChecked: (
   handlers: ByollmHandlers,
@@ -189,7 +189,7 @@ export class ByollmHandlers {
 
   static {
     dispatchChecked = (handlers, endpoint, checked, auth) => handlers.#dispatch(endpoint, checked, auth);
-    serveDirectChecked = (handlers, endpoint, rawBody, headers) => handlers.#serveDirect(endpoint, rawBody, headers);
+    serveDirectFor = (handlers, endpoint, rawBody, headers) => handlers.#serveDirect(endpoint, rawBody, headers);
   }
 
   constructor(config: HandlerConfig) {
@@ -280,6 +280,9 @@ export class ByollmHandlers {
     const store = this.#store;
     if (!servesDirectly(store)) return null;
     if (endpoint !== "claim" && endpoint !== "fetch" && endpoint !== "result") return null;
+    // A large result goes to the thread pool on the general path; its body
+    // is not copied across only to be declined there.
+    if (rawBody.length > ASYNC_CRYPTO_THRESHOLD) return null;
     const runnerId = headers.get("x-byollm-runner");
     const issuedAt = headers.get("x-byollm-issued-at");
     const signature = headers.get("x-byollm-signature");
@@ -518,7 +521,7 @@ export function serveDirectRequest(
   rawBody: string,
   headers: Headers,
 ): string | null {
-  return serveDirectChecked(handlers, endpoint, rawBody, headers);
+  return serveDirectFor(handlers, endpoint, rawBody, headers);
 }
 
 /** Dispatch a body the transport already checked against its schema (one parse per request). */

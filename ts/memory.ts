@@ -303,7 +303,8 @@ export interface DirectCall {
 }
 
 let serveDirectOn: (store: MemoryStore, keyring: SiteKeyringHandle, call: DirectCall, leaseMs: number, now: number) => string | null;
-let enqueueDirectOn: (
+/** See `enqueueDirect`. */
+type EnqueueDirect = (
   store: MemoryStore,
   keyring: SiteKeyringHandle,
   kind: unknown,
@@ -312,6 +313,7 @@ let enqueueDirectOn: (
   envelopeDeadlineAt: number,
   now: number,
 ) => JobRecord | { message: string } | null;
+let enqueueDirectOn: EnqueueDirect;
 let ownsNative: (store: object) => boolean;
 let sweptResultOn: (store: MemoryStore, jobId: string, now: number) => DeliveredResult | null;
 
@@ -381,17 +383,7 @@ const isStrings = (value: unknown): value is string[] =>
  * refusal (nothing stored). Null when a field is of a type only the general
  * path handles (it then fails the way it always has, in the same order).
  */
-export function enqueueDirect(
-  store: MemoryStore,
-  keyring: SiteKeyringHandle,
-  kind: unknown,
-  payloadJson: string | undefined,
-  job: DirectJob,
-  envelopeDeadlineAt: number,
-  now: number,
-): JobRecord | { message: string } | null {
-  return enqueueDirectOn(store, keyring, kind, payloadJson, job, envelopeDeadlineAt, now);
-}
+export const enqueueDirect: EnqueueDirect = (...args) => enqueueDirectOn(...args);
 
 export interface NativeMemoryStoreOptions extends MemoryStoreOptions {
   /**
@@ -426,7 +418,7 @@ export class MemoryStore implements ByollmStore {
       return text == null ? null : (JSON.parse(text) as DeliveredResult);
     };
     enqueueDirectOn = (store, keyring, kind, payloadJson, job, envelopeDeadlineAt, now) => {
-      // The shapes \`create\` hands the native side without a throw; anything
+      // The shapes `create` hands the native side without a throw; anything
       // else goes the general way, which validates the payload first.
       const { id, owner, audience, purpose, audienceAllow, dependsOn, ttlMs, deadlineAt } = job;
       if (typeof id !== "string" || typeof owner !== "string") return null;

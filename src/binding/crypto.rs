@@ -602,7 +602,7 @@ pub fn open(opts: OpenOptions) -> JsOpenResult {
     let envelope = envelope::SealedEnvelope::from(opts.envelope);
     // Unusable recipient keys are just a box that does not open.
     let recipient = with_parsed(|c| c.encryption(&opts.recipient_keys.encryption_private)).ok();
-    let sender = cached_key(&opts.sender_identity_public);
+    let sender = signing::pinned_key(&opts.sender_identity_public);
     let recipient = recipient
         .as_ref()
         .map(|(secret, public)| envelope::Recipient { secret, public });
@@ -644,13 +644,9 @@ pub fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<SignedRequ
     })
 }
 
-fn cached_key(identity_public: &str) -> Option<ed25519_dalek::VerifyingKey> {
-    signing::pinned_key(identity_public)
-}
-
 #[napi(catch_unwind, ts_return_type = "null | \"stale\" | \"bad-signature\"")]
 pub fn verify_request(opts: VerifyRequestOptions) -> Option<&'static str> {
-    let key = cached_key(&opts.identity_public);
+    let key = signing::pinned_key(&opts.identity_public);
     let signature = RequestSignature {
         runner_id: opts.signature.runner_id,
         issued_at: opts.signature.issued_at,
