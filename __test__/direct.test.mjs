@@ -524,3 +524,46 @@ test("app.result on a plain MemoryStore: one native call, the general path's ans
   assert.equal((await audited.result("r-1")).state, "audited");
   assert.equal(servedNatively.result, 6);
 });
+
+test("a job claimed again by another device after its lease lapsed is fetched sealed to that device", async () => {
+  // The first claim starts the payload's reseal for DEVICE ahead of its fetch
+  // (src/direct/ahead.rs); the second runner's fetch must not get it.
+  const clock = { now: T0 };
+  const store = new MemoryStore();
+  const handler = createFetchHandler({ store, siteKeys: SITE, verificationUrl: `${ORIGIN}/pair`, now: () => clock.now, leaseMs: 20_000 });
+  await pairRunner(store);
+  await pairRunner(store, STRANGER, "runner-two", "bob");
+  await store.create(JOBS[0], T0);
+  const s = { clock, handler };
+  const claim = async (device, runnerId) => {
+    const { raw, headers } = signed("claim", { protocolVersion: "2", runnerId, capabilities: [CAP], max: 1 }, { device, runnerId, issuedAt: clock.now });
+    const answer = await handler(new Request(`${ORIGIN}/byollm/claim`, { method: "POST", headers, body: raw }));
+    return (await answer.json()).jobs;
+  };
+  const fetchAs = async (device, runnerId, leaseId) => {
+    const body = { protocolVersion: "2", runnerId, jobId: "job-a", leaseId };
+    return post(s, "fetch", body, { device, runnerId });
+  };
+  const before = servedNatively.fetch ?? 0;
+  const [first] = await claim(DEVICE, RUNNER);
+  assert.equal(first.id, "job-a");
+  clock.now += 25_000;
+  await store.expireDue(clock.now);
+  const [again] = await claim(STRANGER, "runner-two");
+  assert.equal(again?.id, "job-a", "claimable again once the first lease lapsed");
+
+  assert.equal((await fetchAs(DEVICE, RUNNER, first.lease.id)).status, 404, "the lapsed lease fetches nothing");
+  const fetched = await fetchAs(STRANGER, "runner-two", again.lease.id);
+  assert.equal(fetched.status, 200);
+  assert.equal(servedNatively.fetch ?? 0, before + 1, "served by the direct lane");
+  const envelope = JSON.parse(fetched.text).envelope;
+  assert.equal(envelope.recipientKeyId, native.keyId(STRANGER.identityPublic));
+  const opened = native.open({
+    envelope,
+    recipientKeys: STRANGER,
+    senderIdentityPublic: SITE.identityPublic,
+    expected: { jobId: "job-a", senderKeyId: SITE_KEY_ID, recipientKeyId: native.keyId(STRANGER.identityPublic), direction: "payload" },
+  });
+  assert.equal(opened.ok, true, JSON.stringify(opened));
+  assert.equal(opened.plaintext, JSON.stringify({ prompt: "first" }));
+});

@@ -13,6 +13,8 @@
 //! calls them through the binding: [`deadline_for`], [`fetch_lease_held`],
 //! [`result_lease_refused`].
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::audience::{self, Audience, BackendClass, ProvenanceInput, StopReason};
@@ -23,6 +25,8 @@ use crate::keys::{KeyHandle, PublicIdentity};
 use crate::signing::{self, RequestSignature};
 use crate::store::{ClaimArgs, ClaimCapability, CompleteArgs, Holder, JobView, LeaseView, Store};
 use crate::wire::{self, Endpoint};
+
+pub mod ahead;
 
 /// Envelopes from this many ciphertext characters are sealed and opened on
 /// the thread pool by the general path, off the event loop.
@@ -167,8 +171,11 @@ pub struct Call<'a> {
 /// The site serving it.
 #[derive(Clone, Copy)]
 pub struct Site<'a> {
-    pub keys: &'a KeyHandle,
+    pub keys: &'a Arc<KeyHandle>,
     pub lease_ms: f64,
+    /// Where a granted lease's reseal starts ahead of its fetch
+    /// ([`ahead`]); `None` reseals at fetch time.
+    pub reseals: Option<&'a ahead::Reseals>,
 }
 
 /// The answer (status 200, this JSON text) to `call`, or `None` when the
@@ -312,6 +319,11 @@ fn claim(
         }
         first = false;
         write_stub(&mut out, &job, &lease, site_id, now);
+        if let Some(reseals) = site.reseals {
+            if let Some(inputs) = reseal_inputs(store, site, r, job.id, job.created_at, runner) {
+                reseals.start(inputs);
+            }
+        }
     }
     out.push_str("],\"leaseMs\":");
     push_number(&mut out, site.lease_ms);
@@ -376,21 +388,18 @@ fn fetch(store: &mut Store, site: &Site<'_>, runner: &RunnerFacts, doc: &Doc) ->
     ) {
         return None;
     }
-    if job.sealed_ciphertext_chars? > ASYNC_CRYPTO_THRESHOLD {
-        return None;
-    }
-    let created_at = job.created_at;
-    let mut ciphertext = String::new();
-    let parts = store.sealed_envelope_parts(r, &mut ciphertext)?;
-    let at_rest = envelope::SealedEnvelope {
-        ciphertext,
-        recipient_key_id: parts.recipient_key_id.to_owned(),
-        sender_key_id: parts.sender_key_id.to_owned(),
-        direction: parts.direction.to_owned(),
-        deadline_at: parts.deadline_at,
+    let inputs = reseal_inputs(store, site, r, job_id, job.created_at, runner)?;
+    let resealed = match site.reseals.and_then(|reseals| reseals.take(&inputs)) {
+        Some(kept) => kept,
+        None => reseal_for_device(
+            site.keys,
+            &inputs.at_rest,
+            job_id,
+            inputs.created_at,
+            &runner.device,
+        ),
     };
-    let sealed =
-        reseal_for_device(site.keys, &at_rest, job_id, created_at, &runner.device).ok()??;
+    let sealed = resealed.ok()??;
     let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
     out.push_str("{\"envelope\":{\"ciphertext\":");
     write_json_str(&sealed.ciphertext, &mut out);
@@ -404,6 +413,37 @@ fn fetch(store: &mut Store, site: &Site<'_>, runner: &RunnerFacts, doc: &Doc) ->
     push_number(&mut out, sealed.deadline_at);
     out.push_str("}}");
     Some(out)
+}
+
+/// What the reseal of job `r` for `runner`'s device is computed from;
+/// `None` when the lane does not reseal it (no sealed envelope, or one
+/// large enough for the thread pool).
+fn reseal_inputs(
+    store: &Store,
+    site: &Site<'_>,
+    r: crate::store::JobRef,
+    job_id: &str,
+    created_at: f64,
+    runner: &RunnerFacts,
+) -> Option<ahead::Inputs> {
+    if store.view(r)?.sealed_ciphertext_chars? > ASYNC_CRYPTO_THRESHOLD {
+        return None;
+    }
+    let mut ciphertext = String::new();
+    let parts = store.sealed_envelope_parts(r, &mut ciphertext)?;
+    Some(ahead::Inputs {
+        site: Arc::clone(site.keys),
+        job_id: job_id.to_owned(),
+        at_rest: envelope::SealedEnvelope {
+            ciphertext,
+            recipient_key_id: parts.recipient_key_id.to_owned(),
+            sender_key_id: parts.sender_key_id.to_owned(),
+            direction: parts.direction.to_owned(),
+            deadline_at: parts.deadline_at,
+        },
+        created_at,
+        device: runner.device.clone(),
+    })
 }
 
 fn result(
@@ -594,7 +634,7 @@ mod tests {
 
     struct Lane {
         store: Store,
-        site: KeyHandle,
+        site: Arc<KeyHandle>,
         device: KeyHandle,
     }
 
@@ -612,7 +652,7 @@ mod tests {
     /// A store with runner `r1` (owner bob, paired with `device`) and one job
     /// for bob, sealed at rest by `site`.
     fn lane() -> Lane {
-        let (site, device) = (handle(1), handle(7));
+        let (site, device) = (Arc::new(handle(1)), handle(7));
         let mut store = Store::new(StoreOptions::default());
         let mut pairing = serde_json::Map::new();
         let identity = device.public_identity();
@@ -699,6 +739,7 @@ mod tests {
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
+            reseals: None,
         };
         let claim = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
         let sig = signature(&device, Endpoint::Claim, claim);
@@ -827,6 +868,7 @@ mod tests {
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
+            reseals: None,
         };
         let claim = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
         let good = signature(&device, Endpoint::Claim, claim);

@@ -1013,6 +1013,7 @@ impl SiteKeyring {
         let site = crate::direct::Site {
             keys: &self.inner,
             lease_ms,
+            reseals: crate::direct::ahead::Reseals::global(),
         };
         match crate::direct::serve(store.core_mut(), &site, &call, now) {
             // Answers are ASCII but for the odd id or model name; V8 takes

@@ -1,0 +1,514 @@
+//! Reseal ahead: when the direct lane grants a lease, the payload's reseal
+//! for the device holding it starts at once on a background thread, so the
+//! `fetch` the daemon sends next finds its envelope ready instead of opening
+//! and sealing on the event loop.
+//!
+//! A daemon fetches every job it claims, right after the claim; the reseal
+//! it needs depends only on the job's at-rest envelope, the site's keys and
+//! the device's public keys, all known at claim time. So the work is the
+//! same work, done earlier and on the other core, while the claim's answer
+//! travels and the daemon reads it.
+//!
+//! What is kept is exactly what `fetch` would compute: a sealed envelope
+//! (ciphertext for the device) or the failure the reseal gave. A fetch uses
+//! it only when every input it was computed from is still the input the
+//! fetch has (the job, its at-rest envelope, the site's keys, the device's
+//! keys); anything else is computed inline, as before. Nothing here decides
+//! whether a fetch is allowed: the lane checks the signature and the lease
+//! first, then asks for the envelope.
+//!
+//! Bounded: at most [`MAX_KEPT`] reseals are kept (a claimed job that is
+//! never fetched is dropped oldest first); one thread does the work; a
+//! fetch waits for a reseal already running for at most [`MAX_WAIT`], and
+//! one still queued is taken back and done inline. No thread (WebAssembly,
+//! or a spawn refused) means every reseal is done inline.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::envelope::{SealError, SealedEnvelope};
+use crate::keys::{KeyHandle, PublicIdentity};
+
+/// Reseals kept at once (about 5 KB each: the at-rest copy and the result).
+pub const MAX_KEPT: usize = 1024;
+/// How long a fetch spins for a running reseal before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
+/// The longest a fetch waits for a reseal the thread is running.
+pub const MAX_WAIT: Duration = Duration::from_millis(20);
+
+/// What a reseal gives: the envelope for the device, `Ok(None)` when the
+/// at-rest envelope does not open, `Err` when the device's key cannot be
+/// sealed to ([`super::reseal_for_device`]).
+pub type Resealed = Result<Option<SealedEnvelope>, SealError>;
+
+/// Everything a reseal is computed from.
+pub struct Inputs {
+    pub site: Arc<KeyHandle>,
+    pub job_id: String,
+    pub at_rest: SealedEnvelope,
+    pub created_at: f64,
+    pub device: PublicIdentity,
+}
+
+impl Inputs {
+    fn reseal(&self) -> Resealed {
+        super::reseal_for_device(
+            &self.site,
+            &self.at_rest,
+            &self.job_id,
+            self.created_at,
+            &self.device,
+        )
+    }
+
+    /// Whether a reseal computed from `self` is the one `other` asks for.
+    /// Equal public keys mean equal secrets (both are derived from them).
+    fn serves(&self, other: &Inputs) -> bool {
+        let same_site = Arc::ptr_eq(&self.site, &other.site)
+            || (self.site.key_id() == other.site.key_id()
+                && self.site.encryption_public() == other.site.encryption_public()
+                && self.site.signing_key().verifying_key()
+                    == other.site.signing_key().verifying_key());
+        same_site
+            && self.job_id == other.job_id
+            && self.created_at.to_bits() == other.created_at.to_bits()
+            && self.device == other.device
+            && self.at_rest == other.at_rest
+    }
+}
+
+enum Slot {
+    Queued(Arc<Inputs>),
+    Running(Arc<Inputs>),
+    Done(Arc<Inputs>, Resealed),
+}
+
+impl Slot {
+    fn inputs(&self) -> &Arc<Inputs> {
+        match self {
+            Slot::Queued(i) | Slot::Running(i) | Slot::Done(i, _) => i,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// By job id.
+    slots: HashMap<String, Slot>,
+    /// Job ids in the order they were started, for eviction (may name jobs
+    /// already taken; compacted when it grows past twice the bound).
+    order: VecDeque<String>,
+    /// Job ids for the thread, in order.
+    queue: VecDeque<String>,
+    /// Set when the owner is dropped: the thread ends.
+    closed: bool,
+    /// The thread is blocked waiting for work (a `start` must wake it).
+    parked: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// The thread waits here for work.
+    work: Condvar,
+    /// Fetches wait here for a running reseal.
+    done: Condvar,
+}
+
+/// Reseals started ahead, and the thread that computes them.
+pub struct Reseals {
+    shared: Arc<Shared>,
+}
+
+impl Reseals {
+    /// The process's own: one thread for every site and store in it.
+    /// `None` where no thread can be started (the lane reseals inline).
+    pub fn global() -> Option<&'static Reseals> {
+        static GLOBAL: OnceLock<Option<Reseals>> = OnceLock::new();
+        GLOBAL.get_or_init(Reseals::new).as_ref()
+    }
+
+    /// A new set with its own thread; `None` when the thread cannot start.
+    pub fn new() -> Option<Reseals> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        spawn_worker(Arc::clone(&shared)).then_some(Reseals { shared })
+    }
+
+    /// Start the reseal `inputs` describe (replacing one kept for the same job).
+    pub fn start(&self, inputs: Inputs) {
+        let shared = &*self.shared;
+        let Ok(mut state) = shared.state.lock() else {
+            return;
+        };
+        let job_id = inputs.job_id.clone();
+        while state.slots.len() >= MAX_KEPT {
+            let Some(oldest) = state.order.pop_front() else {
+                break;
+            };
+            state.slots.remove(&oldest);
+        }
+        if state.order.len() > 2 * MAX_KEPT {
+            let State { slots, order, .. } = &mut *state;
+            order.retain(|id| slots.contains_key(id));
+        }
+        state
+            .slots
+            .insert(job_id.clone(), Slot::Queued(Arc::new(inputs)));
+        state.order.push_back(job_id.clone());
+        if state.queue.len() >= MAX_KEPT {
+            // More claims than the thread keeps up with: the oldest waiting
+            // reseal is left to its fetch.
+            state.queue.pop_front();
+        }
+        state.queue.push_back(job_id);
+        let parked = state.parked;
+        drop(state);
+        if parked {
+            shared.work.notify_one();
+        }
+    }
+
+    /// The reseal kept for `inputs`, taken out (waiting for it if the thread
+    /// is running it); `None` when there is none to use and the caller
+    /// reseals.
+    pub fn take(&self, inputs: &Inputs) -> Option<Resealed> {
+        let shared = &*self.shared;
+        let mut state = shared.state.lock().ok()?;
+        let asked = Instant::now();
+        let deadline = asked + MAX_WAIT;
+        let spin_until = asked + SPIN;
+        loop {
+            match state.slots.get(&inputs.job_id) {
+                Some(Slot::Running(kept)) if kept.serves(inputs) => {
+                    let now = Instant::now();
+                    let left = deadline.checked_duration_since(now)?;
+                    if now < spin_until {
+                        // It finishes within microseconds: blocking would
+                        // cost more in waking up than the wait itself.
+                        drop(state);
+                        for _ in 0..64 {
+                            std::hint::spin_loop();
+                        }
+                        state = shared.state.lock().ok()?;
+                    } else {
+                        let (next, _) = shared.done.wait_timeout(state, left).ok()?;
+                        state = next;
+                    }
+                }
+                Some(Slot::Done(kept, _)) if kept.serves(inputs) => {
+                    return match state.slots.remove(&inputs.job_id) {
+                        Some(Slot::Done(_, resealed)) => Some(resealed),
+                        _ => None,
+                    };
+                }
+                Some(_) => {
+                    // Still queued (the caller is as quick), or computed
+                    // from other inputs.
+                    state.slots.remove(&inputs.job_id);
+                    return None;
+                }
+                None => return None,
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.shared.state.lock().map_or(0, |s| s.slots.len())
+    }
+
+    #[cfg(test)]
+    fn finished(&self, job_id: &str) -> bool {
+        self.shared.state.lock().is_ok_and(|s| {
+            !matches!(
+                s.slots.get(job_id),
+                Some(Slot::Queued(_) | Slot::Running(_))
+            )
+        })
+    }
+}
+
+impl Drop for Reseals {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.shared.state.lock() {
+            state.closed = true;
+        }
+        self.shared.work.notify_all();
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn spawn_worker(shared: Arc<Shared>) -> bool {
+    std::thread::Builder::new()
+        .name("byollm-reseal".into())
+        .spawn(move || work(&shared))
+        .is_ok()
+}
+
+#[cfg(target_arch = "wasm32")]
+fn spawn_worker(_: Arc<Shared>) -> bool {
+    false
+}
+
+/// The thread: take the oldest queued reseal, compute it unlocked, keep it.
+/// (WebAssembly has no thread to run it.)
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+fn work(shared: &Shared) {
+    let Ok(mut state) = shared.state.lock() else {
+        return;
+    };
+    loop {
+        if state.closed {
+            return;
+        }
+        let Some(job_id) = state.queue.pop_front() else {
+            state.parked = true;
+            state = match shared.work.wait(state) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+            state.parked = false;
+            continue;
+        };
+        let inputs = match state.slots.get_mut(&job_id) {
+            Some(slot @ Slot::Queued(_)) => {
+                let inputs = Arc::clone(slot.inputs());
+                *slot = Slot::Running(Arc::clone(&inputs));
+                inputs
+            }
+            _ => continue,
+        };
+        drop(state);
+        // Not expected to unwind; if it did, the fetch reseals inline and
+        // the thread goes on.
+        let resealed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inputs.reseal())).ok();
+        state = match shared.state.lock() {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        let still_ours = matches!(
+            state.slots.get(&job_id),
+            Some(Slot::Running(kept)) if Arc::ptr_eq(kept, &inputs)
+        );
+        if still_ours {
+            match resealed {
+                Some(r) => {
+                    state.slots.insert(job_id, Slot::Done(inputs, r));
+                }
+                None => {
+                    state.slots.remove(&job_id);
+                }
+            }
+        }
+        shared.done.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::{self, Text};
+    use crate::keys::StoredKeys;
+
+    fn handle(seed: u8) -> Arc<KeyHandle> {
+        match KeyHandle::new(StoredKeys::from_secrets(
+            &[seed; 32],
+            &[seed.wrapping_add(1); 32],
+            1,
+        )) {
+            Ok(h) => Arc::new(h),
+            Err(e) => panic!("keys: {e}"),
+        }
+    }
+
+    fn inputs(site: &Arc<KeyHandle>, device: &KeyHandle, job_id: &str) -> Inputs {
+        let context = envelope::Context {
+            job_id: job_id.into(),
+            sender_key_id: site.key_id().into(),
+            recipient_key_id: site.key_id().into(),
+            deadline_at: 1_000.0 + envelope::ENVELOPE_MAX_AGE_MS,
+            direction: "payload".into(),
+        };
+        let at_rest = match envelope::seal_with_handle(
+            Text::Utf8("{\"prompt\":\"hi\"}"),
+            site,
+            &site.keys().encryption_public,
+            &context,
+        ) {
+            Ok(s) => s,
+            Err(e) => panic!("seal: {e}"),
+        };
+        Inputs {
+            site: Arc::clone(site),
+            job_id: job_id.into(),
+            at_rest,
+            created_at: 1_000.0,
+            device: device.public_identity(),
+        }
+    }
+
+    fn opens_for(device: &KeyHandle, site: &KeyHandle, job_id: &str, sealed: &SealedEnvelope) {
+        let expected = envelope::Expected {
+            job_id: job_id.into(),
+            sender_key_id: site.key_id().into(),
+            recipient_key_id: device.key_id().into(),
+            direction: "payload".into(),
+        };
+        match envelope::open_with_handle(sealed, device, site.identity_key(), &expected) {
+            Ok(text) => assert_eq!(text.as_str(), "{\"prompt\":\"hi\"}"),
+            Err(e) => panic!("the device could not open the kept reseal: {e:?}"),
+        }
+    }
+
+    fn reseals() -> Reseals {
+        match Reseals::new() {
+            Some(r) => r,
+            None => panic!("no thread"),
+        }
+    }
+
+    /// Wait until the thread has finished the reseal for `job_id`.
+    fn settle(reseals: &Reseals, job_id: &str) {
+        for _ in 0..5_000 {
+            if reseals.finished(job_id) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("the reseal for {job_id} never finished");
+    }
+
+    #[test]
+    fn a_started_reseal_is_taken_once_and_opens_for_the_device() {
+        let reseals = reseals();
+        let (site, device) = (handle(31), handle(37));
+        reseals.start(inputs(&site, &device, "job-1"));
+        settle(&reseals, "job-1");
+        // A fresh at-rest seal of the same text is another envelope:
+        // what was kept does not serve it.
+        assert!(reseals.take(&inputs(&site, &device, "job-1")).is_none());
+
+        let first = inputs(&site, &device, "job-2");
+        let at_rest = first.at_rest.clone();
+        reseals.start(first);
+        settle(&reseals, "job-2");
+        let same = Inputs {
+            at_rest,
+            ..inputs(&site, &device, "job-2")
+        };
+        match reseals.take(&same) {
+            Some(Ok(Some(sealed))) => opens_for(&device, &site, "job-2", &sealed),
+            Some(Ok(None)) => panic!("kept as not opening"),
+            Some(Err(e)) => panic!("kept as a seal error: {e}"),
+            None => panic!("nothing kept"),
+        }
+        assert!(reseals.take(&same).is_none(), "taken twice");
+    }
+
+    #[test]
+    fn a_fetch_right_after_the_claim_gets_the_reseal_or_reseals_inline() {
+        // No settling: the take races the thread. Whatever it finds, a kept
+        // reseal opens for the device and nothing is handed out twice.
+        let reseals = reseals();
+        let (site, device) = (handle(71), handle(73));
+        for n in 0..50 {
+            let job_id = format!("race-{n}");
+            let first = inputs(&site, &device, &job_id);
+            let at_rest = first.at_rest.clone();
+            reseals.start(first);
+            let same = Inputs {
+                at_rest,
+                ..inputs(&site, &device, &job_id)
+            };
+            if let Some(kept) = reseals.take(&same) {
+                match kept {
+                    Ok(Some(sealed)) => opens_for(&device, &site, &job_id, &sealed),
+                    _ => panic!("a good at-rest envelope kept as a failure"),
+                }
+            }
+            assert!(reseals.take(&same).is_none(), "taken twice");
+        }
+    }
+
+    #[test]
+    fn a_reseal_for_another_device_is_not_used_and_the_same_keys_are_the_same_site() {
+        let reseals = reseals();
+        let (site, device, other) = (handle(41), handle(43), handle(47));
+        let first = inputs(&site, &device, "job-3");
+        let at_rest = first.at_rest.clone();
+        reseals.start(first);
+        settle(&reseals, "job-3");
+        let for_other = Inputs {
+            at_rest: at_rest.clone(),
+            ..inputs(&site, &other, "job-3")
+        };
+        assert!(reseals.take(&for_other).is_none(), "another device");
+        let right = Inputs {
+            at_rest,
+            ..inputs(&site, &device, "job-3")
+        };
+        assert!(reseals.take(&right).is_none(), "dropped after the mismatch");
+
+        let twin = handle(41);
+        let first = inputs(&site, &device, "job-4");
+        let at_rest = first.at_rest.clone();
+        reseals.start(first);
+        settle(&reseals, "job-4");
+        let via_twin = Inputs {
+            at_rest,
+            ..inputs(&twin, &device, "job-4")
+        };
+        assert!(
+            matches!(reseals.take(&via_twin), Some(Ok(Some(_)))),
+            "the same keys through another handle"
+        );
+    }
+
+    #[test]
+    fn a_failed_reseal_is_kept_as_the_failure() {
+        let reseals = reseals();
+        let (site, device) = (handle(51), handle(53));
+        let mut broken = inputs(&site, &device, "job-5");
+        broken.at_rest.ciphertext.replace_range(0..4, "AAAA");
+        let at_rest = broken.at_rest.clone();
+        reseals.start(broken);
+        settle(&reseals, "job-5");
+        let asked = Inputs {
+            at_rest,
+            ..inputs(&site, &device, "job-5")
+        };
+        assert!(matches!(reseals.take(&asked), Some(Ok(None))));
+    }
+
+    #[test]
+    fn at_most_max_kept_reseals_are_kept_and_the_newest_survive() {
+        let reseals = reseals();
+        let (site, device) = (handle(61), handle(67));
+        let template = inputs(&site, &device, "bound");
+        let for_job = |n: usize| Inputs {
+            site: Arc::clone(&site),
+            job_id: format!("bound-{n}"),
+            at_rest: template.at_rest.clone(),
+            created_at: template.created_at,
+            device: template.device.clone(),
+        };
+        let last = MAX_KEPT + 10;
+        for n in 0..=last {
+            reseals.start(for_job(n));
+        }
+        assert!(reseals.kept() <= MAX_KEPT, "{} kept", reseals.kept());
+        settle(&reseals, &format!("bound-{last}"));
+        assert!(
+            reseals.take(&for_job(0)).is_none(),
+            "the oldest was dropped"
+        );
+        // Wrong job id in the at-rest context: it does not open, and that
+        // failure is what is kept.
+        assert!(matches!(reseals.take(&for_job(last)), Some(Ok(None))));
+    }
+}
