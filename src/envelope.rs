@@ -382,10 +382,22 @@ fn seal_box_keyed_into(
 ) -> Option<Zeroizing<[u8; 32]>> {
     let ephemeral_public = *XPublicKey::from(ephemeral).as_bytes();
     let key = seal_box_key(ephemeral, recipient_public)?;
-    let nonce: [u8; 24] = seal_nonce(&ephemeral_public, recipient_public).into();
+    seal_box_with_key_into(&ephemeral_public, key, recipient_public, message, out)
+}
+
+/// The sealed box of `message` under an ephemeral public key and the box
+/// key it shares with the recipient, into `out` (cleared first).
+fn seal_box_with_key_into(
+    ephemeral_public: &[u8; 32],
+    key: Zeroizing<[u8; 32]>,
+    recipient_public: &[u8; 32],
+    message: &[u8],
+    out: &mut Vec<u8>,
+) -> Option<Zeroizing<[u8; 32]>> {
+    let nonce: [u8; 24] = seal_nonce(ephemeral_public, recipient_public).into();
     out.clear();
     out.reserve(SEAL_OVERHEAD + message.len());
-    out.extend_from_slice(&ephemeral_public);
+    out.extend_from_slice(ephemeral_public);
     out.extend_from_slice(&[0u8; 16]);
     out.extend_from_slice(message);
     // Through crate::secretbox (SSE2 Salsa20 on x86_64), as open does.
@@ -476,9 +488,26 @@ fn seal_to<R: RngCore + CryptoRng>(
         let signature =
             b64::encode_url(&ed25519_dalek::Signer::sign(sender, body.as_bytes()).to_bytes());
         write_inner_json(body.as_bytes(), &signature, inner);
-        let ephemeral = random_secret(rng);
-        let key = seal_box_keyed_into(&ephemeral, recipient, inner.as_bytes(), sealed)
-            .ok_or(SealError::RecipientKeyWeak)?;
+        // A seal to our own key takes a spare ephemeral key made ahead on
+        // the background thread when there is one (see `spares`).
+        #[cfg(not(target_arch = "wasm32"))]
+        let spare = if to_self {
+            spares::take(recipient)
+        } else {
+            None
+        };
+        #[cfg(target_arch = "wasm32")]
+        let spare: Option<spares::Spare> = None;
+        let key = match spare {
+            Some(spares::Spare { public, key }) => {
+                seal_box_with_key_into(&public, key, recipient, inner.as_bytes(), sealed)
+            }
+            None => {
+                let ephemeral = random_secret(rng);
+                seal_box_keyed_into(&ephemeral, recipient, inner.as_bytes(), sealed)
+            }
+        }
+        .ok_or(SealError::RecipientKeyWeak)?;
         #[cfg(not(target_arch = "wasm32"))]
         if to_self && sealed.len() < own_seals::REMEMBER_BELOW {
             own_seals::remember(sealed, key, recipient, sender.verifying_key().as_bytes());
@@ -542,6 +571,137 @@ pub fn seal_with_handle(
         context,
         to_self,
     )
+}
+
+/// Spare ephemeral keys for seals to our own key (every job's payload at
+/// rest): the ephemeral public key and the box key it shares with ours,
+/// made on the background thread ([`crate::chores`]) so an enqueue's seal
+/// skips its two X25519 multiplications. Each spare is used once, taken out
+/// under the lock; the box key is zeroed when dropped. A pool refills when
+/// it falls below half; an empty one (a first seal, a burst) means the seal
+/// makes its own key, as without spares.
+mod spares {
+    use zeroize::Zeroizing;
+
+    pub(super) struct Spare {
+        pub(super) public: [u8; 32],
+        pub(super) key: Zeroizing<[u8; 32]>,
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(super) use made::take;
+
+    #[cfg(not(target_arch = "wasm32"))]
+    mod made {
+        use super::Spare;
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+
+        /// Spares a pool holds when full.
+        pub(in super::super) const KEEP: usize = 64;
+        /// Own keys with a pool (a process usually has one site); the one
+        /// sealed to least recently gives way to a new one.
+        const MAX_KEYS: usize = 16;
+
+        #[derive(Default)]
+        struct Pool {
+            spares: Vec<Spare>,
+            refilling: bool,
+            /// When it was last taken from (a count of takes).
+            used: u64,
+        }
+
+        #[derive(Default)]
+        struct Pools {
+            by_key: HashMap<[u8; 32], Pool>,
+            takes: u64,
+        }
+
+        fn pools() -> &'static Mutex<Pools> {
+            static POOLS: OnceLock<Mutex<Pools>> = OnceLock::new();
+            POOLS.get_or_init(|| Mutex::new(Pools::default()))
+        }
+
+        /// A spare for a seal to `recipient`, asking for more when low.
+        pub(in super::super) fn take(recipient: &[u8; 32]) -> Option<Spare> {
+            let mut guard = pools().lock().ok()?;
+            let pools = &mut *guard;
+            pools.takes += 1;
+            if !pools.by_key.contains_key(recipient) && pools.by_key.len() >= MAX_KEYS {
+                let oldest = pools
+                    .by_key
+                    .iter()
+                    .min_by_key(|(_, pool)| pool.used)
+                    .map(|(key, _)| *key);
+                if let Some(oldest) = oldest {
+                    pools.by_key.remove(&oldest);
+                }
+            }
+            let pool = pools.by_key.entry(*recipient).or_default();
+            pool.used = pools.takes;
+            let spare = pool.spares.pop();
+            if pool.spares.len() < KEEP / 2 && !pool.refilling {
+                pool.refilling = true;
+                drop(guard);
+                let recipient = *recipient;
+                if !crate::chores::run(move || refill(&recipient)) {
+                    stop_refilling(&recipient);
+                }
+            }
+            spare
+        }
+
+        fn stop_refilling(recipient: &[u8; 32]) {
+            if let Ok(mut pools) = pools().lock() {
+                if let Some(pool) = pools.by_key.get_mut(recipient) {
+                    pool.refilling = false;
+                }
+            }
+        }
+
+        /// On the background thread: make spares one at a time (unlocked)
+        /// until the pool is full.
+        fn refill(recipient: &[u8; 32]) {
+            // However this ends, the next `take` may ask again.
+            struct Done<'a>(&'a [u8; 32]);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    stop_refilling(self.0);
+                }
+            }
+            let _done = Done(recipient);
+            loop {
+                let ephemeral = super::super::random_secret(&mut rand_core::OsRng);
+                let public = *x25519_dalek::PublicKey::from(&ephemeral).as_bytes();
+                // A small-order key: no spares (its seals fail the same way).
+                let Some(key) = super::super::seal_box_key(&ephemeral, recipient) else {
+                    return;
+                };
+                let Ok(mut pools) = pools().lock() else {
+                    return;
+                };
+                let Some(pool) = pools.by_key.get_mut(recipient) else {
+                    return;
+                };
+                pool.spares.push(Spare { public, key });
+                if pool.spares.len() >= KEEP {
+                    return;
+                }
+            }
+        }
+
+        #[cfg(test)]
+        pub(in super::super) fn held(recipient: &[u8; 32]) -> usize {
+            pools()
+                .lock()
+                .ok()
+                .and_then(|p| p.by_key.get(recipient).map(|pool| pool.spares.len()))
+                .unwrap_or(0)
+        }
+    }
+
+    #[cfg(all(test, not(target_arch = "wasm32")))]
+    pub(super) use made::{held, KEEP};
 }
 
 /// Envelopes this process sealed to its own key (a job's payload at rest),
@@ -643,6 +803,17 @@ mod own_seals {
         };
         // Hashed outside the lock (a megabyte payload takes a millisecond).
         (digest(sealed) == key.0).then_some(key.1)
+    }
+
+    /// Drop `sealed` from the table (tests: to open it the long way).
+    #[cfg(test)]
+    pub(super) fn forget(sealed: &[u8]) {
+        let Some(ephemeral) = sealed.get(..32).and_then(|e| <[u8; 32]>::try_from(e).ok()) else {
+            return;
+        };
+        if let Ok(mut t) = table().lock() {
+            t.entries.remove(&ephemeral);
+        }
     }
 
     #[cfg(test)]
@@ -1438,6 +1609,73 @@ mod tests {
         let small = "p".repeat(own_seals::REMEMBER_BELOW / 2);
         let env = seal_at_rest(&site, &small);
         assert!(own_seals::holds(&sealed_bytes(&env)));
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn seals_to_our_own_key_take_spares_made_ahead_each_once() {
+        let site = party(46);
+        let own = *site.encryption_public();
+        // The first seal asks for spares; wait until the thread has filled
+        // the pool.
+        seal_at_rest(&site, "first");
+        for _ in 0..10_000 {
+            if spares::held(&own) == spares::KEEP {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(spares::held(&own), spares::KEEP, "the pool never filled");
+        // A full pool is not refilled until it is half empty: one seal, one spare.
+        seal_at_rest(&site, "second");
+        assert_eq!(
+            spares::held(&own),
+            spares::KEEP - 1,
+            "the seal took a spare"
+        );
+        let mut ephemerals = std::collections::HashSet::new();
+        let cb = crypto_box::SecretKey::from(site.encryption_secret().to_bytes());
+        for n in 0..(2 * spares::KEEP) {
+            let text = format!("payload {n}");
+            let env = seal_at_rest(&site, &text);
+            let sealed = sealed_bytes(&env);
+            assert!(
+                ephemerals.insert(sealed[..32].to_vec()),
+                "an ephemeral key used twice"
+            );
+            // libsodium's open (another implementation) agrees on the box key.
+            assert!(
+                cb.unseal(&sealed).is_ok(),
+                "seal {n} does not open as a sealed box"
+            );
+            // And ours, the long way (not from the remembered seals).
+            own_seals::forget(&sealed);
+            let at_rest = context(&site, &site);
+            assert_eq!(open_at_rest(&site, &env, &expected(&at_rest)), Ok(text));
+        }
+        // Seals to someone else never take them (once a refill, if one is
+        // running, has settled).
+        let mut held = spares::held(&own);
+        for _ in 0..500 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let now = spares::held(&own);
+            if now == held {
+                break;
+            }
+            held = now;
+        }
+        let device = party(47);
+        let _ = seal_with_handle(
+            Text::Utf8("to the device"),
+            &site,
+            &device.keys().encryption_public,
+            &context(&site, &device),
+        );
+        assert_eq!(
+            spares::held(&own),
+            held,
+            "a seal to another key took a spare"
+        );
     }
 
     #[cfg(not(target_arch = "wasm32"))]

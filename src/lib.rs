@@ -22,6 +22,7 @@ pub mod kinds;
 pub mod wire;
 
 // --- the in-memory store, and the direct lane served on it
+pub mod chores;
 pub mod direct;
 pub mod store;
 

@@ -18,10 +18,11 @@
 //! first, then asks for the envelope.
 //!
 //! Bounded: at most [`MAX_KEPT`] reseals are kept (a claimed job that is
-//! never fetched is dropped oldest first); one thread does the work; a
-//! fetch waits for a reseal already running for at most [`MAX_WAIT`], and
-//! one still queued is taken back and done inline. No thread (WebAssembly,
-//! or a spawn refused) means every reseal is done inline.
+//! never fetched is dropped oldest first); the one background thread of
+//! [`crate::chores`] does the work; a fetch waits for a reseal already
+//! running for at most [`MAX_WAIT`], and one still queued is taken back and
+//! done inline. No thread (WebAssembly, or a spawn refused) means every
+//! reseal is done inline.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -99,49 +100,41 @@ struct State {
     /// Job ids in the order they were started, for eviction (may name jobs
     /// already taken; compacted when it grows past twice the bound).
     order: VecDeque<String>,
-    /// Job ids for the thread, in order.
-    queue: VecDeque<String>,
-    /// Set when the owner is dropped: the thread ends.
-    closed: bool,
-    /// The thread is blocked waiting for work (a `start` must wake it).
-    parked: bool,
 }
 
 struct Shared {
     state: Mutex<State>,
-    /// The thread waits here for work.
-    work: Condvar,
     /// Fetches wait here for a running reseal.
     done: Condvar,
 }
 
-/// Reseals started ahead, and the thread that computes them.
+/// Reseals started ahead, computed on the background thread
+/// ([`crate::chores`]).
 pub struct Reseals {
     shared: Arc<Shared>,
 }
 
 impl Reseals {
-    /// The process's own: one thread for every site and store in it.
-    /// `None` where no thread can be started (the lane reseals inline).
+    /// The process's own, for every site and store in it; `None` where
+    /// there is no background thread (the lane reseals inline).
     pub fn global() -> Option<&'static Reseals> {
         static GLOBAL: OnceLock<Option<Reseals>> = OnceLock::new();
         GLOBAL.get_or_init(Reseals::new).as_ref()
     }
 
-    /// A new set with its own thread; `None` when the thread cannot start.
+    /// A new, empty set; `None` where there is no background thread.
     pub fn new() -> Option<Reseals> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            work: Condvar::new(),
-            done: Condvar::new(),
-        });
-        spawn_worker(Arc::clone(&shared)).then_some(Reseals { shared })
+        crate::chores::available().then(|| Reseals {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                done: Condvar::new(),
+            }),
+        })
     }
 
     /// Start the reseal `inputs` describe (replacing one kept for the same job).
     pub fn start(&self, inputs: Inputs) {
-        let shared = &*self.shared;
-        let Ok(mut state) = shared.state.lock() else {
+        let Ok(mut state) = self.shared.state.lock() else {
             return;
         };
         let job_id = inputs.job_id.clone();
@@ -155,20 +148,19 @@ impl Reseals {
             let State { slots, order, .. } = &mut *state;
             order.retain(|id| slots.contains_key(id));
         }
+        let inputs = Arc::new(inputs);
         state
             .slots
-            .insert(job_id.clone(), Slot::Queued(Arc::new(inputs)));
-        state.order.push_back(job_id.clone());
-        if state.queue.len() >= MAX_KEPT {
-            // More claims than the thread keeps up with: the oldest waiting
-            // reseal is left to its fetch.
-            state.queue.pop_front();
-        }
-        state.queue.push_back(job_id);
-        let parked = state.parked;
+            .insert(job_id.clone(), Slot::Queued(Arc::clone(&inputs)));
+        state.order.push_back(job_id);
         drop(state);
-        if parked {
-            shared.work.notify_one();
+        let shared = Arc::clone(&self.shared);
+        let job_id = inputs.job_id.clone();
+        if !crate::chores::run(move || compute(&shared, &inputs)) {
+            // No room on the thread: its fetch reseals.
+            if let Ok(mut state) = self.shared.state.lock() {
+                state.slots.remove(&job_id);
+            }
         }
     }
 
@@ -232,81 +224,59 @@ impl Reseals {
     }
 }
 
-impl Drop for Reseals {
-    fn drop(&mut self) {
-        if let Ok(mut state) = self.shared.state.lock() {
-            state.closed = true;
-        }
-        self.shared.work.notify_all();
-    }
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-fn spawn_worker(shared: Arc<Shared>) -> bool {
-    std::thread::Builder::new()
-        .name("byollm-reseal".into())
-        .spawn(move || work(&shared))
-        .is_ok()
-}
-
-#[cfg(target_arch = "wasm32")]
-fn spawn_worker(_: Arc<Shared>) -> bool {
-    false
-}
-
-/// The thread: take the oldest queued reseal, compute it unlocked, keep it.
-/// (WebAssembly has no thread to run it.)
-#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
-fn work(shared: &Shared) {
-    let Ok(mut state) = shared.state.lock() else {
-        return;
-    };
-    loop {
-        if state.closed {
+/// On the background thread: compute the reseal `inputs` describe, if its
+/// slot still waits for it, and keep the result there.
+fn compute(shared: &Shared, inputs: &Arc<Inputs>) {
+    let job_id = &inputs.job_id;
+    {
+        let Ok(mut state) = shared.state.lock() else {
             return;
-        }
-        let Some(job_id) = state.queue.pop_front() else {
-            state.parked = true;
-            state = match shared.work.wait(state) {
-                Ok(s) => s,
-                Err(_) => return,
-            };
-            state.parked = false;
-            continue;
         };
-        let inputs = match state.slots.get_mut(&job_id) {
-            Some(slot @ Slot::Queued(_)) => {
-                let inputs = Arc::clone(slot.inputs());
-                *slot = Slot::Running(Arc::clone(&inputs));
-                inputs
+        match state.slots.get_mut(job_id) {
+            Some(slot @ Slot::Queued(_)) if Arc::ptr_eq(slot.inputs(), inputs) => {
+                *slot = Slot::Running(Arc::clone(inputs));
             }
-            _ => continue,
-        };
-        drop(state);
-        // Not expected to unwind; if it did, the fetch reseals inline and
-        // the thread goes on.
-        let resealed =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inputs.reseal())).ok();
-        state = match shared.state.lock() {
-            Ok(s) => s,
-            Err(_) => return,
-        };
-        let still_ours = matches!(
-            state.slots.get(&job_id),
-            Some(Slot::Running(kept)) if Arc::ptr_eq(kept, &inputs)
-        );
-        if still_ours {
-            match resealed {
-                Some(r) => {
-                    state.slots.insert(job_id, Slot::Done(inputs, r));
-                }
-                None => {
-                    state.slots.remove(&job_id);
-                }
-            }
+            // Taken back by its fetch, replaced, or evicted.
+            _ => return,
         }
-        shared.done.notify_all();
     }
+    // Wake the fetch waiting for this slot however the reseal ends (if it
+    // unwinds, the slot goes and the fetch reseals itself).
+    struct Finish<'a> {
+        shared: &'a Shared,
+        inputs: &'a Arc<Inputs>,
+        resealed: Option<Resealed>,
+    }
+    impl Drop for Finish<'_> {
+        fn drop(&mut self) {
+            if let Ok(mut state) = self.shared.state.lock() {
+                let job_id = &self.inputs.job_id;
+                let ours = matches!(
+                    state.slots.get(job_id),
+                    Some(Slot::Running(kept)) if Arc::ptr_eq(kept, self.inputs)
+                );
+                if ours {
+                    match self.resealed.take() {
+                        Some(r) => {
+                            state
+                                .slots
+                                .insert(job_id.clone(), Slot::Done(Arc::clone(self.inputs), r));
+                        }
+                        None => {
+                            state.slots.remove(job_id);
+                        }
+                    }
+                }
+            }
+            self.shared.done.notify_all();
+        }
+    }
+    let mut finish = Finish {
+        shared,
+        inputs,
+        resealed: None,
+    };
+    finish.resealed = Some(inputs.reseal());
 }
 
 #[cfg(test)]

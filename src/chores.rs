@@ -1,0 +1,147 @@
+//! One background thread for work done ahead of the request that needs it
+//! (a claimed job's reseal, spare ephemeral keys for the next at-rest seal),
+//! so that work runs on the other core instead of the event loop.
+//!
+//! Whoever hands work here must cope with it not running: the queue is
+//! bounded ([`MAX_QUEUED`]), and where no thread can be started
+//! (WebAssembly, or a spawn the OS refuses) [`run`] says no and the caller
+//! does the work itself when it needs it. The thread sleeps on a condition
+//! variable when there is nothing to do and is woken only then, so a steady
+//! stream of work costs no wake-up per item.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, OnceLock};
+
+/// Work items waiting at once; more are refused.
+pub const MAX_QUEUED: usize = 4096;
+
+type Chore = Box<dyn FnOnce() + Send + 'static>;
+
+#[derive(Default)]
+struct Queue {
+    chores: VecDeque<Chore>,
+    /// The thread is blocked waiting (the next `run` must wake it).
+    parked: bool,
+}
+
+struct Worker {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+}
+
+fn worker() -> Option<&'static Worker> {
+    static WORKER: OnceLock<Option<&'static Worker>> = OnceLock::new();
+    *WORKER.get_or_init(|| {
+        let worker: &'static Worker = Box::leak(Box::new(Worker {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+        }));
+        spawn(worker).then_some(worker)
+    })
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn spawn(worker: &'static Worker) -> bool {
+    std::thread::Builder::new()
+        .name("byollm-ahead".into())
+        .spawn(move || work(worker))
+        .is_ok()
+}
+
+#[cfg(target_arch = "wasm32")]
+fn spawn(_: &'static Worker) -> bool {
+    false
+}
+
+/// Queue `chore` for the background thread; `false` (and `chore` dropped
+/// unrun) when there is no thread or the queue is full.
+pub fn run(chore: impl FnOnce() + Send + 'static) -> bool {
+    let Some(worker) = worker() else {
+        return false;
+    };
+    let Ok(mut queue) = worker.queue.lock() else {
+        return false;
+    };
+    if queue.chores.len() >= MAX_QUEUED {
+        return false;
+    }
+    queue.chores.push_back(Box::new(chore));
+    let parked = queue.parked;
+    drop(queue);
+    if parked {
+        worker.wake.notify_one();
+    }
+    true
+}
+
+/// Whether there is a thread to run chores.
+pub fn available() -> bool {
+    worker().is_some()
+}
+
+/// The thread: run chores in order, unlocked; sleep when there are none.
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+fn work(worker: &Worker) {
+    loop {
+        let chore = {
+            let Ok(mut queue) = worker.queue.lock() else {
+                return;
+            };
+            loop {
+                if let Some(chore) = queue.chores.pop_front() {
+                    break chore;
+                }
+                queue.parked = true;
+                queue = match worker.wake.wait(queue) {
+                    Ok(q) => q,
+                    Err(_) => return,
+                };
+                queue.parked = false;
+            }
+        };
+        // A chore is not expected to unwind; if one did, whoever waits for
+        // its result does the work itself, and the thread goes on.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(chore));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn chores_run_in_order_on_another_thread() {
+        let (tx, rx) = mpsc::channel();
+        let here = std::thread::current().id();
+        for n in 0..20 {
+            let tx = tx.clone();
+            assert!(run(move || {
+                let _ = tx.send((n, std::thread::current().id()));
+            }));
+        }
+        let mut seen = Vec::new();
+        for _ in 0..20 {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok((n, thread)) => {
+                    assert_ne!(thread, here, "ran on the caller's thread");
+                    seen.push(n);
+                }
+                Err(e) => panic!("a chore never ran: {e}"),
+            }
+        }
+        // Other tests queue chores too, but these twenty keep their order.
+        assert_eq!(seen, (0..20).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_chore_that_panics_does_not_stop_the_thread() {
+        assert!(run(|| panic!("a chore failing on purpose")));
+        let (tx, rx) = mpsc::channel();
+        assert!(run(move || {
+            let _ = tx.send(());
+        }));
+        assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok());
+    }
+}
