@@ -418,13 +418,18 @@ export async function run({ quick = false, impls } = {}) {
 /**
  * jobs/s (server side, in-process) against stored job count, for both
  * populations (see `fillStore`), for the table and the chart. Each point is
- * a median of `rounds` runs on fresh sites, after one short unrecorded run
- * per implementation (a fresh site's first seals build its key tables).
+ * a median of `rounds` runs on fresh sites, after two unrecorded runs per
+ * implementation (JIT warm-up; a fresh site's first seals build its key
+ * tables).
  */
 export async function scaling({ sizes = [1_000, 10_000, 100_000], oursOnly = [], jobs = 200, refJobs = 60, rounds = 3, impls } = {}) {
   const { ref, ours } = impls ?? (await loadImpls());
-  await cycles(ours, { jobs: 40, promptChars: 1000 });
-  await cycles(ref, { jobs: 40, promptChars: 1000 });
+  // Unrecorded warm-up, as long as a measured run: with less, the first
+  // points (N = 1,000) still ran partly unoptimised code on both sides.
+  for (let i = 0; i < 2; i++) {
+    await cycles(ours, { jobs, promptChars: 1000 });
+    await cycles(ref, { jobs, promptChars: 1000 });
+  }
   const points = [];
   for (const population of ["backlog", "history"]) {
     for (const fill of [...sizes, ...oursOnly]) {
