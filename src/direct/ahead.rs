@@ -353,6 +353,34 @@ mod tests {
         panic!("the reseal for {job_id} never finished");
     }
 
+    /// Start a reseal of a fresh at-rest envelope for `job_id`, wait for
+    /// it, and give the envelope it was made from.
+    fn started(
+        reseals: &Reseals,
+        site: &Arc<KeyHandle>,
+        device: &KeyHandle,
+        job_id: &str,
+    ) -> SealedEnvelope {
+        let first = inputs(site, device, job_id);
+        let at_rest = first.at_rest.clone();
+        reseals.start(first);
+        settle(reseals, job_id);
+        at_rest
+    }
+
+    /// What a fetch of `job_id` asks with, for that at-rest envelope.
+    fn asking(
+        site: &Arc<KeyHandle>,
+        device: &KeyHandle,
+        job_id: &str,
+        at_rest: SealedEnvelope,
+    ) -> Inputs {
+        Inputs {
+            at_rest,
+            ..inputs(site, device, job_id)
+        }
+    }
+
     #[test]
     fn a_started_reseal_is_taken_once_and_opens_for_the_device() {
         let reseals = reseals();
@@ -363,14 +391,8 @@ mod tests {
         // what was kept does not serve it.
         assert!(reseals.take(&inputs(&site, &device, "job-1")).is_none());
 
-        let first = inputs(&site, &device, "job-2");
-        let at_rest = first.at_rest.clone();
-        reseals.start(first);
-        settle(&reseals, "job-2");
-        let same = Inputs {
-            at_rest,
-            ..inputs(&site, &device, "job-2")
-        };
+        let at_rest = started(&reseals, &site, &device, "job-2");
+        let same = asking(&site, &device, "job-2", at_rest);
         match reseals.take(&same) {
             Some(Ok(Some(sealed))) => opens_for(&device, &site, "job-2", &sealed),
             Some(Ok(None)) => panic!("kept as not opening"),
@@ -391,10 +413,7 @@ mod tests {
             let first = inputs(&site, &device, &job_id);
             let at_rest = first.at_rest.clone();
             reseals.start(first);
-            let same = Inputs {
-                at_rest,
-                ..inputs(&site, &device, &job_id)
-            };
+            let same = asking(&site, &device, &job_id, at_rest);
             if let Some(kept) = reseals.take(&same) {
                 match kept {
                     Ok(Some(sealed)) => opens_for(&device, &site, &job_id, &sealed),
@@ -409,30 +428,15 @@ mod tests {
     fn a_reseal_for_another_device_is_not_used_and_the_same_keys_are_the_same_site() {
         let reseals = reseals();
         let (site, device, other) = (handle(41), handle(43), handle(47));
-        let first = inputs(&site, &device, "job-3");
-        let at_rest = first.at_rest.clone();
-        reseals.start(first);
-        settle(&reseals, "job-3");
-        let for_other = Inputs {
-            at_rest: at_rest.clone(),
-            ..inputs(&site, &other, "job-3")
-        };
+        let at_rest = started(&reseals, &site, &device, "job-3");
+        let for_other = asking(&site, &other, "job-3", at_rest.clone());
         assert!(reseals.take(&for_other).is_none(), "another device");
-        let right = Inputs {
-            at_rest,
-            ..inputs(&site, &device, "job-3")
-        };
+        let right = asking(&site, &device, "job-3", at_rest);
         assert!(reseals.take(&right).is_none(), "dropped after the mismatch");
 
         let twin = handle(41);
-        let first = inputs(&site, &device, "job-4");
-        let at_rest = first.at_rest.clone();
-        reseals.start(first);
-        settle(&reseals, "job-4");
-        let via_twin = Inputs {
-            at_rest,
-            ..inputs(&twin, &device, "job-4")
-        };
+        let at_rest = started(&reseals, &site, &device, "job-4");
+        let via_twin = asking(&twin, &device, "job-4", at_rest);
         assert!(
             matches!(reseals.take(&via_twin), Some(Ok(Some(_)))),
             "the same keys through another handle"
@@ -448,10 +452,7 @@ mod tests {
         let at_rest = broken.at_rest.clone();
         reseals.start(broken);
         settle(&reseals, "job-5");
-        let asked = Inputs {
-            at_rest,
-            ..inputs(&site, &device, "job-5")
-        };
+        let asked = asking(&site, &device, "job-5", at_rest);
         assert!(matches!(reseals.take(&asked), Some(Ok(None))));
     }
 
