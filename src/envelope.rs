@@ -599,6 +599,8 @@ mod spares {
 
         /// Spares a pool holds when full.
         pub(in super::super) const KEEP: usize = 64;
+        /// Spares made in one chore, so other work is not kept waiting long.
+        const ROUND: usize = 8;
         /// Own keys with a pool (a process usually has one site); the one
         /// sealed to least recently gives way to a new one.
         const MAX_KEYS: usize = 16;
@@ -660,17 +662,26 @@ mod spares {
         }
 
         /// On the background thread: make spares one at a time (unlocked)
-        /// until the pool is full.
+        /// until the pool is full, [`ROUND`] per chore.
         fn refill(recipient: &[u8; 32]) {
-            // However this ends, the next `take` may ask again.
-            struct Done<'a>(&'a [u8; 32]);
+            // However this ends, the next `take` may ask again, unless this
+            // queued its own next round.
+            struct Done<'a> {
+                recipient: &'a [u8; 32],
+                queued_again: bool,
+            }
             impl Drop for Done<'_> {
                 fn drop(&mut self) {
-                    stop_refilling(self.0);
+                    if !self.queued_again {
+                        stop_refilling(self.recipient);
+                    }
                 }
             }
-            let _done = Done(recipient);
-            loop {
+            let mut done = Done {
+                recipient,
+                queued_again: false,
+            };
+            for _ in 0..ROUND {
                 let ephemeral = super::super::random_secret(&mut rand_core::OsRng);
                 let public = *x25519_dalek::PublicKey::from(&ephemeral).as_bytes();
                 // A small-order key: no spares (its seals fail the same way).
@@ -688,6 +699,10 @@ mod spares {
                     return;
                 }
             }
+            // The rest in another round, behind whatever was queued
+            // meanwhile (a reseal a fetch is about to ask for).
+            let recipient = *recipient;
+            done.queued_again = crate::chores::run(move || refill(&recipient));
         }
 
         #[cfg(test)]
