@@ -731,6 +731,18 @@ mod tests {
 
     #[test]
     fn a_signed_claim_fetch_and_result_are_served_end_to_end() {
+        serve_claim_fetch_result(None);
+    }
+
+    #[test]
+    fn the_same_with_the_reseal_started_ahead_at_the_claim() {
+        let Some(reseals) = ahead::Reseals::new() else {
+            panic!("no background thread")
+        };
+        serve_claim_fetch_result(Some(&reseals));
+    }
+
+    fn serve_claim_fetch_result(reseals: Option<&ahead::Reseals>) {
         let Lane {
             mut store,
             site,
@@ -739,7 +751,7 @@ mod tests {
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
-            reseals: None,
+            reseals,
         };
         let claim = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
         let sig = signature(&device, Endpoint::Claim, claim);
