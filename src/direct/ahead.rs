@@ -154,12 +154,18 @@ impl Reseals {
             .insert(job_id.clone(), Slot::Queued(Arc::clone(&inputs)));
         state.order.push_back(job_id);
         drop(state);
-        let shared = Arc::clone(&self.shared);
-        let job_id = inputs.job_id.clone();
-        if !crate::chores::run(move || compute(&shared, &inputs)) {
-            // No room on the thread: its fetch reseals.
+        let (shared, queued) = (Arc::clone(&self.shared), Arc::clone(&inputs));
+        if !crate::chores::run(move || compute(&shared, &queued)) {
+            // No room on the thread: its fetch reseals. (Only this slot: a
+            // start from another thread may have replaced it meanwhile.)
             if let Ok(mut state) = self.shared.state.lock() {
-                state.slots.remove(&job_id);
+                let ours = matches!(
+                    state.slots.get(&inputs.job_id),
+                    Some(Slot::Queued(kept)) if Arc::ptr_eq(kept, &inputs)
+                );
+                if ours {
+                    state.slots.remove(&inputs.job_id);
+                }
             }
         }
     }
