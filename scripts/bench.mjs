@@ -84,7 +84,10 @@ async function runSection(key) {
         ours: p.ours,
         unit: "jobs/s",
         ratio: p.ref ? p.ours / p.ref : null,
-        ...(p.stored === 100_000 ? { target: "≥80x" } : {}),
+        // The 80x is against the reference's 23 jobs/s at 100,000,
+        // which the queued population reproduces; ended jobs cost the
+        // reference far less, so that row is shown without the target.
+        ...(p.stored === 100_000 && p.population === "backlog" ? { target: "≥80x" } : {}),
       })),
     );
     for (const population of ["backlog", "history"]) {
