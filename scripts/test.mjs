@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Runs every test of the package: the Rust core (fmt, clippy, cargo test), then
-// the JS tests under Node 22 (the reference packages need >= 22.14) and under
-// the machine's own Node (20 here), which our package supports too.
+// the JS tests under Node 22 (the reference packages need >= 22.14), under
+// Node 24 and under the machine's own Node (20 here): the package supports all
+// three. Node 22 and 24 come from npm (devDependencies `node` and `node24`).
 //
 //   node scripts/test.mjs            everything
 //   node scripts/test.mjs --js-only  skip the Rust steps
@@ -34,6 +35,7 @@ function systemNode() {
   return process.execPath;
 }
 const node22 = join(root, "node_modules", "node", "bin", "node");
+const node24 = join(root, "node_modules", "node24", "bin", "node");
 const nodeSystem = systemNode();
 
 if (!jsOnly && only.length === 0) {
@@ -80,6 +82,14 @@ const env = { ...process.env, BYOLLM_TEST: "1" };
 if (files.length) {
   const v22 = spawnSync(node22, ["--version"], { encoding: "utf8" }).stdout.trim();
   run(`node ${v22} --test`, node22, ["--test", "--test-concurrency=1", ...files], { env });
+  // Every file again on Node 24: the reference packages run there too.
+  if (existsSync(node24)) {
+    const v24 = spawnSync(node24, ["--version"], { encoding: "utf8" }).stdout.trim();
+    run(`node ${v24} --test`, node24, ["--test", "--test-concurrency=1", ...files], { env });
+  } else {
+    console.error(`\nnode_modules/node24 is missing (run npm ci): the Node 24 run cannot happen`);
+    failures.push("node 24 (not installed)");
+  }
   const v20 = spawnSync(nodeSystem, ["--version"], { encoding: "utf8" }).stdout.trim();
   const portable = files.filter((f) => !usesReference(f));
   if (v20 !== v22 && portable.length) {
