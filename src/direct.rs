@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::audience::{self, Audience, BackendClass, ProvenanceInput, StopReason};
 use crate::envelope::{self, OpenFailure, Text};
 use crate::fingerprint;
-use crate::json::{self, js_number_to_string, write_json_str, Doc, JsStr, Node, NodeId};
+use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
 use crate::keys::{KeyHandle, PublicIdentity};
 use crate::signing::{self, RequestSignature};
 use crate::store::{ClaimArgs, ClaimCapability, CompleteArgs, Holder, JobView, LeaseView, Store};
@@ -334,7 +334,7 @@ fn claim(
 /// A number as `JSON.stringify` writes it (`null` when not finite).
 fn push_number(out: &mut String, value: f64) {
     if value.is_finite() {
-        out.push_str(&js_number_to_string(value));
+        json::push_js_number(out, value);
     } else {
         out.push_str("null");
     }

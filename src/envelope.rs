@@ -152,7 +152,7 @@ fn write_signed_body(context: &Context, plaintext: Text<'_>, out: &mut String) {
     json::write_json_str(&context.recipient_key_id, out);
     out.push_str(",\"deadlineAt\":");
     if context.deadline_at.is_finite() {
-        out.push_str(&json::js_number_to_string(context.deadline_at));
+        json::push_js_number(out, context.deadline_at);
     } else {
         // JSON.stringify writes non-finite numbers as null.
         out.push_str("null");

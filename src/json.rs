@@ -286,7 +286,7 @@ impl Doc {
                 Step::Value(v) => match self.node(v) {
                     Node::Null => out.push_str("null"),
                     Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-                    Node::Number(n) => out.push_str(&js_number_to_string(*n)),
+                    Node::Number(n) => push_js_number(&mut out, *n),
                     Node::String(s) => s.write_json(&mut out),
                     Node::Array(items) => {
                         stack.push(Step::Text("]"));
@@ -319,6 +319,52 @@ impl Doc {
 /// JS `String(n)` for a double, as JSON.stringify prints numbers
 /// (non-finite numbers print as `null` in JSON; this returns the JS text).
 pub fn js_number_to_string(n: f64) -> String {
+    let mut out = String::new();
+    push_js_number(&mut out, n);
+    out
+}
+
+/// Below this magnitude every integral double is printed digit for digit:
+/// doubles there are at most 1 apart, so no shorter digit string rounds to
+/// the same double, and Number::toString's shortest digits are the integer's.
+pub(crate) const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0; // 2^53
+
+/// [`js_number_to_string`] appended to `out`. Timestamps, counts and
+/// durations (integral, below 2^53) are written without the shortest-digits
+/// search or any allocation.
+pub fn push_js_number(out: &mut String, n: f64) {
+    if n.fract() == 0.0 && n.abs() < EXACT_INTEGERS {
+        // In range, so the conversion is exact; -0 becomes 0, as in JS.
+        push_integer(out, n as i64);
+        return;
+    }
+    out.push_str(&shortest_js_number(n));
+}
+
+/// An integer's decimal digits appended to `out`.
+pub(crate) fn push_integer(out: &mut String, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push('-');
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
+}
+
+/// The general case: ECMAScript Number::toString from Rust's shortest
+/// round-trip digits.
+fn shortest_js_number(n: f64) -> String {
     if n.is_nan() {
         return "NaN".into();
     }
@@ -1186,6 +1232,54 @@ mod tests {
         ] {
             assert_eq!(js_number_to_string(n), s);
         }
+    }
+
+    #[test]
+    fn integers_take_the_short_way_with_the_same_text() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut cases: Vec<f64> = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            9.0,
+            10.0,
+            1_764_500_000_000.0,
+            9_007_199_254_740_991.0,
+            -9_007_199_254_740_991.0,
+            // From 2^53 on, the shortest digits are no longer the integer's.
+            9_007_199_254_740_992.0,
+            1_152_921_504_606_846_976.0,
+            0.5,
+            -2.5,
+        ];
+        for _ in 0..20_000 {
+            let bits = next();
+            cases.push((bits >> 11) as f64 * if bits & 1 == 0 { 1.0 } else { -1.0 });
+            cases.push((bits >> 40) as f64);
+            cases.push(f64::from_bits(bits));
+        }
+        for n in cases {
+            let mut fast = String::from("x");
+            push_js_number(&mut fast, n);
+            let want = if n == 0.0 {
+                "0".to_string()
+            } else {
+                shortest_js_number(n)
+            };
+            assert_eq!(fast, format!("x{want}"), "{n:e}");
+        }
+        assert_eq!(
+            js_number_to_string(1_152_921_504_606_846_976.0),
+            "1152921504606847000"
+        );
+        assert_eq!(js_number_to_string(-0.0), "0");
     }
 
     #[test]

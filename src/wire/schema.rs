@@ -20,7 +20,9 @@
 //! * unknown keys never stop later checks; a refinement runs only when no
 //!   issue so far has stopped the object.
 
-use crate::json::{is_js_space, js_number_to_string, js_to_number, Doc, JsStr, Node, NodeId};
+use crate::json::{
+    is_js_space, js_number_to_string, js_to_number, push_js_number, Doc, JsStr, Node, NodeId,
+};
 
 /// A schema node.
 #[derive(Debug)]
@@ -143,7 +145,7 @@ impl Out {
                 None => out.push_str("null"),
             },
             Out::Owned(s) => s.write_json(out),
-            Out::Num(n) if n.is_finite() => out.push_str(&js_number_to_string(*n)),
+            Out::Num(n) if n.is_finite() => push_js_number(out, *n),
             Out::Num(_) => out.push_str("null"),
             Out::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
             Out::Arr(items) => {
