@@ -8,6 +8,10 @@
 //! does the work itself when it needs it. The thread sleeps on a condition
 //! variable when there is nothing to do and is woken only then, so a steady
 //! stream of work costs no wake-up per item.
+//!
+//! Two lanes: work a request will soon wait for (a claimed job's reseal,
+//! which its fetch takes) goes ahead of stocking up (spare keys), so it
+//! waits at most for the one chore already running, never for a backlog.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -19,6 +23,8 @@ type Chore = Box<dyn FnOnce() + Send + 'static>;
 
 #[derive(Default)]
 struct Queue {
+    /// Run before any of `chores` ([`run_first`]).
+    first: VecDeque<Chore>,
     chores: VecDeque<Chore>,
     /// The thread is blocked waiting (the next `run` must wake it).
     parked: bool,
@@ -56,16 +62,30 @@ fn spawn(_: &'static Worker) -> bool {
 /// Queue `chore` for the background thread; `false` (and `chore` dropped
 /// unrun) when there is no thread or the queue is full.
 pub fn run(chore: impl FnOnce() + Send + 'static) -> bool {
+    submit(Box::new(chore), false)
+}
+
+/// [`run`], but ahead of every chore queued by [`run`] (in order among
+/// themselves): for work a request is about to wait for.
+pub fn run_first(chore: impl FnOnce() + Send + 'static) -> bool {
+    submit(Box::new(chore), true)
+}
+
+fn submit(chore: Chore, first: bool) -> bool {
     let Some(worker) = worker() else {
         return false;
     };
     let Ok(mut queue) = worker.queue.lock() else {
         return false;
     };
-    if queue.chores.len() >= MAX_QUEUED {
+    if queue.first.len() + queue.chores.len() >= MAX_QUEUED {
         return false;
     }
-    queue.chores.push_back(Box::new(chore));
+    if first {
+        queue.first.push_back(chore);
+    } else {
+        queue.chores.push_back(chore);
+    }
     let parked = queue.parked;
     drop(queue);
     if parked {
@@ -88,6 +108,9 @@ fn work(worker: &Worker) {
                 return;
             };
             loop {
+                if let Some(chore) = queue.first.pop_front() {
+                    break chore;
+                }
                 if let Some(chore) = queue.chores.pop_front() {
                     break chore;
                 }
@@ -133,6 +156,35 @@ mod tests {
         }
         // Other tests queue chores too, but these twenty keep their order.
         assert_eq!(seen, (0..20).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn chores_run_first_go_ahead_of_the_queue() {
+        // Hold the thread while queueing, so nothing of ours has started.
+        let (hold, held) = mpsc::channel::<()>();
+        let (running, is_running) = mpsc::channel();
+        assert!(run(move || {
+            let _ = running.send(());
+            let _ = held.recv_timeout(Duration::from_secs(10));
+        }));
+        assert!(is_running.recv_timeout(Duration::from_secs(10)).is_ok());
+        let (tx, rx) = mpsc::channel();
+        for (name, first) in [("a", false), ("b", false), ("c", true), ("d", true)] {
+            let tx = tx.clone();
+            let chore = move || {
+                let _ = tx.send(name);
+            };
+            assert!(if first { run_first(chore) } else { run(chore) });
+        }
+        let _ = hold.send(());
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(name) => seen.push(name),
+                Err(e) => panic!("a chore never ran: {e}"),
+            }
+        }
+        assert_eq!(seen, ["c", "d", "a", "b"]);
     }
 
     #[test]

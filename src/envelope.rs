@@ -599,8 +599,10 @@ mod spares {
 
         /// Spares a pool holds when full.
         pub(in super::super) const KEEP: usize = 64;
-        /// Spares made in one chore, so other work is not kept waiting long.
-        const ROUND: usize = 8;
+        /// Spares made in one chore. A reseal queued meanwhile goes ahead of
+        /// the next round ([`crate::chores::run_first`]), so it waits for at
+        /// most this many (≈ 30 µs each here).
+        const ROUND: usize = 1;
         /// Own keys with a pool (a process usually has one site); the one
         /// sealed to least recently gives way to a new one.
         const MAX_KEYS: usize = 16;

@@ -19,12 +19,16 @@
 //!
 //! Bounded: at most [`MAX_KEPT`] reseals are kept (a claimed job that is
 //! never fetched is dropped oldest first); the one background thread of
-//! [`crate::chores`] does the work; a fetch waits for a reseal already
-//! running for at most [`MAX_WAIT`], and one still queued is taken back and
-//! done inline. No thread (WebAssembly, or a spawn refused) means every
-//! reseal is done inline.
+//! [`crate::chores`] does the work, ahead of its other chores; one still
+//! queued when its fetch comes is taken back and done inline. A fetch waits
+//! for a reseal already running only until it has run about twice as long
+//! as reseals usually take here (never more than [`MAX_WAIT`]): past that
+//! the thread has most likely lost its core (a busy or shared machine), and
+//! doing the reseal inline is quicker than waiting for it. No thread
+//! (WebAssembly, or a spawn refused) means every reseal is done inline.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,6 +41,10 @@ pub const MAX_KEPT: usize = 1024;
 const SPIN: Duration = Duration::from_micros(200);
 /// The longest a fetch waits for a reseal the thread is running.
 pub const MAX_WAIT: Duration = Duration::from_millis(20);
+/// The least a fetch waits for a running reseal, however quick they are.
+const MIN_PATIENCE: Duration = Duration::from_micros(50);
+/// What reseals are assumed to take before the first one is timed.
+const FIRST_TYPICAL: Duration = Duration::from_micros(200);
 
 /// What a reseal gives: the envelope for the device, `Ok(None)` when the
 /// at-rest envelope does not open, `Err` when the device's key cannot be
@@ -81,14 +89,15 @@ impl Inputs {
 
 enum Slot {
     Queued(Arc<Inputs>),
-    Running(Arc<Inputs>),
+    /// Since when.
+    Running(Arc<Inputs>, Instant),
     Done(Arc<Inputs>, Resealed),
 }
 
 impl Slot {
     fn inputs(&self) -> &Arc<Inputs> {
         match self {
-            Slot::Queued(i) | Slot::Running(i) | Slot::Done(i, _) => i,
+            Slot::Queued(i) | Slot::Running(i, _) | Slot::Done(i, _) => i,
         }
     }
 }
@@ -106,6 +115,30 @@ struct Shared {
     state: Mutex<State>,
     /// Fetches wait here for a running reseal.
     done: Condvar,
+    /// How long a reseal on the thread takes, smoothed (nanoseconds).
+    typical_ns: AtomicU64,
+}
+
+impl Shared {
+    /// How long a fetch waits for a reseal from the moment it started.
+    fn patience(&self) -> Duration {
+        let typical = Duration::from_nanos(self.typical_ns.load(Ordering::Relaxed));
+        (typical * 2).clamp(MIN_PATIENCE, MAX_WAIT)
+    }
+
+    /// Fold one reseal's time into the typical time, an eighth of the way.
+    /// One sample counts for at most twice the typical time, so a reseal
+    /// the thread was stalled in barely moves it, while reseals that really
+    /// take longer (larger payloads) raise it within a few.
+    fn timed(&self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self
+            .typical_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                let sample = took.min(old.saturating_mul(2)).max(1);
+                Some(old - old / 8 + sample / 8)
+            });
+    }
 }
 
 /// Reseals started ahead, computed on the background thread
@@ -128,6 +161,9 @@ impl Reseals {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 done: Condvar::new(),
+                typical_ns: AtomicU64::new(
+                    u64::try_from(FIRST_TYPICAL.as_nanos()).unwrap_or(u64::MAX),
+                ),
             }),
         })
     }
@@ -155,7 +191,7 @@ impl Reseals {
         state.order.push_back(job_id);
         drop(state);
         let (shared, queued) = (Arc::clone(&self.shared), Arc::clone(&inputs));
-        if !crate::chores::run(move || compute(&shared, &queued)) {
+        if !crate::chores::run_first(move || compute(&shared, &queued)) {
             // No room on the thread: its fetch reseals. (Only this slot: a
             // start from another thread may have replaced it meanwhile.)
             if let Ok(mut state) = self.shared.state.lock() {
@@ -171,19 +207,24 @@ impl Reseals {
     }
 
     /// The reseal kept for `inputs`, taken out (waiting for it if the thread
-    /// is running it); `None` when there is none to use and the caller
-    /// reseals.
+    /// is running it, within the patience described above); `None` when
+    /// there is none to use and the caller reseals.
     pub fn take(&self, inputs: &Inputs) -> Option<Resealed> {
         let shared = &*self.shared;
         let mut state = shared.state.lock().ok()?;
         let asked = Instant::now();
-        let deadline = asked + MAX_WAIT;
         let spin_until = asked + SPIN;
+        let patience = shared.patience();
         loop {
             match state.slots.get(&inputs.job_id) {
-                Some(Slot::Running(kept)) if kept.serves(inputs) => {
+                Some(Slot::Running(kept, since)) if kept.serves(inputs) => {
                     let now = Instant::now();
-                    let left = deadline.checked_duration_since(now)?;
+                    let Some(left) = (*since + patience).checked_duration_since(now) else {
+                        // Overdue: the fetch reseals, and the thread's
+                        // answer, when it comes, finds no slot to fill.
+                        state.slots.remove(&inputs.job_id);
+                        return None;
+                    };
                     if now < spin_until {
                         // It finishes within microseconds: blocking would
                         // cost more in waking up than the wait itself.
@@ -224,7 +265,7 @@ impl Reseals {
         self.shared.state.lock().is_ok_and(|s| {
             !matches!(
                 s.slots.get(job_id),
-                Some(Slot::Queued(_) | Slot::Running(_))
+                Some(Slot::Queued(_) | Slot::Running(..))
             )
         })
     }
@@ -240,7 +281,7 @@ fn compute(shared: &Shared, inputs: &Arc<Inputs>) {
         };
         match state.slots.get_mut(job_id) {
             Some(slot @ Slot::Queued(_)) if Arc::ptr_eq(slot.inputs(), inputs) => {
-                *slot = Slot::Running(Arc::clone(inputs));
+                *slot = Slot::Running(Arc::clone(inputs), Instant::now());
             }
             // Taken back by its fetch, replaced, or evicted.
             _ => return,
@@ -259,7 +300,7 @@ fn compute(shared: &Shared, inputs: &Arc<Inputs>) {
                 let job_id = &self.inputs.job_id;
                 let ours = matches!(
                     state.slots.get(job_id),
-                    Some(Slot::Running(kept)) if Arc::ptr_eq(kept, self.inputs)
+                    Some(Slot::Running(kept, _)) if Arc::ptr_eq(kept, self.inputs)
                 );
                 if ours {
                     match self.resealed.take() {
@@ -282,7 +323,9 @@ fn compute(shared: &Shared, inputs: &Arc<Inputs>) {
         inputs,
         resealed: None,
     };
+    let started = Instant::now();
     finish.resealed = Some(inputs.reseal());
+    shared.timed(started.elapsed());
 }
 
 #[cfg(test)]
@@ -428,6 +471,54 @@ mod tests {
             }
             assert!(reseals.take(&same).is_none(), "taken twice");
         }
+    }
+
+    #[test]
+    fn a_reseal_running_past_its_patience_is_given_up_to_the_fetch() {
+        let reseals = reseals();
+        let (site, device) = (handle(61), handle(67));
+        // As if the thread had lost its core a second into this reseal.
+        let stalled = Arc::new(inputs(&site, &device, "stalled"));
+        let ask = asking(&site, &device, "stalled", stalled.at_rest.clone());
+        let since = Instant::now()
+            .checked_sub(Duration::from_secs(1))
+            .unwrap_or_else(Instant::now);
+        if let Ok(mut state) = reseals.shared.state.lock() {
+            state
+                .slots
+                .insert("stalled".into(), Slot::Running(Arc::clone(&stalled), since));
+        }
+        let asked = Instant::now();
+        assert!(reseals.take(&ask).is_none(), "waited for a stalled reseal");
+        assert!(asked.elapsed() < MAX_WAIT, "gave up only after MAX_WAIT");
+        // The slot is gone, so the thread's late answer has nowhere to go
+        // and the next fetch does not wait either.
+        assert_eq!(reseals.kept(), 0);
+    }
+
+    #[test]
+    fn patience_follows_the_typical_reseal_and_a_stall_barely_moves_it() {
+        let reseals = reseals();
+        let shared = &reseals.shared;
+        let us = Duration::from_micros;
+        shared.typical_ns.store(100_000, Ordering::Relaxed);
+        assert_eq!(shared.patience(), us(200));
+        // A 50 ms stall counts as twice the typical time, an eighth of the way.
+        shared.timed(Duration::from_millis(50));
+        assert_eq!(shared.patience(), us(225));
+        // Reseals that really take longer raise it within a few dozen.
+        for _ in 0..40 {
+            shared.timed(us(400));
+        }
+        let raised = shared.patience();
+        assert!(raised > us(760) && raised <= us(800), "{raised:?}");
+        // Never below the floor, never above MAX_WAIT.
+        for _ in 0..200 {
+            shared.timed(Duration::ZERO);
+        }
+        assert_eq!(shared.patience(), MIN_PATIENCE);
+        shared.typical_ns.store(u64::MAX / 4, Ordering::Relaxed);
+        assert_eq!(shared.patience(), MAX_WAIT);
     }
 
     #[test]
