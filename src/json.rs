@@ -343,23 +343,9 @@ pub fn push_js_number(out: &mut String, n: f64) {
 
 /// An integer's decimal digits appended to `out`.
 pub(crate) fn push_integer(out: &mut String, n: i64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        out.push('-');
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
+    use std::fmt::Write as _;
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{n}");
 }
 
 /// The general case: ECMAScript Number::toString from Rust's shortest

@@ -123,7 +123,7 @@ impl Shared {
     /// How long a fetch waits for a reseal from the moment it started.
     fn patience(&self) -> Duration {
         let typical = Duration::from_nanos(self.typical_ns.load(Ordering::Relaxed));
-        (typical * 2).clamp(MIN_PATIENCE, MAX_WAIT)
+        typical.saturating_mul(2).clamp(MIN_PATIENCE, MAX_WAIT)
     }
 
     /// Fold one reseal's time into the typical time, an eighth of the way.
@@ -136,7 +136,7 @@ impl Shared {
             .typical_ns
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
                 let sample = took.min(old.saturating_mul(2)).max(1);
-                Some(old - old / 8 + sample / 8)
+                Some((old - old / 8).saturating_add(sample / 8))
             });
     }
 }
@@ -213,13 +213,14 @@ impl Reseals {
         let shared = &*self.shared;
         let mut state = shared.state.lock().ok()?;
         let asked = Instant::now();
-        let spin_until = asked + SPIN;
+        let spin_until = asked.checked_add(SPIN).unwrap_or(asked);
         let patience = shared.patience();
         loop {
             match state.slots.get(&inputs.job_id) {
                 Some(Slot::Running(kept, since)) if kept.serves(inputs) => {
                     let now = Instant::now();
-                    let Some(left) = (*since + patience).checked_duration_since(now) else {
+                    let end = since.checked_add(patience);
+                    let Some(left) = end.and_then(|end| end.checked_duration_since(now)) else {
                         // Overdue: the fetch reseals, and the thread's
                         // answer, when it comes, finds no slot to fill.
                         state.slots.remove(&inputs.job_id);
