@@ -327,25 +327,29 @@ pub fn js_number_to_string(n: f64) -> String {
 /// Below this magnitude every integral double is printed digit for digit:
 /// doubles there are at most 1 apart, so no shorter digit string rounds to
 /// the same double, and Number::toString's shortest digits are the integer's.
-pub(crate) const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0; // 2^53
+const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0; // 2^53
+
+/// `n` as an integer when its decimal text is the integer's digits (integral,
+/// below 2^53), so it can skip the float formatter. Not -0, which JS and
+/// Rust spell differently.
+pub(crate) fn exact_integer(n: f64) -> Option<i64> {
+    let negative_zero = n == 0.0 && n.is_sign_negative();
+    // In range, so the conversion is exact.
+    (n.fract() == 0.0 && n.abs() < EXACT_INTEGERS && !negative_zero).then_some(n as i64)
+}
 
 /// [`js_number_to_string`] appended to `out`. Timestamps, counts and
 /// durations (integral, below 2^53) are written without the shortest-digits
 /// search or any allocation.
 pub fn push_js_number(out: &mut String, n: f64) {
-    if n.fract() == 0.0 && n.abs() < EXACT_INTEGERS {
-        // In range, so the conversion is exact; -0 becomes 0, as in JS.
-        push_integer(out, n as i64);
-        return;
+    match exact_integer(n) {
+        Some(i) => {
+            use std::fmt::Write as _;
+            // Writing to a String cannot fail.
+            let _ = write!(out, "{i}");
+        }
+        None => out.push_str(&shortest_js_number(n)),
     }
-    out.push_str(&shortest_js_number(n));
-}
-
-/// An integer's decimal digits appended to `out`.
-pub(crate) fn push_integer(out: &mut String, n: i64) {
-    use std::fmt::Write as _;
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{n}");
 }
 
 /// The general case: ECMAScript Number::toString from Rust's shortest

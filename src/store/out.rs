@@ -69,10 +69,9 @@ pub(crate) fn push_str(out: &mut String, text: &str) {
 /// literal that `JSON.parse` reads as ±Infinity. NaN has no JSON spelling and
 /// comes back as `null` (only a NaN clock can put one here).
 pub(crate) fn push_num(out: &mut String, value: f64) {
-    let negative_zero = value == 0.0 && value.is_sign_negative();
-    if value.fract() == 0.0 && value.abs() < crate::json::EXACT_INTEGERS && !negative_zero {
+    if let Some(integer) = crate::json::exact_integer(value) {
         // The same digits as below, without the float formatter.
-        crate::json::push_integer(out, value as i64);
+        let _ = write!(out, "{integer}");
     } else if value.is_finite() {
         let _ = write!(out, "{}", value);
     } else if value.is_nan() {
