@@ -471,6 +471,38 @@ test("enqueue on a plain MemoryStore: one native call, the same records and refu
   }
 });
 
+test("a payload enqueued natively is sealed at rest once: every read gives the same envelope, which opens to it", async () => {
+  const store = new MemoryStore();
+  const app = new ByollmApp({ store, siteKeys: SITE, now: () => T0 });
+  const open = (envelope, id) =>
+    native.open({
+      envelope,
+      recipientKeys: SITE,
+      senderIdentityPublic: SITE.identityPublic,
+      expected: { jobId: id, senderKeyId: SITE_KEY_ID, recipientKeyId: SITE_KEY_ID, direction: "payload" },
+    });
+  // Read first through the handle, through the store, through the list, and
+  // not at all until after other jobs were enqueued.
+  const handles = [];
+  for (let n = 0; n < 40; n += 1) {
+    handles.push(await app.enqueue({ kind: "llm.generate", payload: { prompt: `p${n} \u00e9` }, owner: "bob", id: `once-${n}` }));
+  }
+  for (const [n, handle] of handles.entries()) {
+    const id = `once-${n}`;
+    const order = n % 3;
+    const seen = [];
+    if (order === 0) seen.push(handle.record.envelope);
+    seen.push((await store.get(id)).envelope);
+    seen.push(store.allJobs().find((job) => job.id === id).envelope);
+    if (order !== 0) seen.push(handle.record.envelope);
+    for (const envelope of seen) assert.deepEqual(envelope, seen[0], `${id}: one envelope`);
+    assert.deepEqual(Object.keys(seen[0]), ["ciphertext", "recipientKeyId", "senderKeyId", "direction", "deadlineAt"]);
+    const opened = open(seen[0], id);
+    assert.equal(opened.ok, true, id);
+    assert.equal(opened.plaintext, JSON.stringify({ prompt: `p${n} \u00e9` }), id);
+  }
+});
+
 test("app.result on a plain MemoryStore: one native call, the general path's answers", async () => {
   for (const key of Object.keys(servedNatively)) delete servedNatively[key];
   const clock = { now: T0 };

@@ -33,39 +33,47 @@ test("unreadEnvelopeStore: a large envelope not yet read names our store; readin
   const spread = { ...(await store.get(id)) };
   assert.equal(unreadEnvelopeStore(spread), undefined, "a copy is a plain object");
 
+  // A small payload enqueued here is sealed at rest later (by the background
+  // thread, or by its first reader): until then its records read it lazily too.
   const small = await setup(100);
-  assert.equal(unreadEnvelopeStore(await small.store.get(small.id)), undefined, "small envelopes stay inline");
+  const early = await small.store.get(small.id);
+  assert.equal(typeof early.envelope.ciphertext, "string");
+  assert.equal(unreadEnvelopeStore(early), undefined, "read");
+  assert.equal(unreadEnvelopeStore(await small.store.get(small.id)), undefined, "small sealed envelopes stay inline");
 });
 
-test("resealStoredForDeviceAsync seals what resealForDeviceAsync seals from the same record", async () => {
-  const { store, id } = await setup(40_000);
-  const ring = new native.SiteKeyring(SITE);
-  const device = native.generateKeys(Date.now());
-  const identity = native.publicIdentityOf(device);
-  const record = await store.get(id);
+for (const chars of [40_000, 100]) {
+  test(`resealStoredForDeviceAsync seals what resealForDeviceAsync seals from the same record (${chars}-char prompt)`, async () => {
+    // 100 chars: a small payload whose at-rest seal may not be made yet.
+    const { store, id } = await setup(chars);
+    const ring = new native.SiteKeyring(SITE);
+    const device = native.generateKeys(Date.now());
+    const identity = native.publicIdentityOf(device);
+    const record = await store.get(id);
 
-  const fromStore = await ring.resealStoredForDeviceAsync(store.native, id, record.createdAt, identity);
-  const fromRecord = await ring.resealForDeviceAsync(record.envelope, id, record.createdAt, identity);
-  const openAsDevice = (envelope) =>
-    native.open({
-      envelope,
-      recipientKeys: device,
-      senderIdentityPublic: SITE.identityPublic,
-      expected: { jobId: id, senderKeyId: ring.keyId, recipientKeyId: native.keyId(device.identityPublic), direction: "payload" },
-    });
-  const a = openAsDevice(fromStore);
-  const b = openAsDevice(fromRecord);
-  assert.equal(a.ok, true);
-  assert.equal(a.plaintext, b.plaintext);
-  assert.equal(JSON.parse(a.plaintext).prompt, "é".repeat(40_000));
-  const { ciphertext: _x, ...restA } = fromStore;
-  const { ciphertext: _y, ...restB } = fromRecord;
-  assert.deepEqual(restA, restB);
+    const fromStore = await ring.resealStoredForDeviceAsync(store.native, id, record.createdAt, identity);
+    const fromRecord = await ring.resealForDeviceAsync(record.envelope, id, record.createdAt, identity);
+    const openAsDevice = (envelope) =>
+      native.open({
+        envelope,
+        recipientKeys: device,
+        senderIdentityPublic: SITE.identityPublic,
+        expected: { jobId: id, senderKeyId: ring.keyId, recipientKeyId: native.keyId(device.identityPublic), direction: "payload" },
+      });
+    const a = openAsDevice(fromStore);
+    const b = openAsDevice(fromRecord);
+    assert.equal(a.ok, true);
+    assert.equal(a.plaintext, b.plaintext);
+    assert.equal(JSON.parse(a.plaintext).prompt, "é".repeat(chars));
+    const { ciphertext: _x, ...restA } = fromStore;
+    const { ciphertext: _y, ...restB } = fromRecord;
+    assert.deepEqual(restA, restB);
 
-  assert.equal(await ring.resealStoredForDeviceAsync(store.native, "no-such-job", record.createdAt, identity), null);
-  // Another store does not hold this id.
-  const other = await setup(40_000);
-  assert.equal(await ring.resealStoredForDeviceAsync(other.store.native, id, record.createdAt, identity), null);
-  // A device key nothing can be sealed to rejects, as the record path does.
-  assert.equal(await ring.resealStoredForDeviceAsync(store.native, id, record.createdAt, { ...identity, encryption: "AAAA" }).catch(() => "threw"), "threw");
-});
+    assert.equal(await ring.resealStoredForDeviceAsync(store.native, "no-such-job", record.createdAt, identity), null);
+    // Another store does not hold this id.
+    const other = await setup(40_000);
+    assert.equal(await ring.resealStoredForDeviceAsync(other.store.native, id, record.createdAt, identity), null);
+    // A device key nothing can be sealed to rejects, as the record path does.
+    assert.equal(await ring.resealStoredForDeviceAsync(store.native, id, record.createdAt, { ...identity, encryption: "AAAA" }).catch(() => "threw"), "threw");
+  });
+}

@@ -12,12 +12,20 @@
 //! Two lanes: work a request will soon wait for (a claimed job's reseal,
 //! which its fetch takes) goes ahead of stocking up (spare keys), so it
 //! waits at most for the one chore already running, never for a backlog.
+//!
+//! Work nobody waits for (an enqueued payload's at-rest seal) is queued
+//! quietly ([`run_quietly`]): it does not wake a sleeping thread, because on
+//! a virtual machine waking the idle core costs the caller more than small
+//! work itself (7–20 µs a wake, measured); the next wake for other work, or
+//! a backlog of [`QUIET_BACKLOG`], runs it.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, OnceLock};
 
 /// Work items waiting at once; more are refused.
 pub const MAX_QUEUED: usize = 4096;
+/// Chores waiting at which a quiet one wakes the thread after all.
+pub const QUIET_BACKLOG: usize = 64;
 
 type Chore = Box<dyn FnOnce() + Send + 'static>;
 
@@ -62,33 +70,54 @@ fn spawn(_: &'static Worker) -> bool {
 /// Queue `chore` for the background thread; `false` (and `chore` dropped
 /// unrun) when there is no thread or the queue is full.
 pub fn run(chore: impl FnOnce() + Send + 'static) -> bool {
-    submit(Box::new(chore), false)
+    submit(Box::new(chore), Lane::Later)
 }
 
 /// [`run`], but ahead of every chore queued by [`run`] (in order among
 /// themselves): for work a request is about to wait for.
 pub fn run_first(chore: impl FnOnce() + Send + 'static) -> bool {
-    submit(Box::new(chore), true)
+    submit(Box::new(chore), Lane::First)
 }
 
-fn submit(chore: Chore, first: bool) -> bool {
-    let Some(worker) = worker() else {
-        return false;
-    };
+/// [`run`], without waking the thread if it sleeps (unless
+/// [`QUIET_BACKLOG`] chores are waiting): for work nobody waits for, which
+/// may run whenever the thread next wakes. Whoever needs its result before
+/// then must be able to do the work itself.
+pub fn run_quietly(chore: impl FnOnce() + Send + 'static) -> bool {
+    submit(Box::new(chore), Lane::Quiet)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Lane {
+    First,
+    Later,
+    /// [`Lane::Later`]'s queue, without the wake.
+    Quiet,
+}
+
+fn submit(chore: Chore, lane: Lane) -> bool {
+    match worker() {
+        Some(worker) => submit_to(worker, chore, lane),
+        None => false,
+    }
+}
+
+fn submit_to(worker: &Worker, chore: Chore, lane: Lane) -> bool {
     let Ok(mut queue) = worker.queue.lock() else {
         return false;
     };
     if queue.first.len() + queue.chores.len() >= MAX_QUEUED {
         return false;
     }
-    if first {
+    if lane == Lane::First {
         queue.first.push_back(chore);
     } else {
         queue.chores.push_back(chore);
     }
-    let parked = queue.parked;
+    let wake = queue.parked
+        && (lane != Lane::Quiet || queue.first.len() + queue.chores.len() >= QUIET_BACKLOG);
     drop(queue);
-    if parked {
+    if wake {
         worker.wake.notify_one();
     }
     true
@@ -185,6 +214,86 @@ mod tests {
             }
         }
         assert_eq!(seen, ["c", "d", "a", "b"]);
+    }
+
+    /// A worker of the test's own, so no other test's chores wake it.
+    fn own_worker() -> &'static Worker {
+        let worker: &'static Worker = Box::leak(Box::new(Worker {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+        }));
+        assert!(spawn(worker), "no thread for the test's worker");
+        worker
+    }
+
+    fn wait_until_parked(worker: &Worker) {
+        for _ in 0..1000 {
+            if worker.queue.lock().is_ok_and(|q| q.parked) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("the worker never went to sleep");
+    }
+
+    #[test]
+    fn quiet_chores_wait_for_the_next_wake_or_a_backlog() {
+        let worker = own_worker();
+        wait_until_parked(worker);
+        let (tx, rx) = mpsc::channel();
+        let quiet = tx.clone();
+        assert!(submit_to(
+            worker,
+            Box::new(move || {
+                let _ = quiet.send("quiet");
+            }),
+            Lane::Quiet
+        ));
+        assert!(
+            rx.recv_timeout(Duration::from_millis(100)).is_err(),
+            "a quiet chore woke the sleeping thread"
+        );
+        let loud = tx.clone();
+        assert!(submit_to(
+            worker,
+            Box::new(move || {
+                let _ = loud.send("loud");
+            }),
+            Lane::Later
+        ));
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(name) => seen.push(name),
+                Err(e) => panic!("a chore never ran: {e}"),
+            }
+        }
+        assert_eq!(seen, ["quiet", "loud"]);
+
+        // A backlog runs without anyone else waking the thread.
+        wait_until_parked(worker);
+        for n in 0..QUIET_BACKLOG {
+            let tx = tx.clone();
+            assert!(submit_to(
+                worker,
+                Box::new(move || {
+                    let _ = tx.send(if n + 1 == QUIET_BACKLOG {
+                        "last"
+                    } else {
+                        "one"
+                    });
+                }),
+                Lane::Quiet
+            ));
+        }
+        let mut last = false;
+        for _ in 0..QUIET_BACKLOG {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(name) => last = name == "last",
+                Err(e) => panic!("a backlog of quiet chores did not run: {e}"),
+            }
+        }
+        assert!(last);
     }
 
     #[test]

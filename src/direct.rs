@@ -18,6 +18,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::audience::{self, Audience, BackendClass, ProvenanceInput, StopReason};
+use crate::envelope::deferred::DeferredSeal;
 use crate::envelope::{self, OpenFailure, Text};
 use crate::fingerprint;
 use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
@@ -95,16 +96,10 @@ pub fn reseal_for_device(
     let expected = envelope::Expected {
         job_id: job_id.to_string(),
         sender_key_id: site_id.clone(),
-        recipient_key_id: site_id.clone(),
+        recipient_key_id: site_id,
         direction: "payload".into(),
     };
-    let context = envelope::Context {
-        job_id: job_id.to_string(),
-        sender_key_id: site_id,
-        recipient_key_id: fingerprint::key_id(&device.identity),
-        deadline_at: created_at + envelope::ENVELOPE_MAX_AGE_MS,
-        direction: "payload".into(),
-    };
+    let context = device_context(site, job_id, created_at, device);
     // The seal to the device runs while a large body's at-rest signature is
     // still being checked; its envelope is kept only if the check passes.
     let resealed = envelope::open_with_handle_then(
@@ -128,6 +123,92 @@ pub fn reseal_for_device(
         Ok(sealed) => sealed.map(Some),
         Err(_) => Ok(None),
     }
+}
+
+/// What a payload at rest binds: the job, the site as sender and recipient.
+pub fn at_rest_context(site: &KeyHandle, job_id: &str, deadline_at: f64) -> envelope::Context {
+    let site_id = site.key_id().to_string();
+    envelope::Context {
+        job_id: job_id.to_string(),
+        sender_key_id: site_id.clone(),
+        recipient_key_id: site_id,
+        deadline_at,
+        direction: "payload".into(),
+    }
+}
+
+/// An enqueued payload's envelope for our store.
+pub enum AtRestSeal {
+    Sealed(envelope::SealedEnvelope),
+    /// To be sealed by the background thread, or by its first reader.
+    Deferred(Arc<DeferredSeal>),
+}
+
+/// The at-rest envelope of an enqueue on our store: sealed later
+/// ([`crate::envelope::deferred`]) when nothing can tell the difference
+/// (the store's records leave envelopes out until asked for, a background
+/// thread will make the seal, no job has this id already, the site's keys
+/// are their own), else sealed now. The payload is already validated.
+pub fn seal_at_rest(
+    site: &Arc<KeyHandle>,
+    store: &Store,
+    plaintext: String,
+    job_id: &str,
+    deadline_at: f64,
+) -> Result<AtRestSeal, envelope::SealError> {
+    let context = at_rest_context(site, job_id, deadline_at);
+    let defer =
+        store.omits_envelopes() && crate::chores::available() && store.get(job_id).is_none();
+    let (plaintext, context) = if defer {
+        match DeferredSeal::new(site, plaintext, context) {
+            Ok(deferred) => {
+                let later = Arc::clone(&deferred);
+                // If the queue refuses, the first reader seals it.
+                let _ = crate::chores::run_quietly(move || later.seal_now());
+                return Ok(AtRestSeal::Deferred(deferred));
+            }
+            Err(refused) => *refused,
+        }
+    } else {
+        (plaintext, context)
+    };
+    envelope::seal_with_handle(
+        Text::Utf8(&plaintext),
+        site,
+        &site.keys().encryption_public,
+        &context,
+    )
+    .map(AtRestSeal::Sealed)
+}
+
+/// What a payload sealed for `device` binds: the job, the site as sender,
+/// the device as recipient, a deadline a day after the job was created.
+fn device_context(
+    site: &KeyHandle,
+    job_id: &str,
+    created_at: f64,
+    device: &PublicIdentity,
+) -> envelope::Context {
+    envelope::Context {
+        job_id: job_id.to_string(),
+        sender_key_id: site.key_id().to_string(),
+        recipient_key_id: fingerprint::key_id(&device.identity),
+        deadline_at: created_at + envelope::ENVELOPE_MAX_AGE_MS,
+        direction: "payload".into(),
+    }
+}
+
+/// A payload's text sealed for `device`, exactly as [`reseal_for_device`]
+/// seals what it opens (for a payload whose at-rest seal is not made yet).
+pub fn seal_for_device(
+    site: &KeyHandle,
+    plaintext: &str,
+    job_id: &str,
+    created_at: f64,
+    device: &PublicIdentity,
+) -> Result<envelope::SealedEnvelope, envelope::SealError> {
+    let context = device_context(site, job_id, created_at, device);
+    envelope::seal_with_handle(Text::Utf8(plaintext), site, &device.encryption, &context)
 }
 
 /// Open a device's sealed result for `job_id`, checking it was signed by
@@ -391,13 +472,7 @@ fn fetch(store: &mut Store, site: &Site<'_>, runner: &RunnerFacts, doc: &Doc) ->
     let inputs = reseal_inputs(store, site, r, job_id, job.created_at, runner)?;
     let resealed = match site.reseals.and_then(|reseals| reseals.take(&inputs)) {
         Some(kept) => kept,
-        None => reseal_for_device(
-            site.keys,
-            &inputs.at_rest,
-            job_id,
-            inputs.created_at,
-            &runner.device,
-        ),
+        None => inputs.reseal(),
     };
     let sealed = resealed.ok()??;
     let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
@@ -429,18 +504,27 @@ fn reseal_inputs(
     if store.view(r)?.sealed_ciphertext_chars? > ASYNC_CRYPTO_THRESHOLD {
         return None;
     }
+    if let Some(deferred) = store.deferred_seal(r) {
+        return Some(ahead::Inputs {
+            site: Arc::clone(site.keys),
+            job_id: job_id.to_owned(),
+            at_rest: ahead::AtRest::Deferred(Arc::clone(deferred)),
+            created_at,
+            device: runner.device.clone(),
+        });
+    }
     let mut ciphertext = String::new();
     let parts = store.sealed_envelope_parts(r, &mut ciphertext)?;
     Some(ahead::Inputs {
         site: Arc::clone(site.keys),
         job_id: job_id.to_owned(),
-        at_rest: envelope::SealedEnvelope {
+        at_rest: ahead::AtRest::Sealed(envelope::SealedEnvelope {
             ciphertext,
             recipient_key_id: parts.recipient_key_id.to_owned(),
             sender_key_id: parts.sender_key_id.to_owned(),
             direction: parts.direction.to_owned(),
             deadline_at: parts.deadline_at,
-        },
+        }),
         created_at,
         device: runner.device.clone(),
     })
@@ -652,8 +736,15 @@ mod tests {
     /// A store with runner `r1` (owner bob, paired with `device`) and one job
     /// for bob, sealed at rest by `site`.
     fn lane() -> Lane {
+        lane_with(false)
+    }
+
+    /// [`lane`]; `deferred`: the job enqueued as the direct lane does, its
+    /// at-rest seal left for later.
+    fn lane_with(deferred: bool) -> Lane {
         let (site, device) = (Arc::new(handle(1)), handle(7));
         let mut store = Store::new(StoreOptions::default());
+        store.set_omit_envelopes(deferred);
         let mut pairing = serde_json::Map::new();
         let identity = device.public_identity();
         pairing.insert("deviceCodeHash".into(), "h".into());
@@ -672,25 +763,41 @@ mod tests {
             deadline_at: NOW + envelope::ENVELOPE_MAX_AGE_MS,
             direction: "payload".into(),
         };
-        let sealed = match envelope::seal_with_handle(
-            Text::Utf8("{\"prompt\":\"hi\"}"),
-            &site,
-            &site.keys().encryption_public,
-            &context,
-        ) {
-            Ok(sealed) => sealed,
+        let at_rest = if deferred {
+            seal_at_rest(
+                &site,
+                &store,
+                "{\"prompt\":\"hi\"}".into(),
+                "job-1",
+                context.deadline_at,
+            )
+        } else {
+            envelope::seal_with_handle(
+                Text::Utf8("{\"prompt\":\"hi\"}"),
+                &site,
+                &site.keys().encryption_public,
+                &context,
+            )
+            .map(AtRestSeal::Sealed)
+        };
+        let at_rest = match at_rest {
+            Ok(at_rest) => at_rest,
             Err(e) => panic!("seal: {e}"),
         };
+        assert_eq!(matches!(at_rest, AtRestSeal::Deferred(_)), deferred);
         store.create(
             JobInput {
                 id: "job-1",
                 kind: "llm.generate",
-                envelope: EnvelopeInput::Sealed {
-                    ciphertext: &sealed.ciphertext,
-                    recipient_key_id: &sealed.recipient_key_id,
-                    sender_key_id: &sealed.sender_key_id,
-                    direction: &sealed.direction,
-                    deadline_at: sealed.deadline_at,
+                envelope: match &at_rest {
+                    AtRestSeal::Sealed(sealed) => EnvelopeInput::Sealed {
+                        ciphertext: &sealed.ciphertext,
+                        recipient_key_id: &sealed.recipient_key_id,
+                        sender_key_id: &sealed.sender_key_id,
+                        direction: &sealed.direction,
+                        deadline_at: sealed.deadline_at,
+                    },
+                    AtRestSeal::Deferred(d) => EnvelopeInput::Deferred(Arc::clone(d)),
                 },
                 size_class: "small",
                 owner: "bob",
@@ -731,7 +838,7 @@ mod tests {
 
     #[test]
     fn a_signed_claim_fetch_and_result_are_served_end_to_end() {
-        serve_claim_fetch_result(None);
+        serve_claim_fetch_result(None, false);
     }
 
     #[test]
@@ -739,15 +846,24 @@ mod tests {
         let Some(reseals) = ahead::Reseals::new() else {
             panic!("no background thread")
         };
-        serve_claim_fetch_result(Some(&reseals));
+        serve_claim_fetch_result(Some(&reseals), false);
     }
 
-    fn serve_claim_fetch_result(reseals: Option<&ahead::Reseals>) {
+    #[test]
+    fn the_same_for_a_payload_whose_seal_at_rest_is_deferred() {
+        serve_claim_fetch_result(None, true);
+        let Some(reseals) = ahead::Reseals::new() else {
+            panic!("no background thread")
+        };
+        serve_claim_fetch_result(Some(&reseals), true);
+    }
+
+    fn serve_claim_fetch_result(reseals: Option<&ahead::Reseals>, deferred: bool) {
         let Lane {
             mut store,
             site,
             device,
-        } = lane();
+        } = lane_with(deferred);
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
@@ -867,6 +983,43 @@ mod tests {
             Some(r#"{"accepted":false,"duplicate":true,"state":"ok"}"#),
             "a replay"
         );
+
+        // The at-rest envelope, read afterwards: the site's own, opening to
+        // the payload, the same on every read.
+        let r = store.get("job-1").expect("stored");
+        assert_eq!(store.deferred_seal(r).is_some(), deferred);
+        let read = |store: &Store| {
+            let mut ciphertext = String::new();
+            let parts = store
+                .sealed_envelope_parts(r, &mut ciphertext)
+                .expect("a sealed envelope");
+            envelope::SealedEnvelope {
+                ciphertext,
+                recipient_key_id: parts.recipient_key_id.into(),
+                sender_key_id: parts.sender_key_id.into(),
+                direction: parts.direction.into(),
+                deadline_at: parts.deadline_at,
+            }
+        };
+        let at_rest = read(&store);
+        assert_eq!(read(&store), at_rest);
+        let expected = envelope::Expected {
+            job_id: "job-1".into(),
+            sender_key_id: site.key_id().into(),
+            recipient_key_id: site.key_id().into(),
+            direction: "payload".into(),
+        };
+        let opened = envelope::open_with_handle(&at_rest, &site, site.identity_key(), &expected);
+        assert_eq!(
+            opened.map(|t| t.into_string()),
+            Ok("{\"prompt\":\"hi\"}".to_string())
+        );
+        // Records carry a sealed envelope (this small one inline); one whose
+        // seal is not made yet is left out (`[]`), read by id when needed.
+        let inline = record.contains(&at_rest.ciphertext);
+        let left_out = record.contains(r#"["job-1","llm.generate",[],"#);
+        assert!(inline != left_out, "{record}");
+        assert!(inline || deferred, "{record}");
     }
 
     #[test]

@@ -33,6 +33,8 @@ use crate::b64;
 use crate::json::{self, JsStr, Node};
 use crate::keys;
 
+pub mod deferred;
+
 /// `v` of the signed body.
 pub const ENVELOPE_BODY_VERSION: &str = "byollm/v1/envelope";
 /// Envelope deadline offset from creation.
@@ -185,6 +187,19 @@ fn write_inner_json(body: &[u8], signature: &str, out: &mut String) {
     // always the JSON.stringify of whatever was given.
     json::write_json_str(signature, out);
     out.push('}');
+}
+
+/// The length of the ciphertext text (base64url) a seal of `plaintext`
+/// with `context` gives, whatever the keys: the signed body, its signature
+/// (always 86 characters) in the inner JSON, the box's 48 bytes.
+pub fn sealed_ciphertext_chars(context: &Context, plaintext: Text<'_>) -> usize {
+    /// `{"body":"` + `","signature":` + the quoted signature + `}`.
+    const INNER_OVERHEAD: usize = 9 + 14 + 88 + 1;
+    let unpadded = |bytes: usize| base64::encoded_len(bytes, false).unwrap_or(usize::MAX);
+    let mut body = Zeroizing::new(String::new());
+    write_signed_body(context, plaintext, &mut body);
+    let inner = unpadded(body.len()).saturating_add(INNER_OVERHEAD);
+    unpadded(inner.saturating_add(SEAL_OVERHEAD))
 }
 
 /// BLAKE2b-192 over `epk ‖ recipient pk`: the sealed-box nonce.

@@ -728,14 +728,7 @@ fn seal_payload_core(
     job_id: &str,
     deadline_at: f64,
 ) -> std::result::Result<envelope::SealedEnvelope, envelope::SealError> {
-    let site = handle.key_id().to_string();
-    let context = envelope::Context {
-        job_id: job_id.to_string(),
-        sender_key_id: site.clone(),
-        recipient_key_id: site,
-        deadline_at,
-        direction: "payload".into(),
-    };
+    let context = crate::direct::at_rest_context(handle, job_id, deadline_at);
     envelope::seal_with_handle(
         Text::Utf8(plaintext),
         handle,
@@ -940,18 +933,34 @@ impl SiteKeyring {
         now: f64,
     ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
         let (kind_text, display) = super::rules::payload_kind(kind)?;
-        let checked = seal_checked_core(
-            &self.inner,
+        let valid = match crate::kinds::validate_payload(
             kind_text.as_deref(),
             &display,
             payload_json.as_deref(),
+        ) {
+            Ok(valid) => valid,
+            Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
+        };
+        let size_class = valid.size_class.as_str();
+        let at_rest = crate::direct::seal_at_rest(
+            &self.inner,
+            store.core_mut(),
+            valid.canonical,
             &job_id,
             envelope_deadline_at,
         )
         .map_err(seal_error)?;
-        let (sealed, size_class) = match checked {
-            Ok(done) => done,
-            Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
+        let envelope = match &at_rest {
+            crate::direct::AtRestSeal::Sealed(sealed) => crate::store::EnvelopeInput::Sealed {
+                ciphertext: &sealed.ciphertext,
+                recipient_key_id: &sealed.recipient_key_id,
+                sender_key_id: &sealed.sender_key_id,
+                direction: &sealed.direction,
+                deadline_at: sealed.deadline_at,
+            },
+            crate::direct::AtRestSeal::Deferred(deferred) => {
+                crate::store::EnvelopeInput::Deferred(Arc::clone(deferred))
+            }
         };
         // The validator accepted the kind, so it is a string.
         let kind = kind_text.unwrap_or_default();
@@ -961,13 +970,7 @@ impl SiteKeyring {
                 crate::store::JobInput {
                     id: &job_id,
                     kind: &kind,
-                    envelope: crate::store::EnvelopeInput::Sealed {
-                        ciphertext: &sealed.ciphertext,
-                        recipient_key_id: &sealed.recipient_key_id,
-                        sender_key_id: &sealed.sender_key_id,
-                        direction: &sealed.direction,
-                        deadline_at: sealed.deadline_at,
-                    },
+                    envelope,
                     size_class,
                     owner: &owner,
                     audience: audience.as_deref(),
@@ -1039,11 +1042,15 @@ impl SiteKeyring {
         device: JsPublicIdentity,
     ) -> AsyncTask<ResealTask> {
         AsyncTask::new(ResealTask {
-            handle: self.inner.clone(),
-            at_rest: store.sealed_envelope_core(&job_id),
-            job_id,
-            created_at,
-            device: device_from_js(&device),
+            inputs: store
+                .at_rest_core(&job_id)
+                .map(|at_rest| crate::direct::ahead::Inputs {
+                    site: self.inner.clone(),
+                    job_id,
+                    at_rest,
+                    created_at,
+                    device: device_from_js(&device),
+                }),
         })
     }
 
@@ -1056,11 +1063,13 @@ impl SiteKeyring {
         device: JsPublicIdentity,
     ) -> AsyncTask<ResealTask> {
         AsyncTask::new(ResealTask {
-            handle: self.inner.clone(),
-            at_rest: Some(at_rest.into()),
-            job_id,
-            created_at,
-            device: device_from_js(&device),
+            inputs: Some(crate::direct::ahead::Inputs {
+                site: self.inner.clone(),
+                job_id,
+                at_rest: crate::direct::ahead::AtRest::Sealed(at_rest.into()),
+                created_at,
+                device: device_from_js(&device),
+            }),
         })
     }
 
@@ -1192,12 +1201,8 @@ impl Task for SealCheckedTask {
 }
 
 pub struct ResealTask {
-    handle: Arc<KeyHandle>,
     /// `None`: nothing to open (a stored job without a sealed envelope).
-    at_rest: Option<envelope::SealedEnvelope>,
-    job_id: String,
-    created_at: f64,
-    device: PublicIdentity,
+    inputs: Option<crate::direct::ahead::Inputs>,
 }
 
 impl Task for ResealTask {
@@ -1205,18 +1210,9 @@ impl Task for ResealTask {
     type JsValue = Option<JsSealedEnvelope>;
 
     fn compute(&mut self) -> Result<Self::Output> {
-        guard(|| {
-            let Some(at_rest) = &self.at_rest else {
-                return Ok(None);
-            };
-            crate::direct::reseal_for_device(
-                &self.handle,
-                at_rest,
-                &self.job_id,
-                self.created_at,
-                &self.device,
-            )
-            .map_err(seal_error)
+        guard(|| match &self.inputs {
+            Some(inputs) => inputs.reseal().map_err(seal_error),
+            None => Ok(None),
         })
     }
 

@@ -127,22 +127,24 @@ impl NativeMemoryStore {
         &mut self.inner
     }
 
-    /// A job's sealed envelope as the core's value, ciphertext re-encoded
-    /// (for the keyring's reseal, which then needs no JS string of it).
-    pub(super) fn sealed_envelope_core(
-        &mut self,
-        id: &str,
-    ) -> Option<crate::envelope::SealedEnvelope> {
+    /// A job's payload as the core holds it: its sealed envelope, ciphertext
+    /// re-encoded, or its at-rest seal still to be made (for the keyring's
+    /// reseal, which then needs no JS string of it).
+    pub(super) fn at_rest_core(&mut self, id: &str) -> Option<crate::direct::ahead::AtRest> {
+        use crate::direct::ahead::AtRest;
         let r = self.inner.get(id)?;
+        if let Some(deferred) = self.inner.deferred_seal(r) {
+            return Some(AtRest::Deferred(std::sync::Arc::clone(deferred)));
+        }
         let mut ciphertext = String::new();
         let parts = self.inner.sealed_envelope_parts(r, &mut ciphertext)?;
-        Some(crate::envelope::SealedEnvelope {
+        Some(AtRest::Sealed(crate::envelope::SealedEnvelope {
             ciphertext,
             recipient_key_id: parts.recipient_key_id.to_owned(),
             sender_key_id: parts.sender_key_id.to_owned(),
             direction: parts.direction.to_owned(),
             deadline_at: parts.deadline_at,
-        })
+        }))
     }
 }
 

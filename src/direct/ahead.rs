@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::envelope::deferred::DeferredSeal;
 use crate::envelope::{SealError, SealedEnvelope};
 use crate::keys::{KeyHandle, PublicIdentity};
 
@@ -51,20 +52,64 @@ const FIRST_TYPICAL: Duration = Duration::from_micros(200);
 /// sealed to ([`super::reseal_for_device`]).
 pub type Resealed = Result<Option<SealedEnvelope>, SealError>;
 
+/// The payload as the store holds it.
+#[derive(Clone)]
+pub enum AtRest {
+    Sealed(SealedEnvelope),
+    /// Sealed when first needed; the same seal for every reader.
+    Deferred(Arc<DeferredSeal>),
+}
+
+impl PartialEq for AtRest {
+    fn eq(&self, other: &AtRest) -> bool {
+        match (self, other) {
+            (AtRest::Sealed(a), AtRest::Sealed(b)) => a == b,
+            (AtRest::Deferred(a), AtRest::Deferred(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
 /// Everything a reseal is computed from.
 pub struct Inputs {
     pub site: Arc<KeyHandle>,
     pub job_id: String,
-    pub at_rest: SealedEnvelope,
+    pub at_rest: AtRest,
     pub created_at: f64,
     pub device: PublicIdentity,
 }
 
 impl Inputs {
-    fn reseal(&self) -> Resealed {
+    /// The payload sealed for the device ([`super::reseal_for_device`]).
+    /// A payload whose at-rest seal is not made yet is sealed for the
+    /// device from its text: what opening that seal would give.
+    pub fn reseal(&self) -> Resealed {
+        let at_rest = match &self.at_rest {
+            AtRest::Sealed(sealed) => sealed,
+            AtRest::Deferred(deferred) => {
+                // Only where the open would succeed: the same site's keys,
+                // this job. Otherwise the seal is made and opened as any.
+                let opens = same_site(deferred.site(), &self.site)
+                    && deferred.context().job_id == self.job_id;
+                if let Some(text) = deferred.plaintext().filter(|_| opens) {
+                    return super::seal_for_device(
+                        &self.site,
+                        &text,
+                        &self.job_id,
+                        self.created_at,
+                        &self.device,
+                    )
+                    .map(Some);
+                }
+                match deferred.sealed() {
+                    Ok(sealed) => sealed,
+                    Err(_) => return Ok(None),
+                }
+            }
+        };
         super::reseal_for_device(
             &self.site,
-            &self.at_rest,
+            at_rest,
             &self.job_id,
             self.created_at,
             &self.device,
@@ -74,17 +119,21 @@ impl Inputs {
     /// Whether a reseal computed from `self` is the one `other` asks for.
     /// Equal public keys mean equal secrets (both are derived from them).
     fn serves(&self, other: &Inputs) -> bool {
-        let same_site = Arc::ptr_eq(&self.site, &other.site)
-            || (self.site.key_id() == other.site.key_id()
-                && self.site.encryption_public() == other.site.encryption_public()
-                && self.site.signing_key().verifying_key()
-                    == other.site.signing_key().verifying_key());
-        same_site
+        same_site(&self.site, &other.site)
             && self.job_id == other.job_id
             && self.created_at.to_bits() == other.created_at.to_bits()
             && self.device == other.device
             && self.at_rest == other.at_rest
     }
+}
+
+/// Whether two handles hold the same site keys. Equal public keys mean
+/// equal secrets (both are derived from them).
+fn same_site(a: &Arc<KeyHandle>, b: &Arc<KeyHandle>) -> bool {
+    Arc::ptr_eq(a, b)
+        || (a.key_id() == b.key_id()
+            && a.encryption_public() == b.encryption_public()
+            && a.signing_key().verifying_key() == b.signing_key().verifying_key())
 }
 
 enum Slot {
@@ -366,7 +415,7 @@ mod tests {
         Inputs {
             site: Arc::clone(site),
             job_id: job_id.into(),
-            at_rest,
+            at_rest: AtRest::Sealed(at_rest),
             created_at: 1_000.0,
             device: device.public_identity(),
         }
@@ -410,7 +459,7 @@ mod tests {
         site: &Arc<KeyHandle>,
         device: &KeyHandle,
         job_id: &str,
-    ) -> SealedEnvelope {
+    ) -> AtRest {
         let first = inputs(site, device, job_id);
         let at_rest = first.at_rest.clone();
         reseals.start(first);
@@ -419,12 +468,7 @@ mod tests {
     }
 
     /// What a fetch of `job_id` asks with, for that at-rest envelope.
-    fn asking(
-        site: &Arc<KeyHandle>,
-        device: &KeyHandle,
-        job_id: &str,
-        at_rest: SealedEnvelope,
-    ) -> Inputs {
+    fn asking(site: &Arc<KeyHandle>, device: &KeyHandle, job_id: &str, at_rest: AtRest) -> Inputs {
         Inputs {
             at_rest,
             ..inputs(site, device, job_id)
@@ -542,11 +586,43 @@ mod tests {
     }
 
     #[test]
+    fn a_deferred_payload_is_sealed_for_the_device_only_by_its_own_site() {
+        let (site, other, device) = (handle(71), handle(73), handle(79));
+        let deadline = 1_000.0 + envelope::ENVELOPE_MAX_AGE_MS;
+        let deferred = match crate::envelope::deferred::DeferredSeal::new(
+            &site,
+            "{\"prompt\":\"hi\"}".into(),
+            crate::direct::at_rest_context(&site, "job-6", deadline),
+        ) {
+            Ok(d) => d,
+            Err(_) => panic!("own keys defer"),
+        };
+        let ask = |by: &Arc<KeyHandle>| Inputs {
+            at_rest: AtRest::Deferred(Arc::clone(&deferred)),
+            ..inputs(by, &device, "job-6")
+        };
+        let resealed_by_own_site = || match ask(&site).reseal() {
+            Ok(Some(sealed)) => opens_for(&device, &site, "job-6", &sealed),
+            _ => panic!("not resealed for the device"),
+        };
+        // From the text, the at-rest seal not made yet.
+        resealed_by_own_site();
+        assert!(!deferred.is_sealed());
+        // Another site's keys get what opening the at-rest seal gives them.
+        assert!(matches!(ask(&other).reseal(), Ok(None)));
+        assert!(deferred.is_sealed());
+        // And from the at-rest seal, once made.
+        resealed_by_own_site();
+    }
+
+    #[test]
     fn a_failed_reseal_is_kept_as_the_failure() {
         let reseals = reseals();
         let (site, device) = (handle(51), handle(53));
         let mut broken = inputs(&site, &device, "job-5");
-        broken.at_rest.ciphertext.replace_range(0..4, "AAAA");
+        if let AtRest::Sealed(sealed) = &mut broken.at_rest {
+            sealed.ciphertext.replace_range(0..4, "AAAA");
+        }
         let at_rest = broken.at_rest.clone();
         reseals.start(broken);
         settle(&reseals, "job-5");

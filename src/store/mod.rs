@@ -13,6 +13,11 @@
 //! Records leave the store as compact JSON text ([`out`]); opaque values the
 //! caller hands in (outcome, provenance, odd envelopes, pairing and runner
 //! records) are kept as the JSON text they arrived as.
+//!
+//! A job's payload is here only sealed, or, from the direct lane's enqueue,
+//! as a seal still to be made ([`crate::envelope::deferred`]): every way an
+//! envelope leaves the store makes that seal first, so no reader ever sees
+//! anything but the sealed envelope.
 
 mod out;
 mod people;
@@ -20,12 +25,14 @@ mod people;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 // The tests compare against the `base64` crate's encoder.
 #[cfg(test)]
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine as _};
 
 use crate::audience::{server_admits, Audience, OfferScope};
+use crate::envelope::deferred::DeferredSeal;
 
 pub use out::split_json_array;
 pub use people::{ApproveError, PairingStore};
@@ -173,6 +180,9 @@ enum Envelope {
     },
     /// Anything else, kept as the JSON text it arrived as.
     Raw(Box<str>),
+    /// Our own enqueue's at-rest seal, made when first needed (see
+    /// [`crate::envelope::deferred`]); read as the sealed envelope it gives.
+    Deferred(Arc<DeferredSeal>),
 }
 
 /// How a caller hands an envelope in.
@@ -186,6 +196,8 @@ pub enum EnvelopeInput<'a> {
     },
     /// JSON text of an envelope of any other shape.
     Raw(&'a str),
+    /// The direct lane's enqueue: a payload sealed to the site when first read.
+    Deferred(Arc<DeferredSeal>),
 }
 
 #[derive(Debug, Clone)]
@@ -225,7 +237,8 @@ struct Job {
     updated_at: f64,
 }
 
-/// What `create` takes (`StoredJobInput`; the plaintext payload never enters).
+/// What `create` takes (`StoredJobInput`; the plaintext payload enters only
+/// inside a [`DeferredSeal`], which gives nothing but its sealed envelope).
 pub struct JobInput<'a> {
     pub id: &'a str,
     pub kind: &'a str,
@@ -550,6 +563,21 @@ impl Store {
         self.omit_envelopes = omit;
     }
 
+    /// Whether records leave envelopes out ([`Store::set_omit_envelopes`]),
+    /// so an envelope is made no sooner than someone asks for it.
+    pub fn omits_envelopes(&self) -> bool {
+        self.omit_envelopes
+    }
+
+    /// Job `r`'s at-rest seal when it is one still to be made or made late
+    /// ([`Envelope::Deferred`]).
+    pub fn deferred_seal(&self, r: JobRef) -> Option<&Arc<DeferredSeal>> {
+        match &self.live(r)?.envelope {
+            Envelope::Deferred(deferred) => Some(deferred),
+            _ => None,
+        }
+    }
+
     /// Number of stored jobs.
     pub fn len(&self) -> usize {
         self.by_id.len()
@@ -626,6 +654,7 @@ impl Store {
                 deadline_at,
             },
             EnvelopeInput::Raw(json) => Envelope::Raw(json.into()),
+            EnvelopeInput::Deferred(deferred) => Envelope::Deferred(deferred),
         };
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -725,6 +754,7 @@ impl Store {
                     ..
                 } => Some(text.len()),
                 Envelope::Raw(_) => None,
+                Envelope::Deferred(deferred) => Some(deferred.ciphertext_chars()),
             },
         })
     }

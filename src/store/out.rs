@@ -12,8 +12,8 @@
 //! * `envelope`: `[ciphertext, recipientKeyId, senderKeyId, direction,
 //!   deadlineAt]` for a sealed envelope, or the caller's own JSON value
 //!   (an array of theirs wrapped as `[array]`);
-//!   `[]` for a large sealed envelope when the store leaves those out
-//!   ([`Store::set_omit_envelopes`]);
+//!   `[]` for a large sealed envelope, or one not sealed yet, when the
+//!   store leaves those out ([`Store::set_omit_envelopes`]);
 //! * `purpose`: `0` for `undefined`, else `[value]`;
 //! * `audienceAllow`: `0` for `undefined`, else the array;
 //! * `lease`: `null` or `[id, runnerId, expiresAt]`;
@@ -220,15 +220,25 @@ impl Store {
         ciphertext: &mut String,
     ) -> Option<SealedParts<'_>> {
         let job = self.live(r)?;
-        let Envelope::Sealed {
-            ciphertext: ct,
-            recipient,
-            sender,
-            direction,
-            deadline_at,
-        } = &job.envelope
-        else {
-            return None;
+        let (ct, recipient, sender, direction, deadline_at) = match &job.envelope {
+            Envelope::Sealed {
+                ciphertext,
+                recipient,
+                sender,
+                direction,
+                deadline_at,
+            } => (ciphertext, recipient, sender, direction, deadline_at),
+            Envelope::Deferred(deferred) => {
+                let sealed = deferred.sealed().ok()?;
+                ciphertext.push_str(&sealed.ciphertext);
+                return Some(SealedParts {
+                    recipient_key_id: &sealed.recipient_key_id,
+                    sender_key_id: &sealed.sender_key_id,
+                    direction: &sealed.direction,
+                    deadline_at: sealed.deadline_at,
+                });
+            }
+            Envelope::Raw(_) => return None,
         };
         match ct {
             Ciphertext::Bytes(bytes) => {
@@ -244,8 +254,10 @@ impl Store {
         })
     }
 
-    /// Whether records leave this job's envelope out: only large sealed
-    /// ones. A small envelope costs less inline than a second call for it.
+    /// Whether records leave this job's envelope out: large sealed ones,
+    /// and seals not made yet (a record rarely has its envelope read, and
+    /// the seal is made then, not on the way out). A small sealed envelope
+    /// costs less inline than a second call for it.
     fn omits_envelope(&self, job: &Job) -> bool {
         self.omit_envelopes
             && match &job.envelope {
@@ -258,6 +270,10 @@ impl Store {
                     ..
                 } => t.len() >= OMIT_ENVELOPE_BYTES,
                 Envelope::Raw(_) => false,
+                Envelope::Deferred(deferred) => {
+                    !deferred.is_sealed()
+                        || deferred.ciphertext_chars() / 4 * 3 >= OMIT_ENVELOPE_BYTES
+                }
             }
     }
 
@@ -300,6 +316,24 @@ impl Store {
                 out.push(']');
             }
             Envelope::Raw(json) => out.push_str(json),
+            Envelope::Deferred(deferred) => match deferred.sealed() {
+                Ok(sealed) => {
+                    out.push('[');
+                    push_str(out, &sealed.ciphertext);
+                    out.push(',');
+                    push_str(out, &sealed.recipient_key_id);
+                    out.push(',');
+                    push_str(out, &sealed.sender_key_id);
+                    out.push(',');
+                    push_str(out, &sealed.direction);
+                    out.push(',');
+                    push_num(out, sealed.deadline_at);
+                    out.push(']');
+                }
+                // Not for a key DeferredSeal::new accepts; null, as an
+                // envelope that is not there.
+                Err(_) => out.push_str("null"),
+            },
         }
     }
 
@@ -342,6 +376,7 @@ impl Store {
                 ..
             } => t.len() + 4,
             Envelope::Raw(json) => json.len(),
+            Envelope::Deferred(deferred) => deferred.ciphertext_chars() + 120,
         };
         let envelope = if self.omits_envelope(job) {
             2
