@@ -24,7 +24,9 @@ use crate::fingerprint;
 use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
 use crate::keys::{KeyHandle, PublicIdentity};
 use crate::signing::{self, RequestSignature};
-use crate::store::{ClaimArgs, ClaimCapability, CompleteArgs, Holder, JobView, LeaseView, Store};
+use crate::store::{
+    ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobView, LeaseView, Store,
+};
 use crate::wire::{self, Endpoint};
 
 pub mod ahead;
@@ -144,6 +146,22 @@ pub enum AtRestSeal {
     Deferred(Arc<DeferredSeal>),
 }
 
+impl AtRestSeal {
+    /// How the store's `create` takes it.
+    pub fn as_input(&self) -> EnvelopeInput<'_> {
+        match self {
+            AtRestSeal::Sealed(sealed) => EnvelopeInput::Sealed {
+                ciphertext: &sealed.ciphertext,
+                recipient_key_id: &sealed.recipient_key_id,
+                sender_key_id: &sealed.sender_key_id,
+                direction: &sealed.direction,
+                deadline_at: sealed.deadline_at,
+            },
+            AtRestSeal::Deferred(deferred) => EnvelopeInput::Deferred(Arc::clone(deferred)),
+        }
+    }
+}
+
 /// The at-rest envelope of an enqueue on our store: sealed later
 /// ([`crate::envelope::deferred`]) when nothing can tell the difference
 /// (the store's records leave envelopes out until asked for, a background
@@ -156,17 +174,26 @@ pub fn seal_at_rest(
     job_id: &str,
     deadline_at: f64,
 ) -> Result<AtRestSeal, envelope::SealError> {
+    let defer = store.omits_envelopes() && store.get(job_id).is_none();
+    let at_rest = prepare_at_rest(site, plaintext, job_id, deadline_at, defer)?;
+    seal_later(&at_rest);
+    Ok(at_rest)
+}
+
+/// [`seal_at_rest`]'s seal, or its deferral when `defer` (the store's side
+/// of the conditions) and there is a thread to make it: for a payload
+/// validated off the main thread, stored later by [`seal_later`]'s caller.
+pub fn prepare_at_rest(
+    site: &Arc<KeyHandle>,
+    plaintext: String,
+    job_id: &str,
+    deadline_at: f64,
+    defer: bool,
+) -> Result<AtRestSeal, envelope::SealError> {
     let context = at_rest_context(site, job_id, deadline_at);
-    let defer =
-        store.omits_envelopes() && crate::chores::available() && store.get(job_id).is_none();
-    let (plaintext, context) = if defer {
+    let (plaintext, context) = if defer && crate::chores::available() {
         match DeferredSeal::new(site, plaintext, context) {
-            Ok(deferred) => {
-                let later = Arc::clone(&deferred);
-                // If the queue refuses, the first reader seals it.
-                let _ = crate::chores::run_quietly(move || later.seal_now());
-                return Ok(AtRestSeal::Deferred(deferred));
-            }
+            Ok(deferred) => return Ok(AtRestSeal::Deferred(deferred)),
             Err(refused) => *refused,
         }
     } else {
@@ -179,6 +206,16 @@ pub fn seal_at_rest(
         &context,
     )
     .map(AtRestSeal::Sealed)
+}
+
+/// Hand a deferred seal to the background thread, without waking it: the
+/// next wake for other work makes it. If the queue refuses, the first
+/// reader does.
+pub fn seal_later(at_rest: &AtRestSeal) {
+    if let AtRestSeal::Deferred(deferred) = at_rest {
+        let later = Arc::clone(deferred);
+        let _ = crate::chores::run_quietly(move || later.seal_now());
+    }
 }
 
 /// What a payload sealed for `device` binds: the job, the site as sender,
@@ -789,16 +826,7 @@ mod tests {
             JobInput {
                 id: "job-1",
                 kind: "llm.generate",
-                envelope: match &at_rest {
-                    AtRestSeal::Sealed(sealed) => EnvelopeInput::Sealed {
-                        ciphertext: &sealed.ciphertext,
-                        recipient_key_id: &sealed.recipient_key_id,
-                        sender_key_id: &sealed.sender_key_id,
-                        direction: &sealed.direction,
-                        deadline_at: sealed.deadline_at,
-                    },
-                    AtRestSeal::Deferred(d) => EnvelopeInput::Deferred(Arc::clone(d)),
-                },
+                envelope: at_rest.as_input(),
                 size_class: "small",
                 owner: "bob",
                 audience: None,

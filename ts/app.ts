@@ -3,7 +3,7 @@
 import { CloudLane } from "./cloud.js";
 import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
-import { enqueueDirect, servesDirectly, sweptResult } from "./memory.js";
+import { enqueueDirect, enqueueLarge, servesDirectly, sweptResult } from "./memory.js";
 import { native, type SiteKeyringHandle } from "./native.js";
 import type {
   AvailabilityQuery,
@@ -126,23 +126,35 @@ export class ByollmApp {
     // fields (a long prompt) goes over as its strings, and its JSON is
     // written on the thread pool.
     const fields = largeStringFields(input.payload);
-    if (fields === undefined && this.cloud === undefined && servesDirectly(this.#store)) {
-      // Our MemoryStore: validated, sealed and stored in one native call.
-      const json = payloadJson(input.payload);
-      if (json === undefined || json.length <= ASYNC_SEAL_THRESHOLD) {
-        const { payload: _payload, ...job } = input;
-        const stored = enqueueDirect(this.#store, this.#keyring, input.kind, json, { ...job, id }, deadlineAt, createdAt);
-        if (stored !== null) {
-          if ("message" in stored) throw new Error(payloadError(String(input.kind), stored.message));
-          return this.#handle(stored);
-        }
+    let json: string | undefined;
+    if (this.cloud === undefined && servesDirectly(this.#store)) {
+      const { payload: _payload, ...job } = input;
+      if (fields === undefined) json = payloadJson(input.payload);
+      // Our MemoryStore: validated, sealed and stored in one native call; a
+      // large payload validated on the thread pool and sealed at rest on the
+      // background thread, off the request's way.
+      const stored =
+        fields === undefined && (json === undefined || json.length <= ASYNC_SEAL_THRESHOLD)
+          ? enqueueDirect(this.#store, this.#keyring, input.kind, json, { ...job, id }, deadlineAt, createdAt)
+          : await enqueueLarge(
+              this.#store,
+              this.#keyring,
+              input.kind,
+              fields !== undefined ? { fields } : { json: json as string },
+              { ...job, id },
+              deadlineAt,
+              createdAt,
+            );
+      if (stored !== null) {
+        if ("message" in stored) throw new Error(payloadError(String(input.kind), stored.message));
+        return this.#handle(stored);
       }
     }
     let checked;
     if (fields !== undefined) {
       checked = await this.#keyring.sealStringFieldsAsync(input.kind, fields[0], fields[1], id, deadlineAt);
     } else {
-      const json = payloadJson(input.payload);
+      json ??= payloadJson(input.payload);
       checked =
         json !== undefined && json.length > ASYNC_SEAL_THRESHOLD
           ? await this.#keyring.sealCheckedPayloadAsync(input.kind, json, id, deadlineAt)

@@ -314,6 +314,17 @@ type EnqueueDirect = (
   now: number,
 ) => JobRecord | { message: string } | null;
 let enqueueDirectOn: EnqueueDirect;
+/** See `enqueueLarge`. */
+type EnqueueLarge = (
+  store: MemoryStore,
+  keyring: SiteKeyringHandle,
+  kind: unknown,
+  payload: { readonly fields: readonly [string[], string[]] } | { readonly json: string },
+  job: DirectJob,
+  envelopeDeadlineAt: number,
+  now: number,
+) => Promise<JobRecord | { message: string }> | null;
+let enqueueLargeOn: EnqueueLarge;
 let ownsNative: (store: object) => boolean;
 let sweptResultOn: (store: MemoryStore, jobId: string, now: number) => DeliveredResult | null;
 
@@ -385,6 +396,45 @@ const isStrings = (value: unknown): value is string[] =>
  */
 export const enqueueDirect: EnqueueDirect = (...args) => enqueueDirectOn(...args);
 
+/**
+ * `enqueueDirect` for a large payload: validated on the thread pool, its
+ * at-rest seal left to the background thread (the store's records read it
+ * by id when someone asks). Null when it does not apply (a field of a type
+ * only the general path handles, or a store whose records carry their
+ * envelopes); otherwise the new record or the validator's refusal.
+ */
+export const enqueueLarge: EnqueueLarge = (...args) => enqueueLargeOn(...args);
+
+/** The job fields of an enqueue as the native calls take them, or null for types only the general path handles. */
+function directJobArgs(job: DirectJob) {
+  const { id, owner, audience, purpose, audienceAllow, dependsOn, ttlMs, deadlineAt } = job;
+  if (typeof id !== "string" || typeof owner !== "string") return null;
+  if (audience != null && typeof audience !== "string") return null;
+  const allow = audienceAllow ? (isStrings(audienceAllow) ? [...audienceAllow] : null) : undefined;
+  const after = dependsOn ? (isStrings(dependsOn) ? [...dependsOn] : null) : undefined;
+  if (allow === null || after === null) return null;
+  if (ttlMs != null && typeof ttlMs !== "number") return null;
+  if (deadlineAt != null && typeof deadlineAt !== "number") return null;
+  let purposeJson: string | undefined;
+  if (purpose !== undefined) {
+    try {
+      purposeJson = jsonOf(purpose);
+    } catch {
+      return null;
+    }
+  }
+  return {
+    id,
+    owner,
+    audience: audience ?? undefined,
+    purposeJson,
+    allow,
+    after,
+    ttlMs: ttlMs ?? undefined,
+    deadlineAt: deadlineAt ?? undefined,
+  };
+}
+
 export interface NativeMemoryStoreOptions extends MemoryStoreOptions {
   /**
    * Forget terminal jobs this many ms after they ended (checked by every
@@ -420,41 +470,57 @@ export class MemoryStore implements ByollmStore {
     enqueueDirectOn = (store, keyring, kind, payloadJson, job, envelopeDeadlineAt, now) => {
       // The shapes `create` hands the native side without a throw; anything
       // else goes the general way, which validates the payload first.
-      const { id, owner, audience, purpose, audienceAllow, dependsOn, ttlMs, deadlineAt } = job;
-      if (typeof id !== "string" || typeof owner !== "string") return null;
-      if (audience != null && typeof audience !== "string") return null;
-      const allow = audienceAllow ? (isStrings(audienceAllow) ? [...audienceAllow] : null) : undefined;
-      const after = dependsOn ? (isStrings(dependsOn) ? [...dependsOn] : null) : undefined;
-      if (allow === null || after === null) return null;
-      if (ttlMs != null && typeof ttlMs !== "number") return null;
-      if (deadlineAt != null && typeof deadlineAt !== "number") return null;
-      let purposeJson: string | undefined;
-      if (purpose !== undefined) {
-        try {
-          purposeJson = jsonOf(purpose);
-        } catch {
-          return null;
-        }
-      }
+      const args = directJobArgs(job);
+      if (args === null) return null;
       const answer = keyring.enqueueDirect(
         store.#native,
         kind,
         payloadJson,
-        id,
+        args.id,
         envelopeDeadlineAt,
-        owner,
-        audience ?? undefined,
-        purposeJson,
-        allow,
-        after,
-        ttlMs ?? undefined,
-        deadlineAt ?? undefined,
+        args.owner,
+        args.audience,
+        args.purposeJson,
+        args.allow,
+        args.after,
+        args.ttlMs,
+        args.deadlineAt,
         now,
       );
       if (typeof answer !== "string") return answer;
       const record = jobFromJson(answer, store.#lazy) as JobRecord;
       store.#notify();
       return record;
+    };
+    enqueueLargeOn = (store, keyring, kind, payload, job, envelopeDeadlineAt, now) => {
+      const args = directJobArgs(job);
+      const lazy = store.#lazy;
+      if (args === null || lazy === undefined || typeof keyring.enqueuePrepared !== "function") return null;
+      const id = args.id;
+      const prepared =
+        "fields" in payload
+          ? keyring.prepareStringFieldsAsync(kind, payload.fields[0], payload.fields[1], id, envelopeDeadlineAt)
+          : keyring.prepareCheckedPayloadAsync(kind, payload.json, id, envelopeDeadlineAt);
+      return prepared.then((ready) => {
+        if ("message" in ready) return ready as { message: string };
+        const answer = keyring.enqueuePrepared(
+          store.#native,
+          ready,
+          String(kind),
+          id,
+          args.owner,
+          args.audience,
+          args.purposeJson,
+          args.allow,
+          args.after,
+          args.ttlMs,
+          args.deadlineAt,
+          now,
+        );
+        const record = jobFromJson(answer, lazy) as JobRecord;
+        store.#notify();
+        return record;
+      });
     };
     serveDirectOn = (store, keyring, call, leaseMs, now) => {
       const answer = keyring.serveDirect(

@@ -86,6 +86,40 @@ export interface SiteKeyringHandle {
     jobId: string,
     deadlineAt: number,
   ): Promise<SealedPayload>;
+  /**
+   * `sealCheckedPayloadAsync` for our native store when its records leave
+   * envelopes out: validated on the thread pool, the at-rest seal left to the
+   * background thread; stored by `enqueuePrepared`.
+   */
+  prepareCheckedPayloadAsync(
+    kind: unknown,
+    payloadJson: string | undefined,
+    jobId: string,
+    deadlineAt: number,
+  ): Promise<object | { message: string }>;
+  /** `prepareCheckedPayloadAsync` of a plain object of string values given as keys and values. */
+  prepareStringFieldsAsync(
+    kind: unknown,
+    keys: string[],
+    values: string[],
+    jobId: string,
+    deadlineAt: number,
+  ): Promise<object | { message: string }>;
+  /** Store a prepared payload as `enqueueDirect` stores one: the new record's row (throws if used already). */
+  enqueuePrepared(
+    store: object,
+    prepared: object,
+    kind: string,
+    jobId: string,
+    owner: string,
+    audience: string | undefined,
+    purposeJson: string | undefined,
+    audienceAllow: string[] | undefined,
+    dependsOn: string[] | undefined,
+    ttlMs: number | undefined,
+    deadlineAt: number | undefined,
+    now: number,
+  ): string;
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null;
   resealForDeviceAsync(
     atRest: SealedEnvelope,

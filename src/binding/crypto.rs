@@ -887,6 +887,115 @@ impl SiteKeyring {
         }))
     }
 
+    /// [`Self::seal_checked_payload_async`] for an enqueue on our
+    /// `NativeMemoryStore` whose records leave envelopes out: validated on
+    /// the thread pool, the at-rest seal left to the background thread (see
+    /// `crate::envelope::deferred`), then stored by `enqueuePrepared`.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
+    )]
+    pub fn prepare_checked_payload_async(
+        &self,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<AsyncTask<PrepareCheckedTask>> {
+        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
+        Ok(AsyncTask::new(PrepareCheckedTask {
+            checked: SealCheckedTask {
+                handle: self.inner.clone(),
+                kind_text,
+                kind_display,
+                payload: PayloadSource::Json(payload_json),
+                job_id,
+                deadline_at,
+            },
+        }))
+    }
+
+    /// [`Self::prepare_checked_payload_async`] for a plain object of string
+    /// values (see [`Self::seal_string_fields_async`]).
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
+    )]
+    pub fn prepare_string_fields_async(
+        &self,
+        kind: Unknown<'_>,
+        keys: Vec<ExactString>,
+        values: Vec<ExactString>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<AsyncTask<PrepareCheckedTask>> {
+        if keys.len() != values.len() {
+            return Err(invalid(
+                "prepareStringFieldsAsync: keys and values differ in length",
+            ));
+        }
+        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
+        Ok(AsyncTask::new(PrepareCheckedTask {
+            checked: SealCheckedTask {
+                handle: self.inner.clone(),
+                kind_text,
+                kind_display,
+                payload: PayloadSource::Fields(keys, values),
+                job_id,
+                deadline_at,
+            },
+        }))
+    }
+
+    /// Store a payload `prepare…Async` validated, as `enqueueDirect` stores
+    /// one: the new record's row. `kind` is the one it was prepared with.
+    /// Throws if `prepared` was used already.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind)]
+    pub fn enqueue_prepared<'env>(
+        &self,
+        env: &'env Env,
+        store: &mut crate::binding::store::NativeMemoryStore,
+        prepared: &mut PreparedPayload,
+        kind: String,
+        job_id: String,
+        owner: String,
+        audience: Option<String>,
+        purpose_json: Option<String>,
+        audience_allow: Option<Vec<String>>,
+        depends_on: Option<Vec<String>>,
+        ttl_ms: Option<f64>,
+        deadline_at: Option<f64>,
+        now: f64,
+    ) -> Result<JsString<'env>> {
+        let Some((at_rest, size_class)) = prepared.prepared.take() else {
+            return Err(invalid("enqueuePrepared: this payload was stored already"));
+        };
+        // A job under this id already: `create` answers with it, and this
+        // payload's seal is never needed.
+        if store.core_mut().get(&job_id).is_none() {
+            crate::direct::seal_later(&at_rest);
+        }
+        let envelope = at_rest.as_input();
+        store.create_job(
+            env,
+            crate::store::JobInput {
+                id: &job_id,
+                kind: &kind,
+                envelope,
+                size_class,
+                owner: &owner,
+                audience: audience.as_deref(),
+                purpose_json: purpose_json.as_deref(),
+                audience_allow,
+                depends_on,
+                ttl_ms,
+                deadline_at,
+            },
+            now,
+        )
+    }
+
     /// Open the at-rest payload and seal it to the claiming device; `null`
     /// when the at-rest envelope does not open.
     #[napi(catch_unwind)]
@@ -950,18 +1059,7 @@ impl SiteKeyring {
             envelope_deadline_at,
         )
         .map_err(seal_error)?;
-        let envelope = match &at_rest {
-            crate::direct::AtRestSeal::Sealed(sealed) => crate::store::EnvelopeInput::Sealed {
-                ciphertext: &sealed.ciphertext,
-                recipient_key_id: &sealed.recipient_key_id,
-                sender_key_id: &sealed.sender_key_id,
-                direction: &sealed.direction,
-                deadline_at: sealed.deadline_at,
-            },
-            crate::direct::AtRestSeal::Deferred(deferred) => {
-                crate::store::EnvelopeInput::Deferred(Arc::clone(deferred))
-            }
-        };
+        let envelope = at_rest.as_input();
         // The validator accepted the kind, so it is a string.
         let kind = kind_text.unwrap_or_default();
         store
@@ -1197,6 +1295,64 @@ impl Task for SealCheckedTask {
 
     fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
         Ok(JsSealedPayload::from_core(output))
+    }
+}
+
+/// A large payload validated on the thread pool, its at-rest seal left for
+/// later where it can be ([`crate::direct::prepare_at_rest`]), waiting to
+/// be stored by `SiteKeyring.enqueuePrepared`. Used once.
+#[napi]
+pub struct PreparedPayload {
+    prepared: Option<(crate::direct::AtRestSeal, &'static str)>,
+}
+
+pub struct PrepareCheckedTask {
+    checked: SealCheckedTask,
+}
+
+impl Task for PrepareCheckedTask {
+    type Output = std::result::Result<(crate::direct::AtRestSeal, &'static str), String>;
+    type JsValue = Either<PreparedPayload, JsPayloadRefusal>;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        let task = &self.checked;
+        guard(|| {
+            let written;
+            let payload_json = match &task.payload {
+                PayloadSource::Json(json) => json.as_deref(),
+                PayloadSource::Fields(keys, values) => {
+                    written = string_fields_json(keys, values);
+                    Some(written.as_str())
+                }
+            };
+            let valid = match crate::kinds::validate_payload(
+                task.kind_text.as_deref(),
+                &task.kind_display,
+                payload_json,
+            ) {
+                Ok(valid) => valid,
+                Err(message) => return Ok(Err(message)),
+            };
+            let size_class = valid.size_class.as_str();
+            crate::direct::prepare_at_rest(
+                &task.handle,
+                valid.canonical,
+                &task.job_id,
+                task.deadline_at,
+                true,
+            )
+            .map(|at_rest| Ok((at_rest, size_class)))
+            .map_err(seal_error)
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
+        Ok(match output {
+            Ok(prepared) => Either::A(PreparedPayload {
+                prepared: Some(prepared),
+            }),
+            Err(message) => Either::B(JsPayloadRefusal { message }),
+        })
     }
 }
 
