@@ -4,9 +4,14 @@
 // ratios (ours / reference, higher is better), writes .bench/results.json and
 // the scaling chart docs/bench-scaling.svg.
 //
-//   npm run bench                 all sections
+//   npm run bench                 all sections, on Node 22 (node@22 from devDependencies)
+//   npm run bench:node24          the same on Node 24 (devDependency node24)
 //   npm run bench -- --quick      fewer iterations (a smoke run, numbers are rough)
 //   npm run bench -- crypto rules only these sections
+//
+// The scripts name the Node binary: both devDependencies install a `node`
+// into node_modules/.bin, and which one a bare `node` finds there depends on
+// install order.
 //
 // Needs Node >= 22.14 (the reference does) and a release build of the addon
 // (`npm run build:native`; `npm ci` makes one).
