@@ -74,6 +74,13 @@ export declare class NativeMemoryStore {
   listRunners(owner?: string | undefined | null): string
 }
 
+/**
+ * A large payload validated on the thread pool, its at-rest seal left for
+ * later where it can be ([`crate::direct::prepare_at_rest`]), waiting to
+ * be stored by `SiteKeyring.enqueuePrepared`. Used once.
+ */
+export declare class PreparedPayload {}
+
 /** A site's keys, parsed once and shared with the thread pool. */
 export declare class SiteKeyring {
   /**
@@ -101,6 +108,24 @@ export declare class SiteKeyring {
    * which scans a megabyte prompt a character at a time.
    */
   sealStringFieldsAsync(kind: unknown, keys: Array<ExactString>, values: Array<ExactString>, jobId: string, deadlineAt: number): Promise<SealedPayload>
+  /**
+   * [`Self::seal_checked_payload_async`] for an enqueue on our
+   * `NativeMemoryStore` whose records leave envelopes out: validated on
+   * the thread pool, the at-rest seal left to the background thread (see
+   * `crate::envelope::deferred`), then stored by `enqueuePrepared`.
+   */
+  prepareCheckedPayloadAsync(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
+  /**
+   * [`Self::prepare_checked_payload_async`] for a plain object of string
+   * values (see [`Self::seal_string_fields_async`]).
+   */
+  prepareStringFieldsAsync(kind: unknown, keys: Array<ExactString>, values: Array<ExactString>, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
+  /**
+   * Store a payload `prepare…Async` validated, as `enqueueDirect` stores
+   * one: the new record's row. `kind` is the one it was prepared with.
+   * Throws if `prepared` was used already.
+   */
+  enqueuePrepared(store: NativeMemoryStore, prepared: PreparedPayload, kind: string, jobId: string, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, now: number): string
   /**
    * Open the at-rest payload and seal it to the claiming device; `null`
    * when the at-rest envelope does not open.

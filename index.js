@@ -773,8 +773,9 @@ if (
   }
 }
 
-const { NativeMemoryStore, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, deadlineFor, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, deadlineFor, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { NativeMemoryStore }
+export { PreparedPayload }
 export { SiteKeyring }
 export { canonicalRequest }
 export { capabilityFor }
