@@ -209,12 +209,15 @@ pub fn prepare_at_rest(
 }
 
 /// Hand a deferred seal to the background thread, without waking it: the
-/// next wake for other work makes it. If the queue refuses, the first
-/// reader does.
+/// next wake for other work makes it. If the queue refuses (the thread is
+/// thousands of chores behind), it is made here and now, so that no
+/// payload's text waits in memory for a reader that may never come.
 pub fn seal_later(at_rest: &AtRestSeal) {
     if let AtRestSeal::Deferred(deferred) = at_rest {
         let later = Arc::clone(deferred);
-        let _ = crate::chores::run_quietly(move || later.seal_now());
+        if !crate::chores::run_quietly(move || later.seal_now()) {
+            deferred.seal_now();
+        }
     }
 }
 
@@ -748,7 +751,7 @@ mod tests {
     }
 
     use crate::keys::StoredKeys;
-    use crate::store::{EnvelopeInput, JobInput, StoreOptions};
+    use crate::store::{JobInput, StoreOptions};
     use ed25519_dalek::Signer;
 
     const NOW: f64 = 1_764_500_000_000.0;

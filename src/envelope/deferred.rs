@@ -73,19 +73,23 @@ impl DeferredSeal {
     pub fn sealed(&self) -> Result<&SealedEnvelope, &SealError> {
         self.sealed
             .get_or_init(|| {
-                let taken = self.plaintext.lock().map(|mut p| p.take());
-                let text = match taken {
-                    Ok(Some(text)) => text,
-                    // Unreachable: the text goes only once the seal is
-                    // kept, and get_or_init runs this at most once.
-                    _ => return Err(SealError::RecipientKeyWeak),
+                // Unreachable: the text goes only once a seal is kept, and
+                // get_or_init runs this at most once.
+                let Some(text) = self.plaintext() else {
+                    return Err(SealError::RecipientKeyWeak);
                 };
-                super::seal_with_handle(
+                let sealed = super::seal_with_handle(
                     Text::Utf8(&text),
                     &self.site,
                     &self.site.keys().encryption_public,
                     &self.context,
-                )
+                );
+                if sealed.is_ok() {
+                    if let Ok(mut kept) = self.plaintext.lock() {
+                        *kept = None;
+                    }
+                }
+                sealed
             })
             .as_ref()
     }
