@@ -125,7 +125,7 @@ export declare class SiteKeyring {
    * one: the new record's row. `kind` is the one it was prepared with.
    * Throws if `prepared` was used already.
    */
-  enqueuePrepared(store: NativeMemoryStore, prepared: PreparedPayload, kind: string, jobId: string, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, now: number): string
+  enqueuePrepared(store: NativeMemoryStore, prepared: PreparedPayload, kind: string, job: EnqueuedJob, now: number): string
   /**
    * Open the at-rest payload and seal it to the claiming device; `null`
    * when the at-rest envelope does not open.
@@ -196,6 +196,21 @@ export declare function checkProtocolVersion(jsonText: string): WireErrorBody | 
 
 /** The deadline a claim stub carries (`crate::direct::deadline_for`). */
 export declare function deadlineFor(deadlineAt: number | undefined | null, claimableAt: number | undefined | null, ttlMs: number, now: number): number
+
+/**
+ * An enqueued job's fields besides its kind and payload, as our store's
+ * `create` takes them (`purposeJson`: `JSON.stringify` of `purpose`).
+ */
+export interface EnqueuedJob {
+  id: string
+  owner: string
+  audience?: string
+  purposeJson?: string
+  audienceAllow?: Array<string>
+  dependsOn?: Array<string>
+  ttlMs?: number
+  deadlineAt?: number
+}
 
 export interface EnvelopeContext {
   jobId: string

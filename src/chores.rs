@@ -15,9 +15,9 @@
 //!
 //! Work nobody waits for (an enqueued payload's at-rest seal) is queued
 //! quietly ([`run_quietly`]): it does not wake a sleeping thread, because on
-//! a virtual machine waking the idle core costs the caller more than small
-//! work itself (7–20 µs a wake, measured); the next wake for other work, or
-//! a backlog of [`QUIET_BACKLOG`], runs it.
+//! a virtual machine waking the idle core can cost the caller as much as the
+//! work itself (≈ 20 µs a wake in the job cycle on this project's machine);
+//! the next wake for other work, or a backlog of [`QUIET_BACKLOG`], runs it.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, OnceLock};

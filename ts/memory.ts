@@ -7,7 +7,7 @@
 // into strings and numbers, and turns the native JSON rows back into the
 // reference's record objects. Every rule lives in Rust.
 import { binding as loaded } from "./native-loader.js";
-import type { SiteKeyringHandle } from "./native.js";
+import type { EnqueuedJob, SiteKeyringHandle } from "./native.js";
 import type {
   AdoptArgs,
   DeliveredResult,
@@ -406,7 +406,7 @@ export const enqueueDirect: EnqueueDirect = (...args) => enqueueDirectOn(...args
 export const enqueueLarge: EnqueueLarge = (...args) => enqueueLargeOn(...args);
 
 /** The job fields of an enqueue as the native calls take them, or null for types only the general path handles. */
-function directJobArgs(job: DirectJob) {
+function directJobArgs(job: DirectJob): EnqueuedJob | null {
   const { id, owner, audience, purpose, audienceAllow, dependsOn, ttlMs, deadlineAt } = job;
   if (typeof id !== "string" || typeof owner !== "string") return null;
   if (audience != null && typeof audience !== "string") return null;
@@ -428,8 +428,8 @@ function directJobArgs(job: DirectJob) {
     owner,
     audience: audience ?? undefined,
     purposeJson,
-    allow,
-    after,
+    audienceAllow: allow,
+    dependsOn: after,
     ttlMs: ttlMs ?? undefined,
     deadlineAt: deadlineAt ?? undefined,
   };
@@ -481,8 +481,8 @@ export class MemoryStore implements ByollmStore {
         args.owner,
         args.audience,
         args.purposeJson,
-        args.allow,
-        args.after,
+        args.audienceAllow,
+        args.dependsOn,
         args.ttlMs,
         args.deadlineAt,
         now,
@@ -496,27 +496,13 @@ export class MemoryStore implements ByollmStore {
       const args = directJobArgs(job);
       const lazy = store.#lazy;
       if (args === null || lazy === undefined || typeof keyring.enqueuePrepared !== "function") return null;
-      const id = args.id;
       const prepared =
         "fields" in payload
-          ? keyring.prepareStringFieldsAsync(kind, payload.fields[0], payload.fields[1], id, envelopeDeadlineAt)
-          : keyring.prepareCheckedPayloadAsync(kind, payload.json, id, envelopeDeadlineAt);
+          ? keyring.prepareStringFieldsAsync(kind, payload.fields[0], payload.fields[1], args.id, envelopeDeadlineAt)
+          : keyring.prepareCheckedPayloadAsync(kind, payload.json, args.id, envelopeDeadlineAt);
       return prepared.then((ready) => {
         if ("message" in ready) return ready as { message: string };
-        const answer = keyring.enqueuePrepared(
-          store.#native,
-          ready,
-          String(kind),
-          id,
-          args.owner,
-          args.audience,
-          args.purposeJson,
-          args.allow,
-          args.after,
-          args.ttlMs,
-          args.deadlineAt,
-          now,
-        );
+        const answer = keyring.enqueuePrepared(store.#native, ready, String(kind), args, now);
         const record = jobFromJson(answer, lazy) as JobRecord;
         store.#notify();
         return record;

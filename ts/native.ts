@@ -64,6 +64,19 @@ export type SealedPayload =
   | { ok: true; envelope: SealedEnvelope; sizeClass: string }
   | { ok: false; message: string };
 
+/** An enqueued job's fields besides its kind and payload, as our native store's `create` takes them. */
+export interface EnqueuedJob {
+  id: string;
+  owner: string;
+  audience: string | undefined;
+  /** `JSON.stringify(purpose)`, or undefined when there is none. */
+  purposeJson: string | undefined;
+  audienceAllow: string[] | undefined;
+  dependsOn: string[] | undefined;
+  ttlMs: number | undefined;
+  deadlineAt: number | undefined;
+}
+
 export interface SiteKeyringHandle {
   readonly keyId: string;
   publicIdentity(): PublicIdentity;
@@ -106,20 +119,7 @@ export interface SiteKeyringHandle {
     deadlineAt: number,
   ): Promise<object | { message: string }>;
   /** Store a prepared payload as `enqueueDirect` stores one: the new record's row (throws if used already). */
-  enqueuePrepared(
-    store: object,
-    prepared: object,
-    kind: string,
-    jobId: string,
-    owner: string,
-    audience: string | undefined,
-    purposeJson: string | undefined,
-    audienceAllow: string[] | undefined,
-    dependsOn: string[] | undefined,
-    ttlMs: number | undefined,
-    deadlineAt: number | undefined,
-    now: number,
-  ): string;
+  enqueuePrepared(store: object, prepared: object, kind: string, job: EnqueuedJob, now: number): string;
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null;
   resealForDeviceAsync(
     atRest: SealedEnvelope,

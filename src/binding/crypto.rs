@@ -323,6 +323,59 @@ impl JsSealedPayload {
     }
 }
 
+/// An enqueued job's fields besides its kind and payload, as our store's
+/// `create` takes them (`purposeJson`: `JSON.stringify` of `purpose`).
+#[napi(object, js_name = "EnqueuedJob")]
+pub struct JsEnqueuedJob {
+    pub id: String,
+    pub owner: String,
+    pub audience: Option<String>,
+    pub purpose_json: Option<String>,
+    pub audience_allow: Option<Vec<String>>,
+    pub depends_on: Option<Vec<String>>,
+    pub ttl_ms: Option<f64>,
+    pub deadline_at: Option<f64>,
+}
+
+/// Store an enqueued job with its at-rest envelope: the new record's row.
+fn create_enqueued<'env>(
+    env: &'env Env,
+    store: &mut crate::binding::store::NativeMemoryStore,
+    job: JsEnqueuedJob,
+    kind: &str,
+    at_rest: &crate::direct::AtRestSeal,
+    size_class: &'static str,
+    now: f64,
+) -> Result<JsString<'env>> {
+    let JsEnqueuedJob {
+        id,
+        owner,
+        audience,
+        purpose_json,
+        audience_allow,
+        depends_on,
+        ttl_ms,
+        deadline_at,
+    } = job;
+    store.create_job(
+        env,
+        crate::store::JobInput {
+            id: &id,
+            kind,
+            envelope: at_rest.as_input(),
+            size_class,
+            owner: &owner,
+            audience: audience.as_deref(),
+            purpose_json: purpose_json.as_deref(),
+            audience_allow,
+            depends_on,
+            ttl_ms,
+            deadline_at,
+        },
+        now,
+    )
+}
+
 /// `enqueueDirect`'s refusal: the payload validator's message.
 #[napi(object, js_name = "PayloadRefusal")]
 pub struct JsPayloadRefusal {
@@ -847,15 +900,8 @@ impl SiteKeyring {
         job_id: String,
         deadline_at: f64,
     ) -> Result<AsyncTask<SealCheckedTask>> {
-        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
-        Ok(AsyncTask::new(SealCheckedTask {
-            handle: self.inner.clone(),
-            kind_text,
-            kind_display,
-            payload: PayloadSource::Json(payload_json),
-            job_id,
-            deadline_at,
-        }))
+        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)
+            .map(AsyncTask::new)
     }
 
     /// [`Self::seal_checked_payload_async`] for a payload that is a plain
@@ -871,20 +917,9 @@ impl SiteKeyring {
         job_id: String,
         deadline_at: f64,
     ) -> Result<AsyncTask<SealCheckedTask>> {
-        if keys.len() != values.len() {
-            return Err(invalid(
-                "sealStringFieldsAsync: keys and values differ in length",
-            ));
-        }
-        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
-        Ok(AsyncTask::new(SealCheckedTask {
-            handle: self.inner.clone(),
-            kind_text,
-            kind_display,
-            payload: PayloadSource::Fields(keys, values),
-            job_id,
-            deadline_at,
-        }))
+        let payload = PayloadSource::fields("sealStringFieldsAsync", keys, values)?;
+        self.checked_task(kind, payload, job_id, deadline_at)
+            .map(AsyncTask::new)
     }
 
     /// [`Self::seal_checked_payload_async`] for an enqueue on our
@@ -902,17 +937,8 @@ impl SiteKeyring {
         job_id: String,
         deadline_at: f64,
     ) -> Result<AsyncTask<PrepareCheckedTask>> {
-        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
-        Ok(AsyncTask::new(PrepareCheckedTask {
-            checked: SealCheckedTask {
-                handle: self.inner.clone(),
-                kind_text,
-                kind_display,
-                payload: PayloadSource::Json(payload_json),
-                job_id,
-                deadline_at,
-            },
-        }))
+        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)
+            .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
     }
 
     /// [`Self::prepare_checked_payload_async`] for a plain object of string
@@ -929,28 +955,14 @@ impl SiteKeyring {
         job_id: String,
         deadline_at: f64,
     ) -> Result<AsyncTask<PrepareCheckedTask>> {
-        if keys.len() != values.len() {
-            return Err(invalid(
-                "prepareStringFieldsAsync: keys and values differ in length",
-            ));
-        }
-        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
-        Ok(AsyncTask::new(PrepareCheckedTask {
-            checked: SealCheckedTask {
-                handle: self.inner.clone(),
-                kind_text,
-                kind_display,
-                payload: PayloadSource::Fields(keys, values),
-                job_id,
-                deadline_at,
-            },
-        }))
+        let payload = PayloadSource::fields("prepareStringFieldsAsync", keys, values)?;
+        self.checked_task(kind, payload, job_id, deadline_at)
+            .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
     }
 
     /// Store a payload `prepare…Async` validated, as `enqueueDirect` stores
     /// one: the new record's row. `kind` is the one it was prepared with.
     /// Throws if `prepared` was used already.
-    #[allow(clippy::too_many_arguments)]
     #[napi(catch_unwind)]
     pub fn enqueue_prepared<'env>(
         &self,
@@ -958,14 +970,7 @@ impl SiteKeyring {
         store: &mut crate::binding::store::NativeMemoryStore,
         prepared: &mut PreparedPayload,
         kind: String,
-        job_id: String,
-        owner: String,
-        audience: Option<String>,
-        purpose_json: Option<String>,
-        audience_allow: Option<Vec<String>>,
-        depends_on: Option<Vec<String>>,
-        ttl_ms: Option<f64>,
-        deadline_at: Option<f64>,
+        job: JsEnqueuedJob,
         now: f64,
     ) -> Result<JsString<'env>> {
         let Some((at_rest, size_class)) = prepared.prepared.take() else {
@@ -973,27 +978,10 @@ impl SiteKeyring {
         };
         // A job under this id already: `create` answers with it, and this
         // payload's seal is never needed.
-        if store.core_mut().get(&job_id).is_none() {
+        if store.core_mut().get(&job.id).is_none() {
             crate::direct::seal_later(&at_rest);
         }
-        let envelope = at_rest.as_input();
-        store.create_job(
-            env,
-            crate::store::JobInput {
-                id: &job_id,
-                kind: &kind,
-                envelope,
-                size_class,
-                owner: &owner,
-                audience: audience.as_deref(),
-                purpose_json: purpose_json.as_deref(),
-                audience_allow,
-                depends_on,
-                ttl_ms,
-                deadline_at,
-            },
-            now,
-        )
+        create_enqueued(env, store, job, &kind, &at_rest, size_class, now)
     }
 
     /// Open the at-rest payload and seal it to the claiming device; `null`
@@ -1059,28 +1047,19 @@ impl SiteKeyring {
             envelope_deadline_at,
         )
         .map_err(seal_error)?;
-        let envelope = at_rest.as_input();
         // The validator accepted the kind, so it is a string.
         let kind = kind_text.unwrap_or_default();
-        store
-            .create_job(
-                env,
-                crate::store::JobInput {
-                    id: &job_id,
-                    kind: &kind,
-                    envelope,
-                    size_class,
-                    owner: &owner,
-                    audience: audience.as_deref(),
-                    purpose_json: purpose_json.as_deref(),
-                    audience_allow,
-                    depends_on,
-                    ttl_ms,
-                    deadline_at,
-                },
-                now,
-            )
-            .map(Either::A)
+        let job = JsEnqueuedJob {
+            id: job_id,
+            owner,
+            audience,
+            purpose_json,
+            audience_allow,
+            depends_on,
+            ttl_ms,
+            deadline_at,
+        };
+        create_enqueued(env, store, job, &kind, &at_rest, size_class, now).map(Either::A)
     }
 
     /// A signed `claim`, `fetch` or `result` served end to end on our
@@ -1256,6 +1235,45 @@ pub enum PayloadSource {
     Json(Option<String>),
     /// A plain object of string values, as keys and values.
     Fields(Vec<ExactString>, Vec<ExactString>),
+}
+
+impl PayloadSource {
+    /// [`PayloadSource::Fields`], refused (for `method`) unless there are as
+    /// many values as keys.
+    fn fields(
+        method: &str,
+        keys: Vec<ExactString>,
+        values: Vec<ExactString>,
+    ) -> Result<PayloadSource> {
+        if keys.len() != values.len() {
+            return Err(invalid(format!(
+                "{method}: keys and values differ in length"
+            )));
+        }
+        Ok(PayloadSource::Fields(keys, values))
+    }
+}
+
+impl SiteKeyring {
+    /// The validation-and-seal work for `payload` of `kind` (the async seals
+    /// and prepares share it).
+    fn checked_task(
+        &self,
+        kind: Unknown<'_>,
+        payload: PayloadSource,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<SealCheckedTask> {
+        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
+        Ok(SealCheckedTask {
+            handle: self.inner.clone(),
+            kind_text,
+            kind_display,
+            payload,
+            job_id,
+            deadline_at,
+        })
+    }
 }
 
 pub struct SealCheckedTask {

@@ -36,6 +36,20 @@ pub struct SealedParts<'a> {
     pub deadline_at: f64,
 }
 
+/// The four parts after a sealed envelope's ciphertext in a record's row,
+/// and the row's closing bracket.
+fn push_sealed_rest(out: &mut String, parts: SealedParts<'_>) {
+    out.push(',');
+    push_str(out, parts.recipient_key_id);
+    out.push(',');
+    push_str(out, parts.sender_key_id);
+    out.push(',');
+    push_str(out, parts.direction);
+    out.push(',');
+    push_num(out, parts.deadline_at);
+    out.push(']');
+}
+
 /// Append `text` as a JSON string literal.
 pub(crate) fn push_str(out: &mut String, text: &str) {
     out.push('"');
@@ -298,15 +312,15 @@ impl Store {
                     }
                     Ciphertext::Text(text) => push_str(out, text),
                 }
-                out.push(',');
-                push_str(out, name(*recipient));
-                out.push(',');
-                push_str(out, name(*sender));
-                out.push(',');
-                push_str(out, name(*direction));
-                out.push(',');
-                push_num(out, *deadline_at);
-                out.push(']');
+                push_sealed_rest(
+                    out,
+                    SealedParts {
+                        recipient_key_id: name(*recipient),
+                        sender_key_id: name(*sender),
+                        direction: name(*direction),
+                        deadline_at: *deadline_at,
+                    },
+                );
             }
             // A caller's own array is wrapped in one more, so that it cannot
             // pass for the five sealed parts.
@@ -320,15 +334,15 @@ impl Store {
                 Ok(sealed) => {
                     out.push('[');
                     push_str(out, &sealed.ciphertext);
-                    out.push(',');
-                    push_str(out, &sealed.recipient_key_id);
-                    out.push(',');
-                    push_str(out, &sealed.sender_key_id);
-                    out.push(',');
-                    push_str(out, &sealed.direction);
-                    out.push(',');
-                    push_num(out, sealed.deadline_at);
-                    out.push(']');
+                    push_sealed_rest(
+                        out,
+                        SealedParts {
+                            recipient_key_id: &sealed.recipient_key_id,
+                            sender_key_id: &sealed.sender_key_id,
+                            direction: &sealed.direction,
+                            deadline_at: sealed.deadline_at,
+                        },
+                    );
                 }
                 // Not for a key DeferredSeal::new accepts; null, as an
                 // envelope that is not there.
