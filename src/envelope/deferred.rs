@@ -94,6 +94,11 @@ impl DeferredSeal {
             .as_ref()
     }
 
+    /// The envelope if it has been made (without making it).
+    pub fn made(&self) -> Option<&SealedEnvelope> {
+        self.sealed.get()?.as_ref().ok()
+    }
+
     /// Seal now if nobody has yet (the background thread's chore).
     pub fn seal_now(&self) {
         let _ = self.sealed();
