@@ -767,6 +767,26 @@ mod tests {
 
     const NOW: f64 = 1_764_500_000_000.0;
 
+    /// A daemon's ordinary claim body, as runner `r1`.
+    const CLAIM: &str = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
+
+    /// A small `llm.generate` job for `owner` with its at-rest envelope.
+    fn job_input<'a>(id: &'a str, owner: &'a str, at_rest: &'a AtRestSeal) -> JobInput<'a> {
+        JobInput {
+            id,
+            kind: "llm.generate",
+            envelope: at_rest.as_input(),
+            size_class: "small",
+            owner,
+            audience: None,
+            purpose_json: None,
+            audience_allow: None,
+            depends_on: None,
+            ttl_ms: None,
+            deadline_at: None,
+        }
+    }
+
     struct Lane {
         store: Store,
         site: Arc<KeyHandle>,
@@ -836,22 +856,7 @@ mod tests {
             Err(e) => panic!("seal: {e}"),
         };
         assert_eq!(matches!(at_rest, AtRestSeal::Deferred(_)), deferred);
-        store.create(
-            JobInput {
-                id: "job-1",
-                kind: "llm.generate",
-                envelope: at_rest.as_input(),
-                size_class: "small",
-                owner: "bob",
-                audience: None,
-                purpose_json: None,
-                audience_allow: None,
-                depends_on: None,
-                ttl_ms: None,
-                deadline_at: None,
-            },
-            NOW - 1_000.0,
-        );
+        store.create(job_input("job-1", "bob", &at_rest), NOW - 1_000.0);
         Lane {
             store,
             site,
@@ -911,7 +916,7 @@ mod tests {
             lease_ms: 60_000.0,
             reseals,
         };
-        let claim = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
+        let claim = CLAIM;
         let sig = signature(&device, Endpoint::Claim, claim);
         let Some(answer) = serve(
             &mut store,
@@ -1096,7 +1101,7 @@ mod tests {
             lease_ms: 60_000.0,
             reseals: None,
         };
-        let claim = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
+        let claim = CLAIM;
         let sig = signature(&device, Endpoint::Claim, claim);
         assert!(serve(
             &mut store,
@@ -1121,21 +1126,6 @@ mod tests {
         let site = Arc::new(handle(3));
         let mut store = Store::new(StoreOptions::default());
         store.set_omit_envelopes(true);
-        fn job<'a>(id: &'a str, at_rest: &'a AtRestSeal) -> JobInput<'a> {
-            JobInput {
-                id,
-                kind: "llm.generate",
-                envelope: at_rest.as_input(),
-                size_class: "small",
-                owner: "o",
-                audience: None,
-                purpose_json: None,
-                audience_allow: None,
-                depends_on: None,
-                ttl_ms: None,
-                deadline_at: None,
-            }
-        }
         // Seals nobody makes (no chore queued for them).
         let mut unmade = Vec::new();
         for n in 0..MAX_UNSETTLED {
@@ -1148,7 +1138,7 @@ mod tests {
                 panic!("own keys defer");
             };
             let at_rest = AtRestSeal::Deferred(Arc::clone(&deferred));
-            store.create(job(&id, &at_rest), 1.0);
+            store.create(job_input(&id, "o", &at_rest), 1.0);
             unmade.push(deferred);
         }
         assert_eq!(store.unsettled_seals(), MAX_UNSETTLED);
@@ -1162,7 +1152,7 @@ mod tests {
             deferred.seal_now();
         }
         if let Ok(at_rest) = next {
-            store.create(job("next", &at_rest), 1.0);
+            store.create(job_input("next", "o", &at_rest), 1.0);
         }
         assert_eq!(store.unsettled_seals(), MAX_UNSETTLED - 4);
         let r = store.get("held-0").expect("stored");
@@ -1185,7 +1175,7 @@ mod tests {
             lease_ms: 60_000.0,
             reseals: None,
         };
-        let claim = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
+        let claim = CLAIM;
         let good = signature(&device, Endpoint::Claim, claim);
         let forged = signature(&stranger, Endpoint::Claim, claim);
         let before = all_jobs(&store);
