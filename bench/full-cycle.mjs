@@ -2,9 +2,12 @@
 // enqueue → claim → fetch (device opens) → result (device seals) → app.result.
 //
 // The same code drives the reference (@byollm/server) and ours; only the module
-// passed in differs. The simulated device uses @byollm/protocol for both, and its
-// time is reported apart from the server's. Every cycle must end `ok` with the
-// exact text the device sealed, or the number is void (the run throws).
+// passed in differs. The simulated device uses @byollm/protocol for both (the
+// real daemon's library), and its time is reported apart from the server's.
+// It shares the server's thread, so some of its cost still shows on the
+// server's side: bench/device-effect.mjs measures how much. Every cycle must
+// end `ok` with the exact text the device sealed, or the number is void (the
+// run throws).
 //
 // Run directly: node bench/full-cycle.mjs  (Node >= 22.14: the reference needs it)
 import { createServer } from "node:http";
@@ -36,13 +39,18 @@ const median = (xs) => {
 
 // ---------------------------------------------------------------- the device side
 
-/** A simulated daemon: its keys, its pairing, and signed calls through `send`. */
+/**
+ * A simulated daemon: its keys, its pairing, and signed calls through `send`.
+ * Its crypto is @byollm/protocol's (the real daemon's) unless `crypto` names
+ * another module with the same functions (bench/device-effect.mjs).
+ */
 class Device {
-  constructor(send, origin) {
+  constructor(send, origin, crypto = protocol) {
     this.send = send;
     this.origin = origin;
-    this.keys = protocol.generateKeys(Date.now());
-    this.deviceKeyId = protocol.keyId(this.keys.identityPublic);
+    this.crypto = crypto;
+    this.keys = crypto.generateKeys(Date.now());
+    this.deviceKeyId = crypto.keyId(this.keys.identityPublic);
     this.deviceMs = 0;
   }
 
@@ -51,7 +59,7 @@ class Device {
     const text = JSON.stringify(body);
     const headers = { "content-type": "application/json", accept: "application/json" };
     if (signed) {
-      const sig = protocol.signRequest(this.keys, {
+      const sig = this.crypto.signRequest(this.keys, {
         endpoint,
         runnerId: this.runnerId,
         issuedAt: Date.now(),
@@ -74,7 +82,7 @@ class Device {
         protocolVersion: "2",
         action: "start",
         daemon: { version: "0.1.1", label: "bench", platform: "linux" },
-        device: protocol.publicIdentityOf(this.keys),
+        device: this.crypto.publicIdentityOf(this.keys),
         capabilities: [CAP],
       },
       false,
@@ -100,7 +108,7 @@ class Device {
       leaseId: stub.lease.id,
     });
     let t0 = performance.now();
-    const opened = await protocol.open({
+    const opened = await this.crypto.open({
       envelope: fetched.envelope,
       recipientKeys: this.keys,
       senderIdentityPublic: this.site.identity,
@@ -109,7 +117,7 @@ class Device {
     if (!opened.ok) throw new Error(`device could not open the payload: ${opened.reason}`);
     const payload = JSON.parse(opened.plaintext);
     const text = textFor(stub.id, payload);
-    const sealed = await protocol.seal({
+    const sealed = await this.crypto.seal({
       plaintext: JSON.stringify({
         outcome: { outcome: "ok", text },
         ran: { model: CAP.model, backendClass: "http", durationMs: 1 },
@@ -190,7 +198,9 @@ function inProcessSend(site, timer) {
     const t0 = performance.now();
     const res = await site.handler(req);
     const json = await res.json();
-    timer.ms += performance.now() - t0;
+    const t1 = performance.now();
+    timer.ms += t1 - t0;
+    timer.windows?.push(t0, t1);
     return { status: res.status, json };
   };
 }
@@ -232,11 +242,14 @@ export function serve(handler, timer = { ms: 0 }) {
   );
 }
 
-/** `jobs` full cycles with one device; returns jobs/s (server-side and wall) and the device's share. */
-export async function cycles(impl, { jobs, promptChars, fill = 0, population = "history", http = false }) {
+/**
+ * `jobs` full cycles with one device; returns jobs/s (server-side and wall) and the device's share.
+ * `windows`, if given, receives each in-process request's start and end (performance.now()).
+ */
+export async function cycles(impl, { jobs, promptChars, fill = 0, population = "history", http = false, deviceCrypto, windows }) {
   const site = makeSite(impl);
   await fillStore(site, fill, population);
-  const timer = { ms: 0 };
+  const timer = { ms: 0, windows: undefined };
   let served;
   let send;
   if (http) {
@@ -245,21 +258,27 @@ export async function cycles(impl, { jobs, promptChars, fill = 0, population = "
   } else {
     send = inProcessSend(site, timer);
   }
-  const device = new Device(send, served ? served.origin : "http://127.0.0.1");
+  const device = new Device(send, served ? served.origin : "http://127.0.0.1", deviceCrypto);
   await device.pair((userCode) => site.app.approvePairing({ userCode, owner: OWNER }));
   const prompt = "p".repeat(promptChars);
   timer.ms = 0;
+  timer.windows = windows;
   device.deviceMs = 0;
+  // The site's own calls count as server time too.
+  const timed = async (work) => {
+    const s = performance.now();
+    const out = await work();
+    const e = performance.now();
+    timer.ms += e - s;
+    windows?.push(s, e);
+    return out;
+  };
   const t0 = performance.now();
   for (let i = 0; i < jobs; i++) {
-    let s = performance.now();
-    const handle = await site.app.enqueue({ kind: "llm.generate", payload: { prompt }, owner: OWNER });
-    timer.ms += performance.now() - s;
+    const handle = await timed(() => site.app.enqueue({ kind: "llm.generate", payload: { prompt }, owner: OWNER }));
     const id = await device.runOne(textFor);
     if (id !== handle.id) throw new Error(`claimed ${id}, expected ${handle.id}`);
-    s = performance.now();
-    const result = await site.app.result(id);
-    timer.ms += performance.now() - s;
+    const result = await timed(() => site.app.result(id));
     const want = `done ${id} ${promptChars}`;
     if (result?.state !== "ok" || result.outcome?.text !== want) {
       throw new Error(`cycle ${i} did not complete with the exact text: ${JSON.stringify(result)}`);
