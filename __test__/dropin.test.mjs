@@ -2,8 +2,9 @@
 // into a fresh project under /tmp as `@byollm/server` (an npm alias), and run
 // an unmodified consumer that imports `@byollm/server` and
 // `@byollm/server/next` and drives a whole job with a daemon-side client built
-// on @byollm/protocol. Offline: the tarball is local and the protocol package
-// comes from npm's cache (it was installed for this repository).
+// on @byollm/protocol. No network and no warm npm cache: the tarballs are
+// local, and the registry dependencies (@byollm/protocol and its own) are
+// packed from this repository's node_modules and served on 127.0.0.1.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -12,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { stageRelease } from "../scripts/pack-release.mjs";
+import { exec, npmEnv, packDependencies, serveRegistry } from "./helpers/registry.mjs";
 // Imported so the runner keeps this file off Node 20 (the consumer uses @byollm/protocol).
 import "@byollm/protocol";
 
@@ -85,12 +87,13 @@ assert.equal(delivered.outcome.text, "Hi there, from the drop-in.");
 console.log("DROPIN-OK " + delivered.outcome.text);
 `;
 
-test("npm pack → install as @byollm/server → an unmodified consumer runs a whole job", { timeout: 240_000 }, () => {
+test("npm pack → install as @byollm/server → an unmodified consumer runs a whole job", { timeout: 240_000 }, async () => {
   const work = mkdtempSync(join(tmpdir(), "byollm-dropin-"));
+  let registry;
   try {
     // Packed as a release is (scripts/pack-release.mjs): the main package, and
     // the .node in its platform package, which the main one lists as an optional dependency.
-    const { main: tarball, platforms, host } = stageRelease({ work });
+    const { main: tarball, platforms, host, manifest } = stageRelease({ work });
     const listing = spawnSync("tar", ["-tzf", tarball], { encoding: "utf8" }).stdout.split("\n");
     for (const needed of ["package/dist/index.js", "package/dist/next.js", "package/index.js", "package/bin/keygen.mjs"]) {
       assert.ok(listing.includes(needed), `${needed} is not in the tarball`);
@@ -106,13 +109,15 @@ test("npm pack → install as @byollm/server → an unmodified consumer runs a w
         name: "consumer",
         private: true,
         type: "module",
-        // The platform package by path: offline, npm cannot fetch it by the version the main package names.
+        // The platform package by path: the registry below does not serve it by the version the main package names.
         dependencies: { "@byollm/server": `file:${tarball}`, [`byollm-server-native-${host}`]: `file:${platforms[host]}` },
       }),
     );
     writeFileSync(join(project, "app.mjs"), CONSUMER);
-    const install = spawnSync("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts"], { cwd: project, encoding: "utf8" });
+    registry = await serveRegistry(packDependencies(manifest, join(work, "tarballs")));
+    const install = await exec("npm", ["install", "--ignore-scripts"], { cwd: project, env: npmEnv(registry.url, work) });
     assert.equal(install.status, 0, `npm install failed:\n${install.stdout}\n${install.stderr}`);
+    assert.ok(registry.fetched.includes("@byollm/protocol"), `@byollm/protocol came from the loopback registry (fetched: ${registry.fetched.join(", ")})`);
     assert.ok(existsSync(join(project, "node_modules", "@byollm", "server", "dist", "index.js")));
 
     const node22 = join(root, "node_modules", "node", "bin", "node");
@@ -127,6 +132,7 @@ test("npm pack → install as @byollm/server → an unmodified consumer runs a w
     const help = spawnSync(join(project, "node_modules", ".bin", "keygen"), ["-h"], { cwd: project, encoding: "utf8" });
     assert.match(help.stdout, /^usage: npx --package @byollm\/server keygen\n/);
   } finally {
+    await registry?.close();
     rmSync(work, { recursive: true, force: true });
   }
 });

@@ -18,13 +18,12 @@
 // missing.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import { createServer } from "node:http";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { basename, delimiter, join } from "node:path";
-import { hostPlatform, kb, root, stageRelease, tarFolder } from "../scripts/pack-release.mjs";
+import { delimiter, join } from "node:path";
+import { hostPlatform, kb, root, stageRelease } from "../scripts/pack-release.mjs";
+import { exec, npmEnv, packDependencies, serveRegistry } from "./helpers/registry.mjs";
 
 const NAME = "byollm-server-native";
 const EDGE = "byollm-server-native-edge";
@@ -105,77 +104,8 @@ function pathWithoutRust() {
     .join(delimiter);
 }
 
-/** Packs an installed package folder as a registry tarball (its files are already the published ones). */
-function packInstalled(dir, out) {
-  const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
-  return tarFolder(dir, join(out, `${manifest.name.replace("/", "-").replace("@", "")}-${manifest.version}.tgz`));
-}
-
-/** The main package's runtime dependencies and theirs, packed from this repository's node_modules. */
-function packDependencies(manifest, out) {
-  const files = [];
-  const queue = Object.keys(manifest.dependencies ?? {});
-  const done = new Set();
-  while (queue.length) {
-    const name = queue.shift();
-    if (done.has(name)) continue;
-    done.add(name);
-    const dir = join(root, "node_modules", name);
-    files.push(packInstalled(dir, out));
-    queue.push(...Object.keys(JSON.parse(readFileSync(join(dir, "package.json"), "utf8")).dependencies ?? {}));
-  }
-  return files;
-}
-
-/** A read-only npm registry on 127.0.0.1 serving exactly these tarballs; records what was fetched. */
-async function serveRegistry(tarballs) {
-  const packages = new Map();
-  const fetched = [];
-  const server = createServer((req, res) => {
-    const path = decodeURIComponent(new URL(req.url, "http://x").pathname.slice(1));
-    if (path.startsWith("-/tarballs/")) {
-      const entry = [...packages.values()].find((p) => p.file === path.slice("-/tarballs/".length));
-      if (!entry) return res.writeHead(404).end();
-      fetched.push(entry.manifest.name);
-      return res.writeHead(200, { "content-type": "application/octet-stream" }).end(entry.bytes);
-    }
-    const entry = packages.get(path);
-    if (!entry) return res.writeHead(404, { "content-type": "application/json" }).end('{"error":"Not found"}');
-    const { manifest, bytes, file } = entry;
-    const version = {
-      ...manifest,
-      _id: `${manifest.name}@${manifest.version}`,
-      dist: {
-        tarball: `http://127.0.0.1:${server.address().port}/-/tarballs/${file}`,
-        integrity: `sha512-${createHash("sha512").update(bytes).digest("base64")}`,
-        shasum: createHash("sha1").update(bytes).digest("hex"),
-      },
-    };
-    const packument = { name: manifest.name, "dist-tags": { latest: manifest.version }, versions: { [manifest.version]: version } };
-    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(packument));
-  });
-  for (const file of tarballs) {
-    const manifest = JSON.parse(spawnSync("tar", ["-xzOf", file, "package/package.json"], { encoding: "utf8" }).stdout);
-    packages.set(manifest.name, { manifest, bytes: readFileSync(file), file: basename(file) });
-  }
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { url: `http://127.0.0.1:${server.address().port}/`, fetched, close: () => new Promise((r) => server.close(r)) };
-}
-
-// Asynchronous on purpose: the registry answers from this same process.
-function exec(cmd, args, cwd) {
-  return new Promise((resolve, reject) => {
-    // npm is a .cmd script on Windows, which only a shell starts.
-    const child = spawn(cmd, args, { cwd, env, shell: process.platform === "win32" && cmd === "npm" });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    child.on("error", reject);
-    child.on("close", (status) => resolve({ status, stdout, stderr }));
-  });
-}
-const npm = (args, cwd) => exec("npm", args, cwd);
+// Asynchronous (helpers/registry.mjs): the registry answers from this same process.
+const npm = (args, cwd) => exec("npm", args, { cwd, env });
 
 /** A fresh project depending on `spec` under `name`, installed from the loopback registry. */
 async function installProject(dir, name, spec) {
@@ -208,19 +138,9 @@ before(async () => {
   release.edgeManifest = JSON.parse(spawnSync("tar", ["-xzOf", release.edge, "package/package.json"], { encoding: "utf8" }).stdout);
   const deps = packDependencies(release.manifest, join(work, "tarballs"));
   registry = await serveRegistry([release.main, release.edge, ...Object.values(release.platforms), ...deps]);
-  const userconfig = join(work, "npmrc");
-  writeFileSync(userconfig, "");
   // (PATH is dropped in any spelling too: Windows calls it Path, and two copies would race.)
-  env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k) && k.toUpperCase() !== "PATH"));
-  Object.assign(env, {
-    PATH: pathWithoutRust(),
-    npm_config_registry: registry.url,
-    npm_config_cache: join(work, "cache"),
-    npm_config_userconfig: userconfig,
-    npm_config_audit: "false",
-    npm_config_fund: "false",
-    npm_config_update_notifier: "false",
-  });
+  env = Object.fromEntries(Object.entries(npmEnv(registry.url, work)).filter(([k]) => k.toUpperCase() !== "PATH"));
+  env.PATH = pathWithoutRust();
   console.log(`# staged and packed in ${Date.now() - started} ms`);
   const build = addon === binary ? (statSync(binary).size > 10 * 1024 * 1024 ? "debug build" : "release build") : "debug build, stripped";
   console.log(`# main package ${kb(release.main)} (target <= 200 KB); ${host} package ${kb(release.platforms[host])} (${build}; target <= 3 MB); ${EDGE} ${kb(release.edge)}`);
@@ -270,7 +190,7 @@ test("installed by its own name: only this platform's binary is fetched, nothing
   assert.ok(existsSync(join(project, "node_modules", `${NAME}-${host}`, `${NAME}.${host}.node`)));
   assert.deepEqual(readdirSync(join(project, "node_modules", NAME)).filter((f) => f.endsWith(".node")), []);
 
-  const run = await exec(process.execPath, ["app.mjs"], project);
+  const run = await exec(process.execPath, ["app.mjs"], { cwd: project, env });
   assert.equal(run.status, 0, `consumer failed:\n${run.stdout}\n${run.stderr}`);
   assert.match(run.stdout, /^PACKAGE-OK ok Pong\.$/m);
 
@@ -285,7 +205,7 @@ test("installed as @byollm/server (npm alias): the same job and keygen", { skip:
   assert.equal(JSON.parse(readFileSync(join(project, "node_modules", "@byollm", "server", "package.json"), "utf8")).name, NAME);
   assert.ok(existsSync(join(project, "node_modules", `${NAME}-${host}`, `${NAME}.${host}.node`)));
 
-  const run = await exec(process.execPath, ["app.mjs"], project);
+  const run = await exec(process.execPath, ["app.mjs"], { cwd: project, env });
   assert.equal(run.status, 0, `consumer failed:\n${run.stdout}\n${run.stderr}`);
   assert.match(run.stdout, /^PACKAGE-OK ok Pong\.$/m);
 
@@ -303,7 +223,7 @@ test("without the platform package, importing says which platform it saw and wha
   assert.equal(r.status, 0, `npm install failed:\n${r.stdout}\n${r.stderr}`);
   assert.equal(existsSync(join(project, "node_modules", `${NAME}-${host}`)), false);
 
-  const run = await exec(process.execPath, ["--input-type=module", "-e", `await import(${JSON.stringify(NAME)})`], project);
+  const run = await exec(process.execPath, ["--input-type=module", "-e", `await import(${JSON.stringify(NAME)})`], { cwd: project, env });
   assert.notEqual(run.status, 0);
   const stderr = run.stderr;
   const libc = process.platform === "linux" ? ` (${host.endsWith("-musl") ? "musl" : "glibc"})` : "";
