@@ -78,9 +78,13 @@ export function installRuntimes({ only = Object.keys(WANT), dir = process.env.BY
     // --ignore-scripts: every binary we need is inside a tarball; none of these
     // packages has to run code at install time (Bun's and Deno's postinstall
     // only re-link the binary the optional dependency already placed).
+    // Saved into the folder's package.json: an install prunes whatever that
+    // file does not list, so with --no-save the runtime matrix's install
+    // removed the Deno an edge test had installed just before (on a machine
+    // whose folder was new, every run).
     const r = spawnSync(
       "npm",
-      ["install", "--no-audit", "--no-fund", "--ignore-scripts", "--no-save", "--prefix", dir, ...missing],
+      ["install", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix", dir, ...missing],
       { stdio: ["ignore", "inherit", "inherit"], shell: process.platform === "win32" },
     );
     if (r.status !== 0) throw new Error(`npm install of the runtimes failed (${r.status})`);
