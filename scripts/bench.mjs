@@ -185,8 +185,11 @@ function chart(points, subtitle) {
     grid += `<text x="${px(x)}" y="${H - pad.b + 18}" text-anchor="middle" font-size="12">${x.toLocaleString("en")}</text>`;
   }
   const key = (y, color, dash, text) =>
-    `<line x1="${W - 250}" x2="${W - 225}" y1="${y}" y2="${y}" stroke="${color}" stroke-width="3"${dash ? ` stroke-dasharray="6 4"` : ""}/><text x="${W - 218}" y="${y + 4}" font-size="11">${text}</text>`;
-  const top = pad.t + 4;
+    `<line x1="${left + 10}" x2="${left + 35}" y1="${y}" y2="${y}" stroke="${color}" stroke-width="3"${dash ? ` stroke-dasharray="6 4"` : ""}/><text x="${left + 42}" y="${y + 4}" font-size="11">${text}</text>`;
+  // Bottom left: the only corner no line reaches (ours runs flat along the top,
+  // the reference falls to the right).
+  const left = pad.l + 10;
+  const top = H - pad.b - 90;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif">
 <rect width="100%" height="100%" fill="white"/>
 <text x="${W / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">Full job cycle (server side) vs stored jobs</text>
@@ -195,7 +198,7 @@ ${grid}
 <text x="${W / 2}" y="${H - 18}" text-anchor="middle" font-size="12">stored jobs (log scale)</text>
 <text x="16" y="${H / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 16 ${H / 2})">jobs/s (log scale)</text>
 ${line("ref", "backlog", "#d9534f")}${line("ref", "history", "#d9534f")}${line("ours", "backlog", "#0275d8")}${line("ours", "history", "#0275d8")}
-<rect x="${W - 260}" y="${top}" width="240" height="84" fill="white" stroke="#ccc"/>
+<rect x="${left}" y="${top}" width="240" height="84" fill="white" stroke="#ccc"/>
 ${key(top + 15, "#0275d8", false, "ours, jobs queued for others")}
 ${key(top + 33, "#0275d8", true, "ours, ended jobs")}
 ${key(top + 51, "#d9534f", false, "@byollm/server 0.1.1, queued for others")}
