@@ -184,12 +184,12 @@ function chart(points, subtitle) {
   for (const x of xs) {
     grid += `<text x="${px(x)}" y="${H - pad.b + 18}" text-anchor="middle" font-size="12">${x.toLocaleString("en")}</text>`;
   }
-  const key = (y, color, dash, text) =>
-    `<line x1="${left + 10}" x2="${left + 35}" y1="${y}" y2="${y}" stroke="${color}" stroke-width="3"${dash ? ` stroke-dasharray="6 4"` : ""}/><text x="${left + 42}" y="${y + 4}" font-size="11">${text}</text>`;
   // Bottom left: the only corner no line reaches (ours runs flat along the top,
   // the reference falls to the right).
   const left = pad.l + 10;
   const top = H - pad.b - 90;
+  const key = (y, color, dash, text) =>
+    `<line x1="${left + 10}" x2="${left + 35}" y1="${y}" y2="${y}" stroke="${color}" stroke-width="3"${dash ? ` stroke-dasharray="6 4"` : ""}/><text x="${left + 42}" y="${y + 4}" font-size="11">${text}</text>`;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif">
 <rect width="100%" height="100%" fill="white"/>
 <text x="${W / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">Full job cycle (server side) vs stored jobs</text>
