@@ -405,6 +405,7 @@ begin
   v_renewal := byollm_renew_leases(p_runner_id, p_leases, p_lease_ms, p_now);
   return jsonb_build_object(
     'runner', byollm_runner_json(v_runner),
+    'renewed', v_renewal -> 'renewed',
     'lost', v_renewal -> 'lost',
     'cancel', byollm_list_cancel_requests(p_runner_id));
 end;

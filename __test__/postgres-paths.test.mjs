@@ -1,0 +1,181 @@
+// One database round trip per daemon request on postgresStore, and the
+// runner re-read inside that call: a runner revoked or removed by another
+// process is refused on its next request though this process read it before.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import * as protocol from "@byollm/protocol";
+import { postgresStore } from "../dist/postgres.js";
+import { ByollmApp, createFetchHandler, generateSiteKeys } from "../dist/index.js";
+import { freshDatabase, testPool } from "./postgres-db.mjs";
+
+const ORIGIN = "http://127.0.0.1";
+const CAP = { kind: "llm.generate", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
+
+let db;
+let pool;
+let other;
+before(async () => {
+  db = await freshDatabase("paths");
+  pool = testPool(db.url, 2);
+  other = testPool(db.url, 1);
+});
+after(async () => {
+  await pool?.end();
+  await other?.end();
+  await db?.drop();
+});
+
+/** The pool's queries, counted (every store call is one query). */
+function counting(p) {
+  const counter = { n: 0 };
+  const query = p.query.bind(p);
+  const wrapped = Object.create(p);
+  wrapped.query = (...args) => {
+    counter.n++;
+    return query(...args);
+  };
+  return { pool: wrapped, counter };
+}
+
+async function site() {
+  const { pool: counted, counter } = counting(pool);
+  const store = postgresStore({ pool: counted });
+  const siteKeys = generateSiteKeys();
+  const app = new ByollmApp({ store, siteKeys });
+  const handler = createFetchHandler({ store, siteKeys, verificationUrl: `${ORIGIN}/pair` });
+  return { store, app, handler, counter };
+}
+
+class Device {
+  constructor(handler) {
+    this.handler = handler;
+    this.keys = protocol.generateKeys(Date.now());
+  }
+  async post(endpoint, body, signed = true) {
+    const text = JSON.stringify(body);
+    const headers = { "content-type": "application/json" };
+    if (signed) {
+      const sig = protocol.signRequest(this.keys, { endpoint, runnerId: this.runnerId, issuedAt: Date.now(), body: text });
+      headers["x-byollm-runner"] = sig.runnerId;
+      headers["x-byollm-issued-at"] = String(sig.issuedAt);
+      headers["x-byollm-signature"] = sig.signature;
+    }
+    const res = await this.handler(new Request(`${ORIGIN}/byollm/${endpoint}`, { method: "POST", headers, body: text }));
+    return { status: res.status, body: await res.json() };
+  }
+  async pair(app, owner) {
+    const start = await this.post(
+      "pair",
+      {
+        protocolVersion: "2",
+        action: "start",
+        daemon: { version: "0.1.1", label: "t", platform: "linux" },
+        device: protocol.publicIdentityOf(this.keys),
+        capabilities: [CAP],
+      },
+      false,
+    );
+    await app.approvePairing({ userCode: start.body.userCode, owner });
+    const poll = await this.post("pair", { protocolVersion: "2", action: "poll", deviceCode: start.body.deviceCode }, false);
+    this.runnerId = poll.body.runnerId;
+    [[this.siteKeyId, this.site]] = Object.entries(poll.body.sites);
+  }
+  claim() {
+    return this.post("claim", { protocolVersion: "2", runnerId: this.runnerId, capabilities: [CAP], max: 1 });
+  }
+  fetchJob(stub) {
+    return this.post("fetch", { protocolVersion: "2", runnerId: this.runnerId, jobId: stub.id, leaseId: stub.lease.id });
+  }
+  heartbeat(activeLeases = []) {
+    return this.post("heartbeat", { protocolVersion: "2", runnerId: this.runnerId, daemonVersion: "0.1.1", capabilities: [CAP], activeLeases });
+  }
+  async result(stub, text) {
+    const envelope = await protocol.seal({
+      plaintext: JSON.stringify({ outcome: { outcome: "ok", text }, ran: { model: "m", backendClass: "http", durationMs: 1 } }),
+      senderKeys: this.keys,
+      recipientEncryptionPublic: this.site.encryption,
+      context: {
+        jobId: stub.id,
+        senderKeyId: protocol.keyId(this.keys.identityPublic),
+        recipientKeyId: this.siteKeyId,
+        deadlineAt: Date.now() + 86_400_000,
+        direction: "result",
+      },
+    });
+    return this.post("result", { protocolVersion: "2", runnerId: this.runnerId, jobId: stub.id, leaseId: stub.lease.id, envelope, disposition: "ok" });
+  }
+}
+
+test("one round trip per claim, fetch and heartbeat, two per result, one per enqueue and app.result", async () => {
+  const { app, handler, counter } = await site();
+  const owner = randomUUID();
+  const device = new Device(handler);
+  await device.pair(app, owner);
+  // The first signed request reads the runner once; later ones reuse that read.
+  assert.equal((await device.heartbeat()).status, 200);
+
+  const trips = {};
+  const measure = async (name, work) => {
+    const before = counter.n;
+    const out = await work();
+    trips[name] = counter.n - before;
+    return out;
+  };
+  const handle = await measure("enqueue", () => app.enqueue({ kind: "llm.generate", payload: { prompt: "hi" }, owner }));
+  const claim = await measure("claim", () => device.claim());
+  assert.equal(claim.status, 200);
+  const [stub] = claim.body.jobs;
+  assert.equal(stub.id, handle.id);
+  assert.equal((await measure("fetch", () => device.fetchJob(stub))).status, 200);
+  const beat = await measure("heartbeat", () => device.heartbeat([{ jobId: stub.id, leaseId: stub.lease.id }]));
+  assert.deepEqual([beat.status, beat.body.lost, beat.body.cancel], [200, [], []]);
+  const result = await measure("result", () => device.result(stub, "done"));
+  assert.deepEqual(result.body, { accepted: true, state: "ok" });
+  const delivered = await measure("app.result", () => app.result(handle.id));
+  assert.equal(delivered.outcome.text, "done");
+  assert.deepEqual(trips, { enqueue: 1, claim: 1, fetch: 1, heartbeat: 1, result: 2, "app.result": 1 });
+});
+
+test("a runner revoked by another process is refused on its next request; no job is claimed for it", async () => {
+  const { app, handler } = await site();
+  const owner = randomUUID();
+  const device = new Device(handler);
+  await device.pair(app, owner);
+  const first = await app.enqueue({ kind: "llm.generate", payload: { prompt: "a" }, owner });
+  const claim = await device.claim();
+  assert.equal(claim.body.jobs[0].id, first.id);
+  const stub = claim.body.jobs[0];
+  const queued = await app.enqueue({ kind: "llm.generate", payload: { prompt: "b" }, owner });
+
+  // Another app process, its own pool and store.
+  const elsewhere = postgresStore({ pool: other });
+  await new ByollmApp({ store: elsewhere, siteKeys: generateSiteKeys() }).revokeRunner(device.runnerId);
+
+  const revoked = { error: "revoked", message: "this runner has been revoked by its owner" };
+  for (const answer of [await device.claim(), await device.fetchJob(stub), await device.heartbeat(), await device.result(stub, "x")]) {
+    assert.deepEqual([answer.status, answer.body], [403, revoked]);
+  }
+  assert.equal((await app.job(queued.id)).state, "queued");
+  assert.equal((await app.job(first.id)).state, "claimed");
+
+  // Removed altogether (an owner's account deleted): unknown, as before.
+  await other.query("update byollm_jobs set lease_runner = null, lease_id = null, lease_expires_at = null, state = 'queued'");
+  await other.query("delete from byollm_runners where id = $1", [device.runnerId]);
+  const unknown = { error: "unauthorized", message: "this runner is not recognised" };
+  for (const answer of [await device.claim(), await device.fetchJob(stub), await device.heartbeat(), await device.result(stub, "x")]) {
+    assert.deepEqual([answer.status, answer.body], [401, unknown]);
+  }
+  assert.equal((await app.job(queued.id)).state, "queued");
+
+  // A live runner this process has read, removed by another process: the
+  // request's own call finds it gone.
+  const live = new Device(handler);
+  await live.pair(app, owner);
+  assert.equal((await live.heartbeat()).status, 200);
+  await other.query("delete from byollm_runners where id = $1", [live.runnerId]);
+  for (const answer of [await live.claim(), await live.heartbeat()]) {
+    assert.deepEqual([answer.status, answer.body], [401, unknown]);
+  }
+  assert.equal((await app.job(queued.id)).state, "queued");
+});
