@@ -4,13 +4,10 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import * as protocol from "@byollm/protocol";
 import { postgresStore } from "../dist/postgres.js";
 import { ByollmApp, createFetchHandler, generateSiteKeys } from "../dist/index.js";
 import { freshDatabase, testPool } from "./postgres-db.mjs";
-
-const ORIGIN = "http://127.0.0.1";
-const CAP = { kind: "llm.generate", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
+import { Device, ORIGIN } from "./helpers/device.mjs";
 
 let db;
 let pool;
@@ -45,66 +42,6 @@ async function site() {
   const app = new ByollmApp({ store, siteKeys });
   const handler = createFetchHandler({ store, siteKeys, verificationUrl: `${ORIGIN}/pair` });
   return { store, app, handler, counter };
-}
-
-class Device {
-  constructor(handler) {
-    this.handler = handler;
-    this.keys = protocol.generateKeys(Date.now());
-  }
-  async post(endpoint, body, signed = true) {
-    const text = JSON.stringify(body);
-    const headers = { "content-type": "application/json" };
-    if (signed) {
-      const sig = protocol.signRequest(this.keys, { endpoint, runnerId: this.runnerId, issuedAt: Date.now(), body: text });
-      headers["x-byollm-runner"] = sig.runnerId;
-      headers["x-byollm-issued-at"] = String(sig.issuedAt);
-      headers["x-byollm-signature"] = sig.signature;
-    }
-    const res = await this.handler(new Request(`${ORIGIN}/byollm/${endpoint}`, { method: "POST", headers, body: text }));
-    return { status: res.status, body: await res.json() };
-  }
-  async pair(app, owner) {
-    const start = await this.post(
-      "pair",
-      {
-        protocolVersion: "2",
-        action: "start",
-        daemon: { version: "0.1.1", label: "t", platform: "linux" },
-        device: protocol.publicIdentityOf(this.keys),
-        capabilities: [CAP],
-      },
-      false,
-    );
-    await app.approvePairing({ userCode: start.body.userCode, owner });
-    const poll = await this.post("pair", { protocolVersion: "2", action: "poll", deviceCode: start.body.deviceCode }, false);
-    this.runnerId = poll.body.runnerId;
-    [[this.siteKeyId, this.site]] = Object.entries(poll.body.sites);
-  }
-  claim() {
-    return this.post("claim", { protocolVersion: "2", runnerId: this.runnerId, capabilities: [CAP], max: 1 });
-  }
-  fetchJob(stub) {
-    return this.post("fetch", { protocolVersion: "2", runnerId: this.runnerId, jobId: stub.id, leaseId: stub.lease.id });
-  }
-  heartbeat(activeLeases = []) {
-    return this.post("heartbeat", { protocolVersion: "2", runnerId: this.runnerId, daemonVersion: "0.1.1", capabilities: [CAP], activeLeases });
-  }
-  async result(stub, text) {
-    const envelope = await protocol.seal({
-      plaintext: JSON.stringify({ outcome: { outcome: "ok", text }, ran: { model: "m", backendClass: "http", durationMs: 1 } }),
-      senderKeys: this.keys,
-      recipientEncryptionPublic: this.site.encryption,
-      context: {
-        jobId: stub.id,
-        senderKeyId: protocol.keyId(this.keys.identityPublic),
-        recipientKeyId: this.siteKeyId,
-        deadlineAt: Date.now() + 86_400_000,
-        direction: "result",
-      },
-    });
-    return this.post("result", { protocolVersion: "2", runnerId: this.runnerId, jobId: stub.id, leaseId: stub.lease.id, envelope, disposition: "ok" });
-  }
 }
 
 test("one round trip per claim, fetch and heartbeat, two per result, one per enqueue and app.result", async () => {
