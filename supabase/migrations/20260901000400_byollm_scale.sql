@@ -69,76 +69,6 @@ create index if not exists byollm_jobs_blocked_idx
 drop index if exists byollm_jobs_depends_idx;
 
 -- ---------------------------------------------------------------------------
--- Sweep
--- ---------------------------------------------------------------------------
-
--- Same passes, order and answer as before; each reaches its rows through an
--- index: lapsed leases through byollm_jobs_lease_idx (bounded by the jobs in
--- flight), due queued jobs through byollm_jobs_due_idx.
-create or replace function byollm_sweep(p_now bigint) returns jsonb
-language plpgsql volatile security definer
-as $$
-declare
-  v_now timestamptz := byollm_at(p_now);
-  v_reclaimed jsonb;
-  v_adopted jsonb;
-  v_expired jsonb;
-begin
-  with due as (
-    select id from byollm_jobs
-     where state in ('claimed', 'running')
-       and lease_expires_at <= v_now
-       and lease_id is not null and lease_runner is not null
-     for update skip locked
-  ), changed as (
-    update byollm_jobs j
-       set state = 'queued', lease_id = null, lease_runner = null, lease_expires_at = null,
-           completed_by_lease_id = null, claimable_at = v_now, updated_at = v_now
-      from due where j.id = due.id
-    returning j
-  )
-  select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_reclaimed
-    from changed c;
-
-  -- Adopted leases carry the relay's expiry, which this clock does not
-  -- enforce; they are few (cloud lane only) and all in flight.
-  with due as (
-    select id from byollm_jobs
-     where state in ('claimed', 'running')
-       and lease_id is not null and lease_runner is null
-       and coalesce(deadline_at,
-                    coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now
-     for update skip locked
-  ), changed as (
-    update byollm_jobs j
-       set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
-           completed_by_lease_id = null, updated_at = v_now
-      from due where j.id = due.id
-    returning j
-  )
-  select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_adopted
-    from changed c;
-
-  with due as (
-    select id from byollm_jobs
-     where state = 'queued'
-       and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now
-     for update skip locked
-  ), changed as (
-    update byollm_jobs j
-       set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
-           completed_by_lease_id = null, updated_at = v_now
-      from due where j.id = due.id
-    returning j
-  )
-  select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_expired
-    from changed c;
-
-  return v_reclaimed || v_adopted || v_expired;
-end;
-$$;
-
--- ---------------------------------------------------------------------------
 -- Claim
 -- ---------------------------------------------------------------------------
 
@@ -366,16 +296,40 @@ begin
 end;
 $$;
 
-create or replace function byollm_get_job_for(p_runner_id text, p_job_id text) returns jsonb
-language sql stable security definer
-as $$
-  select jsonb_build_object(
-    'runner', (select byollm_runner_json(r) from byollm_runners r where r.id = byollm_try_uuid(p_runner_id)),
-    'job', (select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id)))
-$$;
 
 -- touchRunner, renewLeases and listCancelRequests in that order, for a live
 -- runner only.
+
+-- ByollmApp.job / result: the sweep, then the job, in one call.
+create or replace function byollm_sweep_get_job(p_job_id text, p_now bigint) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_swept jsonb := byollm_sweep(p_now);
+begin
+  return jsonb_build_object(
+    'swept', v_swept,
+    'job', (select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id)));
+end;
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Per-call cost: PL/pgSQL keeps its statements' plans for the session, an
+-- SQL-language function not inlined plans its query on every call; each
+-- sweep pass costs a full update statement only when an index probe finds
+-- something due; an enqueue without dependencies skips their statements.
+-- ---------------------------------------------------------------------------
+
+create or replace function byollm_get_job_for(p_runner_id text, p_job_id text) returns jsonb
+language plpgsql stable security definer
+as $$
+begin
+  return jsonb_build_object(
+    'runner', (select byollm_runner_json(r) from byollm_runners r where r.id = byollm_try_uuid(p_runner_id)),
+    'job', (select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id)));
+end;
+$$;
+
 create or replace function byollm_heartbeat_for(
   p_runner_id      text,
   p_capabilities   jsonb,
@@ -407,20 +361,151 @@ begin
     'runner', byollm_runner_json(v_runner),
     'renewed', v_renewal -> 'renewed',
     'lost', v_renewal -> 'lost',
-    'cancel', byollm_list_cancel_requests(p_runner_id));
+    -- byollm_list_cancel_requests, for this runner.
+    'cancel', (select coalesce(jsonb_agg(jsonb_build_object('jobId', j.id, 'leaseId', j.lease_id)
+                                         order by c.byollm_seq), '[]')
+                 from byollm_job_cancels c
+                 join byollm_jobs j on j.id = c.job_id
+                where j.lease_runner = v_runner.id and j.lease_id is not null));
 end;
 $$;
 
--- ByollmApp.job / result: the sweep, then the job, in one call.
-create or replace function byollm_sweep_get_job(p_job_id text, p_now bigint) returns jsonb
+-- The sweep: same passes, order and answer as before; each reaches its rows
+-- through an index (lapsed leases through byollm_jobs_lease_idx, bounded by
+-- the jobs in flight; due queued jobs through byollm_jobs_due_idx), and runs
+-- its update only when a probe of that index finds a row.
+create or replace function byollm_sweep(p_now bigint) returns jsonb
 language plpgsql volatile security definer
 as $$
 declare
-  v_swept jsonb := byollm_sweep(p_now);
+  v_now timestamptz := byollm_at(p_now);
+  v_reclaimed jsonb := '[]';
+  v_adopted jsonb := '[]';
+  v_expired jsonb := '[]';
 begin
-  return jsonb_build_object(
-    'swept', v_swept,
-    'job', (select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id)));
+  if exists (select 1 from byollm_jobs
+              where state in ('claimed', 'running') and lease_expires_at <= v_now
+                and lease_id is not null and lease_runner is not null) then
+    with due as (
+      select id from byollm_jobs
+       where state in ('claimed', 'running')
+         and lease_expires_at <= v_now
+         and lease_id is not null and lease_runner is not null
+       for update skip locked
+    ), changed as (
+      update byollm_jobs j
+         set state = 'queued', lease_id = null, lease_runner = null, lease_expires_at = null,
+             completed_by_lease_id = null, claimable_at = v_now, updated_at = v_now
+        from due where j.id = due.id
+      returning j
+    )
+    select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_reclaimed
+      from changed c;
+  end if;
+
+  -- Adopted leases carry the relay's expiry, which this clock does not
+  -- enforce; they are few (cloud lane only) and all in flight.
+  if exists (select 1 from byollm_jobs
+              where state in ('claimed', 'running') and lease_id is not null and lease_runner is null
+                and coalesce(deadline_at,
+                             coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now) then
+    with due as (
+      select id from byollm_jobs
+       where state in ('claimed', 'running')
+         and lease_id is not null and lease_runner is null
+         and coalesce(deadline_at,
+                      coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now
+       for update skip locked
+    ), changed as (
+      update byollm_jobs j
+         set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
+             completed_by_lease_id = null, updated_at = v_now
+        from due where j.id = due.id
+      returning j
+    )
+    select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_adopted
+      from changed c;
+  end if;
+
+  if exists (select 1 from byollm_jobs
+              where state = 'queued' and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now) then
+    with due as (
+      select id from byollm_jobs
+       where state = 'queued'
+         and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now
+       for update skip locked
+    ), changed as (
+      update byollm_jobs j
+         set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
+             completed_by_lease_id = null, updated_at = v_now
+        from due where j.id = due.id
+      returning j
+    )
+    select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_expired
+      from changed c;
+  end if;
+
+  return v_reclaimed || v_adopted || v_expired;
+end;
+$$;
+
+-- Same answers as before; one statement less for a new id (the insert
+-- reports a conflict itself) and none for dependencies when there are none.
+create or replace function byollm_create_job(p_job jsonb, p_now bigint) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_id uuid := byollm_try_uuid(p_job ->> 'id');
+  v_deps uuid[] := '{}';
+  v_allow uuid[];
+  v_blocked boolean := false;
+  v_row byollm_jobs;
+begin
+  if v_id is null then
+    raise exception 'byollm: job ids must be lowercase UUIDs (the id column is a uuid)'
+      using errcode = '22023';
+  end if;
+
+  if jsonb_typeof(p_job -> 'dependsOn') = 'array' and jsonb_array_length(p_job -> 'dependsOn') > 0 then
+    -- An existing id is returned unchanged, before its dependencies are
+    -- looked at (they may name jobs that are gone).
+    select * into v_row from byollm_jobs where id = v_id;
+    if found then
+      return jsonb_build_object('created', false, 'job', byollm_job_json(v_row));
+    end if;
+    v_deps := array(select jsonb_array_elements_text(p_job -> 'dependsOn'))::uuid[];
+    -- Share-lock the dependencies while deciding: a dependency completing at
+    -- the same moment then either commits first (and is seen as ok here) or
+    -- waits for this insert (and its unblock step sees this job).
+    perform 1 from byollm_jobs where id = any (v_deps) for share;
+    v_blocked := exists (
+      select 1 from unnest(v_deps) d(id)
+       where not exists (select 1 from byollm_jobs j where j.id = d.id and j.state = 'ok'));
+  end if;
+  if jsonb_typeof(p_job -> 'audienceAllow') = 'array' then
+    v_allow := array(select jsonb_array_elements_text(p_job -> 'audienceAllow'))::uuid[];
+  end if;
+
+  insert into byollm_jobs (id, kind, envelope, size_class, audience, purpose, owner,
+                           audience_allow, depends_on, state, claimable_at, ttl_ms,
+                           deadline_at, created_at, updated_at)
+  values (v_id, p_job ->> 'kind', p_job -> 'envelope', p_job ->> 'sizeClass',
+          coalesce(p_job ->> 'audience', 'private')::byollm_audience,
+          p_job ->> 'purpose', (p_job ->> 'owner')::uuid, v_allow, v_deps, 'queued',
+          case when v_blocked then null else v_now end,
+          (p_job ->> 'ttlMs')::integer,
+          case when jsonb_typeof(p_job -> 'deadlineAt') = 'number'
+               then byollm_at((p_job ->> 'deadlineAt')::numeric::bigint) end,
+          v_now, v_now)
+  on conflict (id) do nothing
+  returning * into v_row;
+
+  if not found then
+    select * into v_row from byollm_jobs where id = v_id;
+    return jsonb_build_object('created', false, 'job', byollm_job_json(v_row));
+  end if;
+  return jsonb_build_object('created', true, 'job', byollm_job_json(v_row));
 end;
 $$;
 
