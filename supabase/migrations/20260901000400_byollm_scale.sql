@@ -59,6 +59,11 @@ create index if not exists byollm_jobs_claim_team_idx
 -- Replaced by the two above (it made the claim visit every queued job).
 drop index if exists byollm_jobs_claim_order_idx;
 
+-- A runner's leases (heartbeat's cancel requests, listClaimedBy, release):
+-- only jobs in flight have a lease runner, so the index stays small.
+create index if not exists byollm_jobs_lease_runner_idx
+  on byollm_jobs (lease_runner) where lease_runner is not null;
+
 -- A completion looks for the blocked jobs that name it. Only blocked jobs
 -- (`claimable_at is null`) can be unblocked, so only they are indexed: the
 -- index stays as small as the set of waiting jobs, and the many jobs without
@@ -127,6 +132,7 @@ begin
      where j.state = 'queued'
        and j.owner = v_owner
        and j.claimable_at <= v_now
+       and cardinality(v_own) > 0
        and j.kind = any (v_own)
        and not (v_runner = any (j.refused_by))
      order by j.claimable_at, j.byollm_seq
@@ -139,6 +145,8 @@ begin
        and j.audience = 'team'
        and j.claimable_at <= v_now
        and j.owner is distinct from v_owner
+       -- No team offer: the walk is not even started.
+       and cardinality(v_team) > 0
        and j.kind = any (v_team)
        and (j.audience_allow is null or v_owner = any (j.audience_allow))
        and not (v_runner = any (j.refused_by))
