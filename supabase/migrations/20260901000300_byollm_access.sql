@@ -6,8 +6,9 @@
 --     `service_role`. It writes only through the functions of the rules file,
 --     which are SECURITY DEFINER, and it is the only caller granted them.
 --   * a browser session (`authenticated`, auth.uid() = the user): may READ
---     its own rows and approve a pairing for itself (byollm_approve_pairing),
---     nothing else.
+--     its own rows, nothing else. Pairings are approved through the app
+--     (ByollmApp.approvePairing, behind the app's own page and limits), not
+--     over PostgREST, where anyone who can sign up could guess codes.
 --   * `anon`: nothing at all.
 --
 -- Narrower than 0.1.1, on purpose: that schema also let a browser insert jobs
@@ -72,8 +73,6 @@ begin
 end
 $$;
 
--- The browser approves its own pairings (owner = auth.uid()).
-grant execute on function byollm_approve_pairing(text) to authenticated;
 
 -- Realtime delivery listens to job updates where Supabase Realtime exists.
 do $$

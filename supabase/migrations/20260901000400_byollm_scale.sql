@@ -378,6 +378,26 @@ begin
 end;
 $$;
 
+-- Pairings are pruned by the sweep, as the in-memory store prunes them
+-- (`pair start` is unauthenticated: nothing may pile up without bound). How
+-- long after its expiry a pairing is kept: the protocol's clock window,
+-- so a daemon whose clock runs behind still hears `expired` (or collects an
+-- approval made in time) before the pairing is gone.
+create or replace function byollm_prune_pairings(p_now bigint) returns integer
+language plpgsql volatile security definer
+as $$
+declare
+  v_before timestamptz := byollm_at(p_now - 120000);
+  v_gone integer := 0;
+begin
+  if exists (select 1 from byollm_pairings where expires_at <= v_before) then
+    delete from byollm_pairings where expires_at <= v_before;
+    get diagnostics v_gone = row_count;
+  end if;
+  return v_gone;
+end;
+$$;
+
 -- The sweep: same passes, order and answer as before; each reaches its rows
 -- through an index (lapsed leases through byollm_jobs_lease_idx, bounded by
 -- the jobs in flight; due queued jobs through byollm_jobs_due_idx), and runs
@@ -391,6 +411,7 @@ declare
   v_adopted jsonb := '[]';
   v_expired jsonb := '[]';
 begin
+  perform byollm_prune_pairings(p_now);
   if exists (select 1 from byollm_jobs
               where state in ('claimed', 'running') and lease_expires_at <= v_now
                 and lease_id is not null and lease_runner is not null) then
@@ -540,7 +561,7 @@ begin
     select p.oid::regprocedure from pg_proc p
      where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
        and p.proname in ('byollm_claim_for', 'byollm_get_job_for', 'byollm_heartbeat_for',
-                         'byollm_sweep_get_job', 'byollm_due_at')
+                         'byollm_sweep_get_job', 'byollm_due_at', 'byollm_prune_pairings')
   loop
     execute format('revoke all on function %s from public', f);
     if exists (select 1 from pg_roles where rolname = 'anon') then
