@@ -202,3 +202,35 @@ test("the runner record has one source of truth: the store", async () => {
     await http.close();
   }
 });
+
+test("lone surrogates in a pair start or a heartbeat are stored as U+FFFD, not a host 500 or a lost record", async () => {
+  const site = await makeSite("ours");
+  const http = await listen(site.handler);
+  try {
+    const daemon = new Daemon(http.url);
+    const caps = [{ ...daemon.capabilities[0], model: "m\ud800" }];
+    const start = await daemon.send(
+      "pair",
+      JSON.stringify({
+        protocolVersion: "2",
+        action: "start",
+        daemon: { version: "0.1.1\udc00", label: "lab\ud800el", platform: "linux" },
+        device: daemon.identity,
+        capabilities: caps,
+      }),
+      { sign: false },
+    );
+    assert.equal(start.status, 200, JSON.stringify(start.body));
+    const pending = await site.app.pendingPairing(start.body.userCode);
+    assert.equal(pending.label, "lab\ufffdel");
+    assert.equal(pending.capabilities[0].model, "m\ufffd");
+
+    await daemon.pair(site.app, "bob");
+    daemon.capabilities = caps;
+    assert.equal((await daemon.heartbeat()).status, 200);
+    const runner = await site.store.getRunner(daemon.runnerId);
+    assert.equal(runner.capabilities[0].model, "m\ufffd", "the heartbeat's capabilities are kept, not nulled");
+  } finally {
+    await http.close();
+  }
+});
