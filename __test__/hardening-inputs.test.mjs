@@ -234,3 +234,21 @@ test("lone surrogates in a pair start or a heartbeat are stored as U+FFFD, not a
     await http.close();
   }
 });
+
+test("MemoryStore's own methods refuse or ignore a wrong-typed argument without a binding's message", async () => {
+  const site = await makeSite("ours");
+  const base = { id: "j-1", kind: "llm.generate", sizeClass: "small", owner: "bob", envelope: { ciphertext: "x", recipientKeyId: "k", senderKeyId: "k", direction: "payload", deadlineAt: 1 } };
+  for (const [field, value] of [["id", 1], ["owner", null], ["kind", 2], ["audience", 5], ["audienceAllow", "a"], ["ttlMs", "1"]]) {
+    await assert.rejects(
+      async () => site.store.create({ ...base, [field]: value }, site.now()),
+      (e) => e instanceof TypeError && e.message.includes(`\`${field}\``) && !/Failed to convert/.test(e.message),
+      field,
+    );
+  }
+  // An odd audience string is stored as given (a record from an older app).
+  assert.equal((await site.store.create({ ...base, audience: "Private" }, site.now())).audience, "Private");
+  assert.equal(await site.store.cancel(5, site.now()), null);
+  assert.deepEqual(await site.store.listClaimedBy({}), []);
+  assert.deepEqual(await site.store.listCancelRequests(7), []);
+  assert.deepEqual(await site.store.listRunners(7), []);
+});
