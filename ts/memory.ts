@@ -6,6 +6,7 @@
 // This file only moves values across the boundary: it flattens arguments
 // into strings and numbers, and turns the native JSON rows back into the
 // reference's record objects. Every rule lives in Rust.
+import { optionalNumber, optionalStrings, text } from "./args.js";
 import { binding as loaded } from "./native-loader.js";
 import type { EnqueuedJob, SiteKeyringHandle } from "./native.js";
 import type {
@@ -488,8 +489,6 @@ export class MemoryStore implements ByollmStore {
   /** The native store when records read their envelope lazily, else undefined. */
   readonly #lazy: NativeMemoryStoreHandle | undefined;
   readonly #watchers = new Map<string, Set<() => void>>();
-  /** Runner records by id: read on every signed request, written rarely. */
-  readonly #runners = new Map<string, RunnerRecord>();
 
   static {
     ownsNative = (store) => #native in store;
@@ -579,6 +578,7 @@ export class MemoryStore implements ByollmStore {
   // -- jobs ---------------------------------------------------------------
 
   create(input: StoredJobInput, now: number): Promise<JobRecord> {
+    checkStoredJob(input);
     const parts = sealedParts(input.envelope);
     const record = jobFromJson(
       this.#native.create(
@@ -678,16 +678,19 @@ export class MemoryStore implements ByollmStore {
   }
 
   cancel(jobId: string, now: number): Promise<JobRecord | null> {
+    if (typeof jobId !== "string") return Promise.resolve(null);
     const record = jobFromJson(this.#native.cancel(jobId, now), this.#lazy);
     this.#notify();
     return Promise.resolve(record);
   }
 
   listClaimedBy(runnerId: string): Promise<JobRecord[]> {
+    if (typeof runnerId !== "string") return Promise.resolve([]);
     return Promise.resolve(jobsFromJson(this.#native.listClaimedBy(runnerId), this.#lazy));
   }
 
   listCancelRequests(runnerId: string): Promise<{ jobId: string; leaseId: string }[]> {
+    if (typeof runnerId !== "string") return Promise.resolve([]);
     return Promise.resolve(JSON.parse(this.#native.listCancelRequests(runnerId)) as LeaseRef[]);
   }
 
@@ -769,9 +772,7 @@ export class MemoryStore implements ByollmStore {
       // A plain Error with the reference's message, not the addon's error object.
       throw new Error(error instanceof Error ? error.message : String(error));
     }
-    const runner = JSON.parse(text) as RunnerRecord;
-    this.#runners.set(runner.id, runner);
-    return Promise.resolve(runner);
+    return Promise.resolve(JSON.parse(text) as RunnerRecord);
   }
 
   denyPairing(userCode: string, _now: number): Promise<void> {
@@ -784,15 +785,15 @@ export class MemoryStore implements ByollmStore {
     return Promise.resolve();
   }
 
+  /**
+   * A fresh record from the native store every time: it is the one source of
+   * truth (a revocation through `native` shows at once), and editing a
+   * returned record changes nothing that requests authenticate against.
+   */
   getRunner(runnerId: string): Promise<RunnerRecord | null> {
-    const cached = this.#runners.get(runnerId);
-    if (cached !== undefined) return Promise.resolve(cached);
     if (typeof runnerId !== "string") return Promise.resolve(null);
     const text = this.#native.runner(runnerId);
-    if (text == null) return Promise.resolve(null);
-    const runner = JSON.parse(text) as RunnerRecord;
-    this.#runners.set(runnerId, runner);
-    return Promise.resolve(runner);
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as RunnerRecord));
   }
 
   touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
@@ -802,21 +803,33 @@ export class MemoryStore implements ByollmStore {
       jsonOf(args.daemonVersion),
       args.now,
     );
-    if (text == null) return Promise.resolve(null);
-    const runner = JSON.parse(text) as RunnerRecord;
-    this.#runners.set(args.runnerId, runner);
-    return Promise.resolve(runner);
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as RunnerRecord));
   }
 
   revokeRunner(runnerId: string, now: number): Promise<void> {
-    this.#native.revokeRunner(runnerId, now);
-    this.#runners.delete(runnerId);
+    if (typeof runnerId === "string") this.#native.revokeRunner(runnerId, now);
     return Promise.resolve();
   }
 
   listRunners(owner?: string): Promise<RunnerRecord[]> {
-    return Promise.resolve(JSON.parse(this.#native.listRunners(owner)) as RunnerRecord[]);
+    if (owner != null && typeof owner !== "string") return Promise.resolve([]);
+    return Promise.resolve(JSON.parse(this.#native.listRunners(owner ?? undefined)) as RunnerRecord[]);
   }
+}
+
+/**
+ * `store.create`'s scalar fields, of the types the native store takes; a
+ * caller's mistake is a `TypeError` naming the field. (Any audience string is
+ * stored: a record written by an older app may carry another spelling.)
+ */
+function checkStoredJob(input: StoredJobInput): void {
+  const where = "MemoryStore.create";
+  for (const field of ["id", "kind", "sizeClass", "owner"] as const) text(where, field, input[field]);
+  if (input.audience != null) text(where, "audience", input.audience);
+  optionalStrings(where, "audienceAllow", input.audienceAllow);
+  optionalStrings(where, "dependsOn", input.dependsOn);
+  optionalNumber(where, "ttlMs", input.ttlMs);
+  optionalNumber(where, "deadlineAt", input.deadlineAt);
 }
 
 /** The prototype's methods as defined above, for `servesDirectly`. */
