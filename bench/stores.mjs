@@ -317,7 +317,7 @@ export async function run({
   for (const population of populations) {
     const oursUrl = await createDatabase(adminUrl, `byollm_bench_ours`);
     const refUrl = await createDatabase(adminUrl, `byollm_bench_ref`);
-    await migratePostgres({ connectionString: oursUrl });
+    await migratePostgres({ connectionString: oursUrl, createRoles: true });
     const oursAdmin = new pg.Client({ connectionString: oursUrl });
     const refAdmin = new pg.Client({ connectionString: refUrl });
     await oursAdmin.connect();

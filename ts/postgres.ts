@@ -118,10 +118,20 @@ export async function postgresMigrations(): Promise<{ name: string; sql: string 
  * Apply the shipped migrations to a plain PostgreSQL (on Supabase use the
  * Supabase CLI with the same files). Every file is idempotent, so running this
  * at each start is safe; an advisory lock keeps two processes from racing.
- * Needs a role allowed to create roles and schemas (the bootstrap creates
- * `anon`, `authenticated`, `service_role` and `auth.uid()` when absent).
+ * Needs the database's owner (or a role that may create schemas in it); it
+ * creates schema `auth` and `auth.uid()` when absent, and the roles `anon`,
+ * `authenticated` and `service_role` only with `createRoles: true`.
  */
-export async function migratePostgres(target: { pool: Pool } | { connectionString: string }): Promise<string[]> {
+export async function migratePostgres(
+  target: ({ pool: Pool } | { connectionString: string }) & {
+    /**
+     * Create the roles `anon`, `authenticated` and `service_role` when they
+     * are absent (cluster-wide; needs CREATEROLE). Off by default: without
+     * them the schema owner is the store's only caller. Supabase has them.
+     */
+    readonly createRoles?: boolean;
+  },
+): Promise<string[]> {
   const owned = !("pool" in target);
   const pool = "pool" in target ? target.pool : new pg.Pool({ connectionString: target.connectionString, max: 1 });
   // As in postgresStore: a connection dropped while idle (here, while the
@@ -134,6 +144,7 @@ export async function migratePostgres(target: { pool: Pool } | { connectionStrin
     // Any fixed key will do; it only has to be the same in every process.
     await client.query("select pg_advisory_lock(7388120101)");
     try {
+      await client.query("select set_config('byollm.create_roles', $1, false)", [target.createRoles === true ? "on" : "off"]);
       for (const { name, sql } of await postgresMigrations()) {
         await client.query("begin");
         try {
@@ -146,6 +157,7 @@ export async function migratePostgres(target: { pool: Pool } | { connectionStrin
         applied.push(name);
       }
     } finally {
+      await client.query("select set_config('byollm.create_roles', '', false)");
       await client.query("select pg_advisory_unlock(7388120101)");
     }
     return applied;

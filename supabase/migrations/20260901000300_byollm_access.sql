@@ -24,45 +24,60 @@ alter table byollm_jobs        enable row level security;
 alter table byollm_pairings    enable row level security;
 alter table byollm_job_cancels enable row level security;
 
--- Policies are recreated whole (dropping the 0.1.1 ones by name) so that a
--- database migrated by either package ends with exactly this set.
-drop policy if exists byollm_runners_owner_select on byollm_runners;
-drop policy if exists byollm_runners_owner_update on byollm_runners;
-drop policy if exists byollm_runners_owner_delete on byollm_runners;
-drop policy if exists byollm_jobs_owner_select on byollm_jobs;
-drop policy if exists byollm_jobs_owner_insert on byollm_jobs;
-drop policy if exists byollm_pairings_owner_select on byollm_pairings;
-drop policy if exists byollm_job_cancels_owner_select on byollm_job_cancels;
-drop policy if exists byollm_job_cancels_owner_insert on byollm_job_cancels;
-
--- `(select auth.uid())` is evaluated once per statement, not per row.
-create policy byollm_runners_owner_select on byollm_runners
-  for select to authenticated using ((select auth.uid()) = owner);
-create policy byollm_jobs_owner_select on byollm_jobs
-  for select to authenticated using ((select auth.uid()) = owner);
-create policy byollm_pairings_owner_select on byollm_pairings
-  for select to authenticated using ((select auth.uid()) = owner);
-create policy byollm_job_cancels_owner_select on byollm_job_cancels
-  for select to authenticated using (
-    exists (select 1 from byollm_jobs j
-             where j.id = byollm_job_cancels.job_id and j.owner = (select auth.uid())));
-
--- Table privileges: revoke whatever a platform's default privileges handed
--- out, then grant exactly what is meant. RLS picks the rows; these pick the
--- operations; both are needed.
-revoke all on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels
-  from public, anon, authenticated;
-grant select on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels
-  to authenticated;
-grant select, insert, update, delete
-  on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels to service_role;
-
--- Functions: PostgREST exposes every function it can see at /rpc, so nothing
--- is executable by default.
+-- Everything below names the three roles. A plain PostgreSQL migrated by a
+-- database owner without CREATEROLE may not have them (see the platform
+-- file); there the schema owner is the only caller, RLS stays on with no
+-- policy (so no other role reads a row), and the grants are skipped.
 do $$
 declare
   f regprocedure;
 begin
+  if (select count(*) from pg_roles where rolname in ('anon', 'authenticated', 'service_role')) < 3 then
+    revoke all on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels from public;
+    for f in
+      select p.oid::regprocedure from pg_proc p
+       where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
+    loop
+      execute format('revoke all on function %s from public', f);
+    end loop;
+    return;
+  end if;
+
+  -- Policies are recreated whole (dropping the 0.1.1 ones by name) so that a
+  -- database migrated by either package ends with exactly this set.
+  drop policy if exists byollm_runners_owner_select on byollm_runners;
+  drop policy if exists byollm_runners_owner_update on byollm_runners;
+  drop policy if exists byollm_runners_owner_delete on byollm_runners;
+  drop policy if exists byollm_jobs_owner_select on byollm_jobs;
+  drop policy if exists byollm_jobs_owner_insert on byollm_jobs;
+  drop policy if exists byollm_pairings_owner_select on byollm_pairings;
+  drop policy if exists byollm_job_cancels_owner_select on byollm_job_cancels;
+  drop policy if exists byollm_job_cancels_owner_insert on byollm_job_cancels;
+
+  -- `(select auth.uid())` is evaluated once per statement, not per row.
+  create policy byollm_runners_owner_select on byollm_runners
+    for select to authenticated using ((select auth.uid()) = owner);
+  create policy byollm_jobs_owner_select on byollm_jobs
+    for select to authenticated using ((select auth.uid()) = owner);
+  create policy byollm_pairings_owner_select on byollm_pairings
+    for select to authenticated using ((select auth.uid()) = owner);
+  create policy byollm_job_cancels_owner_select on byollm_job_cancels
+    for select to authenticated using (
+      exists (select 1 from byollm_jobs j
+               where j.id = byollm_job_cancels.job_id and j.owner = (select auth.uid())));
+
+  -- Table privileges: revoke whatever a platform's default privileges handed
+  -- out, then grant exactly what is meant. RLS picks the rows; these pick the
+  -- operations; both are needed.
+  revoke all on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels
+    from public, anon, authenticated;
+  grant select on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels
+    to authenticated;
+  grant select, insert, update, delete
+    on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels to service_role;
+
+  -- Functions: PostgREST exposes every function it can see at /rpc, so
+  -- nothing is executable by default.
   for f in
     select p.oid::regprocedure from pg_proc p
      where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
@@ -72,7 +87,6 @@ begin
   end loop;
 end
 $$;
-
 
 -- Realtime delivery listens to job updates where Supabase Realtime exists.
 do $$
