@@ -4,6 +4,7 @@
 //   npm run bench -- stores --sizes=0,10000          a quick run
 //   npm run bench -- stores --populations=backlog    only jobs queued for other owners
 //   npm run bench -- stores --budget-ms=4000         time per store per point
+//   npm run bench -- stores --concurrent-jobs=2000   the concurrency section's size (0: skip it)
 //
 // Three stores side by side, each running full job cycles in-process through
 // its app's createFetchHandler with a simulated daemon (@byollm/protocol):
@@ -37,6 +38,11 @@
 //             PostgreSQL: the cluster's processes (from /proc, Linux only);
 //             PostgREST: the stand-in's process
 //   bytes/job byollm_jobs with its indexes and TOAST, over its rows
+//
+// Then the concurrency section (bench/stores-concurrency.mjs): 4 app
+// processes × 16 daemons over node:http on one database, drained; jobs/s,
+// CPU per job (apps, PostgreSQL, daemons), lost and doubly completed jobs
+// counted in SQL.
 import { fork, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { readFileSync, readdirSync } from "node:fs";
@@ -52,6 +58,7 @@ import { supabaseStore } from "../dist/supabase/index.js";
 import { signJwt } from "../__test__/supabase-standin.mjs";
 import { applyReferenceSchema } from "../__test__/helpers/reference-schema.mjs";
 import { Device, ORIGIN } from "../__test__/helpers/device.mjs";
+import { concurrency } from "./stores-concurrency.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const SECRET = "bench-stand-in-jwt-secret-0123456789abcdef";
@@ -310,6 +317,7 @@ export async function run({
   budgetMs = quick ? 2_000 : 6_000,
   maxJobs = quick ? 50 : 400,
   minJobs = 3,
+  concurrentJobs = quick ? 500 : 20_000,
   log = console.log,
 } = {}) {
   const { url: adminUrl, dataDir } = startPostgres();
@@ -374,6 +382,16 @@ export async function run({
     }
   }
   log(summary(rows));
+  if (concurrentJobs > 0) {
+    const dbUrl = await createDatabase(adminUrl, "byollm_bench_conc");
+    const c = await concurrency({ dbUrl, postgresCpu: () => postgresCpu(dataDir), jobs: concurrentJobs });
+    log(
+      `\n  ${c.apps} app processes × ${c.daemons} daemons, ours postgresStore, ${c.jobs.toLocaleString("en")} jobs: ` +
+        `${f(c.jobsPerSec)} jobs/s drained; CPU ms/job apps ${f(c.cpuMsPerJob.apps, 2)}, PostgreSQL ${f(c.cpuMsPerJob.postgres, 2)}, ` +
+        `daemons ${f(c.cpuMsPerJob.daemons, 2)}; lost ${c.lost}, doubly completed ${c.doublyCompleted}`,
+    );
+    rows.push({ concurrency: c });
+  }
   return rows;
 }
 
@@ -421,5 +439,6 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     ...(arg("sizes") ? { sizes: arg("sizes").split(",").map(Number) } : {}),
     ...(arg("populations") ? { populations: arg("populations").split(",") } : {}),
     ...(arg("budget-ms") ? { budgetMs: Number(arg("budget-ms")) } : {}),
+    ...(arg("concurrent-jobs") ? { concurrentJobs: Number(arg("concurrent-jobs")) } : {}),
   });
 }

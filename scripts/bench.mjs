@@ -10,7 +10,8 @@
 //   npm run bench -- crypto rules only these sections
 //   npm run bench -- stores       the SQL stores on a PostgreSQL it starts itself
 //                                 (only when named; --sizes=0,10000 and
-//                                 --populations=backlog|history narrow it)
+//                                 --populations=backlog|history narrow it,
+//                                 --concurrent-jobs=N sizes its concurrency part)
 //
 // The scripts name the Node binary: both devDependencies install a `node`
 // into node_modules/.bin, and which one a bare `node` finds there depends on
@@ -48,11 +49,12 @@ const sections = [
 // Options a section takes from the command line (`--name=value`), passed to its run().
 const sectionOptions = {};
 for (const a of args) {
-  const m = /^--(sizes|populations|budget-ms)=(.+)$/.exec(a);
+  const m = /^--(sizes|populations|budget-ms|concurrent-jobs)=(.+)$/.exec(a);
   if (!m) continue;
   if (m[1] === "sizes") sectionOptions.sizes = m[2].split(",").map(Number);
   if (m[1] === "populations") sectionOptions.populations = m[2].split(",");
   if (m[1] === "budget-ms") sectionOptions.budgetMs = Number(m[2]);
+  if (m[1] === "concurrent-jobs") sectionOptions.concurrentJobs = Number(m[2]);
 }
 
 const machine = `${os.cpus()[0]?.model ?? "unknown CPU"} × ${os.cpus().length}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
@@ -148,7 +150,7 @@ for (const s of sections) {
   }
   const out = join(scratch, `${s.key}.json`);
   const flags = [...process.execArgv, "--max-old-space-size=8192", "--expose-gc"];
-  const passed = args.filter((a) => /^--(sizes|populations|budget-ms)=/.test(a));
+  const passed = args.filter((a) => /^--(sizes|populations|budget-ms|concurrent-jobs)=/.test(a));
   const r = spawnSync(process.execPath, [...flags, fileURLToPath(import.meta.url), `--section=${s.key}`, `--out=${out}`, ...(quick ? ["--quick"] : []), ...passed], { stdio: "inherit" });
   if (r.status !== 0 || !existsSync(out)) {
     console.log(`  (section ${s.key} failed: exit ${r.status}${r.signal ? `, ${r.signal}` : ""})`);
