@@ -90,7 +90,7 @@ function startPostgres() {
 }
 
 /** CPU seconds of the cluster: the postmaster's own and its children's, living and reaped. */
-function postgresCpu(dataDir) {
+export function postgresCpu(dataDir) {
   let pid;
   try {
     pid = Number(readFileSync(`${dataDir}/postmaster.pid`, "utf8").split("\n")[0]);
@@ -176,7 +176,7 @@ async function bytesPerJob(client) {
 
 // ------------------------------------------------------------------ the stores
 
-function startStandIn(url) {
+export function startStandIn(url) {
   return new Promise((resolve, reject) => {
     const child = fork(fileURLToPath(new URL("./standin-process.mjs", import.meta.url)), [url, SECRET], { stdio: "inherit" });
     child.once("message", (m) => resolve({ url: m.url, pid: child.pid, close: () => child.disconnect() }));
@@ -186,7 +186,7 @@ function startStandIn(url) {
 }
 
 /** A supabase-js client on the stand-in whose requests are counted. */
-function countedClient(standInUrl, counter) {
+export function countedClient(standInUrl, counter) {
   const fetchCounted = (...args) => {
     counter.n++;
     return fetch(...args);
@@ -199,7 +199,7 @@ function countedClient(standInUrl, counter) {
 }
 
 /** A node-postgres pool whose queries are counted. */
-function countedPool(url, counter) {
+export function countedPool(url, counter) {
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   pool.on("error", () => undefined);
   const query = pool.query.bind(pool);
@@ -222,7 +222,7 @@ const pct = (xs, p) => {
  * Full cycles for up to `budgetMs` (at least `minJobs`, at most `maxJobs`).
  * `site`: {impl, store, counter, owner, ensureOwner}.
  */
-async function cycles(site, { budgetMs, minJobs, maxJobs, dataDir, standInPid }) {
+export async function cycles(site, { budgetMs, minJobs, maxJobs, dataDir, standInPid }) {
   const { impl, store, counter } = site;
   const siteKeys = impl.generateSiteKeys();
   const app = new impl.ByollmApp({ store, siteKeys });
