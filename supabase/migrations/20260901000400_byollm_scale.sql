@@ -255,13 +255,16 @@ begin
       where d.claimable_at is null and d.depends_on @> array[v_row.id]
       order by d.byollm_seq
       for update;
-    update byollm_jobs d
-       set claimable_at = v_now, updated_at = v_now
-     where d.claimable_at is null
-       and d.depends_on @> array[v_row.id]
-       and not exists (
-         select 1 from unnest(d.depends_on) dep(id)
-          where not exists (select 1 from byollm_jobs x where x.id = dep.id and x.state = 'ok'));
+    -- Most jobs have no dependents: then there is nothing to decide.
+    if found then
+      update byollm_jobs d
+         set claimable_at = v_now, updated_at = v_now
+       where d.claimable_at is null
+         and d.depends_on @> array[v_row.id]
+         and not exists (
+           select 1 from unnest(d.depends_on) dep(id)
+            where not exists (select 1 from byollm_jobs x where x.id = dep.id and x.state = 'ok'));
+    end if;
   end if;
 
   return jsonb_build_object('accepted', true, 'job', byollm_job_json(v_row));
