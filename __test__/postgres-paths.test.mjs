@@ -116,3 +116,28 @@ test("a runner revoked by another process is refused on its next request; no job
   }
   assert.equal((await app.job(queued.id)).state, "queued");
 });
+
+test("pair start draws another user code while the one drawn names a live pairing", async () => {
+  const store = postgresStore({ pool });
+  const taken = [];
+  // The store answers that the first three codes drawn are held by live pairings.
+  const colliding = Object.create(store);
+  colliding.getPairingByUserCode = async (code) => {
+    if (taken.length < 3) {
+      taken.push(code);
+      return { userCode: code, state: "pending", expiresAt: Date.now() + 60_000 };
+    }
+    return store.getPairingByUserCode(code);
+  };
+  const handler = createFetchHandler({ store: colliding, siteKeys: generateSiteKeys(), verificationUrl: `${ORIGIN}/pair` });
+  const device = new Device(handler);
+  const start = await device.post(
+    "pair",
+    { protocolVersion: "2", action: "start", daemon: { version: "0.1.1", label: "t", platform: "linux" }, device: device.publicIdentity(), capabilities: [] },
+    false,
+  );
+  assert.equal(start.status, 200);
+  assert.equal(taken.length, 3);
+  assert.ok(!taken.includes(start.body.userCode));
+  assert.equal((await store.getPairingByUserCode(start.body.userCode)).state, "pending");
+});

@@ -310,12 +310,19 @@ export class ByollmHandlers {
     const now = this.#now();
     if (request.action === "start") {
       const deviceCode = generateDeviceCode();
-      const userCode = generateUserCode();
       const expiresAt = now + this.#pairingTtlMs;
       // Otherwise a caller could pair someone's identity with an encryption
       // key it holds the secret for, and read everything later sealed to it.
       if (!native.verifyPublicIdentity(request.device)) {
         return fail("bad-request", "the device's encryption key is not signed by the identity it was presented with");
+      }
+      // A code names one live pairing: draw again while it names another
+      // (the stores keep any pairing they are given).
+      let userCode = generateUserCode();
+      for (let draw = 1; draw < 8; draw++) {
+        const held = await this.#store.getPairingByUserCode(userCode);
+        if (!held || held.state !== "pending" || held.expiresAt <= now) break;
+        userCode = generateUserCode();
       }
       await this.#store.createPairing({
         device: request.device,

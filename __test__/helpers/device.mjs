@@ -25,6 +25,9 @@ export class Device {
     const res = await this.handler(new Request(`${ORIGIN}/byollm/${endpoint}`, { method: "POST", headers, body: text }));
     return { status: res.status, body: await res.json() };
   }
+  publicIdentity() {
+    return protocol.publicIdentityOf(this.keys);
+  }
   async pair(app, owner) {
     const start = await this.post(
       "pair",
