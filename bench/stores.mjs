@@ -5,6 +5,7 @@
 //   npm run bench -- stores --populations=backlog    only jobs queued for other owners
 //   npm run bench -- stores --budget-ms=4000         time per store per point
 //   npm run bench -- stores --concurrent-jobs=2000   the concurrency section's size (0: skip it)
+//   npm run bench -- stores --stores=postgres        only some stores (postgres, supabase, reference)
 //
 // Three stores side by side, each running full job cycles in-process through
 // its app's createFetchHandler with a simulated daemon (@byollm/protocol):
@@ -318,6 +319,7 @@ export async function run({
   maxJobs = quick ? 50 : 400,
   minJobs = 3,
   concurrentJobs = quick ? 500 : 20_000,
+  stores = STORES,
   log = console.log,
 } = {}) {
   const { url: adminUrl, dataDir } = startPostgres();
@@ -346,7 +348,7 @@ export async function run({
           stored = size;
         }
         const point = { population, stored: size, stores: {} };
-        for (const name of STORES) {
+        for (const name of STORES.filter((n) => stores.includes(n))) {
           const counter = { n: 0 };
           const owner = randomUUID();
           let site;
@@ -429,6 +431,12 @@ export function summary(rows) {
   return out.join("\n");
 }
 
+/** `postgres,supabase,reference` → the stores' full names. */
+export function storesNamed(list) {
+  const short = { postgres: STORES[0], supabase: STORES[1], reference: STORES[2] };
+  return list.split(",").map((k) => short[k] ?? k);
+}
+
 /** scripts/bench.mjs: this section prints its own tables. */
 export const benchRows = () => [];
 
@@ -440,5 +448,6 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     ...(arg("populations") ? { populations: arg("populations").split(",") } : {}),
     ...(arg("budget-ms") ? { budgetMs: Number(arg("budget-ms")) } : {}),
     ...(arg("concurrent-jobs") ? { concurrentJobs: Number(arg("concurrent-jobs")) } : {}),
+    ...(arg("stores") ? { stores: storesNamed(arg("stores")) } : {}),
   });
 }

@@ -49,12 +49,13 @@ const sections = [
 // Options a section takes from the command line (`--name=value`), passed to its run().
 const sectionOptions = {};
 for (const a of args) {
-  const m = /^--(sizes|populations|budget-ms|concurrent-jobs)=(.+)$/.exec(a);
+  const m = /^--(sizes|populations|budget-ms|concurrent-jobs|stores)=(.+)$/.exec(a);
   if (!m) continue;
   if (m[1] === "sizes") sectionOptions.sizes = m[2].split(",").map(Number);
   if (m[1] === "populations") sectionOptions.populations = m[2].split(",");
   if (m[1] === "budget-ms") sectionOptions.budgetMs = Number(m[2]);
   if (m[1] === "concurrent-jobs") sectionOptions.concurrentJobs = Number(m[2]);
+  if (m[1] === "stores") sectionOptions.storesList = m[2];
 }
 
 const machine = `${os.cpus()[0]?.model ?? "unknown CPU"} × ${os.cpus().length}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
@@ -120,7 +121,8 @@ async function runSection(key) {
     }
     return { scaling: points };
   }
-  const raw = await mod.run({ quick, ...sectionOptions });
+  const { storesList, ...options } = sectionOptions;
+  const raw = await mod.run({ quick, ...options, ...(storesList && mod.storesNamed ? { stores: mod.storesNamed(storesList) } : {}) });
   // A section whose own rows are shaped for its own report converts them.
   const rows = mod.benchRows ? mod.benchRows(raw) : raw;
   if (rows.length > 0) printRows(rows);
@@ -150,7 +152,7 @@ for (const s of sections) {
   }
   const out = join(scratch, `${s.key}.json`);
   const flags = [...process.execArgv, "--max-old-space-size=8192", "--expose-gc"];
-  const passed = args.filter((a) => /^--(sizes|populations|budget-ms|concurrent-jobs)=/.test(a));
+  const passed = args.filter((a) => /^--(sizes|populations|budget-ms|concurrent-jobs|stores)=/.test(a));
   const r = spawnSync(process.execPath, [...flags, fileURLToPath(import.meta.url), `--section=${s.key}`, `--out=${out}`, ...(quick ? ["--quick"] : []), ...passed], { stdio: "inherit" });
   if (r.status !== 0 || !existsSync(out)) {
     console.log(`  (section ${s.key} failed: exit ${r.status}${r.signal ? `, ${r.signal}` : ""})`);
