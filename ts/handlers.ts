@@ -256,7 +256,9 @@ export class ByollmHandlers {
   /**
    * Authentication before the schema, so a stranger probing an endpoint learns
    * nothing about its wire format; one message for stale and forged signatures,
-   * so a forger is not told which half already works.
+   * so a forger is not told which half already works. `rereadsRunner`: the
+   * endpoint's own SQL store call reads the runner again (claim, fetch,
+   * heartbeat, result), so a runner read earlier may check the signature.
    */
   async #authed(
     auth: AuthContext,
