@@ -7,7 +7,9 @@ import { randomUUID } from "node:crypto";
 import { postgresStore } from "../dist/postgres.js";
 import { ByollmApp, createFetchHandler, generateSiteKeys } from "../dist/index.js";
 import { freshDatabase, testPool } from "./postgres-db.mjs";
-import { Device, ORIGIN } from "./helpers/device.mjs";
+import { CAP, Device, ORIGIN } from "./helpers/device.mjs";
+
+const CAP_TEAM = { ...CAP, offerScope: "team" };
 
 let db;
 let pool;
@@ -140,4 +142,31 @@ test("pair start draws another user code while the one drawn names a live pairin
   assert.equal(taken.length, 3);
   assert.ok(!taken.includes(start.body.userCode));
   assert.equal((await store.getPairingByUserCode(start.body.userCode)).state, "pending");
+});
+
+test("owners and audienceAllow entries are any non-empty string on a plain PostgreSQL (Clerk, Auth0, numeric ids)", async () => {
+  const { app, handler, store } = await site();
+  for (const owner of ["user_2abcXYZ", "auth0|64f0c1", "42"]) {
+    const device = new Device(handler);
+    await device.pair(app, owner);
+    const handle = await app.enqueue({ kind: "llm.generate", payload: { prompt: "hi" }, owner });
+    const claim = await device.claim();
+    assert.equal(claim.body.jobs[0].id, handle.id);
+    assert.equal(claim.body.jobs[0].owner, owner);
+    assert.equal((await device.fetchJob(claim.body.jobs[0])).status, 200);
+    assert.deepEqual((await device.result(claim.body.jobs[0], "ok")).body, { accepted: true, state: "ok" });
+    const done = await app.result(handle.id);
+    assert.deepEqual([done.state, done.provenance.runnerOwner], ["ok", owner]);
+    assert.deepEqual((await app.runners(owner)).map((r) => r.owner), [owner]);
+  }
+  // A team job allowed to one named owner reaches that owner's team runner only.
+  const team = { ...CAP_TEAM };
+  const allowed = new Device(handler, [team]);
+  await allowed.pair(app, "user_allowed");
+  const other = new Device(handler, [team]);
+  await other.pair(app, "user_other");
+  const job = await app.enqueue({ kind: "llm.generate", payload: { prompt: "t" }, owner: "user_2abcXYZ", audience: "team", audienceAllow: ["user_allowed"] });
+  assert.deepEqual((await other.claim()).body.jobs, []);
+  assert.equal((await allowed.claim()).body.jobs[0].id, job.id);
+  assert.deepEqual((await store.get(job.id)).audienceAllow, ["user_allowed"]);
 });

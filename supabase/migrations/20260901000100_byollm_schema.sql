@@ -10,9 +10,11 @@
 --     and existing rows keep their values.
 --
 -- Ids, owners and runner ids are `uuid` columns, as in the existing schema.
--- The stores therefore need uuid job ids (ByollmApp mints them), uuid owners
--- (Supabase Auth user ids are), and they mint a uuid for a runner whose
--- suggested id is not one (see byollm_approve_pairing_as in the rules file).
+-- The stores therefore need uuid job ids (ByollmApp mints them) and mint a
+-- uuid for a runner whose suggested id is not one (see
+-- byollm_approve_pairing_as in the rules file). Owners are uuids on Supabase
+-- (Supabase Auth user ids are); on a plain PostgreSQL the owner-ids file
+-- turns the owner columns into text.
 
 -- ---------------------------------------------------------------------------
 -- Vocabularies

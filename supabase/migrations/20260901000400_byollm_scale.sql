@@ -42,6 +42,27 @@ begin
 end;
 $$;
 
+-- Whether a caller's owner string can be stored in the owner columns: any
+-- string on a plain PostgreSQL, a uuid on Supabase (see the owner-ids file).
+-- Functions that take an owner declare it `byollm_jobs.owner%type`, so one
+-- body serves both schemas.
+create or replace function byollm_owner_in(p text) returns boolean
+language plpgsql stable
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+  v byollm_jobs.owner%type;
+begin
+  if p is null then
+    return false;
+  end if;
+  v := p;
+  return true;
+exception when invalid_text_representation then
+  return false;
+end;
+$$;
+
 -- ---------------------------------------------------------------------------
 -- Indexes
 -- ---------------------------------------------------------------------------
@@ -98,7 +119,8 @@ as $$
 declare
   v_now timestamptz := byollm_at(p_now);
   v_runner uuid := byollm_try_uuid(p_runner_id);
-  v_owner uuid := byollm_try_uuid(p_runner_owner);
+  -- Null when the owner cannot be one (it then owns nothing).
+  v_owner byollm_jobs.owner%type := case when byollm_owner_in(p_runner_owner) then p_runner_owner end;
   v_own text[];
   v_team text[];
   v_out jsonb;
@@ -490,7 +512,9 @@ declare
   v_now timestamptz := byollm_at(p_now);
   v_id uuid := byollm_try_uuid(p_job ->> 'id');
   v_deps uuid[] := '{}';
-  v_allow uuid[];
+  -- The columns' types: a non-uuid owner is refused on Supabase, kept elsewhere.
+  v_owner byollm_jobs.owner%type := p_job ->> 'owner';
+  v_allow byollm_jobs.audience_allow%type;
   v_blocked boolean := false;
   v_row byollm_jobs;
 begin
@@ -516,7 +540,7 @@ begin
        where not exists (select 1 from byollm_jobs j where j.id = d.id and j.state = 'ok'));
   end if;
   if jsonb_typeof(p_job -> 'audienceAllow') = 'array' then
-    v_allow := array(select jsonb_array_elements_text(p_job -> 'audienceAllow'))::uuid[];
+    v_allow := array(select jsonb_array_elements_text(p_job -> 'audienceAllow'));
   end if;
 
   insert into byollm_jobs (id, kind, envelope, size_class, audience, purpose, owner,
@@ -524,7 +548,7 @@ begin
                            deadline_at, created_at, updated_at)
   values (v_id, p_job ->> 'kind', p_job -> 'envelope', p_job ->> 'sizeClass',
           coalesce(p_job ->> 'audience', 'private')::byollm_audience,
-          p_job ->> 'purpose', (p_job ->> 'owner')::uuid, v_allow, v_deps, 'queued',
+          p_job ->> 'purpose', v_owner, v_allow, v_deps, 'queued',
           case when v_blocked then null else v_now end,
           (p_job ->> 'ttlMs')::integer,
           case when jsonb_typeof(p_job -> 'deadlineAt') = 'number'
@@ -564,7 +588,8 @@ begin
     select p.oid::regprocedure from pg_proc p
      where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
        and p.proname in ('byollm_claim_for', 'byollm_get_job_for', 'byollm_heartbeat_for',
-                         'byollm_sweep_get_job', 'byollm_due_at', 'byollm_prune_pairings')
+                         'byollm_sweep_get_job', 'byollm_due_at', 'byollm_prune_pairings',
+                         'byollm_owner_in')
   loop
     execute format('revoke all on function %s from public', f);
     if exists (select 1 from pg_roles where rolname = 'anon') then

@@ -82,6 +82,7 @@ language plpgsql volatile security definer
 as $$
 declare
   v_now timestamptz := byollm_at(p_now);
+  v_owner byollm_runners.owner%type := p_owner;
   v_pairing byollm_pairings;
   v_runner byollm_runners;
 begin
@@ -103,7 +104,7 @@ begin
 
   insert into byollm_runners (id, owner, device, label, platform, daemon_version, capabilities,
                               revoked_at, last_heartbeat_at, created_at)
-  values (coalesce(byollm_try_uuid(p_runner_id), gen_random_uuid()), p_owner::uuid,
+  values (coalesce(byollm_try_uuid(p_runner_id), gen_random_uuid()), v_owner,
           v_pairing.device, v_pairing.label, v_pairing.platform, v_pairing.daemon_version,
           v_pairing.capabilities, null, v_now, v_now)
   returning * into v_runner;
