@@ -142,7 +142,7 @@ async function createDatabase(adminUrl, name) {
 const OWNER_SQL = (expr) => `('00000000-0000-4000-8000-' || lpad(to_hex(${expr}), 12, '0'))::uuid`;
 
 /** Add stored jobs [from, to) of a population, with SQL, in batches. */
-async function fill(client, population, from, to) {
+export async function fill(client, population, from, to) {
   const backlog = population === "backlog";
   for (let lo = from; lo < to; lo += 100_000) {
     const hi = Math.min(to, lo + 100_000);
@@ -168,7 +168,7 @@ async function fill(client, population, from, to) {
   await client.query("vacuum analyze byollm_jobs");
 }
 
-async function bytesPerJob(client) {
+export async function bytesPerJob(client) {
   const { rows } = await client.query(
     "select pg_total_relation_size('byollm_jobs')::float8 as bytes, (select count(*) from byollm_jobs)::float8 as n",
   );
