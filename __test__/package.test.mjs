@@ -124,7 +124,9 @@ function readmeKeygenCommand() {
 async function runReadmeKeygen(project) {
   const command = readmeKeygenCommand();
   registry.asked.length = 0;
-  const r = await exec("sh", ["-c", command], { cwd: project, env });
+  // Split on spaces (the line has no quotes), so it runs the same way on Windows, where npx is a .cmd.
+  const [cmd, ...args] = command.split(/\s+/);
+  const r = await exec(cmd, args, { cwd: project, env });
   assert.equal(r.status, 0, `\`${command}\` failed:\n${r.stdout}\n${r.stderr}`);
   assert.match(r.stdout, /^BYOLLM_SITE_KEYS=[A-Za-z0-9+/]+=*$/m, `\`${command}\` printed no keys`);
   assert.deepEqual(registry.asked, [], `\`${command}\` asked the registry for packages`);

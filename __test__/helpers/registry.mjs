@@ -78,8 +78,8 @@ export async function serveRegistry(tarballs) {
  */
 export function exec(cmd, args, { cwd, env }) {
   return new Promise((resolve, reject) => {
-    // npm is a .cmd script on Windows, which only a shell starts.
-    const child = spawn(cmd, args, { cwd, env, shell: process.platform === "win32" && cmd === "npm" });
+    // npm and npx are .cmd scripts on Windows, which only a shell starts.
+    const child = spawn(cmd, args, { cwd, env, shell: process.platform === "win32" && (cmd === "npm" || cmd === "npx") });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d) => (stdout += d));
