@@ -196,5 +196,5 @@ test("a person pairs a device, sends prompts and sees answers live, reads the st
   assert.match(out, /^\d\d:\d\d:\d\d pairing approved: alice-desktop \(linux, byollm [\d.]+\) now runs prompts for alice$/m);
   assert.match(out, new RegExp(`^\\d\\d:\\d\\d:\\d\\d job ${jobId.slice(0, 8)} for alice: answered on alice-desktop \\(echo-model\\) after \\d+\\.\\d s$`, "m"));
   assert.match(out, /^\d\d:\d\d:\d\d device revoked: alice revoked alice-desktop$/m);
-  assert.match(out, /^\d\d:\d\d:\d\d refused POST \/byollm\/heartbeat from alice-desktop \(alice\): 403 revoked .+$/m);
+  assert.match(out, /^\d\d:\d\d:\d\d refused POST \/byollm\/heartbeat from alice-desktop \(alice\): 403 revoked: .+$/m);
 });

@@ -160,7 +160,7 @@ test("byollm connect + byollm run serve a prompt from the example site", { skip,
   assert.match(printed, /^\d\d:\d\d:\d\d pairing approved: real-daemon \((linux|darwin|win32), byollm 0\.1\.1\) now runs prompts for alice$/m);
   assert.match(printed, new RegExp(`^\\d\\d:\\d\\d:\\d\\d job ${jobId.slice(0, 8)} for alice: answered on real-daemon \\(echo-model\\) after `, "m"));
   assert.match(printed, /^\d\d:\d\d:\d\d device revoked: alice revoked real-daemon$/m);
-  assert.match(printed, /^\d\d:\d\d:\d\d refused POST \/byollm\/\w+ from real-daemon \(alice\): 403 revoked /m);
+  assert.match(printed, /^\d\d:\d\d:\d\d refused POST \/byollm\/\w+ from real-daemon \(alice\): 403 revoked: /m);
 });
 
 test("byollm connect <origin>/api asks <origin>/byollm/pair, so an app mounted only at /api/byollm cannot pair", { skip, timeout: 30_000 }, async () => {

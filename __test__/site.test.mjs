@@ -178,7 +178,7 @@ for (const node of nodes) {
       assert.equal(revoked.location, `/devices?revoked=${encodeURIComponent(daemon.runnerId)}`);
       await logged(/^\d\d:\d\d:\d\d device revoked: erin revoked erin-laptop$/m);
       assert.equal((await daemon.heartbeat()).status, 403);
-      await logged(/^\d\d:\d\d:\d\d refused POST \/byollm\/heartbeat from erin-laptop \(erin\): 403 revoked /m);
+      await logged(/^\d\d:\d\d:\d\d refused POST \/byollm\/heartbeat from erin-laptop \(erin\): 403 revoked: this runner has been revoked by its owner$/m);
       assert.match((await erin.request("/prompts")).text, /You have no device yet/, "a revoked device counts as none");
       const devices = await erin.request("/devices");
       assert.doesNotMatch(visibleText(devices.text), new RegExp(daemon.runnerId), "devices are shown by name");

@@ -70,7 +70,14 @@ const safely = (check) => {
 
 const missing = [];
 if (needsPostgres && !process.env.BYOLLM_PG_URL && !safely(postgresInstalled)) missing.push("postgresql");
-if (needsChromium && !existsSync(chromiumPath)) missing.push("chromium");
+if (needsChromium && !existsSync(chromiumPath)) {
+  if (process.env.BYOLLM_CHROMIUM) {
+    console.error(`\nBYOLLM_CHROMIUM is ${chromiumPath}, which does not exist.`);
+    failures.push("chromium (BYOLLM_CHROMIUM)");
+  } else {
+    missing.push("chromium");
+  }
+}
 if (missing.length) {
   // apt-get as root, else through sudo when it needs no password.
   const asRoot = process.getuid?.() === 0;

@@ -786,7 +786,8 @@ export async function startSite(options = {}) {
       const runnerId = req.headers["x-byollm-runner"];
       const runner = typeof runnerId === "string" && runnerId.length < 200 ? await store.getRunner(runnerId) : null;
       const who = runner ? ` from ${runner.label} (${runner.owner})` : "";
-      log(`refused ${req.method} ${new URL(req.url, origin).pathname}${who}: ${response.status} ${answer.error ?? ""} ${answer.message ?? ""}`.trimEnd());
+      const why = [answer.error, answer.message].filter((part) => typeof part === "string").join(": ");
+      log(`refused ${req.method} ${new URL(req.url, origin).pathname}${who}: ${response.status} ${why}`.trimEnd());
     }
     res.writeHead(response.status, headers);
     res.end(body);
