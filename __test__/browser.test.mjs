@@ -132,6 +132,7 @@ test("a person pairs a device, sends prompts and sees answers live, reads the st
   await page.waitForSelector('#state[data-state="ok"]');
   assert.equal(await page.textContent("#state"), "Answered");
   assert.equal(await page.textContent("#result"), "echo: What is 6 × 7? — 42");
+  assert.equal(await page.textContent("#answerer"), "alice-desktop");
   assert.match(await page.textContent("#meta"), /^Answered by alice-desktop with echo-model · \d+\.\d s after you sent it$/, "the device by its name, not its id");
   await screenshot(page, "prompt");
 

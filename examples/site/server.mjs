@@ -190,8 +190,6 @@ const stateBadge = (state, id) => {
   return `<span class="badge ${tone}" data-state="${escapeHtml(state)}"${id ? ` id="${id}"` : ""}>${escapeHtml(text)}</span>`;
 };
 
-const excerpt = (text, max) => (text.length > max ? `${text.slice(0, max - 1)}…` : text);
-
 // ---------------------------------------------------------------------------
 // Pages. Plain HTML; every value from a person, a daemon or a model is escaped.
 
@@ -757,7 +755,7 @@ export async function startSite(options = {}) {
         `<div class="card">
            <div class="who-said">You, ${timeTag(entry.createdAt)}</div>
            <div class="bubble you" id="prompt-text">${escapeHtml(entry.prompt)}</div>
-           <div class="who-said">Your device ${stateBadge(record.state, "state")}</div>
+           <div class="who-said"><span id="answerer">Your device</span> ${stateBadge(record.state, "state")}</div>
            <div class="bubble answer pending" id="waiting">Waiting for one of your devices to pick it up…</div>
            <div class="bubble answer" id="result" hidden></div>
            <p id="meta" class="muted small-text"></p>
@@ -908,6 +906,7 @@ async function poll(id, states) {
         : job.state === "expired" ? "No device of yours picked it up in time, so it expired."
         : "This prompt was canceled.";
     }
+    if (job.device) document.getElementById("answerer").textContent = job.device;
     const meta = [];
     if (job.device) meta.push("Answered by " + job.device + (job.provenance ? " with " + job.provenance.model : ""));
     if (job.provenance?.untrusted) meta.push("from someone else's machine");
