@@ -109,6 +109,10 @@ if (needsPostgres && !env.BYOLLM_PG_URL) {
 }
 
 if (!jsOnly && only.length === 0) {
+  // rustfmt and clippy are rustup components a minimal toolchain leaves out.
+  const hasTool = (tool) => spawnSync("cargo", [tool, "--version"], { stdio: "ignore" }).status === 0;
+  const toolsMissing = ["fmt", "clippy"].filter((tool) => !hasTool(tool));
+  if (toolsMissing.length > 0) run("rustup component add rustfmt clippy", "rustup", ["component", "add", "rustfmt", "clippy"]);
   run("cargo fmt", "cargo", ["fmt", "--all", "--", "--check"]);
   run("cargo clippy (core)", "cargo", ["clippy", "--all-targets", "--", "-D", "warnings"]);
   run("cargo clippy (node binding)", "cargo", ["clippy", "--features", "node", "--", "-D", "warnings"]);
