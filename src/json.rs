@@ -106,6 +106,14 @@ impl JsStr {
         self.text.chars().count()
     }
 
+    /// Overwrite the text with zeros (for a string that held a secret).
+    pub fn wipe(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.text);
+        if let Some(units) = self.lone.as_mut() {
+            zeroize::Zeroize::zeroize(&mut units[..]);
+        }
+    }
+
     /// Append `JSON.stringify(this)` to `out`.
     pub fn write_json(&self, out: &mut String) {
         match &self.lone {
@@ -217,6 +225,18 @@ impl std::fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 impl Doc {
+    /// Overwrite every string and key with zeros: for a document that held
+    /// key material or a plaintext, before it is dropped.
+    pub fn wipe(&mut self) {
+        for node in &mut self.nodes {
+            match node {
+                Node::String(s) => s.wipe(),
+                Node::Object(members) => members.iter_mut().for_each(|(k, _)| k.wipe()),
+                _ => {}
+            }
+        }
+    }
+
     pub fn root(&self) -> NodeId {
         self.root
     }

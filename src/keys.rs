@@ -32,16 +32,60 @@ pub const X25519_PKCS8_PREFIX: [u8; 16] = [
 /// `Number.MAX_SAFE_INTEGER`: the schema's `int()` means a safe integer.
 pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
+/// The text of a private key: wiped when dropped, never shown by `Debug`.
+/// Derefs to `str` for the parsers and serialises as the plain string
+/// (`formatSiteKeys` writes it).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SecretText(Zeroizing<String>);
+
+impl SecretText {
+    pub fn new(text: String) -> SecretText {
+        SecretText(Zeroizing::new(text))
+    }
+}
+
+impl From<String> for SecretText {
+    fn from(text: String) -> SecretText {
+        SecretText::new(text)
+    }
+}
+
+impl From<&str> for SecretText {
+    fn from(text: &str) -> SecretText {
+        SecretText::new(text.to_owned())
+    }
+}
+
+impl std::ops::Deref for SecretText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretText(<redacted>)")
+    }
+}
+
+impl Serialize for SecretText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.as_str())
+    }
+}
+
 /// A party's private key material, as stored and as `formatSiteKeys` writes
-/// it. Field order is the serialisation order.
+/// it. Field order is the serialisation order. The private halves are
+/// [`SecretText`]: wiped on drop, redacted in `Debug`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredKeys {
     pub version: u8,
     pub identity_public: String,
-    pub identity_private: String,
+    pub identity_private: SecretText,
     pub encryption_public: String,
-    pub encryption_private: String,
+    pub encryption_private: SecretText,
     pub encryption_sig: String,
     pub created_at: u64,
 }
@@ -116,9 +160,9 @@ impl StoredKeys {
         StoredKeys {
             version: 1,
             identity_public: b64::encode_url(signing.verifying_key().as_bytes()),
-            identity_private: b64::encode_std(&identity_der),
+            identity_private: SecretText::new(b64::encode_std(&identity_der)),
             encryption_public,
-            encryption_private: b64::encode_std(&encryption_der),
+            encryption_private: SecretText::new(b64::encode_std(&encryption_der)),
             encryption_sig: b64::encode_url(&sig.to_bytes()),
             created_at: now_ms,
         }
@@ -172,9 +216,9 @@ impl StoredKeys {
         Ok(StoredKeys {
             version: 1,
             identity_public: text("identityPublic")?,
-            identity_private: text("identityPrivate")?,
+            identity_private: text("identityPrivate")?.into(),
             encryption_public: text("encryptionPublic")?,
-            encryption_private: text("encryptionPrivate")?,
+            encryption_private: text("encryptionPrivate")?.into(),
             encryption_sig: text("encryptionSig")?,
             created_at,
         })
@@ -408,6 +452,17 @@ impl KeyHandle {
 mod tests {
     use super::*;
     use crate::json;
+
+    #[test]
+    fn private_key_text_is_never_shown_by_debug() {
+        let keys = StoredKeys::generate(1_767_225_600_000);
+        let shown = format!("{keys:?}");
+        assert!(!shown.contains(&*keys.identity_private), "{shown}");
+        assert!(!shown.contains(&*keys.encryption_private), "{shown}");
+        assert!(shown.contains(&keys.identity_public));
+        // Still serialised in full: formatSiteKeys writes it.
+        assert!(keys.to_json().contains(&*keys.identity_private));
+    }
 
     #[test]
     fn generated_keys_are_consistent_and_well_formed() {

@@ -127,6 +127,42 @@ impl ToNapiValue for AsciiFirstString {
     }
 }
 
+/// A private key's text as it crosses the boundary: wiped when dropped
+/// here (the engine's own copy is JavaScript's).
+pub struct KeyText(String);
+
+string_typed!(KeyText);
+
+impl std::ops::Deref for KeyText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for KeyText {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+impl FromNapiValue for KeyText {
+    unsafe fn from_napi_value(
+        env: napi::sys::napi_env,
+        napi_val: napi::sys::napi_value,
+    ) -> Result<Self> {
+        // SAFETY: forwarded as received from napi.
+        unsafe { String::from_napi_value(env, napi_val) }.map(KeyText)
+    }
+}
+
+impl ToNapiValue for KeyText {
+    unsafe fn to_napi_value(env: napi::sys::napi_env, val: Self) -> Result<napi::sys::napi_value> {
+        // SAFETY: forwarded as received from napi; `val` is wiped when it drops.
+        unsafe { <&str>::to_napi_value(env, &val) }
+    }
+}
+
 /// A JavaScript string exactly, lone surrogates included: ASCII through
 /// [`AsciiFirstString`]'s copy, anything else as its UTF-16 units.
 pub struct ExactString(pub JsStr);
@@ -177,9 +213,11 @@ pub struct JsStoredKeys {
     #[napi(ts_type = "1")]
     pub version: f64,
     pub identity_public: String,
-    pub identity_private: String,
+    #[napi(ts_type = "string")]
+    pub identity_private: KeyText,
     pub encryption_public: String,
-    pub encryption_private: String,
+    #[napi(ts_type = "string")]
+    pub encryption_private: KeyText,
     pub encryption_sig: String,
     pub created_at: f64,
 }
@@ -398,7 +436,7 @@ impl JsStoredKeys {
             ));
         }
         let fields = [
-            ("identityPublic", &self.identity_public),
+            ("identityPublic", self.identity_public.as_str()),
             ("identityPrivate", &self.identity_private),
             ("encryptionPublic", &self.encryption_public),
             ("encryptionPrivate", &self.encryption_private),
@@ -412,9 +450,9 @@ impl JsStoredKeys {
         Ok(StoredKeys {
             version: 1,
             identity_public: self.identity_public.clone(),
-            identity_private: self.identity_private.clone(),
+            identity_private: (*self.identity_private).into(),
             encryption_public: self.encryption_public.clone(),
-            encryption_private: self.encryption_private.clone(),
+            encryption_private: (*self.encryption_private).into(),
             encryption_sig: self.encryption_sig.clone(),
             created_at: self.created_at as u64,
         })
@@ -424,9 +462,9 @@ impl JsStoredKeys {
         JsStoredKeys {
             version: f64::from(keys.version),
             identity_public: keys.identity_public,
-            identity_private: keys.identity_private,
+            identity_private: KeyText(keys.identity_private.to_string()),
             encryption_public: keys.encryption_public,
-            encryption_private: keys.encryption_private,
+            encryption_private: KeyText(keys.encryption_private.to_string()),
             encryption_sig: keys.encryption_sig,
             created_at: keys.created_at as f64,
         }
