@@ -133,6 +133,24 @@ pub fn utf16_len(s: &str) -> usize {
     s.chars().map(char::len_utf16).sum()
 }
 
+/// The byte length of `JSON.stringify(s)` for a well-formed string, without
+/// writing it (what [`write_json_str`] would append).
+pub fn json_str_len(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    let mut len = bytes.len() + 2;
+    let mut at = 0;
+    loop {
+        at += plain_len(bytes, at);
+        let Some(&b) = bytes.get(at) else { break };
+        len += match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+            _ => 5,
+        };
+        at += 1;
+    }
+    len
+}
+
 /// Append `JSON.stringify(s)` for a well-formed string.
 pub fn write_json_str(s: &str, out: &mut String) {
     out.reserve(s.len() + 2);
@@ -1052,6 +1070,24 @@ mod tests {
         let mut out = String::from("kept");
         write_json_str(&all, &mut out);
         assert_eq!(out, format!("kept{}", write_json_str_bytewise(&all)));
+    }
+
+    #[test]
+    fn json_str_len_is_the_length_write_json_str_writes() {
+        let long_mixed = "a\"b\\c\u{1}\u{e9}\u{1f600}\n".repeat(300);
+        for s in [
+            "",
+            "plain",
+            "\"",
+            "\\",
+            "\u{0}\u{8}\u{c}\u{1f}\u{7f}",
+            "\u{2028}\u{20ac}",
+            &long_mixed,
+        ] {
+            let mut out = String::new();
+            write_json_str(s, &mut out);
+            assert_eq!(json_str_len(s), out.len(), "{s:?}");
+        }
     }
 
     #[test]

@@ -293,6 +293,17 @@ pub fn describe_bytes(bytes: f64) -> String {
     format!("{text} MB")
 }
 
+/// The refusal of an enqueue whose payload, sealed for its runner, would be
+/// an envelope of `bytes`, over [`MAX_ENVELOPE_BYTES`]: no runner could ever
+/// be handed it.
+pub fn undeliverable_payload_message(kind: &str, bytes: f64) -> String {
+    format!(
+        "invalid {kind} payload \u{2014} sealed for its runner it would be {} and the limit on one envelope is {}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs.",
+        describe_bytes(bytes),
+        describe_bytes(MAX_ENVELOPE_BYTES as f64)
+    )
+}
+
 /// The message for a body over [`MAX_BODY_BYTES`] (U+2014 dash).
 pub fn too_large_message(bytes: f64) -> String {
     format!(

@@ -842,7 +842,14 @@ fn seal_checked_core(
     std::result::Result<(envelope::SealedEnvelope, &'static str), String>,
     envelope::SealError,
 > {
-    let valid = match crate::kinds::validate_payload(kind, kind_display, payload_json) {
+    let valid = match crate::direct::validate_for_enqueue(
+        handle,
+        kind,
+        kind_display,
+        payload_json,
+        job_id,
+        deadline_at,
+    ) {
         Ok(valid) => valid,
         Err(message) => return Ok(Err(message)),
     };
@@ -1068,10 +1075,13 @@ impl SiteKeyring {
         now: f64,
     ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
         let (kind_text, display) = super::rules::payload_kind(kind)?;
-        let valid = match crate::kinds::validate_payload(
+        let valid = match crate::direct::validate_for_enqueue(
+            &self.inner,
             kind_text.as_deref(),
             &display,
             payload_json.as_deref(),
+            &job_id,
+            envelope_deadline_at,
         ) {
             Ok(valid) => valid,
             Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
@@ -1381,10 +1391,13 @@ impl Task for PrepareCheckedTask {
                     Some(written.as_str())
                 }
             };
-            let valid = match crate::kinds::validate_payload(
+            let valid = match crate::direct::validate_for_enqueue(
+                &task.handle,
                 task.kind_text.as_deref(),
                 &task.kind_display,
                 payload_json,
+                &task.job_id,
+                task.deadline_at,
             ) {
                 Ok(valid) => valid,
                 Err(message) => return Ok(Err(message)),
