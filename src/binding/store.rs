@@ -484,12 +484,18 @@ impl NativeMemoryStore {
 
     #[napi(catch_unwind)]
     pub fn pairing_by_hash(&self, hash: String) -> Option<String> {
-        self.inner.people.pairing_by_hash(&hash).map(to_json)
+        self.inner
+            .people
+            .pairing_json_by_hash(&hash)
+            .map(str::to_owned)
     }
 
     #[napi(catch_unwind)]
     pub fn pairing_by_code(&self, user_code: String) -> Option<String> {
-        self.inner.people.pairing_by_code(&user_code).map(to_json)
+        self.inner
+            .people
+            .pairing_json_by_code(&user_code)
+            .map(str::to_owned)
     }
 
     /// `approvePairing`; throws the reference's messages.
