@@ -463,6 +463,13 @@ export declare function validatePayload(kind: unknown, payloadJson: string | und
  */
 export declare function validateRequestBody(endpointName: string, jsonText: string): { ok: true; body: object } | { ok: false }
 
+/**
+ * [`verify_public_identity`] for a device at `pair start`, where each key
+ * text must also be the one canonical spelling of its bytes
+ * (`keys::verify_device_identity`). Never throws.
+ */
+export declare function verifyDeviceIdentity(identity: unknown): boolean
+
 /** Never throws: anything that is not an object of three strings is `false`. */
 export declare function verifyPublicIdentity(identity: unknown): boolean
 

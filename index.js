@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, deadlineFor, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, deadlineFor, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyDeviceIdentity, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { NativeMemoryStore }
 export { PreparedPayload }
 export { SiteKeyring }
@@ -810,6 +810,7 @@ export { siteKeysFromEnvValue }
 export { tooLargeMessage }
 export { validatePayload }
 export { validateRequestBody }
+export { verifyDeviceIdentity }
 export { verifyPublicIdentity }
 export { verifyRequest }
 export const __napiBindingTarget = __napiLoadedBindingTarget

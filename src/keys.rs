@@ -315,6 +315,21 @@ pub fn verify_public_identity(identity: &PublicIdentity) -> bool {
     )
 }
 
+/// `verifyPublicIdentity` for a device presenting itself at `pair start`,
+/// where what is kept must be exactly the keys: the identity and encryption
+/// keys must each be the canonical unpadded base64url of 32 bytes and the
+/// signature of 64 (no padding, junk, other alphabet or stray bits), which
+/// is what every daemon writes. The reference decodes leniently, so a key
+/// padded with junk still verified.
+pub fn verify_device_identity(identity: &PublicIdentity) -> bool {
+    let exact =
+        |text: &str, len: usize| b64::decode_canonical_url(text).is_some_and(|b| b.len() == len);
+    exact(&identity.identity, 32)
+        && exact(&identity.encryption, 32)
+        && exact(&identity.encryption_sig, 64)
+        && verify_public_identity(identity)
+}
+
 /// Recently parsed private keys, for callers that hand over the key text on
 /// every call (`seal`, `open`, `signRequest` with a `StoredKeys` object):
 /// parsing costs a hash and a scalar multiplication, a lookup costs one
@@ -452,6 +467,57 @@ impl KeyHandle {
 mod tests {
     use super::*;
     use crate::json;
+
+    #[test]
+    fn a_device_identity_must_be_spelled_exactly() {
+        // Fixed keys: the identity's text holds `-` or `_`, so the standard
+        // alphabet spells it differently.
+        let id = (1u8..)
+            .map(|seed| StoredKeys::from_secrets(&[seed; 32], &[seed; 32], 1).public_identity())
+            .find(|p| p.identity.contains(['-', '_']))
+            .unwrap_or_else(|| unreachable!());
+        assert!(verify_device_identity(&id));
+        let with = |change: &dyn Fn(&mut PublicIdentity)| {
+            let mut changed = id.clone();
+            change(&mut changed);
+            changed
+        };
+        for (name, bad) in [
+            (
+                "junk after the identity",
+                with(&|p| p.identity.push_str("!!!!")),
+            ),
+            (
+                "junk inside the identity",
+                with(&|p| p.identity.insert(5, '*')),
+            ),
+            ("padded identity", with(&|p| p.identity.push('='))),
+            (
+                "standard alphabet",
+                with(&|p| {
+                    p.identity = b64::encode_std(&b64::decode_lenient(&p.identity))
+                        .trim_end_matches('=')
+                        .into()
+                }),
+            ),
+            (
+                "junk after the encryption key",
+                with(&|p| p.encryption.push_str("\u{1f600}")),
+            ),
+            (
+                "junk after the signature",
+                with(&|p| p.encryption_sig.push_str("AAAA")),
+            ),
+        ] {
+            // Only where a lenient decode still yields the same key does the
+            // reference's rule accept it; ours never does.
+            assert!(!verify_device_identity(&bad), "{name}");
+        }
+        // The reference's lenient rule accepts junk after the identity.
+        assert!(verify_public_identity(&with(&|p| p
+            .identity
+            .push_str("!!!!"))));
+    }
 
     #[test]
     fn private_key_text_is_never_shown_by_debug() {

@@ -419,6 +419,31 @@ pub static SEALED_ENVELOPE: Schema = Schema::Object {
     refine: None,
 };
 
+/// What `pair start` may carry is bounded (ours, not the reference's: it is
+/// kept, and anyone may send one): key texts of at most 128 characters
+/// (a device's are 43, 43 and 86), a version of at most 64, at most 32
+/// capabilities, and the whole body at most
+/// [`schema::MAX_PAIR_START_BYTES`].
+const PAIR_KEY_TEXT: Schema = Schema::Str {
+    min: Some(1),
+    max: Some(128),
+};
+
+static PAIR_DEVICE: Schema = Schema::Object {
+    fields: &[
+        req("identity", &PAIR_KEY_TEXT),
+        req("encryption", &PAIR_KEY_TEXT),
+        req("encryptionSig", &PAIR_KEY_TEXT),
+    ],
+    refine: None,
+};
+
+static PAIR_CAPABILITIES: Schema = Schema::Array {
+    elem: &CAPABILITY,
+    min: None,
+    max: Some(32),
+};
+
 pub static PAIR_START_REQUEST: Schema = Schema::Object {
     fields: &[
         req("protocolVersion", &VERSION),
@@ -427,7 +452,13 @@ pub static PAIR_START_REQUEST: Schema = Schema::Object {
             "daemon",
             &Schema::Object {
                 fields: &[
-                    req("version", &S1),
+                    req(
+                        "version",
+                        &Schema::Str {
+                            min: Some(1),
+                            max: Some(64),
+                        },
+                    ),
                     req(
                         "label",
                         &Schema::Str {
@@ -440,10 +471,10 @@ pub static PAIR_START_REQUEST: Schema = Schema::Object {
                 refine: None,
             },
         ),
-        req("device", &PUBLIC_IDENTITY),
-        req("capabilities", &CAPABILITIES),
+        req("device", &PAIR_DEVICE),
+        req("capabilities", &PAIR_CAPABILITIES),
     ],
-    refine: None,
+    refine: Some(schema::Refine::PairStartBytes),
 };
 
 pub static PAIR_POLL_REQUEST: Schema = Schema::Object {

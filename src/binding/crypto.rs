@@ -598,6 +598,18 @@ pub fn public_identity_of(keys: JsStoredKeys) -> JsPublicIdentity {
 /// Never throws: anything that is not an object of three strings is `false`.
 #[napi(catch_unwind)]
 pub fn verify_public_identity(identity: Unknown<'_>) -> bool {
+    read_public_identity(&identity).is_some_and(|p| keys::verify_public_identity(&p))
+}
+
+/// [`verify_public_identity`] for a device at `pair start`, where each key
+/// text must also be the one canonical spelling of its bytes
+/// (`keys::verify_device_identity`). Never throws.
+#[napi(catch_unwind)]
+pub fn verify_device_identity(identity: Unknown<'_>) -> bool {
+    read_public_identity(&identity).is_some_and(|p| keys::verify_device_identity(&p))
+}
+
+fn read_public_identity(identity: &Unknown<'_>) -> Option<PublicIdentity> {
     fn read(identity: &Unknown<'_>) -> Option<PublicIdentity> {
         if identity.get_type().ok()? != ValueType::Object {
             return None;
@@ -618,7 +630,7 @@ pub fn verify_public_identity(identity: Unknown<'_>) -> bool {
             encryption_sig: text("encryptionSig")?,
         })
     }
-    read(&identity).is_some_and(|p| keys::verify_public_identity(&p))
+    read(identity)
 }
 
 #[napi(catch_unwind)]

@@ -41,16 +41,6 @@ fn lease_refs(flat: Vec<String>) -> Vec<LeaseRef> {
     refs
 }
 
-fn object_from_json(json: &str, what: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
-    match serde_json::from_str(json) {
-        Ok(serde_json::Value::Object(map)) => Ok(map),
-        _ => Err(Error::new(
-            Status::InvalidArg,
-            format!("{what} must be a JSON-compatible object"),
-        )),
-    }
-}
-
 fn value_from_json(json: &str) -> serde_json::Value {
     serde_json::from_str(json).unwrap_or(serde_json::Value::Null)
 }
@@ -477,9 +467,14 @@ impl NativeMemoryStore {
 
     #[napi(catch_unwind)]
     pub fn create_pairing(&mut self, record_json: String) -> Result<()> {
-        let record = object_from_json(&record_json, "a pairing record")?;
-        self.inner.people.create_pairing(record);
-        Ok(())
+        if self.inner.people.create_pairing_json(record_json) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                Status::InvalidArg,
+                "a pairing record must be a JSON-compatible object",
+            ))
+        }
     }
 
     #[napi(catch_unwind)]

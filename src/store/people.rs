@@ -76,6 +76,19 @@ struct Pairing {
     collected: bool,
 }
 
+/// The fields of a pairing record the store's rules read; the rest of the
+/// text is checked to be JSON and skipped.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Head {
+    device_code_hash: Option<Value>,
+    user_code: Option<Value>,
+    state: Option<Value>,
+    expires_at: Option<Value>,
+    collected: Option<Value>,
+    created_at: Option<Value>,
+}
+
 impl Pairing {
     fn from_record(record: &Record, hash: String) -> Pairing {
         Pairing {
@@ -146,6 +159,46 @@ impl PairingStore {
         let created_at = record.get("createdAt").and_then(Value::as_f64);
         let pairing = Pairing::from_record(&record, key.clone());
         drop(record);
+        self.insert_pairing(key, pairing, created_at);
+    }
+
+    /// [`Self::create_pairing`] for a record given as the JSON text of an
+    /// object (`JSON.stringify`'s), kept as given: only the fields the rules
+    /// read are taken out of it. `false` (nothing stored) when it is not the
+    /// text of a JSON object.
+    pub fn create_pairing_json(&mut self, json: String) -> bool {
+        if !json.trim_start().starts_with('{') {
+            return false;
+        }
+        let Ok(head) = serde_json::from_str::<Head>(&json) else {
+            return false;
+        };
+        let key = hash_key(head.device_code_hash.as_ref());
+        let pairing = Pairing {
+            hash: key.clone(),
+            json: json.into_boxed_str(),
+            code: head
+                .user_code
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            state: head
+                .state
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            expires_at: head.expires_at.as_ref().and_then(Value::as_f64),
+            collected: head.collected == Some(Value::Bool(true)),
+        };
+        self.insert_pairing(
+            key,
+            pairing,
+            head.created_at.as_ref().and_then(Value::as_f64),
+        );
+        true
+    }
+
+    fn insert_pairing(&mut self, key: String, pairing: Pairing, created_at: Option<f64>) {
         let seq = match self.by_hash.get(&key) {
             Some(&seq) => {
                 self.unindex_code(seq);

@@ -854,6 +854,18 @@ fn expired_pairings_are_pruned_by_the_sweep_and_as_they_pile_up() {
 }
 
 #[test]
+fn a_pairing_given_as_json_text_is_kept_as_given() {
+    let mut people = PairingStore::default();
+    assert!(!people.create_pairing_json("[1]".into()));
+    assert!(!people.create_pairing_json("{\"deviceCodeHash\":".into()));
+    let text = r#"{"deviceCodeHash":"h","userCode":"AB","state":"pending","label":"\ud800 x","expiresAt":1e21,"createdAt":5}"#;
+    assert!(people.create_pairing_json(text.into()));
+    assert_eq!(people.pairing_json_by_hash("h"), Some(text));
+    assert_eq!(people.pairing_json_by_code("AB"), Some(text));
+    assert_eq!(people.pairing_footprint(), (1, text.len()));
+}
+
+#[test]
 fn past_the_cap_the_oldest_pairings_go_but_not_an_approval_awaiting_collection() {
     let mut people = PairingStore::default();
     people.create_pairing(pending("first", "FIRST", 0.0, 1e12));
