@@ -213,7 +213,11 @@ test("identity keys padded with junk, padding or the other alphabet do not verif
   const device = native.publicIdentityOf(native.generateKeys(T0));
   const refused = {
     status: 400,
-    body: { error: "bad-request", message: "the device's encryption key is not signed by the identity it was presented with" },
+    body: {
+      error: "bad-request",
+      message:
+        "the device's keys are not spelled exactly: identity and encryption must each be the unpadded base64url of 32 bytes, encryptionSig of 64",
+    },
   };
   for (const [name, changed] of [
     ["junk after the identity", { ...device, identity: `${device.identity}!!!!` }],
@@ -227,6 +231,12 @@ test("identity keys padded with junk, padding or the other alphabet do not verif
     assert.deepEqual(await handlers.handle("pair", startBody(changed), auth), refused, name);
   }
   assert.equal((await handlers.handle("pair", startBody(device), auth)).status, 200);
+  // A key its identity did not sign keeps the reference's answer.
+  const other = native.publicIdentityOf(native.generateKeys(T0));
+  assert.deepEqual(await handlers.handle("pair", startBody({ ...device, encryption: other.encryption }), auth), {
+    status: 400,
+    body: { error: "bad-request", message: "the device's encryption key is not signed by the identity it was presented with" },
+  });
 });
 
 test("pair start never hands out a user code a live pairing holds", async () => {

@@ -322,14 +322,31 @@ pub fn verify_public_identity(identity: &PublicIdentity) -> bool {
 /// is what every daemon writes. The reference decodes leniently, so a key
 /// padded with junk still verified.
 pub fn verify_device_identity(identity: &PublicIdentity) -> bool {
-    let exact =
-        |text: &str, len: usize| b64::decode_canonical_url(text).is_some_and(|b| b.len() == len);
-    exact(&identity.identity, 32)
-        && exact(&identity.encryption, 32)
-        && exact(&identity.encryption_sig, 64)
-        && verify_public_identity(identity)
+    device_identity_refusal(identity).is_none()
 }
 
+/// The reference's `pair start` refusal of a device whose encryption key
+/// its identity did not sign.
+pub const DEVICE_UNSIGNED: &str =
+    "the device's encryption key is not signed by the identity it was presented with";
+
+/// Why [`verify_device_identity`] refuses, as `pair start` answers it:
+/// the reference's message when the signature does not verify, ours when
+/// it does but the texts are not exactly the keys.
+pub fn device_identity_refusal(identity: &PublicIdentity) -> Option<&'static str> {
+    if !verify_public_identity(identity) {
+        return Some(DEVICE_UNSIGNED);
+    }
+    let exact = |text: &str, len: usize| {
+        b64::decode_canonical_url(text).is_some_and(|bytes| bytes.len() == len)
+    };
+    let exactly_keys = exact(&identity.identity, 32)
+        && exact(&identity.encryption, 32)
+        && exact(&identity.encryption_sig, 64);
+    (!exactly_keys).then_some(
+        "the device's keys are not spelled exactly: identity and encryption must each be the unpadded base64url of 32 bytes, encryptionSig of 64",
+    )
+}
 /// Recently parsed private keys, for callers that hand over the key text on
 /// every call (`seal`, `open`, `signRequest` with a `StoredKeys` object):
 /// parsing costs a hash and a scalar multiplication, a lookup costs one

@@ -303,9 +303,8 @@ export class ByollmHandlers {
       // key it holds the secret for, and read everything later sealed to it.
       // Each key text must be its canonical spelling too: what is kept is
       // exactly the keys, never keys padded with junk.
-      if (!native.verifyDeviceIdentity(request.device)) {
-        return fail("bad-request", "the device's encryption key is not signed by the identity it was presented with");
-      }
+      const refusal = native.deviceIdentityRefusal(request.device);
+      if (refusal !== null) return fail("bad-request", refusal);
       // A code a live pairing holds is never handed out twice: approving it
       // would pair whichever device the approver did not mean.
       const userCode = await this.#freeUserCode(now);

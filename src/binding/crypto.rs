@@ -601,12 +601,15 @@ pub fn verify_public_identity(identity: Unknown<'_>) -> bool {
     read_public_identity(&identity).is_some_and(|p| keys::verify_public_identity(&p))
 }
 
-/// [`verify_public_identity`] for a device at `pair start`, where each key
-/// text must also be the one canonical spelling of its bytes
-/// (`keys::verify_device_identity`). Never throws.
+/// Why a device presented at `pair start` is refused, or `null`: its
+/// encryption key must be signed by its identity, and each key text must be
+/// the one canonical spelling of its bytes (`keys::device_identity_refusal`).
+/// Never throws.
 #[napi(catch_unwind)]
-pub fn verify_device_identity(identity: Unknown<'_>) -> bool {
-    read_public_identity(&identity).is_some_and(|p| keys::verify_device_identity(&p))
+pub fn device_identity_refusal(identity: Unknown<'_>) -> Option<&'static str> {
+    read_public_identity(&identity).map_or(Some(keys::DEVICE_UNSIGNED), |p| {
+        keys::device_identity_refusal(&p)
+    })
 }
 
 fn read_public_identity(identity: &Unknown<'_>) -> Option<PublicIdentity> {
