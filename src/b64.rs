@@ -125,7 +125,7 @@ pub fn decode_lenient_into(text: &str, out: &mut Vec<u8>) {
 
 /// Strict hex (either case, even length, non-empty): the bytes, or `None`.
 pub fn decode_hex_strict(text: &str) -> Option<Vec<u8>> {
-    if text.is_empty() || text.len() % 2 != 0 {
+    if text.is_empty() || !text.len().is_multiple_of(2) {
         return None;
     }
     let decoded = decode_hex_lenient(text);

@@ -519,7 +519,7 @@ mod tests {
             ),
             (
                 "junk after the encryption key",
-                with(&|p| p.encryption.push_str("\u{1f600}")),
+                with(&|p| p.encryption.push('\u{1f600}')),
             ),
             (
                 "junk after the signature",

@@ -711,8 +711,9 @@ fn hash_secret_and_secrets_match() {
         let (a, b) = (s(case, "a"), s(case, "b"));
         let got = ids::secrets_match(a, b);
         let result = &case["result"];
-        let strict_hex =
-            |t: &str| !t.is_empty() && t.len() % 2 == 0 && t.bytes().all(|c| c.is_ascii_hexdigit());
+        let strict_hex = |t: &str| {
+            !t.is_empty() && t.len().is_multiple_of(2) && t.bytes().all(|c| c.is_ascii_hexdigit())
+        };
         if !(strict_hex(a) && strict_hex(b)) {
             // Deliberate difference: malformed hex is never equal.
             assert!(!got, "{name}");

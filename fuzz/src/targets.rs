@@ -518,7 +518,7 @@ pub fn b64_target() -> Target {
             );
             // Only strict hex (non-empty, even length) can be equal.
             let strict = |t: &str| {
-                !t.is_empty() && t.len() % 2 == 0 && t.bytes().all(|c| c.is_ascii_hexdigit())
+                !t.is_empty() && t.len().is_multiple_of(2) && t.bytes().all(|c| c.is_ascii_hexdigit())
             };
             let expect = strict(&p[0]) && strict(&p[1]) && {
                 let (a, b) = (model_hex(p[0].as_bytes()), model_hex(p[1].as_bytes()));
