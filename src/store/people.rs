@@ -61,6 +61,9 @@ pub struct PairingStore {
     by_code: HashMap<String, BTreeSet<usize>>,
     runners: Vec<Record>,
     runner_at: HashMap<String, usize>,
+    /// Positions of the pairings and runners written since the durable
+    /// file last took them (`crate::store::durable`); `None` in memory only.
+    pub(super) changes: Option<(Vec<usize>, Vec<usize>)>,
 }
 
 impl PairingStore {
@@ -101,6 +104,38 @@ impl PairingStore {
         if let Some(code) = code {
             self.by_code.entry(code).or_default().insert(at);
         }
+        self.pairing_changed(at);
+    }
+
+    fn pairing_changed(&mut self, at: usize) {
+        if let Some((pairings, _)) = &mut self.changes {
+            pairings.push(at);
+        }
+    }
+
+    fn runner_changed(&mut self, at: usize) {
+        if let Some((_, runners)) = &mut self.changes {
+            runners.push(at);
+        }
+    }
+
+    /// A runner read back from the durable file, after those before it.
+    pub(super) fn load_runner(&mut self, record: Record) {
+        let id = record.get("id").and_then(Value::as_str).map(str::to_owned);
+        self.runners.push(record);
+        if let Some(id) = id {
+            self.runner_at.insert(id, self.runners.len() - 1);
+        }
+    }
+
+    /// The pairing at position `at` (insertion order).
+    pub(super) fn pairing_at(&self, at: usize) -> Option<&Record> {
+        self.pairings.get(at)
+    }
+
+    /// The runner at position `at` (insertion order).
+    pub(super) fn runner_at(&self, at: usize) -> Option<&Record> {
+        self.runners.get(at)
     }
 
     pub fn pairing_by_hash(&self, hash: &str) -> Option<&Record> {
@@ -125,12 +160,12 @@ impl PairingStore {
         runner_id: &str,
         now: f64,
     ) -> Result<&Record, ApproveError> {
-        let at = self
+        let pairing_at = self
             .first_with_code(code)
             .ok_or_else(|| ApproveError::Unknown(code.to_string()))?;
         let pairing = self
             .pairings
-            .get_mut(at)
+            .get_mut(pairing_at)
             .ok_or_else(|| ApproveError::Unknown(code.to_string()))?;
         if pairing
             .get("expiresAt")
@@ -178,6 +213,8 @@ impl PairingStore {
                 at
             }
         };
+        self.pairing_changed(pairing_at);
+        self.runner_changed(at);
         self.runners
             .get(at)
             .ok_or_else(|| ApproveError::Unknown(code.to_string()))
@@ -188,6 +225,7 @@ impl PairingStore {
         if let Some(at) = self.first_with_code(code) {
             if let Some(pairing) = self.pairings.get_mut(at) {
                 pairing.insert("state".into(), Value::from("denied"));
+                self.pairing_changed(at);
             }
         }
     }
@@ -197,6 +235,7 @@ impl PairingStore {
         if let Some(&at) = self.by_hash.get(hash) {
             if let Some(pairing) = self.pairings.get_mut(at) {
                 pairing.insert("collected".into(), Value::Bool(true));
+                self.pairing_changed(at);
             }
         }
     }
@@ -218,7 +257,8 @@ impl PairingStore {
         runner.insert("capabilities".into(), capabilities);
         runner.insert("daemonVersion".into(), daemon_version);
         runner.insert("lastHeartbeatAt".into(), Value::from(now));
-        Some(runner)
+        self.runner_changed(at);
+        self.runners.get(at)
     }
 
     /// `revokeRunner`: one-way; the first revocation time is kept.
@@ -229,6 +269,7 @@ impl PairingStore {
         if let Some(runner) = self.runners.get_mut(at) {
             if runner.get("revokedAt") == Some(&Value::Null) {
                 runner.insert("revokedAt".into(), Value::from(now));
+                self.runner_changed(at);
             }
         }
     }
