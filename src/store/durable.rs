@@ -898,10 +898,8 @@ mod tests {
         }
         // The run reached the states worth keeping: completed jobs and a paired runner.
         let seen = picture(&durable, &runners);
-        assert!(
-            seen.contains("\"ok\"") && seen.contains("\"revokedAt\""),
-            "{seen}"
-        );
+        assert!(seen.contains("\"revokedAt\""), "{seen}");
+        assert!(retention.is_some() || seen.contains("\"ok\""), "{seen}");
         assert_eq!(integrity_check_open(&mut file), "ok");
     }
 
