@@ -322,6 +322,16 @@ fn list_json<S: AsRef<str>>(items: &[S]) -> Option<String> {
     serde_json::to_string(&items).ok()
 }
 
+/// An envelope's columns: `env_type`, `env`, the three key ids, `env_deadline`.
+type EnvColumns<'a> = (
+    i64,
+    rusqlite::types::Value,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<f64>,
+);
+
 fn upsert_job(
     upsert: &mut rusqlite::CachedStatement<'_>,
     store: &Store,
@@ -330,72 +340,66 @@ fn upsert_job(
     let name = |sym| store.syms.name(sym);
     // The envelope as it is at rest: sealed, or the caller's own JSON. A
     // seal still to be made is made now (never the plaintext on disk).
-    let (env_type, env, recipient, sender, direction, deadline): (
-        i64,
-        rusqlite::types::Value,
-        Option<&str>,
-        Option<&str>,
-        Option<&str>,
-        Option<f64>,
-    ) = match &job.envelope {
-        Envelope::Sealed {
-            ciphertext,
-            recipient,
-            sender,
-            direction,
-            deadline_at,
-        } => {
-            let (kind, value) = match ciphertext {
-                Ciphertext::Bytes(bytes) => (
-                    ENV_SEALED_BYTES,
-                    rusqlite::types::Value::Blob(bytes.to_vec()),
-                ),
-                Ciphertext::Text(text) => (
-                    ENV_SEALED_TEXT,
-                    rusqlite::types::Value::Text(text.to_string()),
-                ),
-            };
-            (
-                kind,
-                value,
-                Some(name(*recipient)),
-                Some(name(*sender)),
-                Some(name(*direction)),
-                Some(*deadline_at),
-            )
-        }
-        Envelope::Raw(json) => (
-            ENV_RAW,
-            rusqlite::types::Value::Text(json.to_string()),
-            None,
-            None,
-            None,
-            None,
-        ),
-        Envelope::Deferred(deferred) => {
-            let sealed = deferred.sealed().map_err(|error| {
-                DurableError::Sqlite(format!("the payload's at-rest seal failed: {error}"))
-            })?;
-            let env = match Ciphertext::new(&sealed.ciphertext) {
-                Ciphertext::Bytes(bytes) => (
-                    ENV_SEALED_BYTES,
-                    rusqlite::types::Value::Blob(bytes.into_vec()),
-                ),
-                Ciphertext::Text(text) => (
-                    ENV_SEALED_TEXT,
-                    rusqlite::types::Value::Text(text.into_string()),
-                ),
-            };
-            (
-                env.0,
-                env.1,
-                Some(sealed.recipient_key_id.as_str()),
-                Some(sealed.sender_key_id.as_str()),
-                Some(sealed.direction.as_str()),
-                Some(sealed.deadline_at),
-            )
-        }
-    };
+    let (env_type, env, recipient, sender, direction, deadline): EnvColumns<'_> =
+        match &job.envelope {
+            Envelope::Sealed {
+                ciphertext,
+                recipient,
+                sender,
+                direction,
+                deadline_at,
+            } => {
+                let (kind, value) = match ciphertext {
+                    Ciphertext::Bytes(bytes) => (
+                        ENV_SEALED_BYTES,
+                        rusqlite::types::Value::Blob(bytes.to_vec()),
+                    ),
+                    Ciphertext::Text(text) => (
+                        ENV_SEALED_TEXT,
+                        rusqlite::types::Value::Text(text.to_string()),
+                    ),
+                };
+                (
+                    kind,
+                    value,
+                    Some(name(*recipient)),
+                    Some(name(*sender)),
+                    Some(name(*direction)),
+                    Some(*deadline_at),
+                )
+            }
+            Envelope::Raw(json) => (
+                ENV_RAW,
+                rusqlite::types::Value::Text(json.to_string()),
+                None,
+                None,
+                None,
+                None,
+            ),
+            Envelope::Deferred(deferred) => {
+                let sealed = deferred.sealed().map_err(|error| {
+                    DurableError::Sqlite(format!("the payload's at-rest seal failed: {error}"))
+                })?;
+                let env = match Ciphertext::new(&sealed.ciphertext) {
+                    Ciphertext::Bytes(bytes) => (
+                        ENV_SEALED_BYTES,
+                        rusqlite::types::Value::Blob(bytes.into_vec()),
+                    ),
+                    Ciphertext::Text(text) => (
+                        ENV_SEALED_TEXT,
+                        rusqlite::types::Value::Text(text.into_string()),
+                    ),
+                };
+                (
+                    env.0,
+                    env.1,
+                    Some(sealed.recipient_key_id.as_str()),
+                    Some(sealed.sender_key_id.as_str()),
+                    Some(sealed.direction.as_str()),
+                    Some(sealed.deadline_at),
+                )
+            }
+        };
     let refused: Vec<&str> = job.refused_by.iter().map(|&s| name(s)).collect();
     let cancel = store.cancel_ids.get(&job.id).map(|&order| order as i64);
     upsert.execute(params![
