@@ -38,6 +38,7 @@ const sections = [
   { key: "store", file: "bench/store-scaling.mjs", title: "In-memory store scaling (ours vs reference MemoryStore)" },
   { key: "cycle", file: "bench/full-cycle.mjs", title: "Full job cycle through createFetchHandler" },
   { key: "scaling", file: "bench/full-cycle.mjs", title: "Full cycle against stored job count (server side, in-process)", scalingOf: "cycle" },
+  { key: "durable", file: "bench/durable.mjs", title: "Durable store (a SQLite file) vs in-memory stores" },
   { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
 ];
 
@@ -104,7 +105,7 @@ async function runSection(key) {
     }
     return { scaling: points };
   }
-  const raw = await mod.run({ quick });
+  const raw = await mod.run({ quick, ...(mod.defaultSizes ? { sizes: mod.defaultSizes() } : {}) });
   // A section whose own rows are shaped for its own report converts them.
   const rows = mod.benchRows ? mod.benchRows(raw) : raw;
   printRows(rows);
