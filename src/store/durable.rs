@@ -121,6 +121,14 @@ create table if not exists pairings (pos integer primary key, record text not nu
 create table if not exists runners (pos integer primary key, record text not null);
 ";
 
+/// The columns a job's later writes change (everything but its identity,
+/// envelope and enqueue options, which are written once, at create).
+const UPDATE_JOB: &str = "update jobs set
+  state = ?2, lease_id = ?3, lease_runner = ?4, lease_expires = ?5, completed_by = ?6,
+  claimable_at = ?7, refused_by = ?8, attempts = ?9, outcome = ?10, provenance = ?11,
+  provenance_runner = ?12, updated_at = ?13, cancel_order = ?14
+  where seq = ?1";
+
 const UPSERT_JOB: &str = "insert or replace into jobs values
   (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
    ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)";
@@ -286,12 +294,17 @@ fn write(
             delete.execute([seq as i64])?;
         }
         let mut upsert = tx.prepare_cached(UPSERT_JOB)?;
+        let mut update = tx.prepare_cached(UPDATE_JOB)?;
         for &(seq, slot) in &changes.written {
             // Dropped (retention) or its slot reused since: nothing to keep.
             let Some(job) = store.live(JobRef { slot, seq }) else {
                 continue;
             };
-            upsert_job(&mut upsert, store, job)?;
+            // A stored job's later writes leave its envelope (the bulk of
+            // the row) as it is; a new one is written whole.
+            if update_job(&mut update, store, job)? == 0 {
+                upsert_job(&mut upsert, store, job)?;
+            }
         }
         let mut pairing = tx.prepare_cached("insert or replace into pairings values (?1, ?2)")?;
         for &at in pairings {
@@ -331,6 +344,34 @@ type EnvColumns<'a> = (
     Option<&'a str>,
     Option<f64>,
 );
+
+/// Write the columns a job's state changes; the number of rows written (0:
+/// the job is not in the file yet).
+fn update_job(
+    update: &mut rusqlite::CachedStatement<'_>,
+    store: &Store,
+    job: &Job,
+) -> Result<usize, DurableError> {
+    let name = |sym| store.syms.name(sym);
+    let refused: Vec<&str> = job.refused_by.iter().map(|&s| name(s)).collect();
+    let cancel = store.cancel_ids.get(&job.id).map(|&order| order as i64);
+    Ok(update.execute(params![
+        job.seq as i64,
+        job.state.as_str(),
+        job.lease.as_ref().map(|l| &*l.id),
+        job.lease.as_ref().map(|l| name(l.runner)),
+        job.lease.as_ref().map(|l| l.expires_at),
+        job.completed_by_lease_id.as_deref(),
+        job.claimable_at,
+        list_json(&refused),
+        job.attempts,
+        job.outcome.as_deref(),
+        job.provenance.as_deref(),
+        job.provenance_runner.as_deref(),
+        job.updated_at,
+        cancel,
+    ])?)
+}
 
 fn upsert_job(
     upsert: &mut rusqlite::CachedStatement<'_>,
