@@ -120,6 +120,7 @@ impl PairingStore {
     }
 
     /// A runner read back from the durable file, after those before it.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(super) fn load_runner(&mut self, record: Record) {
         let id = record.get("id").and_then(Value::as_str).map(str::to_owned);
         self.runners.push(record);
@@ -129,11 +130,13 @@ impl PairingStore {
     }
 
     /// The pairing at position `at` (insertion order).
+    #[cfg(not(target_arch = "wasm32"))]
     pub(super) fn pairing_at(&self, at: usize) -> Option<&Record> {
         self.pairings.get(at)
     }
 
     /// The runner at position `at` (insertion order).
+    #[cfg(not(target_arch = "wasm32"))]
     pub(super) fn runner_at(&self, at: usize) -> Option<&Record> {
         self.runners.get(at)
     }
