@@ -126,3 +126,36 @@ test("an unreadable file is an error, not a crash", () => {
   assert.equal(fs.status, 0);
   assert.throws(() => new MemoryStore({ path }), /not a database|not readable|could not be written/);
 });
+
+test("a large payload (the thread-pool enqueue) is on disk sealed and opens after a restart", { timeout: 60_000 }, async () => {
+  const path = freshPath();
+  let store = new MemoryStore({ path });
+  let site = await makeSite("ours", { store });
+  let server = await listen(site.handler);
+  const daemon = new Daemon(server.url);
+  await daemon.pair(site.app, "alice");
+  const prompt = "large ".repeat(60_000); // 360,000 characters: past the 64 KiB in-line threshold
+  const { id } = await site.app.enqueue({ kind: "llm.generate", payload: { prompt }, owner: "alice" });
+  await server.close();
+  store.close();
+  // The plaintext is nowhere in the file.
+  const { readFileSync } = await import("node:fs");
+  assert.equal(readFileSync(path).includes("large large large"), false);
+
+  store = new MemoryStore({ path });
+  site = await makeSite("ours", { store, siteKeys: site.keys });
+  server = await listen(site.handler);
+  daemon.url = server.url;
+  try {
+    const claimed = await daemon.claim(1);
+    assert.equal(claimed.status, 200);
+    assert.deepEqual(claimed.body.jobs.map((j) => j.id), [id]);
+    const fetched = await daemon.fetchJob(claimed.body.jobs[0]);
+    assert.equal(fetched.status, 200);
+    const opened = daemon.openPayload(claimed.body.jobs[0], fetched.body.envelope);
+    assert.ok(JSON.stringify(opened).includes(prompt.slice(0, 600)));
+  } finally {
+    await server.close();
+    store.close();
+  }
+});
