@@ -63,7 +63,7 @@ impl fmt::Display for DurableError {
         match self {
             DurableError::Locked(path) => write!(
                 f,
-                "the store file {path} is in use by another process (one process owns a durable store)"
+                "the store file {path} is in use by another process (or another store in this one): one store owns a file"
             ),
             DurableError::Format(why) => write!(f, "the store file is not readable: {why}"),
             DurableError::Sqlite(why) => write!(f, "the store file could not be written: {why}"),
@@ -674,9 +674,9 @@ fn load(conn: &Connection, store: &mut Store) -> Result<(), DurableError> {
             let order = order as u64;
             store.cancel_ids.insert(job.id.clone(), order);
             store.cancel_order.insert(order, job.id.clone());
-            store.next_cancel = store.next_cancel.max(order + 1);
+            store.next_cancel = store.next_cancel.max(order.saturating_add(1));
         }
-        store.next_seq = store.next_seq.max(job.seq + 1);
+        store.next_seq = store.next_seq.max(job.seq.saturating_add(1));
         store.by_id.insert(job.id.clone(), slot);
         let reach = store.reach(&job);
         store
