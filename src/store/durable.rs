@@ -735,8 +735,23 @@ mod tests {
         ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput, LeaseRef,
     };
 
-    /// A fresh file path under the system's temp directory.
-    fn temp_path(name: &str) -> std::path::PathBuf {
+    /// A fresh file path in a directory of its own under the system's temp
+    /// directory, removed (with the file) when the guard is dropped.
+    struct TempFile(std::path::PathBuf);
+
+    impl TempFile {
+        fn path(&self) -> std::path::PathBuf {
+            self.0.join("store.db")
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn temp_path(name: &str) -> TempFile {
         let dir = std::env::temp_dir().join(format!(
             "byollm-durable-{}-{}-{}",
             name,
@@ -744,7 +759,7 @@ mod tests {
             uuid::Uuid::new_v4()
         ));
         let _ = std::fs::create_dir_all(&dir);
-        dir.join("store.db")
+        TempFile(dir)
     }
 
     fn options(retention: Option<f64>) -> StoreOptions {
@@ -915,7 +930,8 @@ mod tests {
     /// one (jobs, leases, cancel requests, runners, pairings), and go on
     /// answering the same (its indexes rebuilt).
     fn agreement(seed: u64, retention: Option<f64>) {
-        let path = temp_path("agree");
+        let temp = temp_path("agree");
+        let path = temp.path();
         let (mut file, mut durable) =
             Durable::open(&path, options(retention), Sync::Normal).expect("open");
         durable.use_counter_lease_ids();
@@ -977,7 +993,8 @@ mod tests {
 
     #[test]
     fn retention_deletes_dropped_rows_from_the_file() {
-        let path = temp_path("retention");
+        let temp = temp_path("retention");
+        let path = temp.path();
         let (mut file, mut store) =
             Durable::open(&path, options(Some(10.0)), Sync::Normal).expect("open");
         let input = |id| JobInput {
@@ -1012,7 +1029,8 @@ mod tests {
 
     #[test]
     fn a_second_owner_is_refused_with_a_clear_error() {
-        let path = temp_path("lock");
+        let temp = temp_path("lock");
+        let path = temp.path();
         let (mut file, mut store) = Durable::open(&path, options(None), Sync::Full).expect("open");
         let second = Durable::open(&path, options(None), Sync::Normal);
         match second {
@@ -1027,7 +1045,8 @@ mod tests {
 
     #[test]
     fn a_closed_store_refuses_to_take_more_writes() {
-        let path = temp_path("closed");
+        let temp = temp_path("closed");
+        let path = temp.path();
         let (mut file, mut store) =
             Durable::open(&path, options(None), Sync::Normal).expect("open");
         file.close(&mut store).expect("close");
@@ -1037,7 +1056,8 @@ mod tests {
 
     #[test]
     fn a_file_that_is_not_a_database_is_an_error_not_a_panic() {
-        let path = temp_path("garbage");
+        let temp = temp_path("garbage");
+        let path = temp.path();
         std::fs::write(
             &path,
             b"this is not a database, only some text ... ".repeat(200),
