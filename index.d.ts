@@ -10,7 +10,24 @@
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 export declare class NativeMemoryStore {
-  constructor(defaultTtlMs?: number | undefined | null, retentionMs?: number | undefined | null)
+  /**
+   * A store in memory, or, given `path`, one written through to that
+   * SQLite file and read back from it (see `crate::store::durable`);
+   * `fullSync` fsyncs every commit (durable across a power loss).
+   */
+  constructor(defaultTtlMs?: number | undefined | null, retentionMs?: number | undefined | null, path?: string | undefined | null, fullSync?: boolean | undefined | null)
+  /** Whether this store is written through to a file. */
+  get durable(): boolean
+  /**
+   * Write anything pending and close the file (releasing it for another
+   * process). Later changes throw. Nothing for a store in memory.
+   */
+  close(): void
+  /**
+   * SQLite's `PRAGMA integrity_check` of a closed store file: `"ok"` or
+   * the problems it lists.
+   */
+  static integrityCheck(path: string): string
   /**
    * From now on records carry `[]` in place of a large sealed envelope
    * (16 KiB of ciphertext and up); `sealedEnvelope(id)` reads it. A 1 MB prompt's envelope would

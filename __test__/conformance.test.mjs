@@ -1,9 +1,12 @@
 // The reference conformance kit (@byollm/conformance@0.1.1, 32 checks driving
 // a real daemon) against our ByollmApp + HTTP handler: with our MemoryStore,
 // through the ./next mount, with the reference MemoryStore passed in (any JS
-// store must work), and once on the real clock.
-import { test } from "node:test";
+// store must work), on the durable store (a SQLite file), and on the real clock.
+import { test, after } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { formatReport, CHECKS } from "@byollm/conformance";
 import { certifyAllowingOneTimingRetry } from "./helpers/certify.mjs";
 import { MemoryStore as ReferenceMemoryStore } from "@byollm/server";
@@ -11,6 +14,12 @@ import { ByollmApp, MemoryStore, createFetchHandler, generateSiteKeys } from "..
 import { createHandler } from "../dist/next.js";
 
 const ORIGIN = "https://conformance.byollm.test";
+
+// Durable stores: a fresh file per store (a reset builds a new one).
+const dbDir = mkdtempSync(join(tmpdir(), "byollm-conformance-"));
+after(() => rmSync(dbDir, { recursive: true, force: true }));
+let dbFiles = 0;
+const durableStore = (ttl) => new MemoryStore({ defaultTtlMs: ttl, path: join(dbDir, `${(dbFiles += 1)}.db`) });
 const SITE_KEYS = generateSiteKeys();
 
 /**
@@ -120,6 +129,24 @@ test("certify: with the reference MemoryStore passed in (a JS store)", { timeout
       makeStore: (ttl) => new ReferenceMemoryStore({ defaultTtlMs: ttl }),
       mount: viaFetchHandler,
       ...FAKE,
+    }),
+  );
+});
+
+test("certify: our durable MemoryStore (a SQLite file), fake clock", { timeout: 120_000 }, async () => {
+  await certifyAndReport(makeTarget({ name: "native (durable)", makeStore: durableStore, mount: viaFetchHandler, ...FAKE }));
+});
+
+test("certify: our durable MemoryStore, real clock", { timeout: 180_000 }, async () => {
+  await certifyAndReport(
+    makeTarget({
+      name: "native (durable, real clock)",
+      makeStore: durableStore,
+      mount: viaFetchHandler,
+      fakeClock: false,
+      leaseMs: 1_500,
+      ttlMs: 1_200,
+      pairingTtlMs: 1_500,
     }),
   );
 });

@@ -10,19 +10,26 @@ export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const siteScript = join(root, "examples", "site", "server.mjs");
 
 /**
- * Start the site the way `npm start` does, on port 0, with its env file in a
- * temp dir (so the repo's own examples/site/.env.local is never touched).
- * Resolves once it printed where it listens.
+ * Start the site the way `npm start` does, on port 0, with its env file and
+ * its store file (BYOLLM_DB) in a temp dir (so the repo's own
+ * examples/site/.env.local and store file are never touched, and sites
+ * started at once do not contend for one file). Pass `env.BYOLLM_DB` to
+ * restart a site on the same store. Resolves once it printed where it listens.
  */
 export async function startSiteProcess({ node = process.execPath, envFile, env = {} } = {}) {
-  let dir;
-  if (envFile === undefined) {
-    dir = mkdtempSync(join(tmpdir(), "byollm-site-"));
-    envFile = join(dir, ".env.local");
-  }
+  const dir = mkdtempSync(join(tmpdir(), "byollm-site-"));
+  if (envFile === undefined) envFile = join(dir, ".env.local");
   const child = spawn(node, [siteScript], {
     cwd: root,
-    env: { ...process.env, PORT: "0", HOST: "127.0.0.1", BYOLLM_SITE_ENV_FILE: envFile, BYOLLM_SITE_KEYS: "", ...env },
+    env: {
+      ...process.env,
+      PORT: "0",
+      HOST: "127.0.0.1",
+      BYOLLM_SITE_ENV_FILE: envFile,
+      BYOLLM_SITE_KEYS: "",
+      BYOLLM_DB: join(dir, "byollm.db"),
+      ...env,
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stdout = "";
@@ -55,7 +62,7 @@ export async function startSiteProcess({ node = process.execPath, envFile, env =
         child.kill("SIGTERM");
         await exited;
       }
-      if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

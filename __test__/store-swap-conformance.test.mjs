@@ -3,8 +3,11 @@
 // (32 checks, a real daemon). If the reference app cannot tell our store
 // from its own, the store keeps the contract the app relies on.
 // Node 22: imports the reference packages.
-import { test } from "node:test";
+import { test, after } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { formatReport, CHECKS } from "@byollm/conformance";
 import { certifyAllowingOneTimingRetry } from "./helpers/certify.mjs";
 import { ByollmApp, createFetchHandler, generateSiteKeys } from "@byollm/server";
@@ -14,20 +17,26 @@ const ORIGIN = "https://store-swap.byollm.test";
 const LEASE_MS = 20_000;
 const TTL_MS = 30_000;
 const siteKeys = generateSiteKeys();
+const dbDir = mkdtempSync(join(tmpdir(), "byollm-swap-"));
+after(() => rmSync(dbDir, { recursive: true, force: true }));
+let dbFiles = 0;
 
 /**
  * The kit's daemon signs with Date.now(), so the server's clock is the real
  * clock plus an offset that advanceTime grows and reset() zeroes; everything
  * (store, app, handler) is rebuilt on reset.
  */
-function swapTarget() {
+function swapTarget({ durable = false } = {}) {
   let offset = 0;
   const now = () => Date.now() + offset;
   let app;
   let handle;
   const rebuild = () => {
     offset = 0;
-    const store = new MemoryStore({ defaultTtlMs: TTL_MS });
+    const store = new MemoryStore({
+      defaultTtlMs: TTL_MS,
+      ...(durable ? { path: join(dbDir, `${(dbFiles += 1)}.db`) } : {}),
+    });
     app = new ByollmApp({ store, siteKeys, now });
     handle = createFetchHandler({
       store,
@@ -39,7 +48,7 @@ function swapTarget() {
   };
   rebuild();
   return {
-    name: "reference ByollmApp + our MemoryStore",
+    name: `reference ByollmApp + our ${durable ? "durable " : ""}MemoryStore`,
     origin: ORIGIN,
     leaseMs: LEASE_MS,
     ttlMs: TTL_MS,
@@ -78,15 +87,17 @@ function swapTarget() {
   };
 }
 
-test("the reference server certifies 32/32 with our MemoryStore", { timeout: 120_000 }, async () => {
-  const report = await certifyAllowingOneTimingRetry(swapTarget());
-  const failed = report.results.filter((result) => !result.passed);
-  if (failed.length > 0) console.log(formatReport(report));
-  assert.equal(CHECKS.length, 32);
-  assert.equal(report.results.length, 32);
-  assert.deepEqual(
-    failed.map((result) => `${result.check.id}: ${result.error}`),
-    [],
-  );
-  assert.equal(report.passed, true);
-});
+for (const durable of [false, true]) {
+  test(`the reference server certifies 32/32 with our ${durable ? "durable " : ""}MemoryStore`, { timeout: 120_000 }, async () => {
+    const report = await certifyAllowingOneTimingRetry(swapTarget({ durable }));
+    const failed = report.results.filter((result) => !result.passed);
+    if (failed.length > 0) console.log(formatReport(report));
+    assert.equal(CHECKS.length, 32);
+    assert.equal(report.results.length, 32);
+    assert.deepEqual(
+      failed.map((result) => `${result.check.id}: ${result.error}`),
+      [],
+    );
+    assert.equal(report.passed, true);
+  });
+}

@@ -42,6 +42,7 @@ const sections = [
   { key: "store", file: "bench/store-scaling.mjs", title: "In-memory store scaling (ours vs reference MemoryStore)" },
   { key: "cycle", file: "bench/full-cycle.mjs", title: "Full job cycle through createFetchHandler" },
   { key: "scaling", file: "bench/full-cycle.mjs", title: "Full cycle against stored job count (server side, in-process)", scalingOf: "cycle" },
+  { key: "durable", file: "bench/durable.mjs", title: "Durable store (a SQLite file) vs in-memory stores" },
   { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
   // Minutes, a PostgreSQL and millions of rows: run only when asked for.
   { key: "stores", file: "bench/stores.mjs", title: "SQL stores against stored job count (ours vs reference supabaseStore)", onlyWhenNamed: true },
@@ -122,7 +123,13 @@ async function runSection(key) {
     return { scaling: points };
   }
   const { storesList, ...options } = sectionOptions;
-  const raw = await mod.run({ quick, ...options, ...(storesList && mod.storesNamed ? { stores: mod.storesNamed(storesList) } : {}) });
+  const sizes = options.sizes ?? (mod.defaultSizes ? mod.defaultSizes() : undefined);
+  const raw = await mod.run({
+    quick,
+    ...options,
+    ...(sizes ? { sizes } : {}),
+    ...(storesList && mod.storesNamed ? { stores: mod.storesNamed(storesList) } : {}),
+  });
   // A section whose own rows are shaped for its own report converts them.
   const rows = mod.benchRows ? mod.benchRows(raw) : raw;
   if (rows.length > 0) printRows(rows);

@@ -87,10 +87,18 @@ export interface NativeMemoryStoreHandle {
   touchRunner(runnerId: string, capabilitiesJson: string, daemonVersionJson: string, now: number): string | null | undefined;
   revokeRunner(runnerId: string, now: number): void;
   listRunners(owner: string | undefined): string;
+  /** Whether the store is written through to a file (`path`). */
+  readonly durable?: boolean;
+  close?(): void;
 }
 
 const native = loaded as unknown as {
-  NativeMemoryStore?: new (defaultTtlMs?: number, retentionMs?: number) => NativeMemoryStoreHandle;
+  NativeMemoryStore?: new (
+    defaultTtlMs?: number,
+    retentionMs?: number,
+    path?: string,
+    fullSync?: boolean,
+  ) => NativeMemoryStoreHandle;
 };
 
 /** A record as the native side sends it (layout documented in src/store/out.rs). */
@@ -475,11 +483,25 @@ export interface NativeMemoryStoreOptions extends MemoryStoreOptions {
    * and creating its id again makes a new job.
    */
   readonly retentionMs?: number;
+  /**
+   * Keep the store in this file (SQLite, created when missing): jobs,
+   * results, pairings and paired runners survive a restart. Every call that
+   * changes them is on disk before it answers; payloads are there only
+   * sealed. One process owns the file: a second one opening it throws.
+   */
+  readonly path?: string;
+  /**
+   * `"normal"` (default): a commit survives a killed process. `"full"`:
+   * every commit is fsynced, so it also survives a power loss (slower).
+   */
+  readonly synchronous?: "normal" | "full";
 }
 
 /**
- * The in-process store. Everything lives in one process and nothing is
- * persisted; the state machine, claim order and expiry are the reference's.
+ * The in-process store. Without `path` everything lives in this process and
+ * nothing is persisted; with `path` the same store is written through to a
+ * local SQLite file and read back from it at start. The state machine, claim
+ * order and expiry are the reference's.
  * Opaque values (outcomes, provenance, capabilities, devices, pairing
  * records) are kept as JSON: they come back deep-equal, not as the same
  * object, and keys holding `undefined` inside them are not kept.
@@ -559,7 +581,12 @@ export class MemoryStore implements ByollmStore {
     if (Native === undefined) {
       throw new Error("the native addon has no NativeMemoryStore: rebuild it with `npm run build:native`");
     }
-    this.#native = new Native(options.defaultTtlMs ?? undefined, options.retentionMs ?? undefined);
+    this.#native = new Native(
+      options.defaultTtlMs ?? undefined,
+      options.retentionMs ?? undefined,
+      options.path ?? undefined,
+      options.path == null ? undefined : options.synchronous === "full",
+    );
     // Without retention an id keeps its job (and envelope) for good, so a
     // record may fetch a large envelope later, when (and if) it is read; with
     // retention the id could be dropped and reused in between, so records
@@ -568,6 +595,14 @@ export class MemoryStore implements ByollmStore {
       this.#native.omitEnvelopes();
       this.#lazy = this.#native;
     }
+  }
+
+  /**
+   * Write anything pending and close the store's file, releasing it for
+   * another process; later changes throw. Nothing for a store without `path`.
+   */
+  close(): void {
+    this.#native.close?.();
   }
 
   /** The native store, for callers that want to skip the record objects. */

@@ -16,6 +16,9 @@
 //   BYOLLM_SITE_KEYS      the site identity; when unset it is read from
 //   BYOLLM_SITE_ENV_FILE  (default examples/site/.env.local), which is created
 //                         once with fresh keys and reused on every restart.
+//   BYOLLM_DB             the store's file (default examples/site/byollm.db):
+//                         jobs and paired devices survive a restart. Set it
+//                         empty for a store that lives in memory only.
 //
 // It prints one line per pairing decision, finished job and refusal.
 import { createServer } from "node:http";
@@ -318,8 +321,10 @@ export async function startSite(options = {}) {
   const log = options.log ?? ((line) => console.log(`${new Date().toISOString().slice(11, 19)} ${line}`));
   const { keys: siteKeys, source: keySource } = loadSiteKeys(envFile);
 
-  // LIBRARY: one store shared by the protocol handler and the app.
-  const store = new MemoryStore();
+  // LIBRARY: one store shared by the protocol handler and the app, kept in
+  // one local file so a restart keeps the queue and the paired devices.
+  const dbPath = options.dbPath ?? process.env.BYOLLM_DB ?? join(here, "byollm.db");
+  const store = new MemoryStore(dbPath === "" ? {} : { path: dbPath });
   const app = new ByollmApp({ store, siteKeys, livenessMs: LIVENESS_MS });
 
   const sessions = new Map(); // session token → signed-in name
@@ -977,7 +982,10 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     ].join("\n"),
   );
   const stop = () => {
-    site.server.close(() => process.exit(0));
+    site.server.close(() => {
+      site.store.close?.();
+      process.exit(0);
+    });
     site.server.closeAllConnections();
   };
   process.once("SIGINT", stop);

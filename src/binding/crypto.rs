@@ -1158,7 +1158,10 @@ impl SiteKeyring {
             lease_ms,
             reseals: crate::direct::ahead::Reseals::global(),
         };
-        match crate::direct::serve(store.core_mut(), &site, &call, now) {
+        let answer = crate::direct::serve(store.core_mut(), &site, &call, now);
+        // What the request changed is on disk before the device hears of it.
+        store.persist()?;
+        match answer {
             // Answers are ASCII but for the odd id or model name; V8 takes
             // those as Latin-1 without a UTF-8 decoding pass.
             Some(answer) if answer.is_ascii() => {

@@ -11,6 +11,7 @@ use napi::bindgen_prelude::*;
 use napi::JsString;
 use napi_derive::napi;
 
+use crate::store::durable::{Durable, Sync};
 use crate::store::{
     split_json_array, ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput,
     JobRef, LeaseRef, Store, StoreOptions, DEFAULT_TTL_MS,
@@ -53,6 +54,8 @@ fn to_json<T: serde::Serialize>(value: &T) -> String {
 #[napi]
 pub struct NativeMemoryStore {
     inner: Store,
+    /// The file the store is written through to, for a durable store.
+    durable: Option<Durable>,
     /// Reused for every record-bearing answer. A fresh multi-kilobyte String
     /// per call, freed between two long-lived allocations, fragments the
     /// heap by about a kilobyte per stored job (measured).
@@ -60,6 +63,17 @@ pub struct NativeMemoryStore {
 }
 
 impl NativeMemoryStore {
+    /// Write what the last call changed to the durable file (nothing for a
+    /// store in memory only) before the call answers.
+    pub(super) fn persist(&mut self) -> Result<()> {
+        match self.durable.as_mut() {
+            Some(file) => file
+                .flush(&mut self.inner)
+                .map_err(|error| Error::from_reason(error.to_string())),
+            None => Ok(()),
+        }
+    }
+
     /// Hand the answer built in `out` to JS as a string.
     fn send<'env>(&mut self, env: &'env Env) -> Result<JsString<'env>> {
         // Most answers are pure ASCII (ids, base64url, numbers); V8 takes
@@ -108,6 +122,7 @@ impl NativeMemoryStore {
         now: f64,
     ) -> Result<JsString<'env>> {
         let r = self.inner.create(input, now);
+        self.persist()?;
         self.out.clear();
         self.inner.push_job_json(r, &mut self.out);
         self.send(env)
@@ -141,15 +156,64 @@ impl NativeMemoryStore {
 
 #[napi]
 impl NativeMemoryStore {
+    /// A store in memory, or, given `path`, one written through to that
+    /// SQLite file and read back from it (see `crate::store::durable`);
+    /// `fullSync` fsyncs every commit (durable across a power loss).
     #[napi(constructor, catch_unwind)]
-    pub fn new(default_ttl_ms: Option<f64>, retention_ms: Option<f64>) -> Self {
-        NativeMemoryStore {
-            inner: Store::new(StoreOptions {
-                default_ttl_ms: default_ttl_ms.unwrap_or(DEFAULT_TTL_MS),
-                retention_ms,
-            }),
+    pub fn new(
+        default_ttl_ms: Option<f64>,
+        retention_ms: Option<f64>,
+        path: Option<String>,
+        full_sync: Option<bool>,
+    ) -> Result<Self> {
+        let options = StoreOptions {
+            default_ttl_ms: default_ttl_ms.unwrap_or(DEFAULT_TTL_MS),
+            retention_ms,
+        };
+        let (inner, durable) = match path {
+            Some(path) => {
+                let sync = if full_sync == Some(true) {
+                    Sync::Full
+                } else {
+                    Sync::Normal
+                };
+                let (file, store) = Durable::open(std::path::Path::new(&path), options, sync)
+                    .map_err(|error| Error::from_reason(error.to_string()))?;
+                (store, Some(file))
+            }
+            None => (Store::new(options), None),
+        };
+        Ok(NativeMemoryStore {
+            inner,
+            durable,
             out: String::new(),
+        })
+    }
+
+    /// Whether this store is written through to a file.
+    #[napi(getter, catch_unwind)]
+    pub fn durable(&self) -> bool {
+        self.durable.is_some()
+    }
+
+    /// Write anything pending and close the file (releasing it for another
+    /// process). Later changes throw. Nothing for a store in memory.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self) -> Result<()> {
+        match self.durable.as_mut() {
+            Some(file) => file
+                .close(&mut self.inner)
+                .map_err(|error| Error::from_reason(error.to_string())),
+            None => Ok(()),
         }
+    }
+
+    /// SQLite's `PRAGMA integrity_check` of a closed store file: `"ok"` or
+    /// the problems it lists.
+    #[napi(catch_unwind)]
+    pub fn integrity_check(path: String) -> Result<String> {
+        crate::store::durable::integrity_check(std::path::Path::new(&path))
+            .map_err(|error| Error::from_reason(error.to_string()))
     }
 
     /// From now on records carry `[]` in place of a large sealed envelope
@@ -289,6 +353,7 @@ impl NativeMemoryStore {
             lease_ms,
             now,
         });
+        self.persist()?;
         self.send_jobs(env, &claimed)
     }
 
@@ -300,10 +365,13 @@ impl NativeMemoryStore {
         leases: Vec<String>,
         lease_ms: f64,
         now: f64,
-    ) -> Vec<Option<f64>> {
+    ) -> Result<Vec<Option<f64>>> {
         let refs = lease_refs(leases);
-        self.inner
-            .renew_leases_each(&runner_id, &refs, lease_ms, now)
+        let renewed = self
+            .inner
+            .renew_leases_each(&runner_id, &refs, lease_ms, now);
+        self.persist()?;
+        Ok(renewed)
     }
 
     #[napi(catch_unwind)]
@@ -313,10 +381,10 @@ impl NativeMemoryStore {
         lease_id: String,
         expires_at: f64,
         now: f64,
-    ) -> Option<String> {
-        self.inner
-            .adopt(&job_id, &lease_id, expires_at, now)
-            .map(|r| self.inner.job_json(r))
+    ) -> Result<Option<String>> {
+        let adopted = self.inner.adopt(&job_id, &lease_id, expires_at, now);
+        self.persist()?;
+        Ok(adopted.map(|r| self.inner.job_json(r)))
     }
 
     /// `complete`: JSON `[accepted, duplicate, record | null]`.
@@ -349,6 +417,7 @@ impl NativeMemoryStore {
             provenance_runner: provenance_runner.as_deref(),
             now,
         });
+        self.persist()?;
         self.out.clear();
         self.out.push('[');
         self.out.push(if result.accepted { '1' } else { '0' });
@@ -371,13 +440,11 @@ impl NativeMemoryStore {
         leases: Vec<String>,
         refused: bool,
         now: f64,
-    ) -> Vec<u32> {
+    ) -> Result<Vec<u32>> {
         let refs = lease_refs(leases);
-        self.inner
-            .release_each(&runner_id, &refs, refused, now)
-            .into_iter()
-            .map(|at| at as u32)
-            .collect()
+        let released = self.inner.release_each(&runner_id, &refs, refused, now);
+        self.persist()?;
+        Ok(released.into_iter().map(|at| at as u32).collect())
     }
 
     /// `ByollmApp.result` on this store in one call: the expiry sweep, then
@@ -391,6 +458,7 @@ impl NativeMemoryStore {
         now: f64,
     ) -> Result<Option<JsString<'env>>> {
         self.inner.expire_due_quietly(now);
+        self.persist()?;
         match self.inner.get(&id) {
             Some(r) => {
                 self.out.clear();
@@ -411,6 +479,7 @@ impl NativeMemoryStore {
     ) -> Result<Either<JsString<'env>, Vec<String>>> {
         self.out.clear();
         self.inner.expire_due_into(now, &mut self.out);
+        self.persist()?;
         if self.out.len() <= MAX_ANSWER_BYTES {
             return self.send(env).map(Either::A);
         }
@@ -427,6 +496,7 @@ impl NativeMemoryStore {
         now: f64,
     ) -> Result<Option<JsString<'env>>> {
         let r = self.inner.cancel(&job_id, now);
+        self.persist()?;
         self.send_job(env, r)
     }
 
@@ -468,14 +538,13 @@ impl NativeMemoryStore {
 
     #[napi(catch_unwind)]
     pub fn create_pairing(&mut self, record_json: String) -> Result<()> {
-        if self.inner.people.create_pairing_json(record_json) {
-            Ok(())
-        } else {
-            Err(Error::new(
+        if !self.inner.people.create_pairing_json(record_json) {
+            return Err(Error::new(
                 Status::InvalidArg,
                 "a pairing record must be a JSON-compatible object",
-            ))
+            ));
         }
+        self.persist()
     }
 
     #[napi(catch_unwind)]
@@ -503,21 +572,26 @@ impl NativeMemoryStore {
         runner_id: String,
         now: f64,
     ) -> Result<String> {
-        self.inner
+        let runner = self
+            .inner
             .people
             .approve(&user_code, &owner, &runner_id, now)
             .map(to_json)
-            .map_err(|e| Error::from_reason(e.to_string()))
+            .map_err(|e| Error::from_reason(e.to_string()))?;
+        self.persist()?;
+        Ok(runner)
     }
 
     #[napi(catch_unwind)]
-    pub fn deny_pairing(&mut self, user_code: String) {
+    pub fn deny_pairing(&mut self, user_code: String) -> Result<()> {
         self.inner.people.deny(&user_code);
+        self.persist()
     }
 
     #[napi(catch_unwind)]
-    pub fn consume_pairing(&mut self, hash: String) {
+    pub fn consume_pairing(&mut self, hash: String) -> Result<()> {
         self.inner.people.consume(&hash);
+        self.persist()
     }
 
     #[napi(catch_unwind)]
@@ -532,8 +606,9 @@ impl NativeMemoryStore {
         capabilities_json: String,
         daemon_version_json: String,
         now: f64,
-    ) -> Option<String> {
-        self.inner
+    ) -> Result<Option<String>> {
+        let runner = self
+            .inner
             .people
             .touch(
                 &runner_id,
@@ -541,12 +616,15 @@ impl NativeMemoryStore {
                 value_from_json(&daemon_version_json),
                 now,
             )
-            .map(to_json)
+            .map(to_json);
+        self.persist()?;
+        Ok(runner)
     }
 
     #[napi(catch_unwind)]
-    pub fn revoke_runner(&mut self, runner_id: String, now: f64) {
+    pub fn revoke_runner(&mut self, runner_id: String, now: f64) -> Result<()> {
         self.inner.people.revoke(&runner_id, now);
+        self.persist()
     }
 
     #[napi(catch_unwind)]

@@ -19,6 +19,8 @@
 //! envelope leaves the store makes that seal first, so no reader ever sees
 //! anything but the sealed envelope.
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod durable;
 mod out;
 mod people;
 #[cfg(test)]
@@ -542,7 +544,18 @@ pub struct Store {
     /// Jobs created with a deferred seal, oldest first, until the seal is
     /// made and the job keeps it compact ([`Store::settle_made_seals`]).
     unsettled: VecDeque<JobRef>,
+    /// The jobs written and dropped since the durable file last took them
+    /// (see [`durable`]); `None` for a store that lives in memory only.
+    changes: Option<Changes>,
     pub people: PairingStore,
+}
+
+/// Jobs changed since the last flush to the durable file: `(seq, slot)` of
+/// each write (repeats allowed), and the creation numbers of dropped jobs.
+#[derive(Default)]
+struct Changes {
+    written: Vec<(u64, u32)>,
+    dropped: Vec<u64>,
 }
 
 impl Default for Store {
@@ -573,6 +586,7 @@ impl Store {
             counter_lease_ids: None,
             omit_envelopes: false,
             unsettled: VecDeque::new(),
+            changes: None,
             people: PairingStore::default(),
         }
     }
@@ -642,8 +656,21 @@ impl Store {
         change(job);
         settle_deferred(&mut self.syms, job);
         self.idx.add(job, slot, reach, retention);
+        if let Some(changes) = &mut self.changes {
+            changes.written.push((job.seq, slot));
+        }
         if !self.watched.is_empty() && self.watched.contains(&job.id) {
             self.write_log.push(job.id.to_string());
+        }
+    }
+
+    /// Note a change to the job at `slot` that did not go through [`Store::write`].
+    fn touched(&mut self, slot: u32) {
+        if let (Some(changes), Some(job)) = (
+            self.changes.as_mut(),
+            self.slots.get(slot as usize).and_then(Option::as_ref),
+        ) {
+            changes.written.push((job.seq, slot));
         }
     }
 
@@ -737,6 +764,7 @@ impl Store {
         if deferred {
             self.unsettled.push_back(r);
         }
+        self.touched(slot);
         self.settle_made_seals();
         r
     }
@@ -1310,6 +1338,10 @@ impl Store {
                 continue;
             }
             let id = job.id.clone();
+            let seq = job.seq;
+            if let Some(changes) = &mut self.changes {
+                changes.dropped.push(seq);
+            }
             self.by_id.remove(&id);
             if let Some(order) = self.cancel_ids.remove(&id) {
                 self.cancel_order.remove(&order);
@@ -1339,6 +1371,7 @@ impl Store {
                 self.next_cancel += 1;
                 self.cancel_ids.insert(job_id.into(), order);
                 self.cancel_order.insert(order, job_id.into());
+                self.touched(slot);
             }
             _ => {}
         }

@@ -151,9 +151,48 @@ pub struct PairingStore {
     next_expiry: Option<f64>,
     runners: Vec<Record>,
     runner_at: HashMap<String, usize>,
+    /// The pairings (by device code hash) and runners (by position) written
+    /// since the durable file last took them (`crate::store::durable`);
+    /// `None` in memory only.
+    pub(super) changes: Option<(Vec<String>, Vec<usize>)>,
 }
 
 impl PairingStore {
+    fn pairing_changed(&mut self, hash: &str) {
+        if let Some((pairings, _)) = &mut self.changes {
+            pairings.push(hash.to_owned());
+        }
+    }
+
+    fn runner_changed(&mut self, at: usize) {
+        if let Some((_, runners)) = &mut self.changes {
+            runners.push(at);
+        }
+    }
+
+    /// A runner read back from the durable file, after those before it.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(super) fn load_runner(&mut self, record: Record) {
+        let id = record.get("id").and_then(Value::as_str).map(str::to_owned);
+        self.runners.push(record);
+        if let Some(id) = id {
+            self.runner_at.insert(id, self.runners.len() - 1);
+        }
+    }
+
+    /// The pairing stored under `hash`: its insertion sequence and JSON text.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(super) fn pairing_row(&self, hash: &str) -> Option<(u64, &str)> {
+        let seq = *self.by_hash.get(hash)?;
+        self.pairings.get(&seq).map(|p| (seq, &*p.json))
+    }
+
+    /// The runner at position `at` (insertion order).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(super) fn runner_at(&self, at: usize) -> Option<&Record> {
+        self.runners.get(at)
+    }
+
     /// `createPairing`: store by `deviceCodeHash`; the same hash overwrites.
     /// Expired pairings are pruned as the count doubles (the record's
     /// `createdAt` is the clock), and past [`MAX_PAIRINGS`] the oldest are
@@ -204,6 +243,7 @@ impl PairingStore {
     }
 
     fn insert_pairing(&mut self, key: String, pairing: Pairing, created_at: Option<f64>) {
+        self.pairing_changed(&key);
         let seq = match self.by_hash.get(&key) {
             Some(&seq) => {
                 self.unindex_code(seq);
@@ -234,7 +274,10 @@ impl PairingStore {
     }
 
     /// The sweep's part: drop pairings whose `expiresAt` is more than
-    /// [`PAIRING_GRACE_MS`] past. Returns how many went.
+    /// [`PAIRING_GRACE_MS`] past. Returns how many went. An approval its
+    /// daemon has not collected stays until it is (a daemon may collect one
+    /// at any time, as in the reference): approvals are a signed-in person's
+    /// act, so these cannot pile up from unauthenticated traffic.
     pub fn prune(&mut self, now: f64) -> usize {
         let before = now - PAIRING_GRACE_MS;
         if self.next_expiry.is_none_or(|next| next > before) {
@@ -243,6 +286,10 @@ impl PairingStore {
         let mut next: Option<f64> = None;
         let mut gone = Vec::new();
         for (&seq, pairing) in &self.pairings {
+            if pairing.awaiting_collection() {
+                // Prunable again once collected (`consume` lowers the bound).
+                continue;
+            }
             match pairing.expires_at {
                 Some(at) if at <= before => gone.push(seq),
                 Some(at) if !at.is_nan() => next = Some(next.map_or(at, |n| n.min(at))),
@@ -297,6 +344,7 @@ impl PairingStore {
             if self.by_hash.get(&pairing.hash) == Some(&seq) {
                 self.by_hash.remove(&pairing.hash);
             }
+            self.pairing_changed(&pairing.hash);
         }
     }
 
@@ -393,6 +441,7 @@ impl PairingStore {
         pairing.insert("owner".into(), Value::from(owner));
         pairing.insert("runnerId".into(), Value::from(runner_id));
         pairing.insert("collected".into(), Value::Bool(false));
+        self.pairing_changed(&hash);
         self.pairings
             .insert(seq, Pairing::from_record(&pairing, hash));
         let at = match self.runner_at.get(runner_id) {
@@ -409,6 +458,7 @@ impl PairingStore {
                 at
             }
         };
+        self.runner_changed(at);
         self.runners
             .get(at)
             .ok_or_else(|| ApproveError::Unknown(code.to_string()))
@@ -434,11 +484,17 @@ impl PairingStore {
     }
 
     fn rewrite(&mut self, seq: u64, change: impl FnOnce(&mut Record)) {
-        if let Some(stored) = self.pairings.get_mut(&seq) {
-            let mut record = stored.record();
-            change(&mut record);
-            *stored = Pairing::from_record(&record, std::mem::take(&mut stored.hash));
+        let Some(stored) = self.pairings.get_mut(&seq) else {
+            return;
+        };
+        let mut record = stored.record();
+        change(&mut record);
+        let hash = std::mem::take(&mut stored.hash);
+        *stored = Pairing::from_record(&record, hash.clone());
+        if let Some(at) = stored.expires_at {
+            self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
         }
+        self.pairing_changed(&hash);
     }
 
     pub fn runner(&self, id: &str) -> Option<&Record> {
@@ -458,7 +514,8 @@ impl PairingStore {
         runner.insert("capabilities".into(), capabilities);
         runner.insert("daemonVersion".into(), daemon_version);
         runner.insert("lastHeartbeatAt".into(), Value::from(now));
-        Some(runner)
+        self.runner_changed(at);
+        self.runners.get(at)
     }
 
     /// `revokeRunner`: one-way; the first revocation time is kept.
@@ -469,6 +526,7 @@ impl PairingStore {
         if let Some(runner) = self.runners.get_mut(at) {
             if runner.get("revokedAt") == Some(&Value::Null) {
                 runner.insert("revokedAt".into(), Value::from(now));
+                self.runner_changed(at);
             }
         }
     }

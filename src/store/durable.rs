@@ -1,0 +1,1077 @@
+//! The durable store: the in-memory [`Store`] kept on disk in one SQLite file.
+//!
+//! The in-memory store stays the index and the source of every answer, so
+//! claim, heartbeat and result cost what they cost in memory, flat with the
+//! number of stored jobs. Durability is write-through: every store call that
+//! changes jobs, pairings or runners notes the rows it touched (by creation
+//! number for jobs, by position for pairings and runners), and
+//! [`Durable::flush`] writes exactly those rows in one transaction before the
+//! call answers. An acknowledged enqueue, claim or result is therefore on
+//! disk. [`Durable::open`] reads every row back into a fresh [`Store`],
+//! rebuilding its indexes.
+//!
+//! * Payloads are on disk only sealed. A job whose at-rest seal is still to
+//!   be made ([`crate::envelope::deferred`]) is sealed by its flush, inline,
+//!   before the enqueue answers: the plaintext never reaches the file, and an
+//!   acknowledged enqueue does not depend on the background thread.
+//! * The file is opened in WAL mode with `locking_mode=EXCLUSIVE`: the first
+//!   write takes a lock the process holds until it closes the file (or dies),
+//!   so a second process opening the same file is refused with
+//!   [`DurableError::Locked`] instead of sharing it.
+//! * `synchronous=NORMAL` (the default) survives a killed process: a commit
+//!   is in the WAL in the operating system's hands before the call answers.
+//!   A power loss or kernel crash can lose the last commits (never corrupt the
+//!   file); [`Sync::Full`] fsyncs every commit for that, at a cost per call.
+//! * A number the file cannot keep: SQLite stores NaN as NULL, so a NaN
+//!   time (only a NaN clock makes one) reads back as absent or NaN.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::Path;
+
+use rusqlite::{params, Connection, Row};
+
+use super::{
+    people::Record, Ciphertext, Envelope, Job, JobRef, JobState, Lease, Store, StoreOptions,
+};
+
+/// How a commit reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sync {
+    /// `synchronous=NORMAL`: durable across a killed process.
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: durable across a power loss too.
+    Full,
+}
+
+/// Why the durable file could not be opened or written.
+#[derive(Debug)]
+pub enum DurableError {
+    /// Another process (or another store in this one) has the file open.
+    Locked(String),
+    /// The file is not a store this version can read.
+    Format(String),
+    /// SQLite refused (I/O error, disk full, not a database, …).
+    Sqlite(String),
+    /// The store was closed.
+    Closed,
+}
+
+impl fmt::Display for DurableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DurableError::Locked(path) => write!(
+                f,
+                "the store file {path} is in use by another process (or another store in this one): one store owns a file"
+            ),
+            DurableError::Format(why) => write!(f, "the store file is not readable: {why}"),
+            DurableError::Sqlite(why) => write!(f, "the store file could not be written: {why}"),
+            DurableError::Closed => f.write_str("this store is closed"),
+        }
+    }
+}
+
+impl std::error::Error for DurableError {}
+
+impl From<rusqlite::Error> for DurableError {
+    fn from(error: rusqlite::Error) -> Self {
+        DurableError::Sqlite(error.to_string())
+    }
+}
+
+/// The schema version in `PRAGMA user_version`.
+const VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+create table if not exists jobs (
+  seq integer primary key,
+  id text not null,
+  kind text not null,
+  env_type integer not null,
+  env blob,
+  env_recipient text,
+  env_sender text,
+  env_direction text,
+  env_deadline real,
+  size_class text not null,
+  audience text not null,
+  purpose text,
+  owner text not null,
+  audience_allow text,
+  depends_on text,
+  state text not null,
+  lease_id text,
+  lease_runner text,
+  lease_expires real,
+  completed_by text,
+  created_at real,
+  claimable_at real,
+  ttl_ms real,
+  deadline_at real,
+  refused_by text,
+  attempts real,
+  outcome text,
+  provenance text,
+  provenance_runner text,
+  updated_at real,
+  cancel_order integer
+);
+create table if not exists pairings (hash text primary key, seq integer not null, record text not null);
+create table if not exists runners (pos integer primary key, record text not null);
+";
+
+/// The columns a job's later writes change (everything but its identity,
+/// envelope and enqueue options, which are written once, at create).
+const UPDATE_JOB: &str = "update jobs set
+  state = ?2, lease_id = ?3, lease_runner = ?4, lease_expires = ?5, completed_by = ?6,
+  claimable_at = ?7, refused_by = ?8, attempts = ?9, outcome = ?10, provenance = ?11,
+  provenance_runner = ?12, updated_at = ?13, cancel_order = ?14
+  where seq = ?1";
+
+const UPSERT_JOB: &str = "insert or replace into jobs values
+  (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
+   ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)";
+
+/// How an envelope is kept in `env_type` / `env`.
+const ENV_SEALED_BYTES: i64 = 0;
+const ENV_SEALED_TEXT: i64 = 1;
+const ENV_RAW: i64 = 2;
+
+/// The open file of a durable store.
+pub struct Durable {
+    conn: Option<Connection>,
+}
+
+impl fmt::Debug for Durable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Durable")
+            .field("open", &self.conn.is_some())
+            .finish()
+    }
+}
+
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+impl Durable {
+    /// Open (or create) the store file at `path` and read it into a store.
+    pub fn open(
+        path: &Path,
+        options: StoreOptions,
+        sync: Sync,
+    ) -> Result<(Durable, Store), DurableError> {
+        let shown = path.display().to_string();
+        let locked = |error: rusqlite::Error| {
+            if is_busy(&error) {
+                DurableError::Locked(shown.clone())
+            } else {
+                DurableError::from(error)
+            }
+        };
+        let conn = Connection::open(path)?;
+        // Exclusive before WAL: the WAL index then lives in this process's
+        // memory, and the lock taken by the first write below is kept.
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
+            .map_err(locked)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(locked)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(DurableError::Sqlite(format!(
+                "the file cannot use WAL mode (journal_mode is {mode})"
+            )));
+        }
+        let synchronous = match sync {
+            Sync::Normal => "NORMAL",
+            Sync::Full => "FULL",
+        };
+        conn.pragma_update(None, "synchronous", synchronous)
+            .map_err(locked)?;
+        // A checkpoint (copying the WAL into the file) fsyncs both; every
+        // 10,000 pages (≈ 40 MB of WAL) rather than SQLite's 1,000 makes
+        // that cost a tenth per commit, for a larger WAL to replay at open.
+        conn.pragma_update(None, "wal_autocheckpoint", 10_000)
+            .map_err(locked)?;
+        // Take the write lock now, so a second owner is refused at open
+        // rather than at its first write.
+        conn.execute_batch("begin immediate").map_err(locked)?;
+        let version: i64 = conn
+            .query_row("pragma user_version", [], |row| row.get(0))
+            .map_err(locked)?;
+        if version > VERSION {
+            let _ = conn.execute_batch("rollback");
+            return Err(DurableError::Format(format!(
+                "written by a newer version (schema {version}, this one reads {VERSION})"
+            )));
+        }
+        conn.execute_batch(SCHEMA)?;
+        conn.pragma_update(None, "user_version", VERSION)?;
+        conn.execute_batch("commit")?;
+
+        let mut store = Store::new(options);
+        // Pairings note their writes while they load: one pruned as it is
+        // read back (expired since) is then deleted from the file too.
+        store.people.changes = Some(Default::default());
+        load(&conn, &mut store)?;
+        store.changes = Some(Default::default());
+        Ok((Durable { conn: Some(conn) }, store))
+    }
+
+    /// Write the rows `store` changed since the last flush, in one
+    /// transaction. On an error the changes are kept for the next flush.
+    pub fn flush(&mut self, store: &mut Store) -> Result<(), DurableError> {
+        let pending_jobs = store
+            .changes
+            .as_ref()
+            .is_some_and(|c| !c.written.is_empty() || !c.dropped.is_empty());
+        let pending_people = store
+            .people
+            .changes
+            .as_ref()
+            .is_some_and(|(p, r)| !p.is_empty() || !r.is_empty());
+        if !pending_jobs && !pending_people {
+            return Ok(());
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(DurableError::Closed);
+        };
+        let mut changes = store.changes.take().unwrap_or_default();
+        let (mut pairings, mut runners) = store.people.changes.take().unwrap_or_default();
+        changes.written.sort_unstable();
+        changes.written.dedup();
+        pairings.sort_unstable();
+        pairings.dedup();
+        runners.sort_unstable();
+        runners.dedup();
+        let written = write(conn, store, &changes, &pairings, &runners);
+        match written {
+            Ok(()) => {
+                // Keep the buffers' capacity.
+                changes.written.clear();
+                changes.dropped.clear();
+                pairings.clear();
+                runners.clear();
+                store.changes = Some(changes);
+                store.people.changes = Some((pairings, runners));
+                Ok(())
+            }
+            Err(error) => {
+                store.changes = Some(changes);
+                store.people.changes = Some((pairings, runners));
+                Err(error)
+            }
+        }
+    }
+
+    /// Flush, then close the file (releasing the lock). Later flushes fail
+    /// with [`DurableError::Closed`].
+    pub fn close(&mut self, store: &mut Store) -> Result<(), DurableError> {
+        if self.conn.is_none() {
+            return Ok(());
+        }
+        self.flush(store)?;
+        if let Some(conn) = self.conn.take() {
+            conn.close()
+                .map_err(|(_, error)| DurableError::from(error))?;
+        }
+        Ok(())
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.conn.is_some()
+    }
+}
+
+fn write(
+    conn: &mut Connection,
+    store: &Store,
+    changes: &super::Changes,
+    pairings: &[String],
+    runners: &[usize],
+) -> Result<(), DurableError> {
+    let tx = conn.transaction()?;
+    {
+        let mut delete = tx.prepare_cached("delete from jobs where seq = ?1")?;
+        for &seq in &changes.dropped {
+            delete.execute([seq as i64])?;
+        }
+        let mut upsert = tx.prepare_cached(UPSERT_JOB)?;
+        let mut update = tx.prepare_cached(UPDATE_JOB)?;
+        for &(seq, slot) in &changes.written {
+            // Dropped (retention) or its slot reused since: nothing to keep.
+            let Some(job) = store.live(JobRef { slot, seq }) else {
+                continue;
+            };
+            // A stored job's later writes leave its envelope (the bulk of
+            // the row) as it is; a new one is written whole.
+            if update_job(&mut update, store, job)? == 0 {
+                upsert_job(&mut upsert, store, job)?;
+            }
+        }
+        let mut pairing =
+            tx.prepare_cached("insert or replace into pairings values (?1, ?2, ?3)")?;
+        let mut gone = tx.prepare_cached("delete from pairings where hash = ?1")?;
+        for hash in pairings {
+            // Kept as the JSON text it was given; absent now: pruned.
+            match store.people.pairing_row(hash) {
+                Some((seq, json)) => pairing.execute(params![hash, seq as i64, json])?,
+                None => gone.execute([hash])?,
+            };
+        }
+        let mut runner = tx.prepare_cached("insert or replace into runners values (?1, ?2)")?;
+        for &at in runners {
+            if let Some(record) = store.people.runner_at(at) {
+                runner.execute(params![at as i64, record_json(record)])?;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn record_json(record: &Record) -> String {
+    serde_json::to_string(record).unwrap_or_else(|_| "{}".to_string())
+}
+
+fn list_json<S: AsRef<str>>(items: &[S]) -> Option<String> {
+    if items.is_empty() {
+        return None;
+    }
+    let items: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    serde_json::to_string(&items).ok()
+}
+
+/// An envelope's columns: `env_type`, `env`, the three key ids, `env_deadline`.
+type EnvColumns<'a> = (
+    i64,
+    rusqlite::types::Value,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<f64>,
+);
+
+/// Write the columns a job's state changes; the number of rows written (0:
+/// the job is not in the file yet).
+fn update_job(
+    update: &mut rusqlite::CachedStatement<'_>,
+    store: &Store,
+    job: &Job,
+) -> Result<usize, DurableError> {
+    let name = |sym| store.syms.name(sym);
+    let refused: Vec<&str> = job.refused_by.iter().map(|&s| name(s)).collect();
+    let cancel = store.cancel_ids.get(&job.id).map(|&order| order as i64);
+    Ok(update.execute(params![
+        job.seq as i64,
+        job.state.as_str(),
+        job.lease.as_ref().map(|l| &*l.id),
+        job.lease.as_ref().map(|l| name(l.runner)),
+        job.lease.as_ref().map(|l| l.expires_at),
+        job.completed_by_lease_id.as_deref(),
+        job.claimable_at,
+        list_json(&refused),
+        job.attempts,
+        job.outcome.as_deref(),
+        job.provenance.as_deref(),
+        job.provenance_runner.as_deref(),
+        job.updated_at,
+        cancel,
+    ])?)
+}
+
+fn upsert_job(
+    upsert: &mut rusqlite::CachedStatement<'_>,
+    store: &Store,
+    job: &Job,
+) -> Result<(), DurableError> {
+    let name = |sym| store.syms.name(sym);
+    // The envelope as it is at rest: sealed, or the caller's own JSON. A
+    // seal still to be made is made now (never the plaintext on disk).
+    let (env_type, env, recipient, sender, direction, deadline): EnvColumns<'_> =
+        match &job.envelope {
+            Envelope::Sealed {
+                ciphertext,
+                recipient,
+                sender,
+                direction,
+                deadline_at,
+            } => {
+                let (kind, value) = match ciphertext {
+                    Ciphertext::Bytes(bytes) => (
+                        ENV_SEALED_BYTES,
+                        rusqlite::types::Value::Blob(bytes.to_vec()),
+                    ),
+                    Ciphertext::Text(text) => (
+                        ENV_SEALED_TEXT,
+                        rusqlite::types::Value::Text(text.to_string()),
+                    ),
+                };
+                (
+                    kind,
+                    value,
+                    Some(name(*recipient)),
+                    Some(name(*sender)),
+                    Some(name(*direction)),
+                    Some(*deadline_at),
+                )
+            }
+            Envelope::Raw(json) => (
+                ENV_RAW,
+                rusqlite::types::Value::Text(json.to_string()),
+                None,
+                None,
+                None,
+                None,
+            ),
+            Envelope::Deferred(deferred) => {
+                let sealed = deferred.sealed().map_err(|error| {
+                    DurableError::Sqlite(format!("the payload's at-rest seal failed: {error}"))
+                })?;
+                let env = match Ciphertext::new(&sealed.ciphertext) {
+                    Ciphertext::Bytes(bytes) => (
+                        ENV_SEALED_BYTES,
+                        rusqlite::types::Value::Blob(bytes.into_vec()),
+                    ),
+                    Ciphertext::Text(text) => (
+                        ENV_SEALED_TEXT,
+                        rusqlite::types::Value::Text(text.into_string()),
+                    ),
+                };
+                (
+                    env.0,
+                    env.1,
+                    Some(sealed.recipient_key_id.as_str()),
+                    Some(sealed.sender_key_id.as_str()),
+                    Some(sealed.direction.as_str()),
+                    Some(sealed.deadline_at),
+                )
+            }
+        };
+    let refused: Vec<&str> = job.refused_by.iter().map(|&s| name(s)).collect();
+    let cancel = store.cancel_ids.get(&job.id).map(|&order| order as i64);
+    upsert.execute(params![
+        job.seq as i64,
+        &*job.id,
+        name(job.kind),
+        env_type,
+        env,
+        recipient,
+        sender,
+        direction,
+        deadline,
+        name(job.size_class),
+        name(job.audience),
+        job.purpose.as_deref(),
+        name(job.owner),
+        job.audience_allow
+            .as_deref()
+            .map(|allow| serde_json::to_string(allow).unwrap_or_else(|_| "[]".into())),
+        list_json(&job.depends_on),
+        job.state.as_str(),
+        job.lease.as_ref().map(|l| &*l.id),
+        job.lease.as_ref().map(|l| name(l.runner)),
+        job.lease.as_ref().map(|l| l.expires_at),
+        job.completed_by_lease_id.as_deref(),
+        job.created_at,
+        job.claimable_at,
+        job.ttl_ms,
+        job.deadline_at,
+        list_json(&refused),
+        job.attempts,
+        job.outcome.as_deref(),
+        job.provenance.as_deref(),
+        job.provenance_runner.as_deref(),
+        job.updated_at,
+        cancel,
+    ])?;
+    Ok(())
+}
+
+fn state_from(text: &str) -> Option<JobState> {
+    Some(match text {
+        "queued" => JobState::Queued,
+        "claimed" => JobState::Claimed,
+        "running" => JobState::Running,
+        "ok" => JobState::Ok,
+        "error" => JobState::Error,
+        "canceled" => JobState::Canceled,
+        "expired" => JobState::Expired,
+        _ => return None,
+    })
+}
+
+fn strings(json: Option<String>) -> Result<Vec<String>, DurableError> {
+    match json {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|error| DurableError::Format(format!("a list column: {error}"))),
+    }
+}
+
+/// A REAL column that is never absent; NULL is how SQLite keeps NaN.
+fn real(row: &Row<'_>, at: usize) -> rusqlite::Result<f64> {
+    Ok(row.get::<_, Option<f64>>(at)?.unwrap_or(f64::NAN))
+}
+
+/// One stored row, before its strings are interned.
+struct Loaded {
+    seq: u64,
+    id: String,
+    kind: String,
+    env_type: i64,
+    env: Option<rusqlite::types::Value>,
+    recipient: Option<String>,
+    sender: Option<String>,
+    direction: Option<String>,
+    env_deadline: f64,
+    size_class: String,
+    audience: String,
+    purpose: Option<String>,
+    owner: String,
+    audience_allow: Option<String>,
+    depends_on: Option<String>,
+    state: String,
+    lease_id: Option<String>,
+    lease_runner: Option<String>,
+    lease_expires: f64,
+    completed_by: Option<String>,
+    created_at: f64,
+    claimable_at: Option<f64>,
+    ttl_ms: f64,
+    deadline_at: Option<f64>,
+    refused_by: Option<String>,
+    attempts: f64,
+    outcome: Option<String>,
+    provenance: Option<String>,
+    provenance_runner: Option<String>,
+    updated_at: f64,
+    cancel_order: Option<i64>,
+}
+
+impl Loaded {
+    fn read(row: &Row<'_>) -> rusqlite::Result<Loaded> {
+        Ok(Loaded {
+            seq: row.get::<_, i64>(0)? as u64,
+            id: row.get(1)?,
+            kind: row.get(2)?,
+            env_type: row.get(3)?,
+            env: row.get(4)?,
+            recipient: row.get(5)?,
+            sender: row.get(6)?,
+            direction: row.get(7)?,
+            env_deadline: real(row, 8)?,
+            size_class: row.get(9)?,
+            audience: row.get(10)?,
+            purpose: row.get(11)?,
+            owner: row.get(12)?,
+            audience_allow: row.get(13)?,
+            depends_on: row.get(14)?,
+            state: row.get(15)?,
+            lease_id: row.get(16)?,
+            lease_runner: row.get(17)?,
+            lease_expires: real(row, 18)?,
+            completed_by: row.get(19)?,
+            created_at: real(row, 20)?,
+            claimable_at: row.get(21)?,
+            ttl_ms: real(row, 22)?,
+            deadline_at: row.get(23)?,
+            refused_by: row.get(24)?,
+            attempts: real(row, 25)?,
+            outcome: row.get(26)?,
+            provenance: row.get(27)?,
+            provenance_runner: row.get(28)?,
+            updated_at: real(row, 29)?,
+            cancel_order: row.get(30)?,
+        })
+    }
+}
+
+fn load(conn: &Connection, store: &mut Store) -> Result<(), DurableError> {
+    let mut select = conn.prepare("select * from jobs order by seq")?;
+    let rows = select.query_map([], Loaded::read)?;
+    let mut blocked: Vec<JobRef> = Vec::new();
+    for row in rows {
+        let row = row?;
+        let slot = store.slots.len() as u32;
+        let Some(state) = state_from(&row.state) else {
+            return Err(DurableError::Format(format!(
+                "job {} has an unknown state {:?}",
+                row.id, row.state
+            )));
+        };
+        let syms = &mut store.syms;
+        let envelope = match (row.env_type, row.env) {
+            (ENV_RAW, Some(rusqlite::types::Value::Text(json))) => Envelope::Raw(json.into()),
+            (ENV_SEALED_BYTES | ENV_SEALED_TEXT, Some(env)) => Envelope::Sealed {
+                ciphertext: match env {
+                    rusqlite::types::Value::Blob(bytes) => {
+                        Ciphertext::Bytes(bytes.into_boxed_slice())
+                    }
+                    rusqlite::types::Value::Text(text) => Ciphertext::Text(text.into()),
+                    _ => return Err(DurableError::Format(format!("job {}'s envelope", row.id))),
+                },
+                recipient: syms.intern(row.recipient.as_deref().unwrap_or("")),
+                sender: syms.intern(row.sender.as_deref().unwrap_or("")),
+                direction: syms.intern(row.direction.as_deref().unwrap_or("")),
+                deadline_at: row.env_deadline,
+            },
+            _ => return Err(DurableError::Format(format!("job {}'s envelope", row.id))),
+        };
+        let audience_allow = match row.audience_allow {
+            None => None,
+            Some(text) => Some(strings(Some(text))?.into_boxed_slice()),
+        };
+        let lease = match (row.lease_id, row.lease_runner) {
+            (Some(id), Some(runner)) => Some(Lease {
+                id: id.into(),
+                runner: syms.intern(&runner),
+                expires_at: row.lease_expires,
+            }),
+            _ => None,
+        };
+        let refused_by = strings(row.refused_by)?
+            .iter()
+            .map(|r| syms.intern(r))
+            .collect();
+        let job = Job {
+            seq: row.seq,
+            id: row.id.into(),
+            kind: syms.intern(&row.kind),
+            envelope,
+            size_class: syms.intern(&row.size_class),
+            audience: syms.intern(&row.audience),
+            purpose: row.purpose.map(Into::into),
+            owner: syms.intern(&row.owner),
+            audience_allow,
+            depends_on: strings(row.depends_on)?
+                .into_iter()
+                .map(String::into_boxed_str)
+                .collect(),
+            state,
+            lease,
+            completed_by_lease_id: row.completed_by.map(Into::into),
+            created_at: row.created_at,
+            claimable_at: row.claimable_at,
+            ttl_ms: row.ttl_ms,
+            deadline_at: row.deadline_at,
+            refused_by,
+            attempts: row.attempts,
+            outcome: row.outcome.map(Into::into),
+            provenance: row.provenance.map(Into::into),
+            provenance_runner: row.provenance_runner.map(Into::into),
+            updated_at: row.updated_at,
+        };
+        if store.by_id.contains_key(&job.id) {
+            return Err(DurableError::Format(format!(
+                "job {} is stored twice",
+                job.id
+            )));
+        }
+        let r = JobRef { slot, seq: job.seq };
+        if job.claimable_at.is_none() && !job.depends_on.is_empty() {
+            blocked.push(r);
+        }
+        if let Some(order) = row.cancel_order {
+            let order = order as u64;
+            store.cancel_ids.insert(job.id.clone(), order);
+            store.cancel_order.insert(order, job.id.clone());
+            store.next_cancel = store.next_cancel.max(order.saturating_add(1));
+        }
+        store.next_seq = store.next_seq.max(job.seq.saturating_add(1));
+        store.by_id.insert(job.id.clone(), slot);
+        let reach = store.reach(&job);
+        store
+            .idx
+            .add(&job, slot, reach, store.options.retention_ms.is_some());
+        store.slots.push(Some(job));
+    }
+    // Jobs still waiting on a dependency, found again when it completes.
+    for r in blocked {
+        let Some(job) = store.live(r) else { continue };
+        let mut seen: HashSet<&str> = HashSet::new();
+        let deps: Vec<Box<str>> = job
+            .depends_on
+            .iter()
+            .filter(|dep| seen.insert(dep))
+            .cloned()
+            .collect();
+        for dep in deps {
+            store.dependents.entry(dep).or_default().push(r);
+        }
+    }
+
+    let mut pairings = conn.prepare("select record from pairings order by seq")?;
+    for text in pairings.query_map([], |row| row.get::<_, String>(0))? {
+        if !store.people.create_pairing_json(text?) {
+            return Err(DurableError::Format("a pairing record".into()));
+        }
+    }
+    let mut runners = conn.prepare("select record from runners order by pos")?;
+    for text in runners.query_map([], |row| row.get::<_, String>(0))? {
+        store.people.load_runner(record_from(&text?)?);
+    }
+    Ok(())
+}
+
+fn record_from(text: &str) -> Result<Record, DurableError> {
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        _ => Err(DurableError::Format("a pairing or runner record".into())),
+    }
+}
+
+/// `PRAGMA integrity_check` of the file at `path` (opened read-only): `"ok"`
+/// or SQLite's list of problems. For tests and operators.
+pub fn integrity_check(path: &Path) -> Result<String, DurableError> {
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let mut check = conn.prepare("pragma integrity_check")?;
+    let lines: Vec<String> = check
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(lines.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{
+        ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput, LeaseRef,
+    };
+
+    /// A fresh file path in a directory of its own under the system's temp
+    /// directory, removed (with the file) when the guard is dropped.
+    struct TempFile(std::path::PathBuf);
+
+    impl TempFile {
+        fn path(&self) -> std::path::PathBuf {
+            self.0.join("store.db")
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn temp_path(name: &str) -> TempFile {
+        let dir = std::env::temp_dir().join(format!(
+            "byollm-durable-{}-{}-{}",
+            name,
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        let _ = std::fs::create_dir_all(&dir);
+        TempFile(dir)
+    }
+
+    fn options(retention: Option<f64>) -> StoreOptions {
+        StoreOptions {
+            default_ttl_ms: 1_000.0,
+            retention_ms: retention,
+        }
+    }
+
+    fn pairing(hash: &str, code: &str) -> Record {
+        let mut record = Record::new();
+        record.insert("deviceCodeHash".into(), hash.into());
+        record.insert("userCode".into(), code.into());
+        record.insert("state".into(), "pending".into());
+        record.insert("expiresAt".into(), 1e12.into());
+        record.insert("device".into(), serde_json::json!({"keyId": code}));
+        record
+    }
+
+    /// Everything a reader can see of a store, as text.
+    fn picture(store: &Store, runners: &[&str]) -> String {
+        let mut out = store.jobs_json(&store.all_jobs());
+        for runner in runners {
+            out.push_str(&Store::lease_refs_json(&store.list_cancel_requests(runner)));
+            out.push_str(&store.jobs_json(&store.list_claimed_by(runner)));
+        }
+        out.push_str(&serde_json::to_string(&store.people.list_runners(None)).unwrap_or_default());
+        for code in ["C0", "C1", "C2"] {
+            out.push_str(
+                &serde_json::to_string(&store.people.pairing_by_code(code)).unwrap_or_default(),
+            );
+        }
+        out
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// One random operation, applied the same way to `store`.
+    fn step(store: &mut Store, rng: &mut Rng, op: u64, now: f64) {
+        const RUNNERS: [(&str, &str); 3] = [("r0", "alice"), ("r1", "bob"), ("r2", "alice")];
+        let caps = [ClaimCapability {
+            kind: "llm.generate",
+            backend_id: "b",
+            offer_scope: "own",
+        }];
+        let (runner, owner) = RUNNERS[(op % 3) as usize];
+        let job_id = format!("j{}", rng.below(40));
+        match rng.below(9) {
+            0 | 1 => {
+                let dep = format!("j{}", rng.below(40));
+                let depends = (rng.below(4) == 0).then(|| vec![dep]);
+                let raw = rng.below(5) == 0;
+                store.create(
+                    JobInput {
+                        id: &job_id,
+                        kind: "llm.generate",
+                        envelope: if raw {
+                            EnvelopeInput::Raw("{\"odd\":[1,2]}")
+                        } else {
+                            EnvelopeInput::Sealed {
+                                ciphertext: "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+                                recipient_key_id: "site",
+                                sender_key_id: "site",
+                                direction: "payload",
+                                deadline_at: now + 5_000.0,
+                            }
+                        },
+                        size_class: "small",
+                        owner: if rng.below(2) == 0 { "alice" } else { "bob" },
+                        audience: None,
+                        purpose_json: (rng.below(2) == 0).then_some("{\"why\":\"test\"}"),
+                        audience_allow: None,
+                        depends_on: depends,
+                        ttl_ms: None,
+                        deadline_at: (rng.below(3) == 0).then_some(now + 700.0),
+                    },
+                    now,
+                );
+            }
+            2 | 3 => {
+                store.claim(&ClaimArgs {
+                    runner_id: runner,
+                    runner_owner: owner,
+                    capabilities: &caps,
+                    max: 2.0,
+                    lease_ms: 300.0,
+                    now,
+                });
+            }
+            4 => {
+                let held = store.list_claimed_by(runner);
+                if let Some(&r) = held.first() {
+                    let id = store.live(r).map(|j| j.id.to_string()).unwrap_or_default();
+                    let tag = if rng.below(3) == 0 { "error" } else { "ok" };
+                    store.complete(&CompleteArgs {
+                        job_id: &id,
+                        runner_id: runner,
+                        holder: Holder::Runner(runner),
+                        outcome_tag: tag,
+                        outcome_json: "{\"outcome\":\"ok\",\"text\":\"hi\"}",
+                        provenance_json: "{\"runnerId\":\"x\"}",
+                        provenance_runner: Some(runner),
+                        now,
+                    });
+                }
+            }
+            5 => {
+                let held = store.list_claimed_by(runner);
+                let leases: Vec<LeaseRef> = held
+                    .iter()
+                    .filter_map(|&r| {
+                        let job = store.live(r)?;
+                        Some(LeaseRef {
+                            job_id: job.id.to_string(),
+                            lease_id: job.lease.as_ref()?.id.to_string(),
+                        })
+                    })
+                    .collect();
+                if rng.below(2) == 0 {
+                    store.release(runner, &leases, rng.below(2) == 0, now);
+                } else {
+                    store.renew_leases(runner, &leases, 300.0, now);
+                }
+            }
+            6 => {
+                store.cancel(&job_id, now);
+            }
+            7 => {
+                store.expire_due(now);
+            }
+            _ => {
+                let code = format!("C{}", rng.below(3));
+                match rng.below(4) {
+                    0 => store
+                        .people
+                        .create_pairing(pairing(&format!("h{code}"), &code)),
+                    1 => {
+                        let _ = store.people.approve(&code, owner, runner, now);
+                    }
+                    2 => {
+                        store.people.touch(
+                            runner,
+                            serde_json::json!([{"kind": "llm.generate"}]),
+                            "0.1.1".into(),
+                            now,
+                        );
+                    }
+                    _ => store.people.consume(&format!("h{code}")),
+                }
+            }
+        }
+    }
+
+    /// A durable store and a memory-only twin take the same random
+    /// operations; the durable one is closed and reopened from its file
+    /// every few operations, and must read the same as its twin after every
+    /// one (jobs, leases, cancel requests, runners, pairings), and go on
+    /// answering the same (its indexes rebuilt).
+    fn agreement(seed: u64, retention: Option<f64>) {
+        let temp = temp_path("agree");
+        let path = temp.path();
+        let (mut file, mut durable) =
+            Durable::open(&path, options(retention), Sync::Normal).expect("open");
+        durable.use_counter_lease_ids();
+        let mut twin = Store::new(options(retention));
+        twin.use_counter_lease_ids();
+        let mut rng = Rng(seed);
+        let runners = ["r0", "r1", "r2"];
+        let mut now = 1_000.0;
+        for op in 0..1_500u64 {
+            now += (rng.below(120)) as f64;
+            let state = rng.0;
+            step(&mut durable, &mut rng, op, now);
+            rng.0 = state;
+            step(&mut twin, &mut rng, op, now);
+            file.flush(&mut durable).expect("flush");
+            if op % 37 == 36 {
+                let counter = durable.counter_lease_ids;
+                file.close(&mut durable).expect("close");
+                let (f, d) =
+                    Durable::open(&path, options(retention), Sync::Normal).expect("reopen");
+                file = f;
+                durable = d;
+                durable.counter_lease_ids = counter;
+            }
+            assert_eq!(
+                picture(&durable, &runners),
+                picture(&twin, &runners),
+                "seed {seed}, after operation {op}"
+            );
+        }
+        // The run reached the states worth keeping: completed jobs and a paired runner.
+        let seen = picture(&durable, &runners);
+        assert!(seen.contains("\"revokedAt\""), "{seen}");
+        assert!(retention.is_some() || seen.contains("\"ok\""), "{seen}");
+        assert_eq!(integrity_check_open(&mut file), "ok");
+    }
+
+    fn integrity_check_open(file: &mut Durable) -> String {
+        let Some(conn) = file.conn.as_ref() else {
+            return "closed".into();
+        };
+        conn.query_row("pragma integrity_check", [], |row| row.get(0))
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    #[test]
+    fn reopened_store_reads_and_answers_as_its_memory_twin() {
+        for seed in [1, 2, 3] {
+            agreement(seed, None);
+        }
+    }
+
+    #[test]
+    fn reopened_store_with_retention_reads_as_its_memory_twin() {
+        for seed in [4, 5] {
+            agreement(seed, Some(400.0));
+        }
+    }
+
+    #[test]
+    fn retention_deletes_dropped_rows_from_the_file() {
+        let temp = temp_path("retention");
+        let path = temp.path();
+        let (mut file, mut store) =
+            Durable::open(&path, options(Some(10.0)), Sync::Normal).expect("open");
+        let input = |id| JobInput {
+            id,
+            kind: "k",
+            envelope: EnvelopeInput::Raw("{}"),
+            size_class: "small",
+            owner: "o",
+            audience: None,
+            purpose_json: None,
+            audience_allow: None,
+            depends_on: None,
+            ttl_ms: Some(5.0),
+            deadline_at: None,
+        };
+        store.create(input("a"), 0.0);
+        store.create(input("b"), 0.0);
+        file.flush(&mut store).expect("flush");
+        store.expire_due(6.0); // both expire
+        store.expire_due(100.0); // and are dropped
+        file.flush(&mut store).expect("flush");
+        let rows: i64 = file
+            .conn
+            .as_ref()
+            .and_then(|c| {
+                c.query_row("select count(*) from jobs", [], |r| r.get(0))
+                    .ok()
+            })
+            .unwrap_or(-1);
+        assert_eq!(rows, 0);
+    }
+
+    #[test]
+    fn a_second_owner_is_refused_with_a_clear_error() {
+        let temp = temp_path("lock");
+        let path = temp.path();
+        let (mut file, mut store) = Durable::open(&path, options(None), Sync::Full).expect("open");
+        let second = Durable::open(&path, options(None), Sync::Normal);
+        match second {
+            Err(DurableError::Locked(shown)) => assert!(shown.contains("store.db")),
+            other => panic!("expected Locked, got {:?}", other.map(|_| ())),
+        }
+        let message = DurableError::Locked("x.db".into()).to_string();
+        assert!(message.contains("in use by another process"), "{message}");
+        file.close(&mut store).expect("close");
+        assert!(Durable::open(&path, options(None), Sync::Normal).is_ok());
+    }
+
+    #[test]
+    fn a_closed_store_refuses_to_take_more_writes() {
+        let temp = temp_path("closed");
+        let path = temp.path();
+        let (mut file, mut store) =
+            Durable::open(&path, options(None), Sync::Normal).expect("open");
+        file.close(&mut store).expect("close");
+        store.people.create_pairing(pairing("h", "C0"));
+        assert!(matches!(file.flush(&mut store), Err(DurableError::Closed)));
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_an_error_not_a_panic() {
+        let temp = temp_path("garbage");
+        let path = temp.path();
+        std::fs::write(
+            &path,
+            b"this is not a database, only some text ... ".repeat(200),
+        )
+        .expect("write");
+        let opened = Durable::open(&path, options(None), Sync::Normal);
+        assert!(opened.is_err());
+    }
+}
