@@ -256,3 +256,39 @@ test("MemoryStore's own methods refuse or ignore a wrong-typed argument without 
   assert.deepEqual(await site.store.listCancelRequests(7), []);
   assert.deepEqual(await site.store.listRunners(7), []);
 });
+
+test("an id or owner holding a lone surrogate is refused (it would name the same job as another)", async () => {
+  const site = await makeSite("ours");
+  for (const [field, value] of [["id", "x\ud800"], ["owner", "bob\udbff"], ["dependsOn", ["a\udc00"]], ["audienceAllow", ["\ud800"]]]) {
+    await assert.rejects(
+      site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob", audience: "team", [field]: value }),
+      (e) => e instanceof TypeError && e.message.includes(`\`${field}\``) && /lone surrogates/.test(e.message),
+      field,
+    );
+  }
+  assert.ok(await site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "b\u{1F642}b", id: "x\u{1F642}" }));
+});
+
+test("a body whose last character straddles the native read buffer's end is read whole (fresh process)", async () => {
+  // The buffer starts at 4,096 bytes and V8 copies whole characters only: a
+  // 4-byte character at the end used to be dropped, the cut body passed the
+  // canonical check, and JSON.parse of the whole one threw (a host 500).
+  const { spawnSync } = await import("node:child_process");
+  const script = `
+    import { createFetchHandler, MemoryStore, generateSiteKeys } from ${JSON.stringify(new URL("../dist/index.js", import.meta.url).href)};
+    const handler = createFetchHandler({ store: new MemoryStore(), siteKeys: generateSiteKeys(), verificationUrl: "https://x.example/pair", basePath: "/byollm" });
+    const answers = [];
+    for (const size of [4090, 4091, 4092, 4093, 4094, 4095, 4096]) {
+      const head = '{"protocolVersion":"2","runnerId":"';
+      const tail = '","capabilities":[],"max":1}';
+      const body = head + "r".repeat(size - head.length - tail.length) + tail + "\\u{1F642}";
+      const r = await handler(new Request("http://127.0.0.1/byollm/claim", { method: "POST", headers: { "content-type": "application/json" }, body }));
+      answers.push(r.status + " " + (await r.json()).error);
+    }
+    console.log(JSON.stringify(answers));
+  `;
+  const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  const answers = JSON.parse(r.stdout.trim().split("\n").pop());
+  for (const answer of answers) assert.equal(answer, "400 bad-request");
+});

@@ -17,16 +17,28 @@ function refuse(where: string, field: string, wanted: string, value: unknown): n
   throw new TypeError(`${where}: \`${field}\` must be ${wanted} (got ${describe(value)})`);
 }
 
+/**
+ * A lone surrogate (`"\ud800"`): the native side reads every string as
+ * UTF-8, where each becomes U+FFFD, so two different ids holding one would
+ * name the same job. Ids and owners are refused with one instead.
+ */
+const LONE_SURROGATE = /[\ud800-\udfff]/u;
+
+function wellFormed(where: string, field: string, value: string): string {
+  if (LONE_SURROGATE.test(value)) refuse(where, field, "a string without lone surrogates", value);
+  return value;
+}
+
 /** A string with at least one character. */
 export function nonEmptyText(where: string, field: string, value: unknown): string {
   if (typeof value !== "string" || value.length === 0) refuse(where, field, "a non-empty string", value);
-  return value;
+  return wellFormed(where, field, value);
 }
 
 /** A string (possibly empty): ids and codes a store simply will not find. */
 export function text(where: string, field: string, value: unknown): string {
   if (typeof value !== "string") refuse(where, field, "a string", value);
-  return value;
+  return wellFormed(where, field, value);
 }
 
 export function optionalNonEmptyText(where: string, field: string, value: unknown): string | undefined {
@@ -38,6 +50,7 @@ export function optionalStrings(where: string, field: string, value: unknown): r
   if (!Array.isArray(value) || !value.every((item) => typeof item === "string")) {
     refuse(where, field, "an array of strings", value);
   }
+  for (const item of value as readonly string[]) wellFormed(where, field, item);
   return value as readonly string[];
 }
 

@@ -363,7 +363,10 @@ fn read_utf8<'b>(env: &Env, s: JsString<'_>, buf: &'b mut Vec<u8>) -> Result<&'b
             cap,
             &mut written,
         ))?;
-        if written + 1 >= cap {
+        // V8 copies whole characters only: one of up to 4 bytes that did not
+        // fit leaves up to 3 bytes of the buffer unused besides the NUL. So
+        // the copy is known whole only if more than that was left over.
+        if written + 4 >= cap {
             // Possibly cut short: ask for the length and read it whole.
             let mut len = 0usize;
             status(sys::napi_get_value_string_utf8(
@@ -404,8 +407,9 @@ fn endpoint_of(env: &Env, name: JsString<'_>) -> Result<Endpoint> {
         )
     })?;
     let text = std::str::from_utf8(buf.get(..written).unwrap_or(&[])).unwrap_or("");
-    // A name that filled the buffer was cut short and names no endpoint.
-    let found = if written + 1 >= buf.len() {
+    // A name that (nearly) filled the buffer may have been cut short, at a
+    // character boundary (see `read_utf8`), and names no endpoint.
+    let found = if written + 4 >= buf.len() {
         None
     } else {
         Endpoint::parse(text)

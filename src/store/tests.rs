@@ -839,6 +839,10 @@ fn expired_pairings_are_pruned_by_the_sweep_and_as_they_pile_up() {
     assert!(store.people.pairing_by_hash("h4").is_none());
     assert!(store.people.pairing_by_code("C4").is_none());
     assert!(store.people.pairing_by_hash("h5").is_some());
+    // The approval of C9 waits for its daemon; once collected it goes too.
+    store.expire_due(f64::from(u32::MAX));
+    assert_eq!(store.people.pairing_footprint().0, 1);
+    store.people.consume("h9");
     store.expire_due(f64::from(u32::MAX));
     assert_eq!(store.people.pairing_footprint(), (0, 0));
     // The runner an approval made outlives its pairing.
@@ -868,12 +872,27 @@ fn a_pairing_given_as_json_text_is_kept_as_given() {
 }
 
 #[test]
+fn an_approval_not_yet_collected_outlives_the_prune_until_its_daemon_collects_it() {
+    let mut people = PairingStore::default();
+    people.create_pairing(pending("h1", "C1", 0.0, 1_000.0));
+    assert!(people.approve("C1", "alice", "r1", 500.0).is_ok());
+    let late = 1_000.0 + PAIRING_GRACE_MS + 60_000.0;
+    assert_eq!(people.prune(late), 0);
+    assert!(people.pairing_by_hash("h1").is_some(), "still collectable");
+    people.consume("h1");
+    assert_eq!(people.prune(late), 1);
+    assert!(people.pairing_by_hash("h1").is_none());
+}
+
+#[test]
 fn a_pairing_whose_text_holds_a_lone_surrogate_approves_into_a_whole_runner() {
     let mut people = PairingStore::default();
     let text = r#"{"deviceCodeHash":"h","userCode":"AB","state":"pending","label":"\ud800 x","platform":"linux","expiresAt":1e21,"createdAt":5}"#;
     assert!(people.create_pairing_json(text.into()));
     let runner = people.approve("AB", "alice", "r1", 0.0);
-    let runner = runner.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
+    let runner = runner
+        .as_ref()
+        .map(|r| serde_json::to_string(r).unwrap_or_default());
     let runner = runner.unwrap_or_default();
     assert!(runner.contains("\"label\":\"\u{fffd} x\""), "{runner}");
     assert!(runner.contains("\"platform\":\"linux\""), "{runner}");

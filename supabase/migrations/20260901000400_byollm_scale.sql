@@ -406,8 +406,10 @@ $$;
 -- Pairings are pruned by the sweep, as the in-memory store prunes them
 -- (`pair start` is unauthenticated: nothing may pile up without bound). How
 -- long after its expiry a pairing is kept: the protocol's clock window,
--- so a daemon whose clock runs behind still hears `expired` (or collects an
--- approval made in time) before the pairing is gone.
+-- so a daemon whose clock runs behind still hears `expired` before the
+-- pairing is gone. An approval its daemon has not collected is kept until it
+-- is: approvals come from a signed-in person, not from unauthenticated
+-- traffic, and the daemon may collect one at any time after it was made.
 create or replace function byollm_prune_pairings(p_now bigint) returns integer
 language plpgsql volatile security definer
 as $$
@@ -415,8 +417,10 @@ declare
   v_before timestamptz := byollm_at(p_now - 120000);
   v_gone integer := 0;
 begin
-  if exists (select 1 from byollm_pairings where expires_at <= v_before) then
-    delete from byollm_pairings where expires_at <= v_before;
+  if exists (select 1 from byollm_pairings where expires_at <= v_before
+             and not (state = 'approved' and collected_at is null)) then
+    delete from byollm_pairings where expires_at <= v_before
+      and not (state = 'approved' and collected_at is null);
     get diagnostics v_gone = row_count;
   end if;
   return v_gone;
