@@ -13,6 +13,7 @@
 // DIFF_MUTATIONS its size.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import * as H from "./helpers/differential.mjs";
 
 const { both, pair, claim, fetchJob, result, sealResult, jobState, appCall, compareLogs, fatal, unhandledRejections } = H;
@@ -22,14 +23,37 @@ const { both, pair, claim, fetchJob, result, sealResult, jobState, appCall, comp
  * `label` matches "<scenario> / <step>"; `ref` and `ours` check each side's
  * (normalised) answer so an entry cannot hide a different divergence.
  */
-const DELIBERATE = [];
+const is = (status, error) => (v) => v.status === status && (error === undefined || v.body?.error === error);
+const DELIBERATE = [
+  {
+    id: "strict request signatures",
+    doc: ["README.md", "A request signature with junk, padding or the other base64 alphabet does not verify."],
+    also: ["docs/security.md", "a request signature (the `x-byollm-signature` header) must be exactly the unpadded base64url of 64 bytes"],
+    label: /signature (padded|junk|standard alphabet|whitespace inside|stray trailing bits)|mutation .* signature/,
+    ref: (v) => v.status === 200,
+    ours: is(401, "unauthorized"),
+  },
+];
 
 /**
  * Divergences found by this suite that no document explains: bugs in ours
  * (or undocumented decisions). Each is reported to be fixed; remove the entry
  * when it is.
  */
-const OPEN_DIVERGENCES = [];
+const OPEN_DIVERGENCES = [
+  {
+    // An unauthenticated `pair start` whose label, daemon version or a
+    // capability string holds a lone surrogate (`"label":"\ud800"`): the
+    // reference stores it and answers 200; ours rejects the handler's promise
+    // with "a pairing record must be a JSON-compatible object" (a host 500:
+    // src/binding/store.rs object_from_json refuses the lone-surrogate escape
+    // JSON.stringify writes). The 5xx still fails the suite.
+    id: "pair start with a lone surrogate rejects (host 500)",
+    label: /lone surrogate|surrogates/,
+    ref: (v) => v.status === 200,
+    ours: (v) => typeof v.rejects === "string" && v.rejects.includes("JSON-compatible"),
+  },
+];
 
 const seen = { deliberate: new Map(), open: new Map() };
 
@@ -38,13 +62,27 @@ async function scenario(name, script, options) {
   return compareLogs(name, ref, ours, { deliberate: DELIBERATE, open: OPEN_DIVERGENCES, seen });
 }
 
-function assertNone(failures, what) {
-  assert.equal(failures.length, 0, `${failures.length} undocumented divergences in ${what}:\n${failures.slice(0, 25).join("\n")}`);
+/**
+ * A test whose body returns its comparison failures; it fails on any of them
+ * and on any 5xx or rejection from ours during it.
+ */
+function dtest(name, body, options = {}) {
+  test(name, options, async () => {
+    const mark = fatal.length;
+    const failures = await body();
+    const fatals = fatal.slice(mark).map((f) => `${f.label}: ${JSON.stringify(f.answer)} <- ${JSON.stringify(f.request).slice(0, 400)}`);
+    assert.ok(
+      failures.length === 0 && fatals.length === 0,
+      `${fatals.length} 5xx/rejections from ours:\n${fatals.slice(0, 10).join("\n")}\n` +
+        `${failures.length} undocumented divergences:\n${failures.slice(0, 25).join("\n")}`,
+    );
+  });
 }
 
-function assertNoFatal() {
+/** No 5xx or rejection from ours since `mark` (a position in `fatal`). */
+function assertNoFatal(mark = 0) {
   assert.deepEqual(
-    fatal.map((f) => `${f.label}: ${JSON.stringify(f.answer)} <- ${JSON.stringify(f.request).slice(0, 400)}`),
+    fatal.slice(mark).map((f) => `${f.label}: ${JSON.stringify(f.answer)} <- ${JSON.stringify(f.request).slice(0, 400)}`),
     [],
     "ours answered a 5xx or rejected",
   );
@@ -53,7 +91,7 @@ function assertNoFatal() {
 const enqueue = (s, id, extra = {}) =>
   appCall(s, `enqueue ${id}`, (app) => app.enqueue({ kind: "llm.generate", payload: { prompt: `prompt of ${id}` }, owner: "alice", id, ...extra }).then((h) => h.record));
 
-test("a valid full cycle answers the same on both sides", async () => {
+dtest("a valid full cycle answers the same on both sides", async () => {
   const env = await sealResult("job-1");
   const failures = await scenario("full cycle", async (s) => {
     await pair(s);
@@ -68,11 +106,263 @@ test("a valid full cycle answers the same on both sides", async () => {
     await jobState(s, "done", "job-1");
     await appCall(s, "app.result", (app) => app.result("job-1"));
   });
-  assertNone(failures, "the full cycle");
-  assertNoFatal();
+  return failures;
 });
 
 const call = H.call;
+
+
+// ---------------------------------------------------------------- signatures
+
+/** A paired runner (and a second one of another owner) and one queued job. */
+async function paired(s, { second = true } = {}) {
+  await pair(s);
+  if (second) await pair(s, { owner: "bob", device: H.DEVICE2, as: "runner2", label: "pair bob" });
+  await enqueue(s, "job-1");
+}
+
+dtest("signature and issued-at spellings at the window's edges", async () => {
+  const hb = H.heartbeatBody([]);
+  const WINDOW = 120_000;
+  // [name, issuedAt offset signed over, header spelling of it]
+  const spellings = [
+    ["now", 0, (t) => `${t}`],
+    ["window -120000", -WINDOW, (t) => `${t}`],
+    ["window -120001", -WINDOW - 1, (t) => `${t}`],
+    ["window -119999", -WINDOW + 1, (t) => `${t}`],
+    ["window +120000", WINDOW, (t) => `${t}`],
+    ["window +120001", WINDOW + 1, (t) => `${t}`],
+    ["window +119999", WINDOW - 1, (t) => `${t}`],
+    ["spaces around", 0, (t) => ` ${t} `],
+    ["tab after", 0, (t) => `${t}\t`],
+    [".0", 0, (t) => `${t}.0`],
+    [".000", 0, (t) => `${t}.000`],
+    [".5", 0, (t) => `${t}.5`],
+    ["hex", 0, (t) => `0x${t.toString(16)}`],
+    ["octal-looking 0o", 0, (t) => `0o${t.toString(8)}`],
+    ["binary 0b", 0, (t) => `0b${t.toString(2)}`],
+    ["exponent", 0, (t) => `${t / 1000}e3`],
+    ["exponent E+", 0, (t) => `${t / 1e5}E+5`],
+    ["leading plus", 0, (t) => `+${t}`],
+    ["leading zeros", 0, (t) => `000${t}`],
+    ["negative", 0, (t) => `-${t}`],
+    ["empty", 0, () => ""],
+    ["letters", 0, () => "soon"],
+    ["Infinity", 0, () => "Infinity"],
+    ["NaN", 0, () => "NaN"],
+    ["1e400", 0, () => "1e400"],
+    ["bigint n", 0, (t) => `${t}n`],
+    ["underscore", 0, (t) => `${String(t).slice(0, 4)}_${String(t).slice(4)}`],
+    ["seconds not ms", 0, (t) => `${Math.floor(t / 1000)}`],
+    ["zero", 0, () => "0"],
+    ["no-break space after", 0, (t) => `${t}\u00a0`],
+    ["superscript digit", 0, (t) => `${t}\u00b2`],
+  ];
+  const sigSpellings = [
+    ["canonical", (x) => x],
+    ["padded ==", (x) => `${x}==`],
+    ["padded =", (x) => `${x}=`],
+    ["junk appended", (x) => `${x}!`],
+    ["junk inside", (x) => `${x.slice(0, 10)}*${x.slice(10)}`],
+    ["standard alphabet", (x) => x.replace(/-/g, "+").replace(/_/g, "/")],
+    ["one char short", (x) => x.slice(0, -1)],
+    ["one char more", (x) => `${x}A`],
+    ["last char flipped", (x) => x.slice(0, -1) + (x.endsWith("A") ? "Q" : "A")],
+    ["stray trailing bits", (x) => x.slice(0, -1) + String.fromCharCode(x.charCodeAt(x.length - 1) ^ 1)],
+    ["whitespace inside", (x) => `${x.slice(0, 20)} ${x.slice(20)}`],
+    ["empty", () => ""],
+    ["hex of nothing", () => "00".repeat(64)],
+    ["uppercase", (x) => x.toUpperCase()],
+    ["duplicated", (x) => `${x}, ${x}`],
+  ];
+  const failures = await scenario("signatures", async (s) => {
+    await paired(s);
+    let step = 0;
+    for (const [name, offset, spell] of spellings) {
+      H.clock.t = H.T0 + 1000 * ++step;
+      const issuedAt = H.clock.t + offset;
+      await call(s, `issued-at ${name}`, "heartbeat", hb, {
+        issuedAt: Number.isFinite(issuedAt) ? issuedAt : H.clock.t,
+        mutateHeaders: (h) => ({ ...h, "x-byollm-issued-at": spell(issuedAt) }),
+      });
+    }
+    for (const [name, spell] of sigSpellings) {
+      H.clock.t = H.T0 + 1000 * ++step;
+      await call(s, `signature ${name}`, "heartbeat", hb, { mutateHeaders: (h) => ({ ...h, "x-byollm-signature": spell(h["x-byollm-signature"]) }) });
+    }
+    // What the signature covers: endpoint, runner, time, exact body bytes.
+    H.clock.t = H.T0 + 1000 * ++step;
+    const other = (endpoint) => (h, side) => ({ ...h, "x-byollm-signature": H.signHeaders({ endpoint, runnerId: side.vars.runner, body: H.fill(side, hb) })["x-byollm-signature"] });
+    await call(s, "signed for claim, sent to heartbeat", "heartbeat", hb, { mutateHeaders: other("claim") });
+    await call(s, "signed over the body plus a space", "heartbeat", hb, {
+      mutateHeaders: (h, side) => ({ ...h, "x-byollm-signature": H.signHeaders({ endpoint: "heartbeat", runnerId: side.vars.runner, body: `${H.fill(side, hb)} ` })["x-byollm-signature"] }),
+    });
+    await call(s, "signed by the stranger", "heartbeat", hb, { keys: H.STRANGER });
+    await call(s, "signed by bob's device as alice's runner", "heartbeat", hb, { keys: H.DEVICE2 });
+    await call(s, "runner header names bob, body alice", "heartbeat", hb, { runner: "runner2", keys: H.DEVICE2 });
+    await call(s, "unknown runner header", "heartbeat", hb, { mutateHeaders: (h) => ({ ...h, "x-byollm-runner": "runner_00000000-0000-0000-0000-000000000000" }) });
+    await call(s, "runner header with spaces", "heartbeat", hb, { mutateHeaders: (h) => ({ ...h, "x-byollm-runner": ` ${h["x-byollm-runner"]} ` }) });
+    await call(s, "runner header uppercased", "heartbeat", hb, { mutateHeaders: (h) => ({ ...h, "x-byollm-runner": h["x-byollm-runner"].toUpperCase() }) });
+    for (const drop of ["x-byollm-runner", "x-byollm-issued-at", "x-byollm-signature"]) {
+      await call(s, `without ${drop}`, "heartbeat", hb, { mutateHeaders: (h) => Object.fromEntries(Object.entries(h).filter(([k]) => k !== drop)) });
+    }
+    await call(s, "header names in capitals", "heartbeat", hb, { mutateHeaders: (h) => Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toUpperCase(), v])) });
+    await call(s, "unsigned claim", "claim", H.claimBody(), { sign: false });
+    await call(s, "authorization bearer instead", "claim", H.claimBody(), { sign: false, extraHeaders: { authorization: "Bearer x" } });
+    // A signature from a revoked runner, then from the live one.
+    await appCall(s, "revoke bob", (app) => app.revokeRunner(s.vars.runner2));
+    await call(s, "revoked runner, valid signature", "heartbeat", H.heartbeatBody([], "runner2"), { runner: "runner2", keys: H.DEVICE2 });
+    await call(s, "revoked runner, stale signature", "heartbeat", H.heartbeatBody([], "runner2"), { runner: "runner2", keys: H.DEVICE2, issuedAt: H.clock.t - 200_000 });
+    await call(s, "revoked runner, bad schema", "heartbeat", "{\"protocolVersion\":\"2\"}", { runner: "runner2", keys: H.DEVICE2 });
+    await call(s, "live runner, bad schema", "heartbeat", "{\"protocolVersion\":\"2\"}");
+    await call(s, "live runner, body names bob", "heartbeat", H.heartbeatBody([], "runner2"));
+    await call(s, "a valid heartbeat still works", "heartbeat", hb);
+  });
+  return failures;
+});
+
+// ---------------------------------------------------------------- body variants
+
+dtest("body variants: order, whitespace, escapes, duplicates, extra keys, types, sizes, depth, surrogates", async () => {
+  const cap = JSON.stringify(H.CAP);
+  const claimV = (inner) => `{"protocolVersion":"2","runnerId":"{{runner}}",${inner}}`;
+  const variants = [
+    ["claim: key order reversed", `{"max":1,"capabilities":[${cap}],"runnerId":"{{runner}}","protocolVersion":"2"}`],
+    ["claim: pretty printed", JSON.stringify({ protocolVersion: "2", runnerId: "{{runner}}", capabilities: [H.CAP], max: 1 }, null, 2)],
+    ["claim: CRLF and tabs", `{\r\n\t"protocolVersion" : "2" ,\r\n\t"runnerId":"{{runner}}",\t"capabilities":[${cap}],"max":1}`],
+    ["claim: leading and trailing whitespace", ` \n${H.claimBody("runner", [H.CAP], 1)}\n `],
+    ["claim: BOM", `\uFEFF${H.claimBody("runner", [H.CAP], 1)}`],
+    ["claim: escaped key", `{"protocolVersion":"2","\\u0072unnerId":"{{runner}}","capabilities":[${cap}],"max":1}`],
+    ["claim: escaped value", `{"protocolVersion":"\\u0032","runnerId":"{{runner}}","capabilities":[${cap}],"max":1}`],
+    ["claim: escaped slash in model", claimV(`"capabilities":[${cap.replace('"m1"', '"m\\/1"')}],"max":1`)],
+    ["claim: duplicate max, last wins", claimV(`"capabilities":[${cap}],"max":1,"max":70`)],
+    ["claim: duplicate max, valid last", claimV(`"capabilities":[${cap}],"max":70,"max":1`)],
+    ["claim: duplicate runnerId, foreign first", `{"protocolVersion":"2","runnerId":"runner_x","runnerId":"{{runner}}","capabilities":[${cap}],"max":1}`],
+    ["claim: duplicate runnerId, foreign last", `{"protocolVersion":"2","runnerId":"{{runner}}","runnerId":"runner_x","capabilities":[${cap}],"max":1}`],
+    ["claim: duplicate protocolVersion", `{"protocolVersion":"1","protocolVersion":"2","runnerId":"{{runner}}","capabilities":[${cap}],"max":1}`],
+    ["claim: extra top-level key", claimV(`"capabilities":[${cap}],"max":1,"extra":true`)],
+    ["claim: __proto__ key", claimV(`"capabilities":[${cap}],"max":1,"__proto__":{"x":1}`)],
+    ["claim: extra key in a capability", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, extra: 1 })}],"max":1`)],
+    ["claim: max as string", claimV(`"capabilities":[${cap}],"max":"1"`)],
+    ["claim: max 0", claimV(`"capabilities":[${cap}],"max":0`)],
+    ["claim: max 64", claimV(`"capabilities":[${cap}],"max":64`)],
+    ["claim: max 65", claimV(`"capabilities":[${cap}],"max":65`)],
+    ["claim: max 1.0", claimV(`"capabilities":[${cap}],"max":1.0`)],
+    ["claim: max 1e0", claimV(`"capabilities":[${cap}],"max":1e0`)],
+    ["claim: max -0", claimV(`"capabilities":[${cap}],"max":-0`)],
+    ["claim: max 1e400", claimV(`"capabilities":[${cap}],"max":1e400`)],
+    ["claim: max null", claimV(`"capabilities":[${cap}],"max":null`)],
+    ["claim: capabilities object", claimV(`"capabilities":${cap},"max":1`)],
+    ["claim: capabilities empty", claimV(`"capabilities":[],"max":1`)],
+    ["claim: 200 capabilities", claimV(`"capabilities":[${Array(200).fill(cap).join(",")}],"max":1`)],
+    ["claim: model 10,000 chars", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, model: "m".repeat(10_000) })}],"max":1`)],
+    ["claim: service empty", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, service: "" })}],"max":1`)],
+    ["claim: kind uppercase", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, kind: "LLM.GENERATE" })}],"max":1`)],
+    ["claim: offerScope public", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, offerScope: "public" })}],"max":1`)],
+    ["claim: knownModels nested", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, knownModels: [["a"]] })}],"max":1`)],
+    ["claim: depth 64 extra key", claimV(`"capabilities":[${cap}],"max":1,"x":${"[".repeat(64)}${"]".repeat(64)}`)],
+    ["claim: depth 200 extra key", claimV(`"capabilities":[${cap}],"max":1,"x":${"[".repeat(200)}${"]".repeat(200)}`)],
+    ["claim: depth 5000 extra key", claimV(`"capabilities":[${cap}],"max":1,"x":${"[".repeat(5000)}${"]".repeat(5000)}`)],
+    ["claim: depth 200 objects", claimV(`"capabilities":[${cap}],"max":1,"x":${'{"a":'.repeat(200)}1${"}".repeat(200)}`)],
+    ["claim: depth 5000 in model", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, model: "§" }).replace('"§"', "[".repeat(5000) + "]".repeat(5000))}],"max":1`)],
+    ["claim: lone high surrogate in model", claimV(`"capabilities":[${cap.replace('"m1"', '"m\\ud800"')}],"max":1`)],
+    ["claim: lone low surrogate in service", claimV(`"capabilities":[${cap.replace('"local"', '"\\udc00local"')}],"max":1`)],
+    ["claim: reversed pair in model", claimV(`"capabilities":[${cap.replace('"m1"', '"\\udc00\\ud800"')}],"max":1`)],
+    ["claim: lone surrogate in a key", claimV(`"capabilities":[${cap}],"max":1,"\\ud800":1`)],
+    ["claim: lone surrogate runnerId", `{"protocolVersion":"2","runnerId":"\\ud800","capabilities":[${cap}],"max":1}`],
+    ["claim: NUL in model", claimV(`"capabilities":[${cap.replace('"m1"', '"m\\u0000"')}],"max":1`)],
+    ["claim: raw control character", claimV(`"capabilities":[${cap.replace('"m1"', '"m\u0001"')}],"max":1`)],
+    ["claim: trailing comma", claimV(`"capabilities":[${cap}],"max":1,`)],
+    ["claim: single quotes", `{'protocolVersion':'2'}`],
+    ["claim: comment", `/* hi */${H.claimBody("runner", [H.CAP], 1)}`],
+    ["claim: two documents", `${H.claimBody("runner", [H.CAP], 1)}${H.claimBody("runner", [H.CAP], 1)}`],
+    ["claim: NaN", claimV(`"capabilities":[${cap}],"max":NaN`)],
+    ["claim: hex number", claimV(`"capabilities":[${cap}],"max":0x1`)],
+    ["claim: number with plus", claimV(`"capabilities":[${cap}],"max":+1`)],
+    ["claim: leading zero number", claimV(`"capabilities":[${cap}],"max":01`)],
+    ["claim: array body", `[${H.claimBody("runner", [H.CAP], 1)}]`],
+    ["claim: string body", `"2"`],
+    ["claim: null body", `null`],
+    ["claim: empty body", ``],
+    ["claim: only whitespace", `   `],
+    ["claim: protocolVersion 2 number", `{"protocolVersion":2,"runnerId":"{{runner}}","capabilities":[${cap}],"max":1}`],
+    ["claim: protocolVersion missing", `{"runnerId":"{{runner}}","capabilities":[${cap}],"max":1}`],
+    ["claim: protocolVersion 3", `{"protocolVersion":"3","runnerId":"{{runner}}","capabilities":[${cap}],"max":1}`],
+    ["claim: protocolVersion 1", `{"protocolVersion":"1","runnerId":"{{runner}}","capabilities":[${cap}],"max":1}`],
+    ["claim: protocolVersion lone surrogate", `{"protocolVersion":"\\ud800","runnerId":"{{runner}}","capabilities":[${cap}],"max":1}`],
+    ["heartbeat: withheld one claimant", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"1","capabilities":[],"withheld":[{"kind":"llm.generate","claimants":[{"service":"a","offer":"team"}]}],"activeLeases":[]}`],
+    ["heartbeat: withheld two claimants", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"1","capabilities":[],"withheld":[{"kind":"llm.generate","claimants":[{"service":"a","offer":"team"},{"service":"b","offer":"private"}]}],"activeLeases":[]}`],
+    ["heartbeat: daemonVersion 100,000 chars", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"${"9".repeat(100_000)}","capabilities":[],"activeLeases":[]}`],
+    ["heartbeat: 1,000 unknown leases", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"1","capabilities":[],"activeLeases":[${Array.from({ length: 1000 }, (_, i) => `{"jobId":"j${i}","leaseId":"l${i}"}`).join(",")}]}`],
+    ["heartbeat: activeLeases object", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"1","capabilities":[],"activeLeases":{}}`],
+    ["fetch: jobId number", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":1,"leaseId":"x"}`],
+    ["fetch: jobId empty", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"","leaseId":"x"}`],
+    ["fetch: extra key", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"job-1","leaseId":"x","x":1}`],
+    ["fetch: 1 MB jobId", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"${"j".repeat(1 << 20)}","leaseId":"x"}`],
+    ["release: empty leases", `{"protocolVersion":"2","runnerId":"{{runner}}","leases":[],"reason":"refused"}`],
+    ["release: reason uppercase", `{"protocolVersion":"2","runnerId":"{{runner}}","leases":[],"reason":"REFUSED"}`],
+    ["release: lease missing leaseId", `{"protocolVersion":"2","runnerId":"{{runner}}","leases":[{"jobId":"job-1"}],"reason":"refused"}`],
+    ["result: envelope missing", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"job-1","leaseId":"x","disposition":"ok"}`],
+    ["result: envelope string", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"job-1","leaseId":"x","envelope":"e","disposition":"ok"}`],
+    ["result: envelope direction payload", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"job-1","leaseId":"x","envelope":{"ciphertext":"x","recipientKeyId":"a","senderKeyId":"b","direction":"payload","deadlineAt":1},"disposition":"ok"}`],
+    ["result: deadlineAt negative", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"job-1","leaseId":"x","envelope":{"ciphertext":"x","recipientKeyId":"a","senderKeyId":"b","direction":"result","deadlineAt":-1},"disposition":"ok"}`],
+    ["result: deadlineAt 2^53", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"job-1","leaseId":"x","envelope":{"ciphertext":"x","recipientKeyId":"a","senderKeyId":"b","direction":"result","deadlineAt":9007199254740993},"disposition":"ok"}`],
+    ["result: ciphertext not base64", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"job-1","leaseId":"x","envelope":{"ciphertext":"!!!!","recipientKeyId":"a","senderKeyId":"b","direction":"result","deadlineAt":1},"disposition":"ok"}`],
+  ];
+  const pairVariants = [
+    ["pair: poll code too short", `{"protocolVersion":"2","action":"poll","deviceCode":"short"}`],
+    ["pair: poll code lone surrogate", `{"protocolVersion":"2","action":"poll","deviceCode":"${"a".repeat(42)}\\ud800"}`],
+    ["pair: poll code 10,000 chars", `{"protocolVersion":"2","action":"poll","deviceCode":"${"a".repeat(10_000)}"}`],
+    ["pair: action uppercase", `{"protocolVersion":"2","action":"POLL","deviceCode":"${"a".repeat(43)}"}`],
+    ["pair: both actions duplicate", `{"protocolVersion":"2","action":"start","action":"poll","deviceCode":"${"a".repeat(43)}"}`],
+    ["pair: start reordered", (() => { const b = JSON.parse(H.pairStartBody()); return JSON.stringify({ capabilities: b.capabilities, device: b.device, daemon: b.daemon, action: "start", protocolVersion: "2" }); })()],
+    ["pair: start extra key", H.pairStartBody(H.DEVICE, [H.CAP], { extra: 1 })],
+    ["pair: start label 120", H.pairStartBody().replace('"label":"diff"', `"label":"${"l".repeat(120)}"`)],
+    ["pair: start label 121", H.pairStartBody().replace('"label":"diff"', `"label":"${"l".repeat(121)}"`)],
+    ["pair: start label 120 astral", H.pairStartBody().replace('"label":"diff"', `"label":"${"🙂".repeat(120)}"`)],
+    ["pair: start label 121 astral", H.pairStartBody().replace('"label":"diff"', `"label":"${"🙂".repeat(121)}"`)],
+    ["pair: start label lone surrogates", H.pairStartBody().replace('"label":"diff"', `"label":"${"\\ud800".repeat(120)}"`)],
+    ["pair: start platform beos", H.pairStartBody().replace('"platform":"linux"', '"platform":"beos"')],
+    ["pair: start escaped everything", H.pairStartBody().replace(/"action":"start"/, '"\\u0061ction":"\\u0073tart"')],
+  ];
+  const failures = await scenario("body variants", async (s) => {
+    await paired(s);
+    await enqueue(s, "job-2");
+    let step = 0;
+    for (const [name, template] of variants) {
+      H.clock.t = H.T0 + 10 * ++step;
+      const endpoint = name.split(":")[0];
+      const r = await call(s, name, endpoint, template);
+      if (endpoint === "claim" && r.raw.status === 200) {
+        // Put claimed work back, so the next variant sees the same queue.
+        for (const stub of r.raw.body.jobs) {
+          s.vars.back = stub.lease.id;
+          await call(s, `${name}: release`, "release", H.releaseBody([[stub.id, "back"]], "shutdown"));
+        }
+      }
+    }
+    await jobState(s, "job-1 after the variants", "job-1");
+    await jobState(s, "job-2 after the variants", "job-2");
+  });
+  // Each pairing variant on a fresh site, so one refusal cannot shift the
+  // codes of the next.
+  for (const [name, template] of pairVariants) {
+    failures.push(...(await scenario(name, (s) => call(s, name, "pair", template, { sign: false }))));
+  }
+  return failures;
+});
+
+test("every deliberate difference quotes the document that states it", () => {
+  for (const d of DELIBERATE) {
+    for (const [file, quote] of [d.doc, d.also].filter(Boolean)) {
+      const lines = readFileSync(new URL(`../${file}`, import.meta.url), "utf8").split("\n");
+      const at = lines.findIndex((l) => l.includes(quote));
+      assert.ok(at >= 0, `${d.id}: ${file} no longer says "${quote}"`);
+      d.where = `${d.where ? `${d.where}; ` : ""}${file}:${at + 1}`;
+    }
+  }
+  console.log(`deliberate: ${DELIBERATE.map((d) => `${d.id} (${d.where})`).join("; ")}`);
+});
 
 test("no 5xx, no rejected promise, no unhandled rejection from ours", async () => {
   // Let any stray promise settle first.

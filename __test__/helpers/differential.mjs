@@ -112,8 +112,15 @@ export async function send(side, label, { method = "POST", path, headers = {}, b
   if (body !== undefined) init.body = body;
   if (duplex || (body && typeof body === "object" && typeof body.getReader === "function")) init.duplex = "half";
   let answer;
+  let request;
   try {
-    const response = await side.handler(new Request(`${ORIGIN}${path}`, init));
+    request = new Request(`${ORIGIN}${path}`, init);
+  } catch (e) {
+    // Not a request a host could hand over (a header outside Latin-1, say).
+    return { unsendable: String(e?.message ?? e).slice(0, 200) };
+  }
+  try {
+    const response = await side.handler(request);
     const text = await response.text();
     let json;
     try {
