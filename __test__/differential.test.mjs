@@ -14,6 +14,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
+import * as protocol from "@byollm/protocol";
 import * as H from "./helpers/differential.mjs";
 
 const { both, pair, claim, fetchJob, result, sealResult, jobState, appCall, compareLogs, fatal, unhandledRejections } = H;
@@ -32,6 +33,14 @@ const DELIBERATE = [
     label: /signature (padded|junk|standard alphabet|whitespace inside|stray trailing bits)|mutation .* signature/,
     ref: (v) => v.status === 200,
     ours: is(401, "unauthorized"),
+  },
+  {
+    id: "a result on a lapsed lease is refused before any sweep",
+    doc: ["README.md", "and a lease that has expired even before a sweep ran"],
+    also: ["docs/security.md", "A result after lease expiry is accepted until a sweep runs"],
+    label: /lease edge: result (at expiry|1 ms after expiry|an hour after expiry) \/ /,
+    ref: (v) => v.body?.accepted === true || v.state === "ok",
+    ours: (v) => (v.status === 200 && v.body?.accepted === false && v.body.state === "claimed") || (v.state === "claimed" && v.outcome === null),
   },
 ];
 
@@ -52,6 +61,16 @@ const OPEN_DIVERGENCES = [
     label: /lone surrogate|surrogates/,
     ref: (v) => v.status === 200,
     ours: (v) => typeof v.rejects === "string" && v.rejects.includes("JSON-compatible"),
+  },
+  {
+    // Issue 25 item 4: `approvePairing({ userCode, owner: 7 | null |
+    // undefined | {…} })`: the reference stores the value as the owner; ours
+    // throws napi's internal "Failed to convert JavaScript value `Number 7 `
+    // into rust type `String`". To be: a TypeError naming `owner` (and a
+    // documented refusal, since the reference accepts).
+    id: "approvePairing with a non-string owner surfaces napi's message",
+    label: /pairing: approve with odd owners \/ approve owner/,
+    ours: (v) => /Failed to convert JavaScript value/.test(v.error?.message ?? ""),
   },
 ];
 
@@ -349,6 +368,254 @@ dtest("body variants: order, whitespace, escapes, duplicates, extra keys, types,
   for (const [name, template] of pairVariants) {
     failures.push(...(await scenario(name, (s) => call(s, name, "pair", template, { sign: false }))));
   }
+  return failures;
+});
+
+// ---------------------------------------------------------------- fetch, result, leases
+
+dtest("fetch and result refusals, lease edges", async () => {
+  const ok = await sealResult("job-1");
+  const ok2 = await sealResult("job-2");
+  const byBob = await sealResult("job-1", { keys: H.DEVICE2 });
+  const byStranger = await sealResult("job-1", { keys: H.STRANGER });
+  const otherJob = await sealResult("job-2");
+  const errorOutcome = await sealResult("job-1", { outcome: { outcome: "error", code: "backend-down", message: "m", retryable: true } });
+  const canceled = await sealResult("job-1", { outcome: { outcome: "canceled" } });
+  const sealedNull = await sealResult("job-1", { plaintext: "null" });
+  const notJson = await sealResult("job-1", { plaintext: "{nope" });
+  const notOutcome = await sealResult("job-1", { plaintext: JSON.stringify({ outcome: { outcome: "maybe" } }) });
+  const tampered = { ...ok, ciphertext: ok.ciphertext.slice(0, -4) + (ok.ciphertext.endsWith("AAAA") ? "BBBB" : "AAAA") };
+  const wrongDirection = { ...ok, direction: "payload" };
+  const wrongRecipient = { ...ok, recipientKeyId: "BYOLLM-XXXX" };
+  const failures = [];
+  // Refusals before and around a live lease.
+  failures.push(
+    ...(await scenario("fetch/result refusals", async (s) => {
+      await paired(s);
+      s.vars.nolease = "00000000-0000-4000-8000-000000000000";
+      await fetchJob(s, "fetch before any claim", "job-1", { lease: "nolease" });
+      await result(s, "result before any claim", "job-1", ok, { lease: "nolease" });
+      await fetchJob(s, "fetch unknown job", "job-404", { lease: "nolease" });
+      await result(s, "result unknown job", "job-404", ok, { lease: "nolease" });
+      await claim(s, "claim");
+      await fetchJob(s, "fetch with another lease id", "job-1", { lease: "nolease" });
+      await fetchJob(s, "fetch by bob with alice's lease", "job-1", { runner: "runner2", keys: H.DEVICE2 });
+      await fetchJob(s, "fetch naming job-2 with job-1's lease", "job-2", { lease: "lease:job-1" });
+      await fetchJob(s, "fetch signed for result", "job-1", { mutateHeaders: (h, side) => ({ ...h, "x-byollm-signature": H.signHeaders({ endpoint: "result", runnerId: side.vars.runner, body: H.fill(side, H.fetchBody("job-1", "lease:job-1")) })["x-byollm-signature"] }) });
+      await fetchJob(s, "fetch", "job-1");
+      await fetchJob(s, "fetch again", "job-1");
+      await result(s, "result with another lease id", "job-1", ok, { lease: "nolease" });
+      await result(s, "result for job-2 with job-1's lease", "job-2", ok2, { lease: "lease:job-1" });
+      await result(s, "result sealed for job-2 sent for job-1", "job-1", otherJob);
+      await result(s, "result sealed by bob's device", "job-1", byBob);
+      await result(s, "result sealed by a stranger", "job-1", byStranger);
+      await result(s, "result tampered", "job-1", tampered);
+      await result(s, "result wrong direction", "job-1", wrongDirection);
+      await result(s, "result wrong recipient key id", "job-1", wrongRecipient);
+      await result(s, "result not JSON inside", "job-1", notJson);
+      await result(s, "result not an outcome inside", "job-1", notOutcome);
+      await result(s, "result disposition error for an ok seal", "job-1", ok, { disposition: "error" });
+      await result(s, "result disposition canceled for an error seal", "job-1", errorOutcome, { disposition: "canceled" });
+      await jobState(s, "after the refused results", "job-1");
+      await result(s, "result error outcome", "job-1", errorOutcome, { disposition: "error" });
+      await result(s, "result again, ok this time", "job-1", ok);
+      await jobState(s, "after the error result", "job-1");
+      await fetchJob(s, "fetch after the result", "job-1");
+      await appCall(s, "app.result", (app) => app.result("job-1"));
+    })),
+  );
+  // The sealed-null weak spot, alone (ours answers 400, the reference rejects).
+  failures.push(
+    ...(await scenario("sealed null", async (s) => {
+      await paired(s, { second: false });
+      await claim(s, "claim");
+      await result(s, "result sealing JSON null", "job-1", sealedNull);
+      await jobState(s, "after", "job-1");
+    })),
+  );
+  // Lease edges under the shared clock.
+  const leaseEdges = async (name, at, steps) =>
+    scenario(`lease edge: ${name}`, async (s) => {
+      await paired(s);
+      await claim(s, "claim");
+      const stub = (await s.store.get("job-1")).lease;
+      H.clock.t = stub.expiresAt + at;
+      await steps(s);
+      await jobState(s, "job-1 after", "job-1");
+    });
+  for (const [name, at] of [["1 ms before expiry", -1], ["at expiry", 0], ["1 ms after expiry", 1], ["an hour after expiry", 3_600_000]]) {
+    failures.push(...(await leaseEdges(`fetch ${name}`, at, (s) => fetchJob(s, `fetch ${name}`, "job-1"))));
+    failures.push(...(await leaseEdges(`result ${name}`, at, (s) => result(s, `result ${name}`, "job-1", ok))));
+    failures.push(...(await leaseEdges(`heartbeat ${name}`, at, (s) => call(s, `heartbeat ${name}`, "heartbeat", H.heartbeatBody([["job-1", "lease:job-1"]])))));
+    failures.push(...(await leaseEdges(`release ${name}`, at, (s) => call(s, `release ${name}`, "release", H.releaseBody([["job-1", "lease:job-1"]], "shutdown")))));
+    failures.push(
+      ...(await leaseEdges(`bob claims ${name}`, at, async (s) => {
+        await claim(s, `bob claims ${name}`, { runner: "runner2", keys: H.DEVICE2, caps: [H.TEAM_CAP] });
+        await claim(s, `alice claims again ${name}`);
+      })),
+    );
+    failures.push(
+      ...(await leaseEdges(`sweep then fetch ${name}`, at, async (s) => {
+        await appCall(s, "sweep", (app) => app.sweep());
+        await fetchJob(s, `fetch ${name} after sweep`, "job-1");
+        await result(s, `result ${name} after sweep`, "job-1", ok);
+      })),
+    );
+  }
+  // Renewal keeps a lease; a re-claim after lapse hands out a new lease, and
+  // the old one is dead.
+  failures.push(
+    ...(await scenario("renew and reclaim", async (s) => {
+      await paired(s);
+      await claim(s, "claim");
+      const first = (await s.store.get("job-1")).lease;
+      H.clock.t = first.expiresAt - 1;
+      await call(s, "heartbeat renews", "heartbeat", H.heartbeatBody([["job-1", "lease:job-1"]]));
+      await jobState(s, "renewed", "job-1");
+      H.clock.t = first.expiresAt + 30_000;
+      await fetchJob(s, "fetch inside the renewed lease", "job-1");
+      H.clock.t += 120_000;
+      await appCall(s, "sweep", (app) => app.sweep());
+      s.vars.old = s.vars["lease:job-1"];
+      await claim(s, "claim again after lapse");
+      await fetchJob(s, "fetch with the old lease", "job-1", { lease: "old" });
+      await result(s, "result with the old lease", "job-1", ok, { lease: "old" });
+      await call(s, "heartbeat with the old lease", "heartbeat", H.heartbeatBody([["job-1", "old"]]));
+      await result(s, "result with the new lease", "job-1", ok);
+      await jobState(s, "done", "job-1");
+    })),
+  );
+  return failures;
+});
+
+// ---------------------------------------------------------------- pairing abuse
+
+dtest("pairing abuse", async () => {
+  const failures = [];
+  const caseOf = (name, fn) => scenario(`pairing: ${name}`, fn);
+  const start = (s, label = "start", body = H.pairStartBody()) => call(s, label, "pair", body, { sign: false });
+  const poll = (s, label, code = "{{dc}}") => call(s, label, "pair", `{"protocolVersion":"2","action":"poll","deviceCode":"${code}"}`, { sign: false });
+  const started = async (s, body) => {
+    const r = await start(s, "start", body);
+    s.vars.dc = r.raw.body.deviceCode;
+    s.vars.uc = r.raw.body.userCode;
+    return r;
+  };
+  const cases = {
+    "poll an unknown code": (s) => poll(s, "poll", "x".repeat(43)),
+    "poll pending, approve, poll twice": async (s) => {
+      await started(s);
+      await poll(s, "poll pending");
+      await appCall(s, "pendingPairing", (app) => app.pendingPairing(s.vars.uc));
+      await appCall(s, "approve", (app) => app.approvePairing({ userCode: s.vars.uc, owner: "alice" }));
+      await poll(s, "poll approved");
+      await poll(s, "poll collected");
+      await appCall(s, "approve again", (app) => app.approvePairing({ userCode: s.vars.uc, owner: "mallory" }));
+      await appCall(s, "pendingPairing after approval", (app) => app.pendingPairing(s.vars.uc));
+    },
+    "user code spellings": async (s) => {
+      await started(s);
+      const uc = s.vars.uc;
+      for (const spelled of [uc.toLowerCase(), uc.replace("-", ""), ` ${uc} `, uc.replace("-", " - "), uc.toLowerCase().replace("-", ".")]) {
+        await appCall(s, "pendingPairing spelled", (app) => app.pendingPairing(spelled));
+      }
+      await appCall(s, "approve lowercase without dash", (app) => app.approvePairing({ userCode: uc.toLowerCase().replace("-", ""), owner: "alice" }));
+      await poll(s, "poll");
+    },
+    "approve unknown or malformed codes": async (s) => {
+      for (const code of ["AAAA-AAAA", "", "????", "A".repeat(1000), "\ud800"]) {
+        await appCall(s, "approve", (app) => app.approvePairing({ userCode: code, owner: "alice" }));
+        await appCall(s, "pendingPairing", (app) => app.pendingPairing(code));
+        await appCall(s, "deny", (app) => app.denyPairing(code));
+      }
+    },
+    "deny then poll and approve": async (s) => {
+      await started(s);
+      await appCall(s, "deny", (app) => app.denyPairing(s.vars.uc));
+      await poll(s, "poll denied");
+      await appCall(s, "approve denied", (app) => app.approvePairing({ userCode: s.vars.uc, owner: "alice" }));
+      await poll(s, "poll again");
+    },
+    "expiry edges": async (s) => {
+      const r = await started(s);
+      H.clock.t = r.raw.body.expiresAt - 1;
+      await appCall(s, "pendingPairing 1 ms before", (app) => app.pendingPairing(s.vars.uc));
+      await poll(s, "poll 1 ms before");
+      H.clock.t = r.raw.body.expiresAt;
+      await appCall(s, "pendingPairing at expiry", (app) => app.pendingPairing(s.vars.uc));
+      await poll(s, "poll at expiry");
+      await appCall(s, "approve at expiry", (app) => app.approvePairing({ userCode: s.vars.uc, owner: "alice" }));
+      await poll(s, "poll after a late approval");
+    },
+    "approve then expire then poll": async (s) => {
+      const r = await started(s);
+      await appCall(s, "approve", (app) => app.approvePairing({ userCode: s.vars.uc, owner: "alice" }));
+      H.clock.t = r.raw.body.expiresAt + 1;
+      await poll(s, "poll approved after expiry");
+    },
+    "owners of every shape": async (s) => {
+      for (const owner of ["alice", " alice", "ALICE", "\u00e9", "🙂", "a".repeat(10_000)]) {
+        await started(s);
+        await appCall(s, `approve for ${owner.slice(0, 12)}`, (app) => app.approvePairing({ userCode: s.vars.uc, owner }));
+        await poll(s, "poll");
+      }
+      await appCall(s, "runners for alice", (app) => app.runners("alice"));
+    },
+    "the same device paired twice": async (s) => {
+      await pair(s, { as: "one" });
+      await pair(s, { as: "two", owner: "bob" });
+      await appCall(s, "runners alice", (app) => app.runners("alice"));
+      await appCall(s, "runners bob", (app) => app.runners("bob"));
+      await enqueue(s, "job-1");
+      await claim(s, "claim as alice's runner", { runner: "one" });
+      await claim(s, "claim as bob's runner", { runner: "two" });
+    },
+    "identity not signing the encryption key": (s) => {
+      const device = protocol.publicIdentityOf(H.DEVICE);
+      const other = protocol.publicIdentityOf(H.STRANGER);
+      return Promise.all([
+        start(s, "encryption key of another", JSON.stringify({ ...JSON.parse(H.pairStartBody()), device: { ...device, encryption: other.encryption } })),
+      ]);
+    },
+    "identity keys padded or respelled": async (s) => {
+      const device = protocol.publicIdentityOf(H.DEVICE);
+      for (const [name, d] of [
+        ["identity padded", { ...device, identity: `${device.identity}=` }],
+        ["identity junk", { ...device, identity: `${device.identity}!!` }],
+        ["encryption padded", { ...device, encryption: `${device.encryption}=` }],
+        ["sig standard alphabet", { ...device, encryptionSig: device.encryptionSig.replace(/-/g, "+").replace(/_/g, "/") }],
+        ["sig padded", { ...device, encryptionSig: `${device.encryptionSig}==` }],
+        ["identity empty", { ...device, identity: "" }],
+        ["extra key in device", { ...device, x: 1 }],
+      ]) {
+        const r = await start(s, name, JSON.stringify({ ...JSON.parse(H.pairStartBody()), device: d }));
+        if (r.raw.status === 200) {
+          s.vars.dc = r.raw.body.deviceCode;
+          await appCall(s, `${name}: approve`, (app) => app.approvePairing({ userCode: r.raw.body.userCode, owner: "alice" }));
+          await poll(s, `${name}: poll`);
+        }
+      }
+    },
+    "large fields at start": async (s) => {
+      const body = JSON.parse(H.pairStartBody());
+      for (const [name, b] of [
+        ["version 100 KB", { ...body, daemon: { ...body.daemon, version: "v".repeat(100_000) } }],
+        ["1,000 capabilities", { ...body, capabilities: Array(1000).fill(H.CAP) }],
+        ["model 100 KB", { ...body, capabilities: [{ ...H.CAP, model: "m".repeat(100_000) }] }],
+        ["knownModels 1,000", { ...body, capabilities: [{ ...H.CAP, knownModels: Array(1000).fill("k") }] }],
+      ]) {
+        const r = await start(s, name, JSON.stringify(b));
+        if (r.raw.status === 200) await appCall(s, `${name}: pendingPairing`, (app) => app.pendingPairing(r.raw.body.userCode));
+      }
+    },
+    "approve with odd owners": async (s) => {
+      for (const owner of ["", 7, null, undefined, { id: "alice" }]) {
+        await started(s);
+        await appCall(s, `approve owner ${JSON.stringify(owner)}`, (app) => app.approvePairing({ userCode: s.vars.uc, owner }));
+      }
+    },
+  };
+  for (const [name, fn] of Object.entries(cases)) failures.push(...(await caseOf(name, fn)));
   return failures;
 });
 
