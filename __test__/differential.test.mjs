@@ -17,7 +17,7 @@ import { readFileSync } from "node:fs";
 import * as protocol from "@byollm/protocol";
 import * as H from "./helpers/differential.mjs";
 
-const { both, pair, claim, fetchJob, result, sealResult, jobState, appCall, compareLogs, fatal, unhandledRejections } = H;
+const { both, pair, claim, fetchJob, result, sealResult, jobState, appCall, observe, compareLogs, fatal, unhandledRejections } = H;
 
 /**
  * Differences we keep on purpose. `where` names the documenting line;
@@ -41,6 +41,29 @@ const DELIBERATE = [
     label: /lease edge: result (at expiry|1 ms after expiry|an hour after expiry) \/ /,
     ref: (v) => v.body?.accepted === true || v.state === "ok",
     ours: (v) => (v.status === 200 && v.body?.accepted === false && v.body.state === "claimed") || (v.state === "claimed" && v.outcome === null),
+  },
+  {
+    id: "a cancel then a release ends the job canceled",
+    doc: ["README.md", "A cancel asked for a job that its runner then releases ends the job `canceled` instead of reaching"],
+    also: ["docs/security.md", "A cancel request survives a release and hits the next runner"],
+    label: /^cancel then release \/ (after|the other runner claims)$/,
+    ref: (v) => v.state === "queued" || v.body?.jobs?.length === 1,
+    ours: (v) => v.state === "canceled" || (v.status === 200 && v.body?.jobs?.length === 0),
+  },
+  {
+    // Issue 25 items 1-2: an audience other than exactly "private"/"team" is
+    // refused at enqueue with an error naming the allowed values (the
+    // reference accepts it and treats it as team-wide: any owner's team
+    // runner gets the prompt). What follows on our side is that there is
+    // no job: no claim hands it out, fetch and result find nothing.
+    id: "an unknown audience is refused at enqueue",
+    doc: ["README.md", "audience"],
+    label: /^audience odd /,
+    ours: (v) =>
+      (v.error !== undefined && /audience/.test(v.error.message) && /private/.test(v.error.message) && /team/.test(v.error.message)) ||
+      v === null ||
+      (v.status === 200 && Array.isArray(v.body?.jobs) && v.body.jobs.length === 0) ||
+      (v.status === 404 && v.body?.error === "not-found"),
   },
 ];
 
@@ -616,6 +639,318 @@ dtest("pairing abuse", async () => {
     },
   };
   for (const [name, fn] of Object.entries(cases)) failures.push(...(await caseOf(name, fn)));
+  return failures;
+});
+
+// ---------------------------------------------------------------- audiences
+
+const ODD_AUDIENCES = ["Private", "", "public", "TEAM", " team", "team ", "everyone"];
+
+dtest("audiences: enqueue, claim across owners, result, availability", async () => {
+  const failures = [];
+  const cycle = (name, enqueueExtra) =>
+    scenario(`audience ${name}`, async (s) => {
+      await pair(s);
+      await pair(s, { owner: "bob", device: H.DEVICE2, as: "runner2", label: "pair bob", caps: [H.TEAM_CAP] });
+      // The same steps on both sides whatever each answers, so a refusal
+      // on one side shows as a difference, not as a shorter log.
+      s.vars["lease:job-a"] = "00000000-0000-4000-8000-00000000000a";
+      await enqueue(s, "job-a", enqueueExtra);
+      await jobState(s, "stored", "job-a");
+      await claim(s, "bob claims with a team offer", { runner: "runner2", keys: H.DEVICE2, caps: [H.TEAM_CAP] });
+      await fetchJob(s, "bob fetches", "job-a", { runner: "runner2", keys: H.DEVICE2 });
+      await result(s, "bob reports", "job-a", await sealResult("job-a", { keys: H.DEVICE2 }), { runner: "runner2", keys: H.DEVICE2 });
+      await jobState(s, "after bob", "job-a");
+      await claim(s, "alice claims");
+      await result(s, "alice reports", "job-a", await sealResult("job-a"));
+      await jobState(s, "end", "job-a");
+    });
+  const cases = [
+    ["omitted", {}],
+    ["private", { audience: "private" }],
+    ["team", { audience: "team" }],
+    ["team, allow bob", { audience: "team", audienceAllow: ["bob"] }],
+    ["team, allow carol", { audience: "team", audienceAllow: ["carol"] }],
+    ["team, allow nobody", { audience: "team", audienceAllow: [] }],
+    ["team, allow BOB", { audience: "team", audienceAllow: ["BOB"] }],
+    ["private, allow bob", { audience: "private", audienceAllow: ["bob"] }],
+    ...ODD_AUDIENCES.map((a) => [`odd ${JSON.stringify(a)}`, { audience: a }]),
+    ...ODD_AUDIENCES.slice(0, 3).map((a) => [`odd ${JSON.stringify(a)}, allow bob`, { audience: a, audienceAllow: ["bob"] }]),
+  ];
+  for (const [name, extra] of cases) failures.push(...(await cycle(name, extra)));
+  // Wrong types are refused by ours with a TypeError naming the field
+  // (issue 25 item 4); compared here for what each side answers.
+  for (const [name, extra] of [
+    ["type number", { audience: 5 }],
+    ["type null", { audience: null }],
+    ["owner number", { owner: 7 }],
+    ["allow a string", { audience: "team", audienceAllow: "bob" }],
+  ]) failures.push(...(await scenario(`audience ${name}`, async (s) => {
+    await enqueue(s, "job-t", extra);
+    await jobState(s, "stored", "job-t");
+  })));
+  failures.push(
+    ...(await scenario("runnerAvailability", async (s) => {
+      await appCall(s, "nobody paired", (app) => app.runnerAvailability({ kind: "llm.generate", owner: "alice" }));
+      await pair(s);
+      await pair(s, { owner: "bob", device: H.DEVICE2, as: "runner2", label: "pair bob", caps: [H.TEAM_CAP] });
+      for (const owner of ["alice", "bob", "carol"]) {
+        for (const kind of ["llm.generate", "llm.chat"]) {
+          for (const audience of [undefined, "private", "team", ...ODD_AUDIENCES]) {
+            for (const audienceAllow of [undefined, ["bob"], []]) {
+              const q = { kind, owner, ...(audience === undefined ? {} : { audience }), ...(audienceAllow ? { audienceAllow } : {}) };
+              await appCall(s, `availability ${JSON.stringify(q)}`, (app) => app.runnerAvailability(q));
+            }
+          }
+        }
+      }
+      H.clock.t += 10 * 60_000;
+      await appCall(s, "nobody online", (app) => app.runnerAvailability({ kind: "llm.generate", owner: "alice" }));
+    })),
+  );
+  return failures;
+});
+
+// ---------------------------------------------------------------- body limits
+
+const CAP_BYTES = 6 * 1024 * 1024 + 512 * 1024;
+
+/** A pair-poll body of exactly `units` UTF-16 units, padded with `unit`. */
+function padded(units, unit = "x") {
+  const head = '{"protocolVersion":"2","action":"poll","deviceCode":"';
+  const tail = '"}';
+  const n = Math.floor((units - head.length - tail.length) / unit.length);
+  return head + unit.repeat(n) + "x".repeat(units - head.length - tail.length - n * unit.length) + tail;
+}
+
+function streamOf(text, chunk = 65_536, { declared } = {}) {
+  const bytes = Buffer.from(text, "utf8");
+  let at = 0;
+  return {
+    body: new ReadableStream({
+      pull(controller) {
+        if (at >= bytes.length) return controller.close();
+        controller.enqueue(new Uint8Array(bytes.subarray(at, at + chunk)));
+        at += chunk;
+      },
+    }),
+    headers: { "content-type": "application/json", ...(declared === undefined ? {} : { "content-length": String(declared) }) },
+  };
+}
+
+dtest("body limits: declared, actual, lying content-length, chunked, multibyte", { timeout: 60_000 }, async () => {
+  const path = `${H.BASE}/pair`;
+  const small = '{"protocolVersion":"2","action":"poll","deviceCode":"' + "y".repeat(43) + '"}';
+  const cases = [
+    ["declared cap+1, small body", () => ({ headers: { "content-type": "application/json", "content-length": String(CAP_BYTES + 1) }, body: small })],
+    ["declared cap, small body", () => ({ headers: { "content-type": "application/json", "content-length": String(CAP_BYTES) }, body: small })],
+    ["declared 1e9", () => ({ headers: { "content-type": "application/json", "content-length": "1e9" }, body: small })],
+    ["declared 0x800000", () => ({ headers: { "content-type": "application/json", "content-length": "0x800000" }, body: small })],
+    ["declared -1", () => ({ headers: { "content-type": "application/json", "content-length": "-1" }, body: small })],
+    ["declared words", () => ({ headers: { "content-type": "application/json", "content-length": "lots" }, body: small })],
+    ["declared two values", () => ({ headers: { "content-type": "application/json", "content-length": `10, ${CAP_BYTES + 1}` }, body: small })],
+    ["declared 10, body cap+1", () => ({ headers: { "content-type": "application/json", "content-length": "10" }, body: padded(CAP_BYTES + 1) })],
+    ["body exactly the cap", () => ({ headers: { "content-type": "application/json" }, body: padded(CAP_BYTES) })],
+    ["body cap+1", () => ({ headers: { "content-type": "application/json" }, body: padded(CAP_BYTES + 1) })],
+    ["body twice the cap", () => ({ headers: { "content-type": "application/json" }, body: padded(2 * CAP_BYTES) })],
+    ["2-byte chars: units under, bytes over", () => ({ headers: { "content-type": "application/json" }, body: padded(CAP_BYTES - 10, "é") })],
+    ["3-byte chars: units a third of bytes", () => ({ headers: { "content-type": "application/json" }, body: padded(Math.floor(CAP_BYTES / 2), "€") })],
+    ["astral chars: units half of bytes", () => ({ headers: { "content-type": "application/json" }, body: padded(Math.floor(CAP_BYTES * 0.9), "🙂") })],
+    ["2-byte chars just under the cap in bytes", () => ({ headers: { "content-type": "application/json" }, body: padded(Math.floor(CAP_BYTES / 2) - 40, "é") })],
+    ["chunked small", () => streamOf(small)],
+    ["chunked exactly the cap", () => streamOf(padded(CAP_BYTES))],
+    ["chunked cap+1", () => streamOf(padded(CAP_BYTES + 1))],
+    ["chunked cap+1 in 1-byte-odd chunks", () => streamOf(padded(CAP_BYTES + 1), 65_537)],
+    ["chunked 3-byte chars over the cap in bytes", () => streamOf(padded(Math.floor(CAP_BYTES / 2), "€"))],
+    ["chunked, declared small", () => streamOf(padded(CAP_BYTES + 1), 65_536, { declared: 10 })],
+    ["invalid UTF-8 in the body", () => ({ headers: { "content-type": "application/json" }, body: Buffer.concat([Buffer.from('{"protocolVersion":"2","action":"poll","deviceCode":"'), Buffer.from([0xc3, 0xff, 0xfe]), Buffer.from("y".repeat(43) + '"}')]) })],
+  ];
+  const failures = [];
+  for (const [name, make] of cases) {
+    failures.push(
+      ...(await scenario(`limit: ${name}`, async (s) => {
+        const { headers, body } = make();
+        const answer = await H.send(s, name, { path, headers, body });
+        await H.record(s, name, answer);
+      })),
+    );
+  }
+  // A signed claim streamed in chunks is served like any other.
+  failures.push(
+    ...(await scenario("limit: chunked signed claim", async (s) => {
+      await paired(s, { second: false });
+      const body = H.fill(s, H.claimBody());
+      const headers = H.signHeaders({ endpoint: "claim", runnerId: s.vars.runner, body });
+      const answer = await H.send(s, "chunked claim", { path: `${H.BASE}/claim`, headers, body: streamOf(body, 7).body });
+      await H.record(s, "chunked claim", answer);
+      await jobState(s, "claimed", "job-1");
+    })),
+  );
+  return failures;
+});
+
+// ---------------------------------------------------------------- sequences and races
+
+dtest("claim / release / revoke / cancel sequences and races", async () => {
+  const failures = [];
+  const two = async (s) => {
+    await pair(s);
+    await pair(s, { owner: "alice", device: H.DEVICE2, as: "runner2", label: "pair alice's second" });
+  };
+  const asB = { runner: "runner2", keys: H.DEVICE2 };
+  for (const reason of ["shutdown", "pause", "revoked", "backend-down", "refused"]) {
+    failures.push(
+      ...(await scenario(`release ${reason}`, async (s) => {
+        await two(s);
+        await enqueue(s, "job-1");
+        await claim(s, "claim");
+        await call(s, "release", "release", H.releaseBody([["job-1", "lease:job-1"]], reason));
+        await jobState(s, "released", "job-1");
+        await call(s, "release again", "release", H.releaseBody([["job-1", "lease:job-1"]], reason));
+        await claim(s, "the same runner claims again");
+        await claim(s, "the other runner claims", asB);
+        await jobState(s, "end", "job-1");
+      })),
+    );
+  }
+  const scripts = {
+    "release a lease held by the other runner": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await claim(s, "claim");
+      await call(s, "foreign release", "release", H.releaseBody([["job-1", "lease:job-1"]], "refused", "runner2"), asB);
+      await jobState(s, "still held", "job-1");
+      await call(s, "release naming the wrong job", "release", H.releaseBody([["job-2", "lease:job-1"]], "refused"));
+      await call(s, "release a mix", "release", H.releaseBody([["job-1", "lease:job-1"], ["job-9", "lease:job-1"]], "shutdown"));
+    },
+    "release after the result": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await claim(s, "claim");
+      await result(s, "result", "job-1", await sealResult("job-1"));
+      await call(s, "release", "release", H.releaseBody([["job-1", "lease:job-1"]], "shutdown"));
+      await jobState(s, "end", "job-1");
+    },
+    "revoke while holding a lease": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await claim(s, "claim");
+      await appCall(s, "revoke", (app) => app.revokeRunner(s.vars.runner));
+      await jobState(s, "after revoke", "job-1");
+      await call(s, "heartbeat", "heartbeat", H.heartbeatBody([["job-1", "lease:job-1"]]));
+      await fetchJob(s, "fetch", "job-1");
+      await result(s, "result", "job-1", await sealResult("job-1"));
+      await call(s, "release", "release", H.releaseBody([["job-1", "lease:job-1"]], "revoked"));
+      await claim(s, "claim");
+      await claim(s, "the other runner claims before lapse", asB);
+      H.clock.t += 61_000;
+      await claim(s, "the other runner claims after lapse", asB);
+      await jobState(s, "end", "job-1");
+      await appCall(s, "runners", (app) => app.runners("alice"));
+      await appCall(s, "revoke again", (app) => app.revokeRunner(s.vars.runner));
+      await appCall(s, "revoke unknown", (app) => app.revokeRunner("runner_nobody"));
+    },
+    "cancel queued, claimed, fetched": async (s) => {
+      await two(s);
+      for (const id of ["job-1", "job-2", "job-3"]) await enqueue(s, id);
+      await appCall(s, "cancel queued", (app) => app.cancel("job-1"));
+      await claim(s, "claim");
+      await appCall(s, "cancel claimed", (app) => app.cancel("job-2"));
+      await call(s, "heartbeat lists the cancel", "heartbeat", H.heartbeatBody([["job-2", "lease:job-2"], ["job-3", "lease:job-3"]]));
+      await fetchJob(s, "fetch a cancelled job", "job-2");
+      await result(s, "report canceled", "job-2", await sealResult("job-2", { outcome: { outcome: "canceled" } }), { disposition: "canceled" });
+      await appCall(s, "cancel done", (app) => app.cancel("job-2"));
+      await appCall(s, "cancel unknown", (app) => app.cancel("job-404"));
+      for (const id of ["job-1", "job-2", "job-3"]) await jobState(s, id, id);
+    },
+    "cancel then release": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await claim(s, "claim");
+      await appCall(s, "cancel", (app) => app.cancel("job-1"));
+      await call(s, "release", "release", H.releaseBody([["job-1", "lease:job-1"]], "shutdown"));
+      await jobState(s, "after", "job-1");
+      await claim(s, "the other runner claims", asB);
+    },
+    "dependent jobs": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await enqueue(s, "job-2", { dependsOn: ["job-1"] });
+      await enqueue(s, "job-3", { dependsOn: ["job-404"] });
+      await claim(s, "claim");
+      await result(s, "result", "job-1", await sealResult("job-1", { outcome: { outcome: "error", code: "x", message: "m", retryable: false } }), { disposition: "error" });
+      await claim(s, "claim again");
+      for (const id of ["job-1", "job-2", "job-3"]) await jobState(s, id, id);
+    },
+    "max 64 over 70 jobs": async (s) => {
+      await two(s);
+      for (let i = 0; i < 70; i++) await enqueue(s, `job-${String(i).padStart(2, "0")}`);
+      const r = await claim(s, "claim 64", { max: 64 });
+      observe(s, "claimed ids", r.raw.body.jobs?.map((j) => j.id));
+      await claim(s, "claim the rest", { ...asB, max: 64 });
+    },
+    "ttl and deadline expiry": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1", { ttlMs: 1000 });
+      await enqueue(s, "job-2", { deadlineAt: H.T0 + 500 });
+      H.clock.t += 1000;
+      await claim(s, "claim at the edge");
+      await appCall(s, "sweep", (app) => app.sweep());
+      for (const id of ["job-1", "job-2"]) await jobState(s, id, id);
+    },
+  };
+  for (const [name, fn] of Object.entries(scripts)) failures.push(...(await scenario(name, fn)));
+  // Races: the same calls started together; what must agree is what the
+  // reference promises (one holder, one accepted result), logged without
+  // which of the racers won.
+  const races = {
+    "two runners claim one job": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      const [a, b] = await Promise.all([claim(s, "claim a"), claim(s, "claim b", asB)]);
+      observe(s, "handed out", a.raw.body.jobs.length + b.raw.body.jobs.length);
+    },
+    "two results for one lease": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await claim(s, "claim");
+      const env = await sealResult("job-1");
+      const rs = await Promise.all([result(s, "result a", "job-1", env), result(s, "result b", "job-1", env)]);
+      observe(s, "accepted", rs.filter((r) => r.raw.body.accepted).length);
+    },
+    "result and release together": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await claim(s, "claim");
+      await Promise.all([result(s, "result", "job-1", await sealResult("job-1")), call(s, "release", "release", H.releaseBody([["job-1", "lease:job-1"]], "shutdown"))]);
+    },
+    "claim and revoke together": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await Promise.all([claim(s, "claim"), appCall(s, "revoke", (app) => app.revokeRunner(s.vars.runner))]);
+    },
+    "fetch, heartbeat, result together": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await claim(s, "claim");
+      const env = await sealResult("job-1");
+      await Promise.all([fetchJob(s, "fetch", "job-1"), call(s, "heartbeat", "heartbeat", H.heartbeatBody([["job-1", "lease:job-1"]])), result(s, "result", "job-1", env)]);
+    },
+    "cancel and claim together": async (s) => {
+      await two(s);
+      await enqueue(s, "job-1");
+      await Promise.all([appCall(s, "cancel", (app) => app.cancel("job-1")), claim(s, "claim")]);
+    },
+  };
+  for (const [name, fn] of Object.entries(races)) {
+    failures.push(
+      ...(await scenario(`race: ${name}`, async (s) => {
+        await fn(s);
+        const job = await s.store.get("job-1");
+        observe(s, "end state", { state: job?.state, attempts: job?.attempts, outcome: job?.outcome ?? null, held: Boolean(job?.lease) });
+      })),
+    );
+  }
   return failures;
 });
 
