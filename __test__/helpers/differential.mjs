@@ -25,9 +25,9 @@ export const T0 = Date.UTC(2026, 5, 1, 12, 0, 0);
 /** The one clock both sides read. */
 export const clock = { t: T0 };
 
-export const CAP = { kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "m1", offerScope: "private" };
-export const TEAM_CAP = { ...CAP, offerScope: "team" };
-export const CHAT_CAP = { ...CAP, kind: "llm.chat" };
+export const CAP = Object.freeze({ kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "m1", offerScope: "private" });
+export const TEAM_CAP = Object.freeze({ ...CAP, offerScope: "team" });
+export const CHAT_CAP = Object.freeze({ ...CAP, kind: "llm.chat" });
 
 /** Answers from ours that must never happen, whatever the reference does. */
 export const fatal = [];
@@ -37,6 +37,7 @@ export const unhandledRejections = () => unhandled;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const RUNNER = /^runner_[0-9a-f-]{36}$/i;
+const ID_INSIDE = /runner_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
 
 /** One implementation under test: a site, its live ids, and its log. */
 export async function makeSide(which, options = {}) {
@@ -72,7 +73,9 @@ export function normalize(side, value, key) {
     if (RUNNER.test(value)) return nameOf(side, value, "runner");
     if (UUID.test(value)) return nameOf(side, value, "uuid");
     if (key === "ciphertext") return "<ciphertext>";
-    return value;
+    // Ids inside longer text (an echoed version, a lease id with a stray
+    // character): each becomes its placeholder, in order of appearance.
+    return value.replace(ID_INSIDE, (m) => side.names.get(m) ?? nameOf(side, m, m.startsWith("runner_") ? "runner" : "uuid"));
   }
   if (Array.isArray(value)) return value.map((v) => normalize(side, v));
   if (value && typeof value === "object") {
@@ -84,9 +87,12 @@ export function normalize(side, value, key) {
 }
 
 /** Put a side's live values into `{{name}}` slots of a request template. */
-export function fill(side, text) {
-  return text.replace(/\{\{([^{}]+)\}\}/g, (_, name) => {
-    if (!(name in side.vars)) throw new Error(`no live value for {{${name}}} on ${side.which}`);
+export function fill(side, text, { lenient = false } = {}) {
+  return text.replace(/\{\{([^{}]+)\}\}/g, (slot, name) => {
+    if (!(name in side.vars)) {
+      if (lenient) return slot; // a mutation spelled the slot differently: sent as written
+      throw new Error(`no live value for {{${name}}} on ${side.which}`);
+    }
     return side.vars[name];
   });
 }
@@ -151,7 +157,7 @@ export async function send(side, label, { method = "POST", path, headers = {}, b
  */
 export async function call(side, label, endpoint, template, opts = {}) {
   const { sign = true, keys = DEVICE, runner = "runner", issuedAt = clock.t, mutateHeaders, path = `${BASE}/${endpoint}`, extraHeaders = {}, method } = opts;
-  const body = fill(side, template);
+  const body = fill(side, template, { lenient: opts.lenient });
   let headers = { "content-type": "application/json" };
   if (sign) headers = signHeaders({ keys, endpoint, runnerId: side.vars[runner] ?? runner, issuedAt, body });
   headers = { ...headers, ...extraHeaders };
@@ -315,7 +321,7 @@ const text = (v) => JSON.stringify(v);
  * anything else is returned as a failure. Each list entry: `{ id, where,
  * label: RegExp, ref?: (value) => bool, ours: (value) => bool }`.
  */
-export function compareLogs(scenario, ref, mine, { deliberate = [], open = [], seen }) {
+export function compareLogs(scenario, ref, mine, { deliberate = [], open = [], seen, consequences = false }) {
   const failures = [];
   if (ref.log.length !== mine.log.length) {
     failures.push(`${scenario}: ${ref.log.length} reference entries, ${mine.log.length} ours:\n  ref:  ${ref.log.map((e) => e.label).join(" | ")}\n  ours: ${mine.log.map((e) => e.label).join(" | ")}`);
@@ -329,17 +335,21 @@ export function compareLogs(scenario, ref, mine, { deliberate = [], open = [], s
       break;
     }
     if (text(a.value) === text(b.value)) continue;
-    const label = `${scenario} / ${a.label}`;
+    const label = scenario ? `${scenario} / ${a.label}` : a.label;
     const match = (list) =>
       list.find((d) => d.label.test(label) && (!d.ref || d.ref(a.value)) && d.ours(b.value));
     const d = match(deliberate);
     if (d) {
       seen?.deliberate.set(d.id, (seen.deliberate.get(d.id) ?? 0) + 1);
+      // With `consequences`, what follows a documented difference in the
+      // same step (the stored record it leaves) is its consequence.
+      if (consequences) break;
       continue;
     }
     const o = match(open);
     if (o) {
       seen?.open.set(o.id, (seen.open.get(o.id) ?? 0) + 1);
+      if (consequences) break;
       continue;
     }
     failures.push(`${label}\n  reference: ${text(a.value).slice(0, 700)}\n  ours:      ${text(b.value).slice(0, 700)}`);
