@@ -106,6 +106,35 @@ const OPEN_DIVERGENCES = [
     ours: (v) => v.status === 400 && v.body?.message === "request body is not valid JSON",
   },
   {
+    // Issue 25 item 1: `enqueue({ …, audience: "Private" })` (also "",
+    // "public", "TEAM", " team", "team ", "everyone") is accepted; bob's
+    // runner with a team offer claims and fetches alice's prompt (as on the
+    // reference, which fails open), and its valid signed /result makes our
+    // handler reject with "unknown audience: Private" (host 500; the 5xx
+    // fails the suite regardless). The lease then lapses and the job is
+    // offered again. To be: refused at enqueue (see DELIBERATE).
+    id: "an unknown audience is accepted and its result rejects (host 500)",
+    label: /^audience odd .* \/ (bob reports|after bob|alice reports|end)$/,
+    ours: (v) => /unknown audience/.test(v.rejects ?? "") || v.state === "claimed" || v.status === 200 || v.status === 404,
+  },
+  {
+    // Issue 25 item 3: `runnerAvailability({ kind, owner, audience: "public" })`
+    // throws "unknown audience: public"; the reference answers (for these
+    // queries `{ available: true, candidates: 2 }`: it treats the word as team).
+    id: "runnerAvailability throws on an unknown audience",
+    label: /^runnerAvailability \/ availability /,
+    ours: (v) => /unknown audience/.test(v.error?.message ?? ""),
+  },
+  {
+    // Issue 25 item 4: `enqueue({ …, audience: 5 })` / `owner: 7` surface
+    // napi's "Failed to convert JavaScript value `Number 5 ` into rust type
+    // `String`" (the reference stores the job). To be: a TypeError naming
+    // the field, and a documented refusal.
+    id: "enqueue with a non-string audience or owner surfaces napi's message",
+    label: /^audience (type number|owner number) \/ /,
+    ours: (v) => /Failed to convert JavaScript value/.test(v.error?.message ?? "") || v === null,
+  },
+  {
     // Issue 25 item 4: `approvePairing({ userCode, owner: 7 | null |
     // undefined | {…} })`: the reference stores the value as the owner; ours
     // throws napi's internal "Failed to convert JavaScript value `Number 7 `
@@ -137,7 +166,7 @@ function dtest(name, a, b) {
     assert.ok(
       failures.length === 0 && fatals.length === 0,
       `${fatals.length} 5xx/rejections from ours:\n${fatals.slice(0, 10).join("\n")}\n` +
-        `${failures.length} undocumented divergences:\n${failures.slice(0, 25).join("\n")}`,
+        `${failures.length} undocumented divergences:\n${failures.slice(0, process.env.DIFF_ALL ? Infinity : 25).join("\n")}`,
     );
   });
 }
