@@ -221,7 +221,7 @@ export interface EnvelopeContext {
 }
 
 /** Whether a fetch may have the payload (`crate::direct::fetch_lease_held`). */
-export declare function fetchLeaseHeld(leaseId: unknown, leaseRunnerId: unknown, askedLeaseId: string, runnerId: unknown): boolean
+export declare function fetchLeaseHeld(leaseId: unknown, leaseRunnerId: unknown, leaseExpiresAt: number, askedLeaseId: string, runnerId: unknown, now: number): boolean
 
 export declare function formatSiteKeys(keys: StoredKeys): string
 
@@ -242,6 +242,9 @@ export declare function hashSecret(secret: string): string
 
 /** One parse of the raw body: JSON, protocol version, strict schema. */
 export declare function inspectRequest(endpoint: string, rawBody: string): { stage: "ok"; body: object } | { stage: "json" | "version" | "schema"; status: number; error: WireErrorBody }
+
+/** Whether `text` is an audience a new job may have (`"private"`, `"team"`). */
+export declare function isAudience(text: string): boolean
 
 /**
  * True when `rawBody` is valid for the endpoint **and** canonical: then
@@ -329,7 +332,8 @@ export interface PayloadRefusal {
 export declare function provenanceFor(input: ProvenanceInput): ResultProvenance
 
 export interface ProvenanceInput {
-  audience: "private" | "team"
+  /** The job's audience as stored (an unknown spelling is echoed, untrusted). */
+  audience: string
   runnerId: string
   runnerOwner: string
   backendClass: "http" | "process"

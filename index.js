@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, deadlineFor, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, deadlineFor, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { NativeMemoryStore }
 export { PreparedPayload }
 export { SiteKeyring }
@@ -791,6 +791,7 @@ export { generateRunnerId }
 export { generateUserCode }
 export { hashSecret }
 export { inspectRequest }
+export { isAudience }
 export { isCanonicalRequestBody }
 export { keyId }
 export { matchAudience }

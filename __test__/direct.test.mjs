@@ -436,7 +436,7 @@ test("enqueue on a plain MemoryStore: one native call, the same records and refu
     { kind: "llm.embed", payload: { prompt: "x" }, owner: "bob", id: "e-4" },
     { kind: 7, payload: { prompt: "x" }, owner: "bob", id: "e-5" },
     { kind: "llm.generate", owner: "bob", id: "e-6" },
-    // Types only the general path takes (it validates the payload first, then the store refuses or takes them).
+    // Fields of the wrong type: refused by name before either path runs.
     { kind: "llm.generate", payload: { prompt: "" }, owner: 42, id: "e-7" },
     { kind: "llm.generate", payload: { prompt: "x" }, owner: "bob", id: "e-8", audienceAllow: new Set(["alice"]), audience: "team" },
     { kind: "llm.generate", payload: { prompt: "x" }, owner: "bob", id: "e-9", purpose: { big: 1n } },
@@ -456,7 +456,8 @@ test("enqueue on a plain MemoryStore: one native call, the same records and refu
     assert.deepEqual(a, b, JSON.stringify(input, (_, v) => (typeof v === "bigint" ? `${v}n` : v instanceof Set ? [...v] : v)));
   }
   assert.equal(servedNatively.enqueue, 7, "every input but the four with odd types went native");
-  for (const id of ["e-1", "e-2", "e-8"]) {
+  assert.equal(await plain.get("e-8"), null, "a Set for audienceAllow is refused, not stored");
+  for (const id of ["e-1", "e-2"]) {
     const a = await plain.get(id);
     const b = await behind.get(id);
     assert.deepEqual({ ...a, envelope: null }, { ...b, envelope: null }, id);
@@ -543,7 +544,8 @@ test("app.result on a plain MemoryStore: one native call, the general path's ans
     provenance: { audience: "private", runnerId: RUNNER, runnerOwner: "bob", backendClass: "http", model: "m", untrusted: false },
   });
   assert.deepEqual(await fast.result("r-2"), { jobId: "r-2", state: "expired" });
-  assert.equal(await fast.result(42), await slow.result(42));
+  await assert.rejects(fast.result(42), /`jobId` must be a string/);
+  await assert.rejects(slow.result(42), /`jobId` must be a string/);
   assert.equal(servedNatively.result, 6, "every string id read natively");
   // A subclass that reads jobs its own way keeps it.
   class Audited extends ByollmApp {

@@ -478,10 +478,19 @@ test("deliberate difference: an unregistered backendId reads as metered instead 
   assert.equal(native.matchAudienceServer({ owner: "a", audience: "team" }, { offerScope: "team", backendId: "nope" }, "b"), null);
 });
 
-test("deliberate difference: unknown audience or scope words are refused with an error", () => {
+test("deliberate difference: an unknown audience word is matched as private, an unknown scope word is refused", () => {
   // The reference's matcher silently skips its audience rules for a word it
-  // does not know; a typed core refuses the input instead of guessing.
-  assert.throws(() => native.matchAudienceServer({ owner: "a", audience: "public" }, { offerScope: "team", backendId: "ollama" }, "b"), /unknown audience/);
+  // does not know, admitting strangers; a stored job with such a word (an
+  // older deployment's) is matched as `private` here, so it fails closed.
+  for (const audience of ["public", "Private", "", " team"]) {
+    assert.equal(
+      native.matchAudienceServer({ owner: "a", audience }, { offerScope: "team", backendId: "ollama" }, "b"),
+      "audience-self-other-owner",
+      audience,
+    );
+    assert.equal(native.matchAudienceServer({ owner: "a", audience }, { offerScope: "team", backendId: "ollama" }, "a"), null);
+  }
+  assert.throws(() => native.matchAudienceServer({ owner: "a", audience: "team" }, { offerScope: "everyone", backendId: "ollama" }, "b"), /unknown offer scope/);
 });
 
 test("deliberate difference: a lone surrogate inside an unknown key's name prints as U+FFFD in the enqueue message", () => {

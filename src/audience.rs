@@ -55,6 +55,19 @@ vocabulary! {
     }
 }
 
+impl Audience {
+    /// The audience a stored job's text is matched as. New jobs can only be
+    /// `private` or `team` (`enqueue` refuses anything else), but a store
+    /// may hold a record written by an older deployment or by hand with
+    /// another spelling (`"Private"`, `"public"`, `""`). Such a job is
+    /// matched as `private`: only its owner's devices may take it. The
+    /// reference treats every unknown spelling as `team` without an
+    /// allowlist, so a typo hands the payload to strangers.
+    pub fn matched_as(text: &str) -> Audience {
+        Audience::parse(text).unwrap_or(Audience::Private)
+    }
+}
+
 vocabulary! {
     /// Who a service will run work for (device side).
     OfferScope {
@@ -514,7 +527,8 @@ pub fn capability_for<'c>(capabilities: &'c [Capability], kind: &str) -> Option<
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResultProvenance {
-    pub audience: Audience,
+    /// The job's audience as stored (any spelling a store holds is echoed).
+    pub audience: String,
     pub runner_id: String,
     pub runner_owner: String,
     pub backend_class: BackendClass,
@@ -529,7 +543,8 @@ pub struct ResultProvenance {
 /// The inputs of [`provenance_for`].
 #[derive(Debug, Clone, Copy)]
 pub struct ProvenanceInput<'a> {
-    pub audience: Audience,
+    /// The job's audience as stored.
+    pub audience: &'a str,
     pub runner_id: &'a str,
     pub runner_owner: &'a str,
     pub backend_class: BackendClass,
@@ -539,15 +554,17 @@ pub struct ProvenanceInput<'a> {
 }
 
 /// Build provenance for a completed job. `untrusted` is derived from the
-/// audience so no caller can present another person's output as first-party.
+/// audience so no caller can present another person's output as first-party:
+/// only exactly `private` is trusted, so a job stored with an unknown
+/// spelling completes as untrusted (never a refusal, never a host error).
 pub fn provenance_for(input: &ProvenanceInput<'_>) -> ResultProvenance {
     ResultProvenance {
-        audience: input.audience,
+        audience: input.audience.to_owned(),
         runner_id: input.runner_id.to_owned(),
         runner_owner: input.runner_owner.to_owned(),
         backend_class: input.backend_class,
         model: input.model.to_owned(),
-        untrusted: input.audience != Audience::Private,
+        untrusted: input.audience != Audience::Private.as_str(),
         stop: input.stop,
         stop_reported: input.stop_reported,
     }
@@ -819,7 +836,7 @@ mod tests {
     #[test]
     fn provenance_derives_untrusted_and_keeps_key_order() {
         let p = provenance_for(&ProvenanceInput {
-            audience: Audience::Team,
+            audience: "team",
             runner_id: "runner_1",
             runner_owner: "bob",
             backend_class: BackendClass::Process,

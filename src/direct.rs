@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::audience::{self, Audience, BackendClass, ProvenanceInput, StopReason};
+use crate::audience::{self, BackendClass, ProvenanceInput, StopReason};
 use crate::envelope::deferred::DeferredSeal;
 use crate::envelope::{self, OpenFailure, Text};
 use crate::fingerprint;
@@ -48,18 +48,25 @@ pub fn deadline_for(
     deadline_at.unwrap_or(claimable_at.unwrap_or(now) + ttl_ms)
 }
 
-/// Whether a fetch may have the payload: the job's lease is the one named
-/// and is held by the runner asking. (One answer for "no such job", "not
-/// yours" and "a lease you no longer hold", so nothing here says which.)
-/// `None` stands for a value that is not a string (a JS store's odd record),
-/// which matches nothing.
+/// Whether a fetch may have the payload: the job's lease is the one named,
+/// is held by the runner asking, and has not expired (a lapsed lease that no
+/// sweep has reclaimed yet hands out nothing; the reference checks the id
+/// and holder only). One answer for "no such job", "not yours" and "a lease
+/// you no longer hold", so nothing here says which. `None` stands for a
+/// value that is not a string (a JS store's odd record), which matches
+/// nothing; a lease clock that is not a number (NaN) has lapsed.
 pub fn fetch_lease_held(
     lease_id: Option<&str>,
     lease_runner_id: Option<&str>,
+    lease_expires_at: f64,
     asked_lease_id: &str,
     runner_id: Option<&str>,
+    now: f64,
 ) -> bool {
-    lease_runner_id.is_some() && lease_runner_id == runner_id && lease_id == Some(asked_lease_id)
+    lease_runner_id.is_some()
+        && lease_runner_id == runner_id
+        && lease_id == Some(asked_lease_id)
+        && lease_expires_at > now
 }
 
 /// Whether a result naming `asked_lease_id` is refused before its envelope
@@ -354,7 +361,7 @@ pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> O
     }
     match call.endpoint {
         Endpoint::Claim => claim(store, site, &runner, &doc, now),
-        Endpoint::Fetch => fetch(store, site, &runner, &doc),
+        Endpoint::Fetch => fetch(store, site, &runner, &doc, now),
         _ => result(store, site, &runner, &doc, now),
     }
 }
@@ -505,7 +512,13 @@ fn write_stub(out: &mut String, job: &JobView<'_>, lease: &LeaseView<'_>, site_i
     out.push_str("}}");
 }
 
-fn fetch(store: &mut Store, site: &Site<'_>, runner: &RunnerFacts, doc: &Doc) -> Option<String> {
+fn fetch(
+    store: &mut Store,
+    site: &Site<'_>,
+    runner: &RunnerFacts,
+    doc: &Doc,
+    now: f64,
+) -> Option<String> {
     let body = doc.root();
     let job_id = text(doc, body, "jobId")?;
     let lease_id = text(doc, body, "leaseId")?;
@@ -515,8 +528,10 @@ fn fetch(store: &mut Store, site: &Site<'_>, runner: &RunnerFacts, doc: &Doc) ->
     if !fetch_lease_held(
         lease.map(|l| l.id),
         lease.map(|l| l.runner_id),
+        lease.map_or(f64::NAN, |l| l.expires_at),
         lease_id,
         Some(&runner.id),
+        now,
     ) {
         return None;
     }
@@ -620,7 +635,7 @@ fn result(
             return None;
         }
     }
-    let audience = Audience::parse(job.audience)?;
+    let audience = job.audience;
     let state_before = job.state;
 
     let plaintext = open_result(site.keys, &sealed, job_id, &runner.device.identity).ok()?;
@@ -698,6 +713,8 @@ mod tests {
 
     #[test]
     fn a_fetch_needs_the_named_lease_held_by_the_asking_runner() {
+        let fetch_lease_held =
+            |id, runner, asked, asking| fetch_lease_held(id, runner, 101.0, asked, asking, 100.0);
         assert!(fetch_lease_held(Some("l1"), Some("r1"), "l1", Some("r1")));
         assert!(
             !fetch_lease_held(Some("l1"), Some("r1"), "l2", Some("r1")),
@@ -719,6 +736,17 @@ mod tests {
             !fetch_lease_held(Some("l1"), Some(""), "l1", Some("r1")),
             "an adopted lease"
         );
+    }
+
+    #[test]
+    fn a_fetch_on_a_lapsed_lease_hands_out_nothing_even_before_a_sweep() {
+        let held = |expires_at: f64, now: f64| {
+            fetch_lease_held(Some("l1"), Some("r1"), expires_at, "l1", Some("r1"), now)
+        };
+        assert!(held(101.0, 100.0), "in time");
+        assert!(!held(100.0, 100.0), "at expiry");
+        assert!(!held(100.0, 3_600_100.0), "an hour later, unswept");
+        assert!(!held(f64::NAN, 100.0), "a lease clock that is not a number");
     }
 
     #[test]

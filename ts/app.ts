@@ -1,5 +1,6 @@
 // The app-facing half: enqueue (validated and sealed before the store sees
 // it), read results, the no-runner signal, pairing approval, revocation.
+import { bag, nonEmptyText, optionalAudience, optionalNonEmptyText, optionalNumber, optionalStrings, text } from "./args.js";
 import { CloudLane } from "./cloud.js";
 import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
@@ -99,7 +100,7 @@ export class ByollmApp {
 
   /** Validate, seal to this site's own key, store; on the cloud lane, publish the stub. */
   async enqueue<K extends JobKind>(input: EnqueueInput<K>): Promise<JobHandle> {
-    const unknown = Object.keys(input).filter((key) => !ENQUEUE_OPTIONS.has(key));
+    const unknown = Object.keys(bag("enqueue", input)).filter((key) => !ENQUEUE_OPTIONS.has(key));
     if (unknown.length > 0) {
       throw new Error(
         `enqueue does not understand ${unknown.map((k) => `\`${k}\``).join(", ")}. ` +
@@ -116,6 +117,7 @@ export class ByollmApp {
           "the rest.",
       );
     }
+    checkJobFields(input);
 
     // One clock reading for both the record and the envelope it binds.
     const createdAt = this.#now();
@@ -195,12 +197,14 @@ export class ByollmApp {
 
   /** A job's current record (after running the expiry sweep). */
   async job(jobId: string): Promise<JobRecord | null> {
+    text("job", "jobId", jobId);
     await this.#store.expireDue(this.#now());
     return this.#store.get(jobId);
   }
 
   /** State, outcome and provenance. Check `provenance.untrusted` before showing the text as your own. */
   async result(jobId: string): Promise<DeliveredResult | null> {
+    text("result", "jobId", jobId);
     // Our MemoryStore, read by this class's own `job`: one native call.
     if (typeof jobId === "string" && this.job === ORIGINAL_JOB && servesDirectly(this.#store)) {
       return sweptResult(this.#store, jobId, this.#now());
@@ -217,6 +221,7 @@ export class ByollmApp {
 
   /** Queued jobs cancel at once; held jobs at the runner's next heartbeat. */
   async cancel(jobId: string): Promise<JobRecord | null> {
+    text("cancel", "jobId", jobId);
     const cancelled = await this.#store.cancel(jobId, this.#now());
     if (cancelled && this.cloud) {
       // The job is cancelled here whatever the relay says; its own deadline sweep is the backstop.
@@ -235,16 +240,19 @@ export class ByollmApp {
           "dashboard says why not.",
       );
     }
+    const where = "runnerAvailability";
+    bag(where, query);
+    const kind = text(where, "kind", query.kind);
+    const owner = text(where, "owner", query.owner);
+    // Any spelling is answered, as the claim would match it: an unknown one
+    // as `private` (src/audience.rs, `Audience::matched_as`).
+    const audience = query.audience == null ? "private" : text(where, "audience", query.audience);
+    const audienceAllow = optionalStrings(where, "audienceAllow", query.audienceAllow);
     const now = this.#now();
     const runners = await this.#store.listRunners();
     const answer = native.runnerAvailability(
       runners,
-      {
-        kind: query.kind,
-        owner: query.owner,
-        audience: query.audience ?? "private",
-        ...(query.audienceAllow === undefined ? {} : { audienceAllow: query.audienceAllow }),
-      },
+      { kind, owner, audience, ...(audienceAllow === undefined ? {} : { audienceAllow }) },
       now,
       this.#livenessMs,
     );
@@ -255,21 +263,27 @@ export class ByollmApp {
 
   /** Approve a pairing; `owner` must come from the approving user's own session. */
   async approvePairing(args: { userCode: string; owner: string }): Promise<RunnerRecord> {
+    bag("approvePairing", args);
+    const userCode = text("approvePairing", "userCode", args.userCode);
+    // An empty owner would consume the pairing and then fail the daemon's
+    // own check of the approval: refused before anything changes.
+    const owner = nonEmptyText("approvePairing", "owner", args.owner);
     return this.#store.approvePairing({
-      userCode: normalizeUserCode(args.userCode),
-      owner: args.owner,
+      userCode: normalizeUserCode(userCode),
+      owner,
       runnerId: generateRunnerId(),
       now: this.#now(),
     });
   }
 
   async denyPairing(userCode: string): Promise<void> {
-    return this.#store.denyPairing(normalizeUserCode(userCode), this.#now());
+    return this.#store.denyPairing(normalizeUserCode(text("denyPairing", "userCode", userCode)), this.#now());
   }
 
   /** What a pending, unexpired code refers to, for the approval page; otherwise null. */
   async pendingPairing(userCode: string): Promise<PendingPairing | null> {
-    const pairing = await this.#store.getPairingByUserCode(normalizeUserCode(userCode));
+    const code = normalizeUserCode(text("pendingPairing", "userCode", userCode));
+    const pairing = await this.#store.getPairingByUserCode(code);
     if (pairing?.state !== "pending") return null;
     if (pairing.expiresAt <= this.#now()) return null;
     return {
@@ -283,17 +297,34 @@ export class ByollmApp {
 
   /** A user's runners, revoked ones included. */
   async runners(owner: string): Promise<RunnerRecord[]> {
-    return this.#store.listRunners(owner);
+    return this.#store.listRunners(text("runners", "owner", owner));
   }
 
   async revokeRunner(runnerId: string): Promise<void> {
-    return this.#store.revokeRunner(runnerId, this.#now());
+    return this.#store.revokeRunner(text("revokeRunner", "runnerId", runnerId), this.#now());
   }
 
   /** The expiry sweep; idempotent, safe on a timer. */
   async sweep(): Promise<JobRecord[]> {
     return this.#store.expireDue(this.#now());
   }
+}
+
+/**
+ * The job fields of an enqueue, each of the type the stores take (the
+ * payload is the core validator's). `owner` may not be empty: no runner
+ * can be paired to an empty owner, so such a job could only ever reach
+ * strangers.
+ */
+function checkJobFields(input: EnqueueInput): void {
+  const where = "enqueue";
+  nonEmptyText(where, "owner", input.owner);
+  optionalAudience(where, input.audience);
+  optionalStrings(where, "audienceAllow", input.audienceAllow);
+  optionalStrings(where, "dependsOn", input.dependsOn);
+  optionalNumber(where, "ttlMs", input.ttlMs);
+  optionalNumber(where, "deadlineAt", input.deadlineAt);
+  optionalNonEmptyText(where, "id", input.id);
 }
 
 /**

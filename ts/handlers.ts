@@ -390,7 +390,11 @@ export class ByollmHandlers {
     const job = await this.#store.get(request.jobId);
     // One answer for "no such job", "not yours" and "a lease you no longer hold".
     const held = job?.lease;
-    if (!job || !held || !native.fetchLeaseHeld(held.id, held.runnerId, request.leaseId, runner.id)) {
+    if (
+      !job ||
+      !held ||
+      !native.fetchLeaseHeld(held.id, held.runnerId, Number(held.expiresAt), request.leaseId, runner.id, this.#now())
+    ) {
       return fail("not-found", "no such lease on this job");
     }
     // A large envelope our MemoryStore has not handed to JS yet is resealed

@@ -488,8 +488,6 @@ export class MemoryStore implements ByollmStore {
   /** The native store when records read their envelope lazily, else undefined. */
   readonly #lazy: NativeMemoryStoreHandle | undefined;
   readonly #watchers = new Map<string, Set<() => void>>();
-  /** Runner records by id: read on every signed request, written rarely. */
-  readonly #runners = new Map<string, RunnerRecord>();
 
   static {
     ownsNative = (store) => #native in store;
@@ -769,9 +767,7 @@ export class MemoryStore implements ByollmStore {
       // A plain Error with the reference's message, not the addon's error object.
       throw new Error(error instanceof Error ? error.message : String(error));
     }
-    const runner = JSON.parse(text) as RunnerRecord;
-    this.#runners.set(runner.id, runner);
-    return Promise.resolve(runner);
+    return Promise.resolve(JSON.parse(text) as RunnerRecord);
   }
 
   denyPairing(userCode: string, _now: number): Promise<void> {
@@ -784,15 +780,15 @@ export class MemoryStore implements ByollmStore {
     return Promise.resolve();
   }
 
+  /**
+   * A fresh record from the native store every time: it is the one source of
+   * truth (a revocation through `native` shows at once), and editing a
+   * returned record changes nothing that requests authenticate against.
+   */
   getRunner(runnerId: string): Promise<RunnerRecord | null> {
-    const cached = this.#runners.get(runnerId);
-    if (cached !== undefined) return Promise.resolve(cached);
     if (typeof runnerId !== "string") return Promise.resolve(null);
     const text = this.#native.runner(runnerId);
-    if (text == null) return Promise.resolve(null);
-    const runner = JSON.parse(text) as RunnerRecord;
-    this.#runners.set(runnerId, runner);
-    return Promise.resolve(runner);
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as RunnerRecord));
   }
 
   touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
@@ -802,15 +798,11 @@ export class MemoryStore implements ByollmStore {
       jsonOf(args.daemonVersion),
       args.now,
     );
-    if (text == null) return Promise.resolve(null);
-    const runner = JSON.parse(text) as RunnerRecord;
-    this.#runners.set(args.runnerId, runner);
-    return Promise.resolve(runner);
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as RunnerRecord));
   }
 
   revokeRunner(runnerId: string, now: number): Promise<void> {
-    this.#native.revokeRunner(runnerId, now);
-    this.#runners.delete(runnerId);
+    if (typeof runnerId === "string") this.#native.revokeRunner(runnerId, now);
     return Promise.resolve();
   }
 

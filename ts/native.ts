@@ -231,7 +231,14 @@ export interface NativeBinding {
   tooLargeMessage(bytes: number): string;
   // the handlers' lease and stub rules (src/direct.rs)
   deadlineFor(deadlineAt: number | null | undefined, claimableAt: number | null | undefined, ttlMs: number, now: number): number;
-  fetchLeaseHeld(leaseId: unknown, leaseRunnerId: unknown, askedLeaseId: string, runnerId: unknown): boolean;
+  fetchLeaseHeld(
+    leaseId: unknown,
+    leaseRunnerId: unknown,
+    leaseExpiresAt: number,
+    askedLeaseId: string,
+    runnerId: unknown,
+    now: number,
+  ): boolean;
   resultLeaseRefused(
     leaseId: unknown,
     leaseRunnerId: unknown,
@@ -241,6 +248,7 @@ export interface NativeBinding {
     now: number,
   ): boolean;
   provenanceFor(input: Record<string, unknown>): ResultProvenance;
+  isAudience(text: string): boolean;
   capabilityFor(caps: readonly Capability[], kind: string): Capability | undefined | null;
   runnerAvailability(
     runners: readonly unknown[],

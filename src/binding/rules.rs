@@ -584,14 +584,18 @@ pub fn deadline_for(
 pub fn fetch_lease_held(
     lease_id: Unknown<'_>,
     lease_runner_id: Unknown<'_>,
+    lease_expires_at: f64,
     asked_lease_id: String,
     runner_id: Unknown<'_>,
+    now: f64,
 ) -> Result<bool> {
     Ok(crate::direct::fetch_lease_held(
         rule_text(lease_id)?.as_deref(),
         rule_text(lease_runner_id)?.as_deref(),
+        lease_expires_at,
         &asked_lease_id,
         rule_text(runner_id)?.as_deref(),
+        now,
     ))
 }
 
@@ -623,6 +627,12 @@ pub fn too_large_message(bytes: f64) -> String {
 }
 
 // ------------------------------------------------------------ audience
+
+/// Whether `text` is an audience a new job may have (`"private"`, `"team"`).
+#[napi(catch_unwind)]
+pub fn is_audience(text: String) -> bool {
+    Audience::parse(&text).is_some()
+}
 
 fn audience_of(s: &str) -> Result<Audience> {
     Audience::parse(s).ok_or_else(|| type_error(format!("unknown audience: {s}")))
@@ -657,7 +667,7 @@ pub fn match_audience_server(
 ) -> Result<Option<String>> {
     let verdict = audience::server_admits(
         &job.owner,
-        audience_of(&job.audience)?,
+        Audience::matched_as(&job.audience),
         job.audience_allow.as_deref(),
         offer_scope_of(&capability.offer_scope)?,
         &capability.backend_id,
@@ -668,7 +678,7 @@ pub fn match_audience_server(
 
 #[napi(object, js_name = "ProvenanceInput")]
 pub struct JsProvenanceInput {
-    #[napi(ts_type = "\"private\" | \"team\"")]
+    /// The job's audience as stored (an unknown spelling is echoed, untrusted).
     pub audience: String,
     pub runner_id: String,
     pub runner_owner: String,
@@ -705,7 +715,7 @@ pub fn provenance_for(input: JsProvenanceInput) -> Result<JsResultProvenance> {
         None => None,
     };
     let p = audience::provenance_for(&ProvenanceInput {
-        audience: audience_of(&input.audience)?,
+        audience: &input.audience,
         runner_id: &input.runner_id,
         runner_owner: &input.runner_owner,
         backend_class,
@@ -714,7 +724,7 @@ pub fn provenance_for(input: JsProvenanceInput) -> Result<JsResultProvenance> {
         stop_reported: input.stop_reported,
     });
     Ok(JsResultProvenance {
-        audience: p.audience.as_str().to_owned(),
+        audience: p.audience,
         runner_id: p.runner_id,
         runner_owner: p.runner_owner,
         backend_class: p.backend_class.as_str().to_owned(),
@@ -848,7 +858,7 @@ pub fn runner_availability(
     let q = audience::AvailabilityQuery {
         kind: &query.kind,
         owner: &query.owner,
-        audience: audience_of(query.audience.as_deref().unwrap_or("private"))?,
+        audience: Audience::matched_as(query.audience.as_deref().unwrap_or("private")),
         audience_allow: query.audience_allow.as_deref(),
     };
     let a = audience::runner_availability(&views, &q, now, liveness_ms);

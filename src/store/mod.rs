@@ -1423,18 +1423,17 @@ impl Store {
 enum Reach {
     /// `private`: only the owner's runners.
     Owner,
-    /// `team` without an allowlist, or an audience outside the vocabulary
-    /// (which passes the reference's audience side the same way).
+    /// `team` without an allowlist.
     Anyone,
     /// `team` with an allowlist: the owners on it.
     Allowlist,
 }
 
 fn reach_of(syms: &Interner, job: &Job) -> Reach {
-    match Audience::parse(syms.name(job.audience)) {
-        Some(Audience::Private) => Reach::Owner,
-        Some(Audience::Team) if job.audience_allow.is_some() => Reach::Allowlist,
-        _ => Reach::Anyone,
+    match Audience::matched_as(syms.name(job.audience)) {
+        Audience::Private => Reach::Owner,
+        Audience::Team if job.audience_allow.is_some() => Reach::Allowlist,
+        Audience::Team => Reach::Anyone,
     }
 }
 
@@ -1469,12 +1468,8 @@ fn admits(
     runner_owner: &str,
 ) -> bool {
     let job_owner = syms.name(job.owner);
-    // An audience outside the vocabulary passes the reference's audience side
-    // the way `team` without an allowlist does.
-    let (audience, allow) = match Audience::parse(syms.name(job.audience)) {
-        Some(a) => (a, job.audience_allow.as_deref()),
-        None => (Audience::Team, None),
-    };
+    let audience = Audience::matched_as(syms.name(job.audience));
+    let allow = job.audience_allow.as_deref();
     match scope {
         Some(scope) => server_admits(
             job_owner,

@@ -1,0 +1,204 @@
+// Inputs that used to break a site: odd audiences (a host 500 and a job handed
+// to strangers), wrong argument types, an empty approving owner, a fetch on a
+// lapsed lease, and a runner cache that could disagree with the store. Each
+// test runs the scenario on ours; where the reference's behaviour is the
+// unsafe one we differ from on purpose, the same scenario on the reference
+// shows the scenario really exercises it (docs/security.md explains each).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as refServer from "@byollm/server";
+import { Daemon, listen, makeSite } from "./hardening-harness.mjs";
+
+const TEAM_CAPS = [{ kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "m1", offerScope: "team" }];
+const ODD_AUDIENCES = ["Private", "", "public", "TEAM", " team"];
+
+async function claimed(daemon) {
+  const claim = await daemon.claim(4);
+  assert.equal(claim.status, 200, JSON.stringify(claim.body));
+  return claim.body.jobs;
+}
+
+test("enqueue refuses an audience outside the vocabulary, naming the allowed values", async () => {
+  const site = await makeSite("ours");
+  for (const audience of [...ODD_AUDIENCES, 5, true, {}]) {
+    await assert.rejects(
+      site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob", audience }),
+      (e) => e instanceof TypeError && /`audience` must be "private" or "team"/.test(e.message),
+      `audience ${JSON.stringify(audience)}`,
+    );
+  }
+  assert.equal((await site.store.expireDue(site.now())).length, 0);
+  // null and undefined are "absent" (private), as the reference's default is.
+  const absent = await site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob", audience: null });
+  assert.equal(absent.record.audience, "private");
+});
+
+test("a job stored with an odd audience (an older deployment's) is matched as private and completes without a 500", async () => {
+  for (const audience of ODD_AUDIENCES) {
+    // The reference's enqueue stores any spelling: it writes the job into our store.
+    const site = await makeSite("ours");
+    const refApp = new refServer.ByollmApp({ store: site.store, siteKeys: site.keys, now: site.now });
+    const http = await listen(site.handler);
+    try {
+      const stranger = new Daemon(http.url, { capabilities: TEAM_CAPS });
+      const owner = new Daemon(http.url);
+      await stranger.pair(site.app, "alice");
+      await owner.pair(site.app, "bob");
+      const job = await refApp.enqueue({ kind: "llm.generate", payload: { prompt: "secret" }, owner: "bob", audience });
+      assert.equal((await site.store.get(job.id)).audience, audience);
+
+      assert.deepEqual(await claimed(stranger), [], `another owner's team runner must not get a job stored as ${JSON.stringify(audience)}`);
+      const availability = await site.app.runnerAvailability({ kind: "llm.generate", owner: "bob", audience });
+      assert.equal(availability.available, true, "the owner's own runner is online");
+
+      const [stub] = await claimed(owner);
+      assert.equal(stub.id, job.id);
+      assert.equal((await owner.fetchJob(stub)).status, 200);
+      const done = await owner.result(stub, { outcome: "ok", text: "fine" });
+      assert.deepEqual([done.status, done.body], [200, { accepted: true, state: "ok" }]);
+      const result = await site.app.result(job.id);
+      // Provenance echoes the stored audience; only exactly "private" is trusted.
+      assert.equal(result.provenance.audience, audience);
+      assert.equal(result.provenance.untrusted, true);
+      assert.equal(result.provenance.runnerOwner, "bob");
+    } finally {
+      await http.close();
+    }
+  }
+});
+
+test("[ref] the reference hands a job with an odd audience to another owner's team runner", async () => {
+  const site = await makeSite("ref");
+  const http = await listen(site.handler);
+  try {
+    const stranger = new Daemon(http.url, { capabilities: TEAM_CAPS });
+    await stranger.pair(site.app, "alice");
+    const job = await site.app.enqueue({ kind: "llm.generate", payload: { prompt: "secret" }, owner: "bob", audience: "Private" });
+    const jobs = await claimed(stranger);
+    assert.deepEqual(jobs.map((j) => j.id), [job.id], "fails open: this is what ours refuses");
+  } finally {
+    await http.close();
+  }
+});
+
+test("runnerAvailability answers an unknown audience instead of throwing", async () => {
+  const site = await makeSite("ours");
+  const http = await listen(site.handler);
+  try {
+    const stranger = new Daemon(http.url, { capabilities: TEAM_CAPS });
+    await stranger.pair(site.app, "alice");
+    await stranger.heartbeat();
+    for (const audience of ["public", "Private", ""]) {
+      const answer = await site.app.runnerAvailability({ kind: "llm.generate", owner: "bob", audience });
+      // Matched as private: alice's runner cannot take bob's job.
+      assert.equal(answer.available, false, audience);
+      assert.equal(answer.reason, "audience-admits-nobody");
+    }
+    await assert.rejects(site.app.runnerAvailability({ kind: "llm.generate", owner: 7 }), /`owner` must be a string/);
+  } finally {
+    await http.close();
+  }
+});
+
+test("every public method refuses a wrong argument with a TypeError that names the field", async () => {
+  const site = await makeSite("ours");
+  const cases = [
+    [() => site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: 7 }), "owner"],
+    [() => site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "" }), "owner"],
+    [() => site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob", audience: 5 }), "audience"],
+    [() => site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob", audienceAllow: "carol" }), "audienceAllow"],
+    [() => site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob", dependsOn: [1] }), "dependsOn"],
+    [() => site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob", ttlMs: "60000" }), "ttlMs"],
+    [() => site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob", deadlineAt: "soon" }), "deadlineAt"],
+    [() => site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob", id: 12 }), "id"],
+    [() => site.app.job(5), "jobId"],
+    [() => site.app.result({}), "jobId"],
+    [() => site.app.cancel(null), "jobId"],
+    [() => site.app.approvePairing({ userCode: 5, owner: "bob" }), "userCode"],
+    [() => site.app.denyPairing(5), "userCode"],
+    [() => site.app.pendingPairing(undefined), "userCode"],
+    [() => site.app.runners(1), "owner"],
+    [() => site.app.revokeRunner(1), "runnerId"],
+  ];
+  for (const [call, field] of cases) {
+    await assert.rejects(call, (e) => {
+      assert.ok(e instanceof TypeError, `${field}: ${e}`);
+      assert.match(e.message, new RegExp(`\`${field}\``));
+      assert.doesNotMatch(e.message, /Failed to convert|rust type/);
+      return true;
+    });
+  }
+  await assert.rejects(site.app.enqueue(null), TypeError);
+  await assert.rejects(site.app.approvePairing("ABCD-EFGH"), TypeError);
+});
+
+test("approvePairing refuses an empty owner and leaves the pairing pending", async () => {
+  const site = await makeSite("ours");
+  const http = await listen(site.handler);
+  try {
+    const daemon = new Daemon(http.url);
+    const start = await daemon.call(
+      "pair",
+      { action: "start", daemon: { version: "0.1.1", label: "l", platform: "linux" }, device: daemon.identity, capabilities: daemon.capabilities },
+      { sign: false },
+    );
+    assert.equal(start.status, 200);
+    await assert.rejects(site.app.approvePairing({ userCode: start.body.userCode, owner: "" }), /`owner` must be a non-empty string/);
+    assert.notEqual(await site.app.pendingPairing(start.body.userCode), null, "still pending");
+    const poll = await daemon.call("pair", { action: "poll", deviceCode: start.body.deviceCode }, { sign: false });
+    assert.equal(poll.body.status, "pending");
+  } finally {
+    await http.close();
+  }
+});
+
+for (const which of ["ref", "ours"]) {
+  test(`[${which}] /fetch on a lease that lapsed but was not swept`, async () => {
+    const clock = { t: Date.now() };
+    const site = await makeSite(which, { clock });
+    const http = await listen(site.handler);
+    try {
+      const daemon = new Daemon(http.url, { clock });
+      await daemon.pair(site.app, "bob");
+      await site.app.enqueue({ kind: "llm.generate", payload: { prompt: "p" }, owner: "bob" });
+      const [stub] = await claimed(daemon);
+      clock.t = stub.lease.expiresAt + 3_600_000; // an hour later; nothing swept
+      const late = await daemon.fetchJob(stub);
+      if (which === "ours") {
+        assert.deepEqual([late.status, late.body.error], [404, "not-found"]);
+      } else {
+        assert.equal(late.status, 200, "the reference still hands out the payload");
+      }
+    } finally {
+      await http.close();
+    }
+  });
+}
+
+test("the runner record has one source of truth: the store", async () => {
+  const site = await makeSite("ours");
+  const http = await listen(site.handler);
+  try {
+    const a = new Daemon(http.url);
+    const b = new Daemon(http.url);
+    const runnerA = await a.pair(site.app, "bob");
+    await b.pair(site.app, "bob");
+    assert.equal((await a.heartbeat()).status, 200);
+    assert.equal((await b.heartbeat()).status, 200);
+
+    // Editing the object approvePairing returned changes nothing requests see.
+    runnerA.revokedAt = site.now();
+    assert.equal((await a.heartbeat()).status, 200);
+    const fetched = await site.store.getRunner(a.runnerId);
+    fetched.revokedAt = site.now();
+    assert.equal((await a.heartbeat()).status, 200);
+
+    // A revocation made on the native store shows on the next request.
+    site.store.native.revokeRunner(b.runnerId, site.now());
+    const refused = await b.heartbeat();
+    assert.equal(refused.status, 403, JSON.stringify(refused.body));
+    assert.equal(typeof (await site.store.getRunner(b.runnerId)).revokedAt, "number");
+  } finally {
+    await http.close();
+  }
+});
