@@ -51,6 +51,34 @@ const DELIBERATE = [
     ours: (v) => (v.status === 200 && v.body?.accepted === false && v.body.state === "claimed") || (v.state === "claimed" && v.outcome === null),
   },
   {
+    // Matched as `private`: the other owner's team runner is no candidate, so
+    // ours counts fewer candidates (or none) where the reference counts it.
+    id: "an unknown audience already stored is matched as private (runnerAvailability)",
+    doc: ["README.md", "A job already stored with such a spelling is matched as `private`"],
+    also: ["docs/security.md", "is matched as `private` by the claim and by `runnerAvailability`"],
+    label: /^runnerAvailability \/ availability .*"audience":"(Private||public|TEAM| team|team |everyone)"/,
+    ref: (v) => v.value?.available === true,
+    ours: (v, r) =>
+      v.value !== undefined &&
+      (v.value.candidates ?? 0) < r.value.candidates &&
+      (v.value.available || v.value.reason === "audience-admits-nobody"),
+  },
+  {
+    id: "/fetch refuses a lapsed lease before any sweep",
+    doc: ["README.md", "`/fetch` refuses a lease that has lapsed even before a sweep ran (404 `not-found`)"],
+    also: ["docs/security.md", "`/fetch` hands out the payload on a lease that lapsed but was not swept"],
+    label: /^lease edge: fetch (at expiry|1 ms after expiry|an hour after expiry) \/ /,
+    ref: (v) => v.status === 200,
+    ours: is(404, "not-found"),
+  },
+  {
+    id: "ByollmApp refuses an empty owner and wrong argument types with a TypeError naming the field",
+    doc: ["README.md", "`approvePairing` refuses an empty `owner`, and every `ByollmApp` method refuses an argument of the"],
+    also: ["docs/security.md", "every `ByollmApp` method refuses a wrong argument with a `TypeError` naming the method and the field"],
+    label: /approve owner |^audience (type number|type null|owner number|allow a string) \/ /,
+    ours: (v) => v === null || (v.error?.name === "TypeError" && /`(owner|audience|audienceAllow)`/.test(v.error.message)),
+  },
+  {
     id: "a cancel then a release ends the job canceled",
     doc: ["README.md", "A cancel asked for a job that its runner then releases ends the job `canceled` instead of reaching"],
     also: ["docs/security.md", "A cancel request survives a release and hits the next runner"],
@@ -65,10 +93,11 @@ const DELIBERATE = [
     // runner gets the prompt). What follows on our side is that there is
     // no job: no claim hands it out, fetch and result find nothing.
     id: "an unknown audience is refused at enqueue",
-    doc: ["README.md", "audience"],
+    doc: ["README.md", 'An audience other than exactly `"private"` or `"team"` is refused at `enqueue`'],
+    also: ["docs/security.md", "`enqueue` refuses it with a `TypeError` naming the allowed values"],
     label: /^audience odd /,
     ours: (v) =>
-      (v.error !== undefined && /audience/.test(v.error.message) && /private/.test(v.error.message) && /team/.test(v.error.message)) ||
+      (v?.error?.name === "TypeError" && /audience/.test(v.error.message) && /private/.test(v.error.message) && /team/.test(v.error.message)) ||
       v === null ||
       (v.status === 200 && Array.isArray(v.body?.jobs) && v.body.jobs.length === 0) ||
       (v.status === 404 && v.body?.error === "not-found"),
@@ -104,45 +133,6 @@ const OPEN_DIVERGENCES = [
     label: /^limit: (2-byte|3-byte|astral|chunked 3-byte)/,
     ref: (v) => v.status === 404,
     ours: (v) => v.status === 400 && v.body?.message === "request body is not valid JSON",
-  },
-  {
-    // Issue 25 item 1: `enqueue({ …, audience: "Private" })` (also "",
-    // "public", "TEAM", " team", "team ", "everyone") is accepted; bob's
-    // runner with a team offer claims and fetches alice's prompt (as on the
-    // reference, which fails open), and its valid signed /result makes our
-    // handler reject with "unknown audience: Private" (host 500; the 5xx
-    // fails the suite regardless). The lease then lapses and the job is
-    // offered again. To be: refused at enqueue (see DELIBERATE).
-    id: "an unknown audience is accepted and its result rejects (host 500)",
-    label: /^audience odd .* \/ (bob reports|after bob|alice reports|end)$/,
-    ours: (v) => /unknown audience/.test(v.rejects ?? "") || v.state === "claimed" || v.status === 200 || v.status === 404,
-  },
-  {
-    // Issue 25 item 3: `runnerAvailability({ kind, owner, audience: "public" })`
-    // throws "unknown audience: public"; the reference answers (for these
-    // queries `{ available: true, candidates: 2 }`: it treats the word as team).
-    id: "runnerAvailability throws on an unknown audience",
-    label: /^runnerAvailability \/ availability /,
-    ours: (v) => /unknown audience/.test(v.error?.message ?? ""),
-  },
-  {
-    // Issue 25 item 4: `enqueue({ …, audience: 5 })` / `owner: 7` surface
-    // napi's "Failed to convert JavaScript value `Number 5 ` into rust type
-    // `String`" (the reference stores the job). To be: a TypeError naming
-    // the field, and a documented refusal.
-    id: "enqueue with a non-string audience or owner surfaces napi's message",
-    label: /^audience (type number|owner number) \/ /,
-    ours: (v) => /Failed to convert JavaScript value/.test(v.error?.message ?? "") || v === null,
-  },
-  {
-    // Issue 25 item 4: `approvePairing({ userCode, owner: 7 | null |
-    // undefined | {…} })`: the reference stores the value as the owner; ours
-    // throws napi's internal "Failed to convert JavaScript value `Number 7 `
-    // into rust type `String`". To be: a TypeError naming `owner` (and a
-    // documented refusal, since the reference accepts).
-    id: "approvePairing with a non-string owner surfaces napi's message",
-    label: /pairing: approve with odd owners \/ approve owner/,
-    ours: (v) => /Failed to convert JavaScript value/.test(v.error?.message ?? ""),
   },
 ];
 

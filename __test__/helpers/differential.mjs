@@ -318,8 +318,8 @@ const text = (v) => JSON.stringify(v);
 /**
  * Compare two logs entry by entry. A difference is first matched against
  * `deliberate` (documented differences), then `open` (known, not yet fixed);
- * anything else is returned as a failure. Each list entry: `{ id, where,
- * label: RegExp, ref?: (value) => bool, ours: (value) => bool }`.
+ * anything else is returned as a failure. Each list entry: `{ id, label:
+ * RegExp, ref?: (value) => bool, ours: (value, referenceValue) => bool }`.
  */
 export function compareLogs(scenario, ref, mine, { deliberate = [], open = [], seen, consequences = false }) {
   const failures = [];
@@ -337,7 +337,7 @@ export function compareLogs(scenario, ref, mine, { deliberate = [], open = [], s
     if (text(a.value) === text(b.value)) continue;
     const label = scenario ? `${scenario} / ${a.label}` : a.label;
     const match = (list) =>
-      list.find((d) => d.label.test(label) && (!d.ref || d.ref(a.value)) && d.ours(b.value));
+      list.find((d) => d.label.test(label) && (!d.ref || d.ref(a.value)) && d.ours(b.value, a.value));
     const d = match(deliberate);
     if (d) {
       seen?.deliberate.set(d.id, (seen.deliberate.get(d.id) ?? 0) + 1);
