@@ -64,6 +64,22 @@ const DELIBERATE = [
       (v.value.available || v.value.reason === "audience-admits-nobody"),
   },
   {
+    // The same rule at claim: another owner's team runner never gets a job
+    // stored with an odd audience; its owner's runner does, and the result
+    // is recorded as untrusted.
+    id: "an unknown audience already stored is matched as private (claim) and completes untrusted",
+    doc: ["README.md", "A job already stored with such a spelling is matched as `private` and completes as `untrusted`."],
+    also: ["docs/security.md", "completes with provenance echoing the stored word, `untrusted: true`"],
+    label: /^stored audience /,
+    ours: (v, r) => {
+      if (v.status === 200 && Array.isArray(v.body?.jobs)) return v.body.jobs.every((j) => j.lease.runnerId === "<runner#1>") && r.body.jobs.every((j) => j.lease.runnerId === "<runner#2>");
+      if (v.status === 404) return v.body.error === "not-found";
+      if (v.status === 200 && v.body?.envelope) return v.body.opened === '{"prompt":"stored earlier"}';
+      if (v.status === 200 && "accepted" in (v.body ?? {})) return true;
+      return v.state === "ok" && v.provenance?.runnerOwner === "alice" && v.provenance.untrusted === true;
+    },
+  },
+  {
     id: "/fetch refuses a lapsed lease before any sweep",
     doc: ["README.md", "`/fetch` refuses a lease that has lapsed even before a sweep ran (404 `not-found`)"],
     also: ["docs/security.md", "`/fetch` hands out the payload on a lease that lapsed but was not swept"],
@@ -718,6 +734,35 @@ dtest("audiences: enqueue, claim across owners, result, availability", async () 
     ...ODD_AUDIENCES.slice(0, 3).map((a) => [`odd ${JSON.stringify(a)}, allow bob`, { audience: a, audienceAllow: ["bob"] }]),
   ];
   for (const [name, extra] of cases) failures.push(...(await cycle(name, extra)));
+  // A job an older deployment stored with an odd audience (written straight
+  // into each store): it must still complete, never with a 5xx.
+  for (const audience of ["public", "Private", ""]) {
+    const id = `job-stored-${audience || "empty"}`;
+    const envelope = await protocol.seal({
+      plaintext: JSON.stringify({ prompt: "stored earlier" }),
+      senderKeys: H.SITE,
+      recipientEncryptionPublic: H.SITE.encryptionPublic,
+      context: { jobId: id, senderKeyId: H.SITE_KEY_ID, recipientKeyId: H.SITE_KEY_ID, deadlineAt: H.T0 + 86_400_000, direction: "payload" },
+    });
+    const bobEnv = await sealResult(id, { keys: H.DEVICE2 });
+    const aliceEnv = await sealResult(id);
+    failures.push(
+      ...(await scenario(`stored audience ${JSON.stringify(audience)}`, async (s) => {
+        await pair(s);
+        await pair(s, { owner: "bob", device: H.DEVICE2, as: "runner2", label: "pair bob", caps: [H.TEAM_CAP] });
+        s.vars[`lease:${id}`] = "00000000-0000-4000-8000-00000000000b";
+        await s.store.create({ kind: "llm.generate", owner: "alice", audience, id, envelope, sizeClass: "small" }, H.clock.t);
+        await jobState(s, "stored", id);
+        await claim(s, "bob claims with a team offer", { runner: "runner2", keys: H.DEVICE2, caps: [H.TEAM_CAP] });
+        await fetchJob(s, "bob fetches", id, { runner: "runner2", keys: H.DEVICE2 });
+        await result(s, "bob reports", id, bobEnv, { runner: "runner2", keys: H.DEVICE2 });
+        await claim(s, "alice claims");
+        await fetchJob(s, "alice fetches", id);
+        await result(s, "alice reports", id, aliceEnv);
+        await jobState(s, "end", id);
+      })),
+    );
+  }
   // Wrong types are refused by ours with a TypeError naming the field
   // (issue 25 item 4); compared here for what each side answers.
   for (const [name, extra] of [
