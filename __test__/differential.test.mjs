@@ -15,6 +15,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import * as protocol from "@byollm/protocol";
+import sodium from "libsodium-wrappers";
 import * as H from "./helpers/differential.mjs";
 
 const { both, pair, claim, fetchJob, result, sealResult, jobState, appCall, observe, compareLogs, fatal, unhandledRejections } = H;
@@ -33,6 +34,14 @@ const DELIBERATE = [
     label: /signature (padded|junk|standard alphabet|whitespace inside|stray trailing bits)|mutation .* signature/,
     ref: (v) => v.status === 200,
     ours: is(401, "unauthorized"),
+  },
+  {
+    id: "a box holding JSON null is a malformed result (400), not a rejected handler",
+    doc: ["README.md", "`open` returns `malformed` for a sealed JSON `null` (the reference throws, and its `/result` then"],
+    also: ["docs/security.md", "`open()` throws a `TypeError` when the inner text or signed body is JSON `null`"],
+    label: /^sealed null \/ result whose box holds JSON null$/,
+    ref: (v) => typeof v.rejects === "string",
+    ours: (v) => v.status === 400 && v.body?.message === "the result did not verify as coming from this device",
   },
   {
     id: "/fetch compares the body's runnerId with the signer",
@@ -503,12 +512,22 @@ dtest("fetch and result refusals, lease edges", async () => {
       await appCall(s, "app.result", (app) => app.result("job-1"));
     })),
   );
-  // The sealed-null weak spot, alone (ours answers 400, the reference rejects).
+  // A sealed outcome of JSON null inside a valid envelope, and a box whose
+  // whole content is JSON null (the weak spot: the reference's open throws).
+  await sodium.ready;
+  const nullBox = {
+    ciphertext: Buffer.from(sodium.crypto_box_seal(Buffer.from("null"), Buffer.from(H.SITE.encryptionPublic, "base64url"))).toString("base64url"),
+    recipientKeyId: H.SITE_KEY_ID,
+    senderKeyId: H.keyIdOf(H.DEVICE),
+    direction: "result",
+    deadlineAt: H.T0 + 86_400_000,
+  };
   failures.push(
     ...(await scenario("sealed null", async (s) => {
       await paired(s, { second: false });
       await claim(s, "claim");
       await result(s, "result sealing JSON null", "job-1", sealedNull);
+      await result(s, "result whose box holds JSON null", "job-1", nullBox);
       await jobState(s, "after", "job-1");
     })),
   );
