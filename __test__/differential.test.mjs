@@ -148,6 +148,25 @@ const OPEN_DIVERGENCES = [
     ours: (v) => typeof v.rejects === "string" && v.rejects.includes("JSON-compatible"),
   },
   {
+    // A paired runner's signed heartbeat whose daemonVersion or a capability
+    // string holds a lone surrogate (`"daemonVersion":"0.1.1\ud800"` or
+    // `"model":"m\ud800"`): 200 on both, but ours then reports the runner
+    // with `daemonVersion: null` / `capabilities: null` (app.runners,
+    // store.listRunners), where the reference keeps the strings.
+    id: "a heartbeat with a lone surrogate nulls the runner's daemonVersion or capabilities",
+    label: /runners after the variants$/,
+    ours: (v) => Array.isArray(v.value) && v.value.some((r) => r.daemonVersion === null || r.capabilities === null),
+  },
+  {
+    // The consequence: `app.runnerAvailability(...)` then throws napi's
+    // "Failed to get Array length" for every owner (it lists all runners),
+    // where the reference answers. One paired runner breaks the site's
+    // availability checks for everyone.
+    id: "runnerAvailability throws after such a heartbeat",
+    label: /availability (for another owner )?after the variants$/,
+    ours: (v) => /Failed to get Array length/.test(v.error?.message ?? ""),
+  },
+  {
     // A body over the cap in UTF-8 bytes but not in UTF-16 units (2-, 3- or
     // 4-byte characters, e.g. a pair poll whose deviceCode is 3.5 million
     // "é"): the reference measures units, parses it and answers as for any
@@ -401,6 +420,7 @@ dtest("body variants: order, whitespace, escapes, duplicates, extra keys, types,
     ["heartbeat: withheld two claimants", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"1","capabilities":[],"withheld":[{"kind":"llm.generate","claimants":[{"service":"a","offer":"team"},{"service":"b","offer":"private"}]}],"activeLeases":[]}`],
     ["heartbeat: daemonVersion 100,000 chars", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"${"9".repeat(100_000)}","capabilities":[],"activeLeases":[]}`],
     ["heartbeat: 1,000 unknown leases", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"1","capabilities":[],"activeLeases":[${Array.from({ length: 1000 }, (_, i) => `{"jobId":"j${i}","leaseId":"l${i}"}`).join(",")}]}`],
+    ["heartbeat: daemonVersion lone surrogate", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"0.1.1\\ud800","capabilities":[${JSON.stringify({ ...H.CAP, model: "m\ud800" })}],"activeLeases":[]}`],
     ["heartbeat: activeLeases object", `{"protocolVersion":"2","runnerId":"{{runner}}","daemonVersion":"1","capabilities":[],"activeLeases":{}}`],
     ["fetch: jobId number", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":1,"leaseId":"x"}`],
     ["fetch: jobId empty", `{"protocolVersion":"2","runnerId":"{{runner}}","jobId":"","leaseId":"x"}`],
@@ -448,9 +468,54 @@ dtest("body variants: order, whitespace, escapes, duplicates, extra keys, types,
         }
       }
     }
+    await appCall(s, "runners after the variants", (app) => app.runners("alice"));
+    await appCall(s, "availability after the variants", (app) => app.runnerAvailability({ kind: "llm.generate", owner: "alice" }));
+    await appCall(s, "availability for another owner after the variants", (app) => app.runnerAvailability({ kind: "llm.generate", owner: "bob" }));
     await jobState(s, "job-1 after the variants", "job-1");
     await jobState(s, "job-2 after the variants", "job-2");
   });
+  // Transport: methods, paths and content types around a valid signed claim.
+  failures.push(
+    ...(await scenario("transport", async (s) => {
+      await paired(s, { second: false });
+      const body = H.fill(s, H.claimBody("runner", [H.CAP], 0 + 1));
+      const signed = H.signHeaders({ endpoint: "claim", runnerId: s.vars.runner, body });
+      const variants = [
+        ["GET", `${H.BASE}/claim`, signed, undefined],
+        ["PUT", `${H.BASE}/claim`, signed, body],
+        ["DELETE", `${H.BASE}/claim`, signed, body],
+        ["OPTIONS", `${H.BASE}/claim`, signed, undefined],
+        ["POST", `${H.BASE}/claim/`, signed, body],
+        ["POST", `${H.BASE}//claim`, signed, body],
+        ["POST", `${H.BASE}/CLAIM`, signed, body],
+        ["POST", `${H.BASE}/%63laim`, signed, body],
+        ["POST", `${H.BASE}/claim?x=1`, signed, body],
+        ["POST", `${H.BASE}/claim#frag`, signed, body],
+        ["POST", `${H.BASE}/./claim`, signed, body],
+        ["POST", `${H.BASE}/x/../claim`, signed, body],
+        ["POST", `/other/claim`, signed, body],
+        ["POST", `${H.BASE}`, signed, body],
+        ["POST", `${H.BASE}/`, signed, body],
+        ["POST", `${H.BASE}/claim`, { ...signed, "content-type": "text/plain" }, body],
+        ["POST", `${H.BASE}/claim`, Object.fromEntries(Object.entries(signed).filter(([k]) => k !== "content-type")), body],
+        ["POST", `${H.BASE}/claim`, { ...signed, "content-encoding": "gzip" }, body],
+        ["POST", `${H.BASE}/claim`, signed, new TextEncoder().encode(body)],
+      ];
+      for (const [method, path, headers, b] of variants) {
+        const label = `${method} ${path} ${headers["content-type"] ?? "(no type)"}${headers["content-encoding"] ? " gzip" : ""}${b instanceof Uint8Array ? " bytes" : ""}`;
+        await H.record(s, label, await H.send(s, label, { method, path, headers, body: b }));
+        const r = s.log[s.log.length - 1].value;
+        if (r.status === 200) {
+          // Put any claimed job back for the next variant.
+          const job = await s.store.get("job-1");
+          if (job?.lease) {
+            s.vars.back = job.lease.id;
+            await call(s, `${label}: release`, "release", H.releaseBody([["job-1", "back"]], "shutdown"));
+          }
+        }
+      }
+    })),
+  );
   // Each pairing variant on a fresh site, so one refusal cannot shift the
   // codes of the next.
   for (const [name, template] of pairVariants) {
