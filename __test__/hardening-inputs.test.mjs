@@ -202,3 +202,53 @@ test("the runner record has one source of truth: the store", async () => {
     await http.close();
   }
 });
+
+test("lone surrogates in a pair start or a heartbeat are stored as U+FFFD, not a host 500 or a lost record", async () => {
+  const site = await makeSite("ours");
+  const http = await listen(site.handler);
+  try {
+    const daemon = new Daemon(http.url);
+    const caps = [{ ...daemon.capabilities[0], model: "m\ud800" }];
+    const start = await daemon.send(
+      "pair",
+      JSON.stringify({
+        protocolVersion: "2",
+        action: "start",
+        daemon: { version: "0.1.1\udc00", label: "lab\ud800el", platform: "linux" },
+        device: daemon.identity,
+        capabilities: caps,
+      }),
+      { sign: false },
+    );
+    assert.equal(start.status, 200, JSON.stringify(start.body));
+    const pending = await site.app.pendingPairing(start.body.userCode);
+    assert.equal(pending.label, "lab\ufffdel");
+    assert.equal(pending.capabilities[0].model, "m\ufffd");
+
+    await daemon.pair(site.app, "bob");
+    daemon.capabilities = caps;
+    assert.equal((await daemon.heartbeat()).status, 200);
+    const runner = await site.store.getRunner(daemon.runnerId);
+    assert.equal(runner.capabilities[0].model, "m\ufffd", "the heartbeat's capabilities are kept, not nulled");
+  } finally {
+    await http.close();
+  }
+});
+
+test("MemoryStore's own methods refuse or ignore a wrong-typed argument without a binding's message", async () => {
+  const site = await makeSite("ours");
+  const base = { id: "j-1", kind: "llm.generate", sizeClass: "small", owner: "bob", envelope: { ciphertext: "x", recipientKeyId: "k", senderKeyId: "k", direction: "payload", deadlineAt: 1 } };
+  for (const [field, value] of [["id", 1], ["owner", null], ["kind", 2], ["audience", 5], ["audienceAllow", "a"], ["ttlMs", "1"]]) {
+    await assert.rejects(
+      async () => site.store.create({ ...base, [field]: value }, site.now()),
+      (e) => e instanceof TypeError && e.message.includes(`\`${field}\``) && !/Failed to convert/.test(e.message),
+      field,
+    );
+  }
+  // An odd audience string is stored as given (a record from an older app).
+  assert.equal((await site.store.create({ ...base, audience: "Private" }, site.now())).audience, "Private");
+  assert.equal(await site.store.cancel(5, site.now()), null);
+  assert.deepEqual(await site.store.listClaimedBy({}), []);
+  assert.deepEqual(await site.store.listCancelRequests(7), []);
+  assert.deepEqual(await site.store.listRunners(7), []);
+});

@@ -837,6 +837,59 @@ impl Parser<'_> {
     }
 }
 
+/// The surrogate unit a `\uXXXX` escape at `at` (the backslash) spells, if
+/// it spells one.
+fn surrogate_escape_at(b: &[u8], at: usize) -> Option<u16> {
+    if b.get(at + 1) != Some(&b'u') {
+        return None;
+    }
+    let hex = std::str::from_utf8(b.get(at + 2..at + 6)?).ok()?;
+    let unit = u16::from_str_radix(hex, 16).ok()?;
+    (0xD800..=0xDFFF).contains(&unit).then_some(unit)
+}
+
+/// `text` (JSON) with every `\u` escape of a lone surrogate replaced by
+/// `\ufffd`, for serde_json, which refuses such escapes where `JSON.parse`
+/// (and so `JSON.stringify`'s output, which writes them) takes them. The
+/// replacement is what the Node-API boundary does to a lone surrogate in a
+/// string anyway. Borrowed when there is none, the usual case.
+pub fn lone_surrogates_replaced(text: &str) -> std::borrow::Cow<'_, str> {
+    let b = text.as_bytes();
+    let mut out: Option<String> = None;
+    let mut copied = 0;
+    let mut at = 0;
+    while at < b.len() {
+        if b.get(at) != Some(&b'\\') {
+            at += 1;
+            continue;
+        }
+        let Some(unit) = surrogate_escape_at(b, at) else {
+            // Any other escape is two bytes (a `\u` one is skipped the same
+            // way; its hex digits hold no backslash).
+            at += 2;
+            continue;
+        };
+        let paired = (0xD800..=0xDBFF).contains(&unit)
+            && surrogate_escape_at(b, at + 6).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low));
+        if paired {
+            at += 12;
+            continue;
+        }
+        let buf = out.get_or_insert_with(|| String::with_capacity(text.len()));
+        buf.push_str(text.get(copied..at).unwrap_or_default());
+        buf.push_str("\\ufffd");
+        at += 6;
+        copied = at;
+    }
+    match out {
+        None => std::borrow::Cow::Borrowed(text),
+        Some(mut buf) => {
+            buf.push_str(text.get(copied..).unwrap_or_default());
+            std::borrow::Cow::Owned(buf)
+        }
+    }
+}
+
 /// Decode an already-validated string literal body into UTF-16 units.
 fn unescape_utf16(literal: &str) -> Vec<u16> {
     let mut units = Vec::with_capacity(literal.len());
@@ -1065,6 +1118,27 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn lone_surrogate_escapes_become_replacement_characters_for_serde() {
+        let fixed = |t: &str| lone_surrogates_replaced(t).into_owned();
+        assert_eq!(fixed(r#"{"a":"\ud800"}"#), r#"{"a":"\ufffd"}"#);
+        assert_eq!(fixed(r#"["\udc00x","\uDBFF"]"#), r#"["\ufffdx","\ufffd"]"#);
+        // A pair is kept; an escaped backslash before "ud800" is no escape.
+        assert_eq!(fixed(r#""\ud83d\ude00""#), r#""\ud83d\ude00""#);
+        assert_eq!(fixed(r#""\\ud800""#), r#""\\ud800""#);
+        // A high surrogate followed by another high one: both lone.
+        assert_eq!(fixed(r#""\ud800\ud800""#), r#""\ufffd\ufffd""#);
+        assert!(matches!(
+            lone_surrogates_replaced(r#"{"a":1}"#),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // Truncated escapes are left for the parser to refuse.
+        assert_eq!(fixed(r#""\ud8"#), r#""\ud8"#);
+        let v: serde_json::Value =
+            serde_json::from_str(&fixed(r#"{"label":"a\ud800b"}"#)).unwrap_or_default();
+        assert_eq!(v["label"], "a\u{fffd}b");
+    }
 
     fn p(text: &str) -> Doc {
         parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))

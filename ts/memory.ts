@@ -6,6 +6,7 @@
 // This file only moves values across the boundary: it flattens arguments
 // into strings and numbers, and turns the native JSON rows back into the
 // reference's record objects. Every rule lives in Rust.
+import { optionalNumber, optionalStrings, text } from "./args.js";
 import { binding as loaded } from "./native-loader.js";
 import type { EnqueuedJob, SiteKeyringHandle } from "./native.js";
 import type {
@@ -577,6 +578,7 @@ export class MemoryStore implements ByollmStore {
   // -- jobs ---------------------------------------------------------------
 
   create(input: StoredJobInput, now: number): Promise<JobRecord> {
+    checkStoredJob(input);
     const parts = sealedParts(input.envelope);
     const record = jobFromJson(
       this.#native.create(
@@ -676,16 +678,19 @@ export class MemoryStore implements ByollmStore {
   }
 
   cancel(jobId: string, now: number): Promise<JobRecord | null> {
+    if (typeof jobId !== "string") return Promise.resolve(null);
     const record = jobFromJson(this.#native.cancel(jobId, now), this.#lazy);
     this.#notify();
     return Promise.resolve(record);
   }
 
   listClaimedBy(runnerId: string): Promise<JobRecord[]> {
+    if (typeof runnerId !== "string") return Promise.resolve([]);
     return Promise.resolve(jobsFromJson(this.#native.listClaimedBy(runnerId), this.#lazy));
   }
 
   listCancelRequests(runnerId: string): Promise<{ jobId: string; leaseId: string }[]> {
+    if (typeof runnerId !== "string") return Promise.resolve([]);
     return Promise.resolve(JSON.parse(this.#native.listCancelRequests(runnerId)) as LeaseRef[]);
   }
 
@@ -807,8 +812,24 @@ export class MemoryStore implements ByollmStore {
   }
 
   listRunners(owner?: string): Promise<RunnerRecord[]> {
-    return Promise.resolve(JSON.parse(this.#native.listRunners(owner)) as RunnerRecord[]);
+    if (owner != null && typeof owner !== "string") return Promise.resolve([]);
+    return Promise.resolve(JSON.parse(this.#native.listRunners(owner ?? undefined)) as RunnerRecord[]);
   }
+}
+
+/**
+ * `store.create`'s scalar fields, of the types the native store takes; a
+ * caller's mistake is a `TypeError` naming the field. (Any audience string is
+ * stored: a record written by an older app may carry another spelling.)
+ */
+function checkStoredJob(input: StoredJobInput): void {
+  const where = "MemoryStore.create";
+  for (const field of ["id", "kind", "sizeClass", "owner"] as const) text(where, field, input[field]);
+  if (input.audience != null) text(where, "audience", input.audience);
+  optionalStrings(where, "audienceAllow", input.audienceAllow);
+  optionalStrings(where, "dependsOn", input.dependsOn);
+  optionalNumber(where, "ttlMs", input.ttlMs);
+  optionalNumber(where, "deadlineAt", input.deadlineAt);
 }
 
 /** The prototype's methods as defined above, for `servesDirectly`. */

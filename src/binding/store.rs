@@ -41,8 +41,10 @@ fn lease_refs(flat: Vec<String>) -> Vec<LeaseRef> {
     refs
 }
 
+// JSON.stringify writes a lone surrogate as an escape serde_json refuses;
+// it is read as U+FFFD, as a lone surrogate crossing Node-API always is.
 fn object_from_json(json: &str, what: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
-    match serde_json::from_str(json) {
+    match serde_json::from_str(&crate::json::lone_surrogates_replaced(json)) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
         _ => Err(Error::new(
             Status::InvalidArg,
@@ -52,7 +54,8 @@ fn object_from_json(json: &str, what: &str) -> Result<serde_json::Map<String, se
 }
 
 fn value_from_json(json: &str) -> serde_json::Value {
-    serde_json::from_str(json).unwrap_or(serde_json::Value::Null)
+    serde_json::from_str(&crate::json::lone_surrogates_replaced(json))
+        .unwrap_or(serde_json::Value::Null)
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> String {
