@@ -134,37 +134,20 @@ const DELIBERATE = [
  * (or undocumented decisions). Each is reported to be fixed; remove the entry
  * when it is.
  */
+const wellFormed = (v) => JSON.stringify(v, (_, x) => (typeof x === "string" ? x.toWellFormed() : x));
+
 const OPEN_DIVERGENCES = [
   {
-    // An unauthenticated `pair start` whose label, daemon version or a
-    // capability string holds a lone surrogate (`"label":"\ud800"`): the
-    // reference stores it and answers 200; ours rejects the handler's promise
-    // with "a pairing record must be a JSON-compatible object" (a host 500:
-    // src/binding/store.rs object_from_json refuses the lone-surrogate escape
-    // JSON.stringify writes). The 5xx still fails the suite.
-    id: "pair start with a lone surrogate rejects (host 500)",
-    label: /pair/,
-    ref: (v) => v.status === 200,
-    ours: (v) => typeof v.rejects === "string" && v.rejects.includes("JSON-compatible"),
-  },
-  {
-    // A paired runner's signed heartbeat whose daemonVersion or a capability
-    // string holds a lone surrogate (`"daemonVersion":"0.1.1\ud800"` or
-    // `"model":"m\ud800"`): 200 on both, but ours then reports the runner
-    // with `daemonVersion: null` / `capabilities: null` (app.runners,
-    // store.listRunners), where the reference keeps the strings.
-    id: "a heartbeat with a lone surrogate nulls the runner's daemonVersion or capabilities",
-    label: /runners after the variants$/,
-    ours: (v) => Array.isArray(v.value) && v.value.some((r) => r.daemonVersion === null || r.capabilities === null),
-  },
-  {
-    // The consequence: `app.runnerAvailability(...)` then throws napi's
-    // "Failed to get Array length" for every owner (it lists all runners),
-    // where the reference answers. One paired runner breaks the site's
-    // availability checks for everyone.
-    id: "runnerAvailability throws after such a heartbeat",
-    label: /availability (for another owner )?after the variants$/,
-    ours: (v) => /Failed to get Array length/.test(v.error?.message ?? ""),
+    // A lone surrogate in a string a device sends and the store keeps (pair
+    // start's label, daemon version or a capability string; a heartbeat's
+    // daemonVersion or capabilities): the reference keeps the string as sent
+    // and hands it back (app.runners, pendingPairing, approvePairing); ours
+    // hands it back with U+FFFD in its place. Harmless, but a difference no
+    // document states: document it (README "Where we differ") or keep the
+    // code unit.
+    id: "a lone surrogate in a stored device string comes back as U+FFFD",
+    label: /(runners after the variants|pair: start label lone surrogates|pendingPairing|approve)$/,
+    ours: (v, r) => wellFormed(v) === wellFormed(r) && JSON.stringify(v) !== JSON.stringify(r),
   },
   {
     // A body over the cap in UTF-8 bytes but not in UTF-16 units (2-, 3- or
@@ -519,7 +502,15 @@ dtest("body variants: order, whitespace, escapes, duplicates, extra keys, types,
   // Each pairing variant on a fresh site, so one refusal cannot shift the
   // codes of the next.
   for (const [name, template] of pairVariants) {
-    failures.push(...(await scenario(name, (s) => call(s, name, "pair", template, { sign: false }))));
+    failures.push(
+      ...(await scenario(name, async (s) => {
+        const r = await call(s, name, "pair", template, { sign: false });
+        if (r.raw.status === 200) {
+          await appCall(s, `${name}: pendingPairing`, (app) => app.pendingPairing(r.raw.body.userCode));
+          await appCall(s, `${name}: approve`, (app) => app.approvePairing({ userCode: r.raw.body.userCode, owner: "alice" }));
+        }
+      })),
+    );
   }
   return failures;
 });
@@ -1152,7 +1143,7 @@ dtest("claim / release / revoke / cancel sequences and races", async () => {
 // ---------------------------------------------------------------- seeded mutations
 
 const SEED = Number(process.env.DIFF_SEED ?? 20261202);
-const MUTATIONS = Number(process.env.DIFF_MUTATIONS ?? 5000);
+const MUTATIONS = Number(process.env.DIFF_MUTATIONS ?? 3200);
 
 /** mulberry32: a small seeded PRNG, so a failure reproduces from its seed. */
 function prng(seed) {
