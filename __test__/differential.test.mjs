@@ -762,6 +762,31 @@ dtest("pairing abuse", async () => {
         if (r.raw.status === 200) await appCall(s, `${name}: pendingPairing`, (app) => app.pendingPairing(r.raw.body.userCode));
       }
     },
+    "expired pairings after a sweep": async (s) => {
+      const r = await started(s);
+      s.vars.dc1 = s.vars.dc;
+      await started(s);
+      await appCall(s, "approve the second", (app) => app.approvePairing({ userCode: s.vars.uc, owner: "alice" }));
+      H.clock.t = r.raw.body.expiresAt + 3_600_000;
+      await appCall(s, "sweep", (app) => app.sweep());
+      await poll(s, "poll the expired one", "{{dc1}}");
+      await poll(s, "poll the approved one", "{{dc}}");
+      await poll(s, "poll the approved one again", "{{dc}}");
+      await appCall(s, "pendingPairing of the expired one", (app) => app.pendingPairing(s.vars.uc));
+    },
+    "revoke, then pair the same device again": async (s) => {
+      await pair(s, { as: "old" });
+      await appCall(s, "revoke", (app) => app.revokeRunner(s.vars.old));
+      await pair(s, { as: "runner" });
+      await enqueue(s, "job-1");
+      await claim(s, "the old runner claims", { runner: "old" });
+      await claim(s, "the new runner claims");
+      await appCall(s, "runners", (app) => app.runners("alice"));
+    },
+    "many starts from one device": async (s) => {
+      for (let i = 0; i < 50; i++) await start(s, `start ${i}`);
+      await appCall(s, "runners", (app) => app.runners("alice"));
+    },
     "approve with odd owners": async (s) => {
       for (const owner of ["", 7, null, undefined, { id: "alice" }]) {
         await started(s);
