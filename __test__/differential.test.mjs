@@ -55,7 +55,7 @@ const DELIBERATE = [
     id: "a result on a lapsed lease is refused before any sweep",
     doc: ["README.md", "and a lease that has expired even before a sweep ran"],
     also: ["docs/security.md", "A result after lease expiry is accepted until a sweep runs"],
-    label: /lease edge: result (at expiry|1 ms after expiry|an hour after expiry) \/ /,
+    label: /^lease edge: result (at expiry|1 ms after expiry|an hour after expiry) \/ |^mutation #\d+ result .*time jump (60000|60001|3660000)/,
     ref: (v) => v.body?.accepted === true || v.state === "ok",
     ours: (v) => (v.status === 200 && v.body?.accepted === false && v.body.state === "claimed") || (v.state === "claimed" && v.outcome === null),
   },
@@ -92,7 +92,7 @@ const DELIBERATE = [
     id: "/fetch refuses a lapsed lease before any sweep",
     doc: ["README.md", "`/fetch` refuses a lease that has lapsed even before a sweep ran (404 `not-found`)"],
     also: ["docs/security.md", "`/fetch` hands out the payload on a lease that lapsed but was not swept"],
-    label: /^lease edge: fetch (at expiry|1 ms after expiry|an hour after expiry) \/ /,
+    label: /^lease edge: fetch (at expiry|1 ms after expiry|an hour after expiry) \/ |^mutation #\d+ fetch .*time jump (60000|60001|3660000)/,
     ref: (v) => v.status === 200,
     ours: is(404, "not-found"),
   },
@@ -1377,6 +1377,13 @@ function mutator(rand) {
       case 5:
         did.push("signed by the other device");
         return { keys: H.DEVICE2 };
+      case 6: {
+        // The clock moves on between the claim and this request: the lease
+        // (60 s) is 1 ms from expiry, at it, past it, or an hour gone.
+        const jump = pick([59_999, 60_000, 60_001, 3_660_000]);
+        did.push(`time jump ${jump}`);
+        return { jump };
+      }
       default:
         return {};
     }
@@ -1434,6 +1441,7 @@ dtest(`${MUTATIONS} seeded mutations of valid requests (seed ${SEED})`, { timeou
   const endpoints = ["claim", "fetch", "heartbeat", "result", "result", "release", "fetch", "pair-start", "pair-poll"];
   const counts = { differing: 0, resets: 0 };
   const statuses = new Map();
+  let offset = 0;
   let prev = null;
   for (let i = 0; i < MUTATIONS; i++) {
     H.clock.t += 7;
@@ -1452,7 +1460,7 @@ dtest(`${MUTATIONS} seeded mutations of valid requests (seed ${SEED})`, { timeou
     const label = `mutation #${i} ${endpoint} [${did.join("; ") || "unchanged"}]`;
     const marks = [];
     for (const s of [ref, ours]) {
-      H.clock.t = t0 + 7 * (i + 1);
+      H.clock.t = t0 + 7 * (i + 1) + offset;
       marks.push(s.log.length);
       s.vars["lease:m-prev"] = (prev && s.vars[`lease:${prev}`]) || s.vars["lease:m-prev"];
       if (endpoint === "pair-poll") {
@@ -1465,6 +1473,7 @@ dtest(`${MUTATIONS} seeded mutations of valid requests (seed ${SEED})`, { timeou
         await enqueue(s, id);
       }
       if (endpoint === "fetch") s.lastFetchJob = id;
+      H.clock.t += headerPlan.jump ?? 0;
       const ep = endpoint.startsWith("pair") ? "pair" : endpoint;
       await call(s, label, ep, text, {
         lenient: true,
@@ -1487,6 +1496,7 @@ dtest(`${MUTATIONS} seeded mutations of valid requests (seed ${SEED})`, { timeou
     const answer = ref.log.slice(marks[0]).find((e) => e.label === label)?.value;
     const key = `${endpoint} ${answer?.status ?? "rejects"}`;
     statuses.set(key, (statuses.get(key) ?? 0) + 1);
+    offset += headerPlan.jump ?? 0;
     const step = (s, m) => ({ log: s.log.slice(m) });
     const before = seen.deliberate.size + [...seen.deliberate.values()].reduce((a, b) => a + b, 0) + [...seen.open.values()].reduce((a, b) => a + b, 0);
     const f = compareLogs("", step(ref, marks[0]), step(ours, marks[1]), { deliberate: DELIBERATE, open: OPEN_DIVERGENCES, seen, consequences: true });
