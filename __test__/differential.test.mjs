@@ -25,8 +25,16 @@ const { both, pair, claim, fetchJob, result, sealResult, jobState, appCall, obse
  * `label` matches "<scenario> / <step>"; `ref` and `ours` check each side's
  * (normalised) answer so an entry cannot hide a different divergence.
  */
+const wellFormed = (v) => JSON.stringify(v, (_, x) => (typeof x === "string" ? x.toWellFormed() : x));
 const is = (status, error) => (v) => v.status === status && (error === undefined || v.body?.error === error);
 const DELIBERATE = [
+  {
+    // Exactly the reference's value with each lone surrogate as U+FFFD.
+    id: "a lone surrogate in a stored device string comes back as U+FFFD",
+    doc: ["README.md", "capability's model) is kept and handed back as U+FFFD"],
+    label: /(runners after the variants|pair: start label lone surrogates|pendingPairing|approve|: runners)$/,
+    ours: (v, r) => wellFormed(v) === wellFormed(r) && JSON.stringify(v) !== JSON.stringify(r),
+  },
   {
     id: "strict request signatures",
     doc: ["README.md", "A request signature with junk, padding or the other base64 alphabet does not verify."],
@@ -134,21 +142,7 @@ const DELIBERATE = [
  * (or undocumented decisions). Each is reported to be fixed; remove the entry
  * when it is.
  */
-const wellFormed = (v) => JSON.stringify(v, (_, x) => (typeof x === "string" ? x.toWellFormed() : x));
-
 const OPEN_DIVERGENCES = [
-  {
-    // A lone surrogate in a string a device sends and the store keeps (pair
-    // start's label, daemon version or a capability string; a heartbeat's
-    // daemonVersion or capabilities): the reference keeps the string as sent
-    // and hands it back (app.runners, pendingPairing, approvePairing); ours
-    // hands it back with U+FFFD in its place. Harmless, but a difference no
-    // document states: document it (README "Where we differ") or keep the
-    // code unit.
-    id: "a lone surrogate in a stored device string comes back as U+FFFD",
-    label: /(runners after the variants|pair: start label lone surrogates|pendingPairing|approve|: runners)$/,
-    ours: (v, r) => wellFormed(v) === wellFormed(r) && JSON.stringify(v) !== JSON.stringify(r),
-  },
   {
     // A body over the cap in UTF-8 bytes but not in UTF-16 units (2-, 3- or
     // 4-byte characters, e.g. a pair poll whose deviceCode is 3.5 million
