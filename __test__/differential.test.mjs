@@ -144,6 +144,29 @@ const DELIBERATE = [
  */
 const OPEN_DIVERGENCES = [
   {
+    // Issue 25 item 7 as it stands on branch issue-25b (not yet on main):
+    // the cap counts UTF-8 bytes, so the same body is refused with the
+    // too-large message (a chunked one with the bytes read when reading
+    // stopped, "6.6 MB"). Deliberate, but no README/docs line says so yet:
+    // document it, then move this entry to DELIBERATE.
+    id: "a multibyte body over the cap in bytes is refused as too large (undocumented)",
+    label: /^limit: (2-byte|3-byte|astral|chunked 3-byte)/,
+    ref: (v) => v.status === 404,
+    ours: (v) => v.status === 400 && /^this message is [0-9.]+ MB and the limit is 6\.5 MB/.test(v.body?.message ?? ""),
+  },
+  {
+    // Issue 25 item 8 as it stands on branch issue-25b (not yet on main):
+    // the sweep prunes a pairing once it has expired past the clock window,
+    // an approved one its daemon has not collected too. A poll then answers
+    // 404 "unknown device code" where the reference answers `expired` (or
+    // hands out the approval, even an hour late). Undocumented; and an
+    // approval pruned before collection leaves a runner its daemon never
+    // learns: document, or keep approved pairings until collected.
+    id: "a swept expired pairing polls as an unknown device code (undocumented)",
+    label: /^pairing: expired pairings after a sweep \/ poll /,
+    ours: is(404, "not-found"),
+  },
+  {
     // A body over the cap in UTF-8 bytes but not in UTF-16 units (2-, 3- or
     // 4-byte characters, e.g. a pair poll whose deviceCode is 3.5 million
     // "é"): the reference measures units, parses it and answers as for any
