@@ -27,7 +27,6 @@ export const clock = { t: T0 };
 
 export const CAP = Object.freeze({ kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "m1", offerScope: "private" });
 export const TEAM_CAP = Object.freeze({ ...CAP, offerScope: "team" });
-export const CHAT_CAP = Object.freeze({ ...CAP, kind: "llm.chat" });
 
 /** Answers from ours that must never happen, whatever the reference does. */
 export const fatal = [];
@@ -113,10 +112,10 @@ export function signHeaders({ keys = DEVICE, endpoint, runnerId, issuedAt = cloc
  * rejects is recorded as `{ rejects }` (a host 500); for ours that, and any
  * 5xx, is fatal.
  */
-export async function send(side, label, { method = "POST", path, headers = {}, body, duplex } = {}) {
+export async function send(side, label, { method = "POST", path, headers = {}, body } = {}) {
   const init = { method, headers };
   if (body !== undefined) init.body = body;
-  if (duplex || (body && typeof body === "object" && typeof body.getReader === "function")) init.duplex = "half";
+  if (body && typeof body === "object" && typeof body.getReader === "function") init.duplex = "half"; // a stream
   let answer;
   let request;
   try {
