@@ -37,7 +37,7 @@ const DELIBERATE = [
     // Exactly the reference's value with each lone surrogate as U+FFFD.
     id: "a lone surrogate in a stored device string comes back as U+FFFD",
     doc: ["README.md", "capability's model) is kept and handed back as U+FFFD"],
-    label: /(runners after the variants|pair: start label lone surrogates|pendingPairing|approve|: runners)$/,
+    label: /(runners after the variants|pair: start label lone surrogates|pendingPairing|approve|: runners|end: runners of \w+)$/,
     ours: (v, r) => wellFormed(v) === wellFormed(r) && JSON.stringify(v) !== JSON.stringify(r),
   },
   {

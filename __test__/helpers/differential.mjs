@@ -306,6 +306,8 @@ export async function both(script, options = {}) {
     clock.t = T0;
     const side = await makeSide(which, options);
     await script(side);
+    // What each scenario leaves behind in the runner records.
+    for (const owner of ["alice", "bob"]) await appCall(side, `end: runners of ${owner}`, (app) => app.runners(owner));
     out[which] = side;
   }
   clock.t = T0;
