@@ -34,7 +34,8 @@ mod binding;
 // glibc's main arena with node's own allocations. Measured in the full job
 // cycle: 8-10% faster with 1,000 stored jobs, 20% with 1,000,000 ended ones,
 // and 7% more RSS per stored job (its size classes round up more; see
-// docs/performance.md, twelfth round). `cargo test` keeps the system allocator.
+// docs/performance.md, "What exists for speed"). `cargo test` keeps the
+// system allocator.
 #[cfg(all(
     feature = "node",
     any(

@@ -1,6 +1,6 @@
 // The native core as the shell sees it: the generated loader (`index.js` at the
-// package root), typed against the binding contract in docs/architecture.md.
-// The generated `index.d.ts` describes the same functions; typing them here
+// package root). The generated `index.d.ts` describes the same functions (the
+// binding contract, docs/architecture.md links it); typing them here
 // keeps the shell compiling while parts of the binding are still being built,
 // and makes a missing function fail loudly at first use rather than as
 // `undefined is not a function` deep inside a request.

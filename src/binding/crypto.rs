@@ -1,5 +1,5 @@
 //! The crypto exports: keys, key ids, envelopes, request signatures, ids,
-//! site keys, and the `SiteKeyring` key handle (see docs/architecture.md).
+//! site keys, and the `SiteKeyring` key handle (types: the generated `index.d.ts`).
 //!
 //! Conversions only: every rule lives in the core modules. Objects returned
 //! to JavaScript are `#[napi(object)]` structs, whose field order is the key

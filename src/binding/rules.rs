@@ -1,4 +1,4 @@
-//! The protocol-rules exports (see docs/architecture.md, "protocol rules"):
+//! The protocol-rules exports (their types: the generated `index.d.ts`):
 //! request inspection, the version check, the sealed outcome, payload
 //! validation, the too-large message, the server-side audience match,
 //! provenance, `capabilityFor` and runner availability.
