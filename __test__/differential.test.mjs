@@ -126,6 +126,13 @@ const DELIBERATE = [
     ours: (v) => (v.status === 400 && v.body?.error === "bad-request") || v.value === null || v.error !== undefined || (v.status === 404 && v.body?.error === "not-found"),
   },
   {
+    id: "enqueue refuses a payload whose envelope would be over the envelope cap",
+    doc: ["README.md", "refuses a payload whose envelope would be over the 6 MiB envelope"],
+    also: ["docs/security.md", "`enqueue` refuses it: `invalid <kind> payload — sealed for its runner it would be"],
+    label: /^enqueue size: a million astral characters \/ /,
+    ours: (v) => v === null || /sealed for its runner it would be/.test(v.error?.message ?? ""),
+  },
+  {
     // The sweep drops a pairing 120 s after its expiry; a poll then answers
     // 404 "unknown device code" where the reference answers `expired` (and,
     // for an approval its daemon never collected, still hands it out).
@@ -1015,6 +1022,20 @@ dtest("body limits: declared, actual, lying content-length, chunked, multibyte",
         const { headers, body } = make();
         const answer = await H.send(s, name, { path, headers, body });
         await H.record(s, name, answer);
+      })),
+    );
+  }
+  // Payloads at enqueue whose envelope would be near or over the 6 MiB
+  // envelope cap (astral characters count one each in the length rules).
+  for (const [name, prompt] of [
+    ["a 4 MB ASCII prompt", "a".repeat(4_000_000)],
+    ["a million astral characters", "🙂".repeat(1_000_000)],
+  ]) {
+    failures.push(
+      ...(await scenario(`enqueue size: ${name}`, async (s) => {
+        await appCall(s, "enqueue", (app) => app.enqueue({ kind: "llm.generate", payload: { prompt }, owner: "alice", id: "job-big" }).then((h) => ({ id: h.id, sizeClass: h.record.sizeClass })));
+        const job = await s.store.get("job-big");
+        observe(s, "stored", job && { state: job.state, sizeClass: job.sizeClass, ciphertextChars: job.envelope.ciphertext.length });
       })),
     );
   }
