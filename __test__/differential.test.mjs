@@ -45,8 +45,9 @@ const DELIBERATE = [
     doc: ["README.md", "A request signature with junk, padding or the other base64 alphabet does not verify."],
     also: ["docs/security.md", "a request signature (the `x-byollm-signature` header) must be exactly the unpadded base64url of 64 bytes"],
     label: /signature (padded|junk|standard alphabet|whitespace inside|stray trailing bits)|mutation .* signature/,
-    ref: (v) => v.status === 200,
-    ours: is(401, "unauthorized"),
+    // The reference's signature check passed, whatever it answered next.
+    ref: (v) => v.status !== undefined && v.status !== 401,
+    ours: (v) => v.status === 401 && v.body?.message === "this request's signature is not valid",
   },
   {
     id: "a box holding JSON null is a malformed result (400), not a rejected handler",
