@@ -1673,6 +1673,7 @@ test("no 5xx, no rejected promise, no unhandled rejection from ours", async () =
   // Let any stray promise settle first.
   await new Promise((r) => setTimeout(r, 50));
   const list = (m) => [...m].map(([id, n]) => `${id} x${n}`).join(", ") || "none";
+  console.log(`compared: ${H.stats.scenarios} scenarios and mutation steps, ${H.stats.entries} answers and records`);
   console.log(`deliberate differences seen: ${list(seen.deliberate)}`);
   console.log(`open divergences seen: ${list(seen.open)}`);
   for (const o of OPEN_DIVERGENCES) if (!seen.open.has(o.id)) console.log(`open divergence not seen in this run (fixed, or not merged yet?): ${o.id}`);

@@ -327,8 +327,13 @@ const text = (v) => JSON.stringify(v);
  * anything else is returned as a failure. Each list entry: `{ id, label:
  * RegExp, ref?: (value) => bool, ours: (value, referenceValue) => bool }`.
  */
+/** How much was compared in this process. */
+export const stats = { scenarios: 0, entries: 0 };
+
 export function compareLogs(scenario, ref, mine, { deliberate = [], open = [], seen, consequences = false }) {
   const failures = [];
+  stats.scenarios++;
+  stats.entries += Math.min(ref.log.length, mine.log.length);
   if (ref.log.length !== mine.log.length) {
     failures.push(`${scenario}: ${ref.log.length} reference entries, ${mine.log.length} ours:\n  ref:  ${ref.log.map((e) => e.label).join(" | ")}\n  ours: ${mine.log.map((e) => e.label).join(" | ")}`);
   }
