@@ -53,7 +53,7 @@ export async function freshDatabase(label) {
   const url = new URL(admin);
   url.pathname = `/${name}`;
   const dbUrl = url.toString();
-  await migratePostgres({ connectionString: dbUrl });
+  await migratePostgres({ connectionString: dbUrl, createRoles: true });
   return {
     url: dbUrl,
     name,

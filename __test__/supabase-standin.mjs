@@ -7,8 +7,16 @@
 //                            result as JSON (204 for void); errors as
 //                            {code, message, details, hint} with status 400
 //                            (403 for permission denied)
-//   GET  /rest/v1/<table>    ?select=* only, no filters: the rows the caller's
-//                            role may see (RLS applies)
+//   GET|POST|PATCH /rest/v1/<table>
+//                            the table API subset the reference's
+//                            supabaseStore (@byollm/server 0.1.1) and a
+//                            browser session use: `select` with plain
+//                            columns, `*` and one `!inner` embedding along a
+//                            foreign key; filters eq, in, is and or(and(...));
+//                            insert, upsert (on_conflict, ignore or merge
+//                            duplicates), update; `Prefer: return=
+//                            representation`; `Accept: application/vnd.pgrst.
+//                            object+json` (406 PGRST116 unless one row)
 //
 // Like PostgREST, every request runs in a transaction as the JWT's `role`
 // (SET LOCAL ROLE) with the claims in `request.jwt.claims`, which is what
@@ -43,12 +51,189 @@ function verifyJwt(token, secret) {
 
 const ROLES = new Set(["anon", "authenticated", "service_role"]);
 const TABLES = new Set(["byollm_jobs", "byollm_runners", "byollm_pairings", "byollm_job_cancels"]);
+// Embeddings the adapters use: child table -> parent table -> [child column, parent column].
+const EMBEDS = { byollm_job_cancels: { byollm_jobs: ["job_id", "id"] } };
+const NAME = /^[a-z_][a-z0-9_]*$/;
+
+/** A refusal the stand-in answers with PostgREST's status and shape. */
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+const name = (n) => {
+  if (!NAME.test(n)) throw new ApiError(400, "PGRST100", `unsupported name: ${n}`);
+  return n;
+};
+
+/** Split on commas outside parentheses and double quotes. */
+function splitTop(text) {
+  const out = [];
+  let depth = 0;
+  let quoted = false;
+  let cur = "";
+  for (const ch of text) {
+    if (ch === '"') quoted = !quoted;
+    else if (!quoted && ch === "(") depth++;
+    else if (!quoted && ch === ")") depth--;
+    if (ch === "," && depth === 0 && !quoted) {
+      out.push(cur);
+      cur = "";
+    } else cur += ch;
+  }
+  if (cur !== "") out.push(cur);
+  return out;
+}
+
+const unquote = (v) => (v.length >= 2 && v.startsWith('"') && v.endsWith('"') ? v.slice(1, -1) : v);
+
+/**
+ * SQL for a table request: builds the statement with its parameters from
+ * PostgREST's query syntax. `types` maps each table's columns to their types,
+ * so a filter value is cast to the column's type (and indexes apply).
+ */
+function tableSql({ method, table, params, body, prefer, types }) {
+  const values = [];
+  const param = (v, type) => {
+    values.push(v);
+    return `$${values.length}::${type}`;
+  };
+  const colType = (tbl, col) => {
+    const t = types.get(tbl)?.get(col);
+    if (t === undefined) throw new ApiError(400, "42703", `column ${tbl}.${col} does not exist`);
+    return t;
+  };
+
+  // select=...: "*", columns, and parent!inner(columns)
+  const select = (params.get("select") ?? "*").replace(/\s+/g, "");
+  const fields = [];
+  const joins = [];
+  for (const item of splitTop(select)) {
+    const embed = /^([a-z_][a-z0-9_]*)!inner\((.*)\)$/.exec(item);
+    if (embed) {
+      const parent = embed[1];
+      const link = EMBEDS[table]?.[parent];
+      if (!link) throw new ApiError(400, "PGRST200", `no relationship ${table} -> ${parent}`);
+      joins.push(`join ${parent} ${parent} on ${parent}.${link[1]} = t.${link[0]}`);
+      const inner = splitTop(embed[2]).map((c) => `'${name(c)}', ${parent}.${name(c)}`);
+      fields.push(() => `'${parent}', jsonb_build_object(${inner.join(", ")})`);
+    } else if (item === "*") {
+      fields.push(null);
+    } else {
+      colType(table, item);
+      fields.push((alias) => `'${name(item)}', ${alias}.${item}`);
+    }
+  }
+  const projection = (alias) => {
+    const parts = fields.filter((f) => f !== null).map((f) => f(alias));
+    const star = fields.includes(null) ? `to_jsonb(${alias})` : `'{}'::jsonb`;
+    return parts.length === 0 ? star : `${star} || jsonb_build_object(${parts.join(", ")})`;
+  };
+
+  // Filters: col=op.value, parent.col=op.value, or=(and(c.op.v,...),...)
+  const condition = (tbl, alias, col, op, raw) => {
+    const type = colType(tbl, col);
+    const ref = `${alias}.${name(col)}`;
+    if (op === "eq") return `${ref} = ${param(unquote(raw), type)}`;
+    if (op === "is") {
+      if (raw === "null") return `${ref} is null`;
+      throw new ApiError(400, "PGRST100", `unsupported is.${raw}`);
+    }
+    if (op === "in") {
+      const m = /^\((.*)\)$/.exec(raw);
+      if (!m) throw new ApiError(400, "PGRST100", `bad in list: ${raw}`);
+      return `${ref} = any (${param(splitTop(m[1]).map(unquote), `${type}[]`)})`;
+    }
+    throw new ApiError(400, "PGRST100", `unsupported operator: ${op}`);
+  };
+  const logic = (text) => {
+    const group = /^(and|or)\((.*)\)$/.exec(text);
+    if (group) return `(${splitTop(group[2]).map(logic).join(` ${group[1]} `)})`;
+    const m = /^([a-z_][a-z0-9_]*)\.(eq|in|is)\.(.*)$/.exec(text);
+    if (!m) throw new ApiError(400, "PGRST100", `unsupported filter: ${text}`);
+    return condition(table, "t", m[1], m[2], m[3]);
+  };
+  const where = [];
+  for (const [key, raw] of params) {
+    if (key === "select" || key === "on_conflict" || key === "columns") continue;
+    if (key === "or") {
+      where.push(logic(`or${raw}`));
+      continue;
+    }
+    const m = /^(eq|in|is)\.(.*)$/.exec(raw);
+    if (!m) throw new ApiError(400, "PGRST100", `unsupported filter: ${key}=${raw}`);
+    const dotted = /^([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)$/.exec(key);
+    if (dotted) {
+      if (!EMBEDS[table]?.[dotted[1]]) throw new ApiError(400, "PGRST100", `unsupported filter: ${key}`);
+      where.push(condition(dotted[1], dotted[1], dotted[2], m[1], m[2]));
+    } else where.push(condition(table, "t", key, m[1], m[2]));
+  }
+  const whereSql = where.length === 0 ? "" : ` where ${where.join(" and ")}`;
+
+  if (method === "GET") {
+    return {
+      sql: `select coalesce(jsonb_agg(${projection("t")}), '[]'::jsonb) as r from ${table} t ${joins.join(" ")}${whereSql}`,
+      values,
+    };
+  }
+  if (joins.length > 0) throw new ApiError(400, "PGRST100", "embedding is served on reads only");
+  const returning = prefer.includes("return=representation");
+  const rows = Array.isArray(body) ? body : [body];
+  if (rows.length === 0 || rows.some((r) => r === null || typeof r !== "object" || Array.isArray(r))) {
+    throw new ApiError(400, "PGRST102", "the body must be an object or an array of objects");
+  }
+  const cols = Object.keys(rows[0]).map(name);
+  for (const c of cols) colType(table, c);
+  const doc = param(JSON.stringify(rows), "jsonb");
+  let write;
+  if (method === "POST") {
+    const list = cols.join(", ");
+    const conflict = params.get("on_conflict");
+    const target = conflict === null ? `on constraint ${table}_pkey` : `(${splitTop(conflict).map(name).join(", ")})`;
+    const upsert = prefer.includes("resolution=ignore-duplicates")
+      ? ` on conflict ${target} do nothing`
+      : prefer.includes("resolution=merge-duplicates")
+        ? ` on conflict ${target} do update set ${cols.map((c) => `${c} = excluded.${c}`).join(", ")}`
+        : "";
+    write = `insert into ${table} as t (${list}) select ${list} from jsonb_populate_recordset(null::${table}, ${doc})${upsert} returning t.*`;
+  } else {
+    if (rows.length !== 1) throw new ApiError(400, "PGRST102", "an update takes one object");
+    const sets = cols.map((c) => `${c} = r.${c}`).join(", ");
+    write = `update ${table} t set ${sets} from jsonb_populate_record(null::${table}, ${doc} -> 0) r${whereSql} returning t.*`;
+  }
+  return {
+    sql: `with w as (${write}) select ${returning ? `coalesce(jsonb_agg(${projection("w")}), '[]'::jsonb)` : "null::jsonb"} as r, count(*) as n from w`,
+    values,
+    returning,
+  };
+}
 
 /** Start the stand-in on 127.0.0.1 (random port). Returns {url, close, requests}. */
 export async function startPostgrestStandIn({ connectionString, jwtSecret }) {
   const pool = testPool(connectionString, 4);
   const signatures = new Map();
   const requests = [];
+  let columnTypes;
+
+  async function types(client) {
+    if (columnTypes === undefined) {
+      const { rows } = await client.query(
+        `select c.relname as tbl, a.attname as col, format_type(a.atttypid, a.atttypmod) as type
+           from pg_attribute a join pg_class c on c.oid = a.attrelid
+          where c.relnamespace = 'public'::regnamespace and c.relname = any ($1) and a.attnum > 0 and not a.attisdropped`,
+        [[...TABLES]],
+      );
+      columnTypes = new Map();
+      for (const r of rows) {
+        if (!columnTypes.has(r.tbl)) columnTypes.set(r.tbl, new Map());
+        columnTypes.get(r.tbl).set(r.col, r.type);
+      }
+    }
+    return columnTypes;
+  }
 
   async function signature(client, fn) {
     let sig = signatures.get(fn);
@@ -83,15 +268,18 @@ export async function startPostgrestStandIn({ connectionString, jwtSecret }) {
 
     const rpc = /^\/rest\/v1\/rpc\/([a-z_][a-z0-9_]*)$/.exec(url.pathname);
     const table = /^\/rest\/v1\/([a-z_][a-z0-9_]*)$/.exec(url.pathname);
-    if (!(rpc && req.method === "POST") && !(table && req.method === "GET" && TABLES.has(table[1]))) {
+    const tableMethod = req.method === "GET" || req.method === "POST" || req.method === "PATCH";
+    if (!(rpc && req.method === "POST") && !(table && tableMethod && TABLES.has(table[1]))) {
       return send(res, 404, { code: "PGRST000", message: "not served by the stand-in", details: null, hint: null });
     }
 
     const client = await pool.connect();
     try {
-      await client.query("begin");
-      await client.query(`set local role ${claims.role}`);
-      await client.query("select set_config('request.jwt.claims', $1, true)", [JSON.stringify(claims)]);
+      // One round trip to open the transaction as the caller (the role is
+      // one of ROLES, the claims a quoted literal).
+      await client.query(
+        `begin; set local role ${claims.role}; select set_config('request.jwt.claims', ${client.escapeLiteral(JSON.stringify(claims))}, true)`,
+      );
       let status = 200;
       let body;
       if (rpc) {
@@ -118,19 +306,39 @@ export async function startPostgrestStandIn({ connectionString, jwtSecret }) {
           : sig.set
             ? `select coalesce(jsonb_agg(to_jsonb(t)), '[]'::jsonb) as r from ${callSql} t`
             : `select to_jsonb(${callSql}) as r`;
-        const { rows } = await client.query(sql, [JSON.stringify(args)]);
+        // A function without arguments binds none (`$1` appears only in them).
+        const { rows } = await client.query(sql, parts.length === 0 ? [] : [JSON.stringify(args)]);
         if (sig.void) status = 204;
         else body = rows[0]?.r ?? null;
       } else {
-        const { rows } = await client.query(`select coalesce(jsonb_agg(to_jsonb(t)), '[]'::jsonb) as r from ${table[1]} t`);
+        const prefer = req.headers.prefer ?? "";
+        const built = tableSql({
+          method: req.method,
+          table: table[1],
+          params: url.searchParams,
+          body: text === "" ? null : JSON.parse(text),
+          prefer,
+          types: await types(client),
+        });
+        const { rows } = await client.query(built.sql, built.values);
         body = rows[0].r;
+        if (req.method !== "GET") {
+          status = built.returning ? (req.method === "POST" ? 201 : 200) : req.method === "POST" ? 201 : 204;
+          if (!built.returning) body = undefined;
+        }
+        if ((req.headers.accept ?? "").startsWith("application/vnd.pgrst.object+json") && Array.isArray(body)) {
+          if (body.length !== 1) {
+            throw new ApiError(406, "PGRST116", "JSON object requested, multiple (or no) rows returned");
+          }
+          body = body[0];
+        }
       }
       await client.query("commit");
-      if (status === 204) return send(res, 204);
+      if (status === 204 || body === undefined) return send(res, status);
       return send(res, status, body);
     } catch (error) {
       await client.query("rollback").catch(() => undefined);
-      const status = error.code === "42501" ? 403 : 400;
+      const status = error instanceof ApiError ? error.status : error.code === "42501" ? 403 : 400;
       return send(res, status, { code: error.code ?? "", message: error.message, details: error.detail ?? null, hint: error.hint ?? null });
     } finally {
       client.release();

@@ -105,7 +105,8 @@ test("supabaseStore via supabase-js: a job's life, through /rpc calls only", asy
   const again = await store.complete({ jobId: id, runnerId: r.id, holder: { by: "lease", leaseId: lease.leaseId }, outcome: OK, provenance: done.job.provenance, now: T0 + 5 });
   assert.deepEqual([again.accepted, again.duplicate], [false, true]);
   assert.deepEqual(await store.listCancelRequests(r.id), []);
-  assert.deepEqual(await store.expireDue(T0 + 10_000_000), []);
+  // Before the pairing's expiry plus the clock window: the sweep would prune it.
+  assert.deepEqual(await store.expireDue(T0 + 500_000), []);
   assert.equal((await store.get("not-a-uuid")), null);
   await store.revokeRunner(r.id, T0 + 6);
   assert.equal((await store.getRunner(r.id)).revokedAt, T0 + 6);
@@ -163,7 +164,7 @@ test("RLS through supabase-js: an authenticated session reads only its own rows;
   assert.match(create.error.message, /permission denied/);
 });
 
-test("the browser approval RPC takes the owner from the session, never from an argument", async () => {
+test("the 0.1.1 browser approval RPC is the server's only: no browser session may guess codes over PostgREST", async () => {
   const carol = randomUUID();
   await store.createPairing({
     deviceCodeHash: "hash-BROW-0001", userCode: "BROW-0001", state: "pending", owner: null, runnerId: null, collected: false,
@@ -172,10 +173,14 @@ test("the browser approval RPC takes the owner from the session, never from an a
   const anon = await clientFor({ role: "anon" }).rpc("byollm_approve_pairing", { p_user_code: "BROW-0001" });
   assert.match(anon.error.message, /permission denied/);
   const res = await clientFor({ role: "authenticated", sub: carol }).rpc("byollm_approve_pairing", { p_user_code: "BROW-0001" });
-  assert.equal(res.error, null);
-  assert.equal(res.data.owner, carol);
+  assert.match(res.error.message, /permission denied/);
   const p = await store.getPairingByUserCode("BROW-0001");
-  assert.deepEqual([p.state, p.owner, p.runnerId], ["approved", carol, res.data.id]);
+  assert.deepEqual([p.state, p.owner, p.runnerId], ["pending", null, null]);
+  // The grant is gone from the catalog, not only refused in this session.
+  const { rows } = await pool.query(
+    "select has_function_privilege('authenticated', 'byollm_approve_pairing(text)', 'execute') as can",
+  );
+  assert.equal(rows[0].can, false);
 });
 
 test("RLS in SQL directly: authenticated sees own rows of every table, anon is refused", async () => {

@@ -8,6 +8,10 @@
 //   npm run bench:node24          the same on Node 24 (devDependency node24)
 //   npm run bench -- --quick      fewer iterations (a smoke run, numbers are rough)
 //   npm run bench -- crypto rules only these sections
+//   npm run bench -- stores       the SQL stores on a PostgreSQL it starts itself
+//                                 (only when named; --sizes=0,10000 and
+//                                 --populations=backlog|history narrow it,
+//                                 --concurrent-jobs=N sizes its concurrency part)
 //
 // The scripts name the Node binary: both devDependencies install a `node`
 // into node_modules/.bin, and which one a bare `node` finds there depends on
@@ -39,7 +43,20 @@ const sections = [
   { key: "cycle", file: "bench/full-cycle.mjs", title: "Full job cycle through createFetchHandler" },
   { key: "scaling", file: "bench/full-cycle.mjs", title: "Full cycle against stored job count (server side, in-process)", scalingOf: "cycle" },
   { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
+  // Minutes, a PostgreSQL and millions of rows: run only when asked for.
+  { key: "stores", file: "bench/stores.mjs", title: "SQL stores against stored job count (ours vs reference supabaseStore)", onlyWhenNamed: true },
 ];
+// Options a section takes from the command line (`--name=value`), passed to its run().
+const sectionOptions = {};
+for (const a of args) {
+  const m = /^--(sizes|populations|budget-ms|concurrent-jobs|stores)=(.+)$/.exec(a);
+  if (!m) continue;
+  if (m[1] === "sizes") sectionOptions.sizes = m[2].split(",").map(Number);
+  if (m[1] === "populations") sectionOptions.populations = m[2].split(",");
+  if (m[1] === "budget-ms") sectionOptions.budgetMs = Number(m[2]);
+  if (m[1] === "concurrent-jobs") sectionOptions.concurrentJobs = Number(m[2]);
+  if (m[1] === "stores") sectionOptions.storesList = m[2];
+}
 
 const machine = `${os.cpus()[0]?.model ?? "unknown CPU"} × ${os.cpus().length}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
 if (!args.some((a) => a.startsWith("--section="))) {
@@ -104,10 +121,12 @@ async function runSection(key) {
     }
     return { scaling: points };
   }
-  const raw = await mod.run({ quick });
+  const { storesList, ...options } = sectionOptions;
+  const raw = await mod.run({ quick, ...options, ...(storesList && mod.storesNamed ? { stores: mod.storesNamed(storesList) } : {}) });
   // A section whose own rows are shaped for its own report converts them.
   const rows = mod.benchRows ? mod.benchRows(raw) : raw;
-  printRows(rows);
+  if (rows.length > 0) printRows(rows);
+  if (key === "stores") return { rows: raw };
   if (key === "cycle") {
     console.log("  server side: time in the handler (in-process), or in the node:http request callback from the");
     console.log("  complete request body to res.end (over HTTP), plus app.enqueue and app.result; the simulated device's");
@@ -125,6 +144,7 @@ const results = { machine, quick, sections: {} };
 const scratch = mkdtempSync(join(os.tmpdir(), "byollm-bench-"));
 for (const s of sections) {
   if (wanted.length && !wanted.includes(s.key) && !(s.scalingOf && wanted.includes(s.scalingOf))) continue;
+  if (s.onlyWhenNamed && !wanted.includes(s.key)) continue;
   console.log(`\n## ${s.title}`);
   if (!existsSync(join(root, s.file))) {
     console.log(`  (section not built yet: ${s.file} is missing)`);
@@ -132,7 +152,8 @@ for (const s of sections) {
   }
   const out = join(scratch, `${s.key}.json`);
   const flags = [...process.execArgv, "--max-old-space-size=8192", "--expose-gc"];
-  const r = spawnSync(process.execPath, [...flags, fileURLToPath(import.meta.url), `--section=${s.key}`, `--out=${out}`, ...(quick ? ["--quick"] : [])], { stdio: "inherit" });
+  const passed = args.filter((a) => /^--(sizes|populations|budget-ms|concurrent-jobs|stores)=/.test(a));
+  const r = spawnSync(process.execPath, [...flags, fileURLToPath(import.meta.url), `--section=${s.key}`, `--out=${out}`, ...(quick ? ["--quick"] : []), ...passed], { stdio: "inherit" });
   if (r.status !== 0 || !existsSync(out)) {
     console.log(`  (section ${s.key} failed: exit ${r.status}${r.signal ? `, ${r.signal}` : ""})`);
     process.exitCode = 1;

@@ -6,6 +6,7 @@ import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
 import { enqueueDirect, enqueueLarge, servesDirectly, sweptResult } from "./memory.js";
 import { native, type SiteKeyringHandle } from "./native.js";
+import { sqlStorePaths } from "./sql-store.js";
 import type {
   AvailabilityQuery,
   ByollmAppOptions,
@@ -198,6 +199,9 @@ export class ByollmApp {
   /** A job's current record (after running the expiry sweep). */
   async job(jobId: string): Promise<JobRecord | null> {
     text("job", "jobId", jobId);
+    // The SQL stores sweep and read in one call.
+    const paths = sqlStorePaths(this.#store);
+    if (paths) return paths.sweepGet(jobId, this.#now());
     await this.#store.expireDue(this.#now());
     return this.#store.get(jobId);
   }

@@ -68,3 +68,112 @@ export function labelFallback(jobId: string, substitute: string | DeliveredResul
   }
   return { ...substitute, fallback: true };
 }
+
+const PUSH_DEFAULT_TIMEOUT_MS = 300_000;
+const AVAILABILITY_INTERVAL_MS = 2_000;
+
+/**
+ * Start hearing about one job's changes: call `onChange` when it may have
+ * changed (spurious calls are fine); answers the function that stops.
+ */
+export type JobListener = (jobId: string, onChange: () => void) => () => void | Promise<void>;
+
+/**
+ * A wait that hears of a job's changes from `listen` (a push: Realtime,
+ * LISTEN/NOTIFY) instead of polling it; runner liveness is still polled,
+ * since "nobody has heartbeated lately" is the absence of a change.
+ */
+export async function waitWithPush(
+  deps: PollingDeliveryDeps,
+  listen: JobListener,
+  jobId: string,
+  options: WaitOptions = {},
+): Promise<DeliveredResult> {
+  options.signal?.throwIfAborted();
+  // Already finished: a subscription would wait for an event that is past.
+  const first = await deps.read(jobId);
+  if (first !== null && TERMINAL.has(first.state)) return first;
+
+  const timeoutMs = options.timeoutMs ?? PUSH_DEFAULT_TIMEOUT_MS;
+  const graceMs = deps.graceMs ?? DEFAULT_GRACE_MS;
+  const now = deps.now ?? Date.now;
+
+  // Each wait settles its own promise (one delivery object serves every
+  // job of the app; waits must never answer each other).
+  let resolve!: (r: DeliveredResult) => void;
+  let reject!: (e: unknown) => void;
+  const settled = new Promise<DeliveredResult>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  let done = false;
+  const finish = (r: DeliveredResult): void => {
+    if (!done) {
+      done = true;
+      resolve(r);
+    }
+  };
+  const fail = (e: unknown): void => {
+    if (!done) {
+      done = true;
+      reject(e);
+    }
+  };
+  // Every asynchronous path ends in finish/fail: an escaped rejection
+  // would be unhandled and end the process.
+  const check = (): void => {
+    if (done) return;
+    deps
+      .read(jobId)
+      .then((current) => {
+        if (current !== null && TERMINAL.has(current.state)) finish(current);
+      })
+      .catch(fail);
+  };
+
+  let stop: () => void | Promise<void> = () => undefined;
+  try {
+    stop = listen(jobId, check);
+  } catch (error) {
+    fail(error);
+  }
+  // The job may have finished between the first read and the subscription.
+  check();
+
+  const timer = setTimeout(() => fail(new ResultTimeoutError(jobId, timeoutMs)), timeoutMs);
+  let noRunnerSince: number | null = null;
+  const watcher = setInterval(() => {
+    const availability = deps.availability;
+    if (availability === undefined) return;
+    (async () => {
+      const signal = await availability(jobId);
+      if (signal.available || signal.blocked) {
+        noRunnerSince = null;
+        return;
+      }
+      noRunnerSince ??= now();
+      if (now() - noRunnerSince < graceMs) return;
+      const reason = signal.reason ?? "no-runner-online";
+      const substitute = await options.onNoRunner?.(reason);
+      if (substitute !== undefined) finish(labelFallback(jobId, substitute as string | DeliveredResult));
+      else fail(new NoRunnerAvailableError(jobId, reason));
+    })().catch(fail);
+  }, AVAILABILITY_INTERVAL_MS);
+  const abort = (): void => fail(options.signal?.reason ?? new Error("wait aborted"));
+  options.signal?.addEventListener("abort", abort, { once: true });
+  // Aborted while the first read was in flight: the listener came too late.
+  if (options.signal?.aborted === true) abort();
+
+  try {
+    return await settled;
+  } finally {
+    clearTimeout(timer);
+    clearInterval(watcher);
+    options.signal?.removeEventListener("abort", abort);
+    try {
+      await stop();
+    } catch {
+      // Stopping a listener that already failed is not the caller's problem.
+    }
+  }
+}

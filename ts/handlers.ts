@@ -4,6 +4,7 @@
 import { native, type SiteKeyringHandle } from "./native.js";
 import { generateDeviceCode, generateUserCode, hashSecret } from "./ids.js";
 import { serveDirect, servesDirectly, unreadEnvelopeStore } from "./memory.js";
+import { sqlStorePaths } from "./sql-store.js";
 import type {
   AuthContext,
   ByollmStore,
@@ -49,6 +50,16 @@ function fail(error: WireCode, message: string): HandlerResult {
 
 function ok(body: unknown): HandlerResult {
   return { status: 200, body };
+}
+
+/**
+ * The refusal for a runner that the request's own store call found unknown
+ * or revoked (SQL stores read it there, see `#authed`), else null.
+ */
+function runnerRefusal(fresh: RunnerRecord | null): HandlerResult | null {
+  if (!fresh) return fail("unauthorized", "this runner is not recognised");
+  if (fresh.revokedAt !== null) return fail("revoked", "this runner has been revoked by its owner");
+  return null;
 }
 
 /**
@@ -236,7 +247,7 @@ export class ByollmHandlers {
       case "result":
         return this.#authed(auth, checked, (b, r) => this.#result(b as unknown as ResultBody, r));
       case "release":
-        return this.#authed(auth, checked, (b, r) => this.#release(b as unknown as ReleaseBody, r));
+        return this.#authed(auth, checked, (b, r) => this.#release(b as unknown as ReleaseBody, r), false);
       default:
         return fail("not-found", "unknown endpoint");
     }
@@ -245,16 +256,23 @@ export class ByollmHandlers {
   /**
    * Authentication before the schema, so a stranger probing an endpoint learns
    * nothing about its wire format; one message for stale and forged signatures,
-   * so a forger is not told which half already works.
+   * so a forger is not told which half already works. `rereadsRunner`: the
+   * endpoint's own SQL store call reads the runner again (claim, fetch,
+   * heartbeat, result), so a runner read earlier may check the signature.
    */
   async #authed(
     auth: AuthContext,
     checked: CheckedBody,
     run: (body: Record<string, unknown>, runner: RunnerRecord) => Promise<HandlerResult>,
+    rereadsRunner = true,
   ): Promise<HandlerResult> {
     const signature = asSignature(auth.signature);
     if (signature === null) return fail("unauthorized", "this request is not signed");
-    const runner = await this.#store.getRunner(signature.runnerId);
+    // A SQL store's earlier read of the runner serves to check the signature
+    // (the identity is pinned at approval); whether it still exists and is
+    // not revoked is read again with the request's own work (runnerRefusal).
+    const known = checked.ok && rereadsRunner ? sqlStorePaths(this.#store)?.knownRunner(signature.runnerId) : undefined;
+    const runner = known ?? (await this.#store.getRunner(signature.runnerId));
     if (!runner) return fail("unauthorized", "this runner is not recognised");
     // Against the identity pinned at approval, never a key the request carries.
     const failure = native.verifyRequest({
@@ -294,12 +312,19 @@ export class ByollmHandlers {
     const now = this.#now();
     if (request.action === "start") {
       const deviceCode = generateDeviceCode();
-      const userCode = generateUserCode();
       const expiresAt = now + this.#pairingTtlMs;
       // Otherwise a caller could pair someone's identity with an encryption
       // key it holds the secret for, and read everything later sealed to it.
       if (!native.verifyPublicIdentity(request.device)) {
         return fail("bad-request", "the device's encryption key is not signed by the identity it was presented with");
+      }
+      // A code names one live pairing: draw again while it names another
+      // (the stores keep any pairing they are given).
+      let userCode = generateUserCode();
+      for (let draw = 1; draw < 8; draw++) {
+        const held = await this.#store.getPairingByUserCode(userCode);
+        if (!held || held.state !== "pending" || held.expiresAt <= now) break;
+        userCode = generateUserCode();
       }
       await this.#store.createPairing({
         device: request.device,
@@ -349,14 +374,17 @@ export class ByollmHandlers {
     const now = this.#now();
     // The capabilities of this request, not the stored ones: a daemon that just
     // lost a backend must not be handed work for it.
-    const jobs = await this.#store.claim({
-      runnerId: runner.id,
-      runnerOwner: runner.owner,
-      capabilities: request.capabilities,
-      max: request.max,
-      leaseMs: this.#leaseMs,
-      now,
-    });
+    const claimArgs = { runnerId: runner.id, capabilities: request.capabilities, max: request.max, leaseMs: this.#leaseMs, now };
+    const paths = sqlStorePaths(this.#store);
+    let jobs: JobRecord[];
+    if (paths) {
+      const out = await paths.claimFor(claimArgs);
+      const refused = runnerRefusal(out.runner);
+      if (refused) return refused;
+      jobs = out.jobs;
+    } else {
+      jobs = await this.#store.claim({ ...claimArgs, runnerOwner: runner.owner });
+    }
     return ok({
       jobs: jobs.map((job) => {
         if (!job.lease) {
@@ -387,7 +415,9 @@ export class ByollmHandlers {
     // The reference skips this comparison on fetch only; every other signed
     // endpoint makes it, and a body naming someone else is never honest.
     if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
-    const job = await this.#store.get(request.jobId);
+    const read = await this.#jobFor(runner.id, request.jobId);
+    if ("refused" in read) return read.refused;
+    const job = read.job;
     // One answer for "no such job", "not yours" and "a lease you no longer hold".
     const held = job?.lease;
     if (
@@ -425,22 +455,37 @@ export class ByollmHandlers {
     return ok(body);
   }
 
+  /** The job a runner's request names; on a SQL store read with the runner, whose refusal comes back instead. */
+  async #jobFor(runnerId: string, jobId: string): Promise<{ job: JobRecord | null } | { refused: HandlerResult }> {
+    const paths = sqlStorePaths(this.#store);
+    if (!paths) return { job: await this.#store.get(jobId) };
+    const out = await paths.getJobFor(runnerId, jobId);
+    const refused = runnerRefusal(out.runner);
+    return refused ? { refused } : { job: out.job };
+  }
+
   async #heartbeat(request: HeartbeatBody, runner: RunnerRecord): Promise<HandlerResult> {
     if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
-    await this.#store.touchRunner({
-      runnerId: runner.id,
-      capabilities: request.capabilities,
-      daemonVersion: request.daemonVersion,
-      now,
-    });
-    const { lost } = await this.#store.renewLeases({
-      runnerId: runner.id,
-      leases: request.activeLeases,
-      leaseMs: this.#leaseMs,
-      now,
-    });
-    const cancel = await this.#store.listCancelRequests(runner.id);
+    const touch = { runnerId: runner.id, capabilities: request.capabilities, daemonVersion: request.daemonVersion, now };
+    const paths = sqlStorePaths(this.#store);
+    let lost: readonly LeaseRef[];
+    let cancel: readonly LeaseRef[];
+    if (paths) {
+      const out = await paths.heartbeatFor({ ...touch, leases: request.activeLeases, leaseMs: this.#leaseMs });
+      const refused = runnerRefusal(out.runner);
+      if (refused) return refused;
+      ({ lost, cancel } = out);
+    } else {
+      await this.#store.touchRunner(touch);
+      ({ lost } = await this.#store.renewLeases({
+        runnerId: runner.id,
+        leases: request.activeLeases,
+        leaseMs: this.#leaseMs,
+        now,
+      }));
+      cancel = await this.#store.listCancelRequests(runner.id);
+    }
     return ok({
       sites: { [this.#siteKeyId]: this.#siteIdentity },
       awaitingConsent: [],
@@ -453,7 +498,9 @@ export class ByollmHandlers {
   async #result(request: ResultBody, runner: RunnerRecord): Promise<HandlerResult> {
     if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
-    const job = await this.#store.get(request.jobId);
+    const read = await this.#jobFor(runner.id, request.jobId);
+    if ("refused" in read) return read.refused;
+    const job = read.job;
     if (!job) return fail("not-found", "unknown job");
     // A live lease answers only to the runner it was granted to, and only
     // until it expires (ids travel in stubs, so another paired runner may

@@ -10,8 +10,9 @@
 import { readdir, readFile } from "node:fs/promises";
 import pg from "pg";
 import type { Pool, PoolClient, PoolConfig } from "pg";
+import { waitWithPush } from "./delivery.js";
 import { sqlStore, Watchers, type SqlCall, type SqlStoreOptions } from "./sql-store.js";
-import type { ByollmStore } from "./types.js";
+import type { ByollmStore, PollingDeliveryDeps, ResultDelivery } from "./types.js";
 
 export type PostgresStoreOptions = (
   | {
@@ -117,10 +118,20 @@ export async function postgresMigrations(): Promise<{ name: string; sql: string 
  * Apply the shipped migrations to a plain PostgreSQL (on Supabase use the
  * Supabase CLI with the same files). Every file is idempotent, so running this
  * at each start is safe; an advisory lock keeps two processes from racing.
- * Needs a role allowed to create roles and schemas (the bootstrap creates
- * `anon`, `authenticated`, `service_role` and `auth.uid()` when absent).
+ * Needs the database's owner (or a role that may create schemas in it); it
+ * creates schema `auth` and `auth.uid()` when absent, and the roles `anon`,
+ * `authenticated` and `service_role` only with `createRoles: true`.
  */
-export async function migratePostgres(target: { pool: Pool } | { connectionString: string }): Promise<string[]> {
+export async function migratePostgres(
+  target: ({ pool: Pool } | { connectionString: string }) & {
+    /**
+     * Create the roles `anon`, `authenticated` and `service_role` when they
+     * are absent (cluster-wide; needs CREATEROLE). Off by default: without
+     * them the schema owner is the store's only caller. Supabase has them.
+     */
+    readonly createRoles?: boolean;
+  },
+): Promise<string[]> {
   const owned = !("pool" in target);
   const pool = "pool" in target ? target.pool : new pg.Pool({ connectionString: target.connectionString, max: 1 });
   // As in postgresStore: a connection dropped while idle (here, while the
@@ -133,6 +144,7 @@ export async function migratePostgres(target: { pool: Pool } | { connectionStrin
     // Any fixed key will do; it only has to be the same in every process.
     await client.query("select pg_advisory_lock(7388120101)");
     try {
+      await client.query("select set_config('byollm.create_roles', $1, false)", [target.createRoles === true ? "on" : "off"]);
       for (const { name, sql } of await postgresMigrations()) {
         await client.query("begin");
         try {
@@ -145,6 +157,7 @@ export async function migratePostgres(target: { pool: Pool } | { connectionStrin
         applied.push(name);
       }
     } finally {
+      await client.query("select set_config('byollm.create_roles', '', false)");
       await client.query("select pg_advisory_unlock(7388120101)");
     }
     return applied;
@@ -152,4 +165,100 @@ export async function migratePostgres(target: { pool: Pool } | { connectionStrin
     client?.release();
     if (owned) await pool.end();
   }
+}
+
+/** The channel the migrations notify with a job's id when it ends. */
+const ENDED_CHANNEL = "byollm_job_ended";
+
+/**
+ * `ByollmAppOptions.delivery` on a plain PostgreSQL: `handle.result()`
+ * hears that its job ended the moment the ending transaction commits
+ * (LISTEN/NOTIFY), from whichever app process ended it, instead of on the
+ * next poll. One connection listens for all of the app's waits, held only
+ * while some wait is open (from `pool`, or its own from `connectionString`);
+ * if it drops, the waits re-read their jobs and the next wait listens again.
+ * Runner liveness is still polled, as with every delivery.
+ */
+export function postgresDelivery(
+  target: { pool: Pool } | { connectionString: string },
+): (deps: PollingDeliveryDeps) => ResultDelivery {
+  const waiters = new Map<string, Set<() => void>>();
+  let listening: Promise<{ client: pg.Client | PoolClient; release: () => void }> | null = null;
+
+  const everyone = (): void => {
+    for (const set of waiters.values()) for (const f of [...set]) f();
+  };
+  const drop = (conn: { release: () => void }): void => {
+    listening = null;
+    conn.release();
+  };
+  const open = (): Promise<{ client: pg.Client | PoolClient; release: () => void }> => {
+    const connecting = (async () => {
+      let client: pg.Client | PoolClient;
+      let release: () => void;
+      if ("pool" in target) {
+        const c = await target.pool.connect();
+        client = c;
+        release = () => c.release(true);
+      } else {
+        const c = new pg.Client({ connectionString: target.connectionString });
+        await c.connect();
+        client = c;
+        release = () => void c.end().catch(() => undefined);
+      }
+      const conn = { client, release };
+      client.on("notification", (n) => {
+        if (n.channel !== ENDED_CHANNEL || n.payload === undefined) return;
+        const set = waiters.get(n.payload);
+        if (set) for (const f of [...set]) f();
+      });
+      client.on("error", () => {
+        // Notifications may have been missed: every wait reads its job again.
+        if (listening === connecting) drop(conn);
+        everyone();
+      });
+      await client.query(`listen ${ENDED_CHANNEL}`);
+      return conn;
+    })();
+    listening = connecting;
+    return connecting;
+  };
+
+  const listen = (jobId: string, onChange: () => void): (() => Promise<void>) => {
+    let set = waiters.get(jobId);
+    if (!set) {
+      set = new Set();
+      waiters.set(jobId, set);
+    }
+    const entry = (): void => onChange();
+    set.add(entry);
+    const ready = (listening ?? open()).then(
+      // Listening now: a notification sent before this point is not heard,
+      // so the job is read once more.
+      () => onChange(),
+      () => {
+        listening = null;
+        onChange();
+      },
+    );
+    return async () => {
+      await ready;
+      const current = waiters.get(jobId);
+      current?.delete(entry);
+      if (current && current.size === 0) waiters.delete(jobId);
+      if (waiters.size === 0 && listening !== null) {
+        const closing = listening;
+        listening = null;
+        try {
+          const conn = await closing;
+          await conn.client.query(`unlisten ${ENDED_CHANNEL}`).catch(() => undefined);
+          conn.release();
+        } catch {
+          // It never connected; nothing to close.
+        }
+      }
+    };
+  };
+
+  return (deps) => ({ waitFor: (jobId, options) => waitWithPush(deps, listen, jobId, options) });
 }

@@ -149,6 +149,41 @@ export function pairingFromJson(v: unknown): PairingRecord {
 
 const maybe = <T>(v: unknown, f: (v: unknown) => T): T | null => (v === null || v === undefined ? null : f(v));
 
+/**
+ * One database call per daemon request (and per `ByollmApp.job`), which the
+ * SQL stores offer beside the store contract. Each call reads the request's
+ * runner in the same statement as its work and works only for a runner that
+ * exists and is not revoked; `runner` is that fresh record (null: unknown),
+ * from which the handlers give the refusals they always give.
+ */
+export interface SqlStorePaths {
+  /**
+   * The runner as this store last read it, to check a request's signature
+   * without a round trip: the identity is pinned at approval and never
+   * changes. Only runners not revoked when last read are known; one
+   * revoked since is refused by the calls below, which re-read it.
+   */
+  knownRunner(runnerId: string): RunnerRecord | undefined;
+  claimFor(args: Omit<ClaimArgs, "runnerOwner">): Promise<{ runner: RunnerRecord | null; jobs: JobRecord[] }>;
+  getJobFor(runnerId: string, jobId: string): Promise<{ runner: RunnerRecord | null; job: JobRecord | null }>;
+  /** touchRunner, renewLeases and listCancelRequests, in that order. */
+  heartbeatFor(
+    args: TouchArgs & { readonly leases: readonly LeaseRef[]; readonly leaseMs: number },
+  ): Promise<{ runner: RunnerRecord | null; lost: LeaseRef[]; cancel: LeaseRef[] }>;
+  /** expireDue(now) then get(jobId). */
+  sweepGet(jobId: string, now: number): Promise<JobRecord | null>;
+}
+
+const PATHS = Symbol("byollm.sqlStorePaths");
+
+/** The one-call paths of a store built by `sqlStore`, else undefined. */
+export function sqlStorePaths(store: ByollmStore): SqlStorePaths | undefined {
+  return (store as { [PATHS]?: SqlStorePaths })[PATHS];
+}
+
+/** How many runners `knownRunner` remembers (the oldest read is forgotten first). */
+const KNOWN_RUNNERS = 4096;
+
 /** In-process watchers: the fallback push seam (see SqlStoreOptions.subscribe). */
 export class Watchers {
   readonly #byJob = new Map<string, Set<() => void>>();
@@ -200,8 +235,93 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
   };
   const jobs = (v: unknown): JobRecord[] => list(v).map(jobFromJson);
   const refs = (leases: readonly LeaseRef[]): LeaseRef[] => leases.map((l) => ({ jobId: l.jobId, leaseId: l.leaseId }));
+  const leaseRefs = (v: unknown, what: string): LeaseRef[] =>
+    list(v).map((r) => {
+      const x = obj(r, what);
+      return { jobId: x["jobId"] as string, leaseId: x["leaseId"] as string };
+    });
 
-  return {
+  const known = new Map<string, RunnerRecord>();
+  // Only live runners are kept: a request from a revoked or removed one is
+  // answered from a fresh read, as without this memory.
+  const remember = (runner: RunnerRecord | null): RunnerRecord | null => {
+    if (runner === null) return null;
+    const id = String(runner.id);
+    known.delete(id);
+    if (runner.revokedAt !== null) return runner;
+    if (known.size >= KNOWN_RUNNERS) {
+      const oldest = known.keys().next();
+      if (oldest.done !== true) known.delete(oldest.value);
+    }
+    known.set(id, runner);
+    return runner;
+  };
+  const freshRunner = (v: unknown): RunnerRecord | null => remember(maybe(v, runnerFromJson));
+
+  const paths: SqlStorePaths = {
+    knownRunner: (runnerId) => known.get(runnerId),
+
+    async claimFor(args) {
+      const out = obj(
+        await call({
+          fn: "byollm_claim_for",
+          args: [
+            ["p_runner_id", args.runnerId, "text"],
+            ["p_capabilities", args.capabilities, "jsonb"],
+            ["p_max", Math.max(0, Math.floor(args.max)), "integer"],
+            ["p_lease_ms", ms(args.leaseMs), "bigint"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+        "claim",
+      );
+      const claimed = jobs(out["jobs"]);
+      notify(claimed);
+      return { runner: freshRunner(out["runner"]), jobs: claimed };
+    },
+
+    async getJobFor(runnerId, jobId) {
+      const out = obj(
+        await call({ fn: "byollm_get_job_for", args: [["p_runner_id", runnerId, "text"], ["p_job_id", jobId, "text"]] }),
+        "job",
+      );
+      return { runner: freshRunner(out["runner"]), job: maybe(out["job"], jobFromJson) };
+    },
+
+    async heartbeatFor(args) {
+      const out = obj(
+        await call({
+          fn: "byollm_heartbeat_for",
+          args: [
+            ["p_runner_id", args.runnerId, "text"],
+            ["p_capabilities", args.capabilities, "jsonb"],
+            ["p_daemon_version", args.daemonVersion, "text"],
+            ["p_leases", refs(args.leases), "jsonb"],
+            ["p_lease_ms", ms(args.leaseMs), "bigint"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+        "heartbeat",
+      );
+      notifyIds(list(out["renewed"]).map((r) => String(obj(r, "renewal")["jobId"])));
+      return {
+        runner: freshRunner(out["runner"]),
+        lost: leaseRefs(out["lost"], "lease"),
+        cancel: leaseRefs(out["cancel"], "cancel request"),
+      };
+    },
+
+    async sweepGet(jobId, now) {
+      const out = obj(
+        await call({ fn: "byollm_sweep_get_job", args: [["p_job_id", jobId, "text"], ["p_now", ms(now), "bigint"]] }),
+        "job",
+      );
+      notify(jobs(out["swept"]));
+      return maybe(out["job"], jobFromJson);
+    },
+  };
+
+  const store: ByollmStore = {
     async create(input: StoredJobInput, now: number): Promise<JobRecord> {
       // Only the fields a job keeps: the object ByollmApp hands over still
       // carries the plaintext payload, which must never reach the database.
@@ -355,11 +475,9 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     },
 
     async listCancelRequests(runnerId: string): Promise<LeaseRef[]> {
-      return list(await call({ fn: "byollm_list_cancel_requests", args: [["p_runner_id", runnerId, "text"]] })).map(
-        (r) => {
-          const x = obj(r, "cancel request");
-          return { jobId: x["jobId"] as string, leaseId: x["leaseId"] as string };
-        },
+      return leaseRefs(
+        await call({ fn: "byollm_list_cancel_requests", args: [["p_runner_id", runnerId, "text"]] }),
+        "cancel request",
       );
     },
 
@@ -408,7 +526,7 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     },
 
     async getRunner(runnerId: string): Promise<RunnerRecord | null> {
-      return maybe(await call({ fn: "byollm_get_runner", args: [["p_runner_id", runnerId, "text"]] }), runnerFromJson);
+      return freshRunner(await call({ fn: "byollm_get_runner", args: [["p_runner_id", runnerId, "text"]] }));
     },
 
     async touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
@@ -436,4 +554,6 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       ).map(runnerFromJson);
     },
   };
+  Object.defineProperty(store, PATHS, { value: paths });
+  return store;
 }

@@ -4,10 +4,14 @@
 -- nothing. On a plain PostgreSQL (the `postgresStore`, CI, a laptop) it
 -- supplies the small part of Supabase the later files refer to:
 --
---   * the roles `anon`, `authenticated` and `service_role` (NOLOGIN, the
---     last with BYPASSRLS as on Supabase; a connection pooler or our
---     PostgREST stand-in switches into them with SET ROLE), so the grants
---     and RLS policies have someone to name;
+--   * when asked (`migratePostgres({ ..., createRoles: true })`, which sets
+--     `byollm.create_roles`), the roles `anon`, `authenticated` and
+--     `service_role` (NOLOGIN, the last with BYPASSRLS as on Supabase; a
+--     connection pooler or our PostgREST stand-in switches into them with
+--     SET ROLE), so the grants and RLS policies have someone to name. Roles
+--     are cluster-wide and creating them needs CREATEROLE, which a database
+--     owner on a hosted PostgreSQL (Neon, RDS) often lacks: without them the
+--     access file leaves the schema owner the only caller;
 --   * the schema `auth` and the function `auth.uid()`, which reads the `sub`
 --     claim of the request's JWT from the `request.jwt.claims` setting, the
 --     way PostgREST publishes it (and `request.jwt.claim.sub`, the older
@@ -21,6 +25,9 @@ do $$
 declare
   r text;
 begin
+  if coalesce(current_setting('byollm.create_roles', true), '') <> 'on' then
+    return;
+  end if;
   foreach r in array array['anon', 'authenticated', 'service_role'] loop
     if not exists (select 1 from pg_roles where rolname = r) then
       begin
@@ -60,8 +67,10 @@ begin
         )::uuid
       $body$
     $fn$;
-    execute 'grant usage on schema auth to anon, authenticated, service_role';
-    execute 'grant execute on function auth.uid() to anon, authenticated, service_role';
+    if (select count(*) from pg_roles where rolname in ('anon', 'authenticated', 'service_role')) = 3 then
+      execute 'grant usage on schema auth to anon, authenticated, service_role';
+      execute 'grant execute on function auth.uid() to anon, authenticated, service_role';
+    end if;
   end if;
 end
 $$;

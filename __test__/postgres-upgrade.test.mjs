@@ -1,0 +1,115 @@
+// Upgrading a database that our earlier migrations (before the scale,
+// pairing and notify files) left with data in it: the current files apply
+// on top, twice, and the rows keep working.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { migratePostgres, postgresStore } from "../dist/postgres.js";
+import { adminUrl } from "./postgres-db.mjs";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+// The last commit whose migrations were the four files before the scale file.
+const EARLIER = "454c42d";
+const T0 = 1_767_225_600_000;
+const CAP = { kind: "llm.generate", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
+const ENVELOPE = { ciphertext: "c2VhbGVk", recipientKeyId: "site", senderKeyId: "site", direction: "payload", deadlineAt: T0 + 86_400_000 };
+
+let name;
+after(async () => {
+  if (!name) return;
+  const c = new pg.Client({ connectionString: adminUrl() });
+  await c.connect();
+  await c.query(`drop database if exists ${name} with (force)`);
+  await c.end();
+});
+
+function earlierFiles() {
+  let listing;
+  try {
+    listing = execFileSync("git", ["ls-tree", "--name-only", `${EARLIER}:supabase/migrations`], { cwd: root, encoding: "utf8" });
+  } catch {
+    return null;
+  }
+  return listing
+    .split("\n")
+    .filter((n) => n.endsWith(".sql"))
+    .sort()
+    .map((n) => execFileSync("git", ["show", `${EARLIER}:supabase/migrations/${n}`], { cwd: root, encoding: "utf8" }));
+}
+
+test("a database migrated by our earlier files, with queued, held, ended and blocked jobs, upgrades and keeps working", async (t) => {
+  const files = earlierFiles();
+  if (files === null) {
+    t.skip(`the commit ${EARLIER} is not in this clone (a shallow checkout): nothing to upgrade from`);
+    return;
+  }
+  assert.equal(files.length, 4);
+  name = `byollm_t_upgrade_ours_${randomUUID().slice(0, 8)}`;
+  const c = new pg.Client({ connectionString: adminUrl() });
+  await c.connect();
+  await c.query(`create database ${name}`);
+  await c.end();
+  const url = new URL(adminUrl());
+  url.pathname = `/${name}`;
+  const db = new pg.Client({ connectionString: url.toString() });
+  await db.connect();
+  try {
+    for (const sql of files) await db.query(sql);
+    // Data written by the earlier functions.
+    const call = async (fn, args) => (await db.query(`select ${fn}(${args.map((_, i) => `$${i + 1}`).join(", ")}) as r`, args)).rows[0].r;
+    const owner = randomUUID();
+    const runnerId = randomUUID();
+    await call("byollm_create_pairing", [JSON.stringify({
+      deviceCodeHash: "h1", userCode: "OLD0-CODE", state: "pending", owner: null, runnerId: null, collected: false,
+      label: "l", platform: "linux", daemonVersion: "0.1.1", capabilities: [CAP], device: { identity: "i", encryption: "e", encryptionSig: "s" },
+      expiresAt: T0 + 600_000, createdAt: T0,
+    })]);
+    await call("byollm_approve_pairing_as", ["OLD0-CODE", owner, runnerId, T0]);
+    const job = (id, extra = {}) => JSON.stringify({ id, kind: "llm.generate", envelope: ENVELOPE, sizeClass: "small", owner, ttlMs: 3_600_000, ...extra });
+    const [held, queued, ended, dep, blocked] = [randomUUID(), randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+    await call("byollm_create_job", [job(held), T0]);
+    await call("byollm_claim", [runnerId, owner, JSON.stringify([CAP]), 1, 60_000, T0 + 1]);
+    await call("byollm_create_job", [job(ended), T0 + 2]);
+    await db.query("update byollm_jobs set state = 'ok', outcome = '{\"outcome\":\"ok\",\"text\":\"old\"}' where id = $1", [ended]);
+    await call("byollm_create_job", [job(dep), T0 + 3]);
+    await call("byollm_create_job", [job(blocked, { dependsOn: [dep] }), T0 + 4]);
+    await call("byollm_create_job", [job(queued), T0 + 5]);
+
+    await migratePostgres({ connectionString: url.toString(), createRoles: true });
+    await migratePostgres({ connectionString: url.toString(), createRoles: true });
+
+    const store = postgresStore({ connectionString: url.toString() });
+    try {
+      assert.equal((await store.get(ended)).outcome.text, "old");
+      assert.equal((await store.get(held)).lease.runnerId, runnerId);
+      assert.equal((await store.getRunner(runnerId)).owner, owner);
+      // The held job completes; the queued ones are claimed in order; the
+      // blocked one is unblocked by its dependency through the new index.
+      const heldJob = await store.get(held);
+      const done = await store.complete({
+        jobId: held, runnerId, holder: { by: "lease", leaseId: heldJob.lease.id }, outcome: { outcome: "ok", text: "new" },
+        provenance: { audience: "private", runnerId, runnerOwner: owner, backendClass: "http", model: "m", untrusted: false }, now: T0 + 10,
+      });
+      assert.equal(done.accepted, true);
+      const claimed = await store.claim({ runnerId, runnerOwner: owner, capabilities: [CAP], max: 5, leaseMs: 60_000, now: T0 + 11 });
+      assert.deepEqual(claimed.map((j) => j.id), [dep, queued]);
+      const depJob = claimed[0];
+      await store.complete({
+        jobId: dep, runnerId, holder: { by: "lease", leaseId: depJob.lease.id }, outcome: { outcome: "ok", text: "dep" },
+        provenance: { audience: "private", runnerId, runnerOwner: owner, backendClass: "http", model: "m", untrusted: false }, now: T0 + 12,
+      });
+      assert.equal((await store.get(blocked)).claimableAt, T0 + 12);
+      const { rows } = await db.query(
+        "select count(*)::int as n from pg_indexes where tablename = 'byollm_jobs' and indexname in ('byollm_jobs_claim_order_idx', 'byollm_jobs_depends_idx')",
+      );
+      assert.equal(rows[0].n, 0, "the replaced indexes are gone");
+    } finally {
+      await store.close();
+    }
+  } finally {
+    await db.end();
+  }
+});

@@ -1,0 +1,606 @@
+-- Cost independent of the number of stored jobs.
+--
+-- Every store call touches only the rows it is about: the claim walks the
+-- claimant's own queued jobs and the queued team jobs (two partial indexes,
+-- in claim order), the sweep reaches due rows through an index on their due
+-- time, a completion finds its dependents through the GIN index, and a
+-- request's runner is read inside the same function call as its work (one
+-- round trip per daemon request). Ended jobs are in no partial index, so a
+-- growing history costs disk, not time.
+--
+-- Applies on top of the earlier files (fresh and upgraded databases alike);
+-- every statement is idempotent.
+
+-- ---------------------------------------------------------------------------
+-- Helpers that the planner can inline
+-- ---------------------------------------------------------------------------
+
+-- An SQL body (it was PL/pgSQL) so that it is inlined into the calling query
+-- instead of costing a function call per use. Same answer: only the
+-- canonical lowercase spelling is a uuid, anything else names nothing.
+create or replace function byollm_try_uuid(p text) returns uuid
+language sql immutable parallel safe
+as $$
+  select case when p ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' then p::uuid end
+$$;
+
+-- When a queued job expires: the first of its deadline and the end of its
+-- TTL window (null while it waits on dependencies without a deadline).
+-- PL/pgSQL on purpose: an SQL body would be inlined into the index
+-- definition, where `timestamptz + interval` is refused as not immutable.
+-- With a whole number of milliseconds the sum depends on no time zone, so
+-- the function is immutable in fact.
+create or replace function byollm_due_at(
+  p_claimable_at timestamptz,
+  p_ttl_ms       integer,
+  p_deadline_at  timestamptz
+) returns timestamptz
+language plpgsql immutable parallel safe
+as $$
+begin
+  return least(p_deadline_at, p_claimable_at + p_ttl_ms * interval '1 millisecond');
+end;
+$$;
+
+-- Whether a caller's owner string can be stored in the owner columns: any
+-- string on a plain PostgreSQL, a uuid on Supabase (see the owner-ids file).
+-- Functions that take an owner declare it `byollm_jobs.owner%type`, so one
+-- body serves both schemas.
+create or replace function byollm_owner_in(p text) returns boolean
+language plpgsql stable
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+  v byollm_jobs.owner%type;
+begin
+  if p is null then
+    return false;
+  end if;
+  v := p;
+  return true;
+exception when invalid_text_representation then
+  return false;
+end;
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Indexes
+-- ---------------------------------------------------------------------------
+
+-- The sweep's expiry pass: queued jobs by due time.
+create index if not exists byollm_jobs_due_idx
+  on byollm_jobs (byollm_due_at(claimable_at, ttl_ms, deadline_at)) where state = 'queued';
+
+-- The claim's two walks, each in claim order: the claimant's own queued
+-- jobs, and the queued team jobs (the only ones another owner may take).
+create index if not exists byollm_jobs_claim_own_idx
+  on byollm_jobs (owner, claimable_at, byollm_seq) where state = 'queued';
+create index if not exists byollm_jobs_claim_team_idx
+  on byollm_jobs (claimable_at, byollm_seq) where state = 'queued' and audience = 'team';
+-- Replaced by the two above (it made the claim visit every queued job).
+drop index if exists byollm_jobs_claim_order_idx;
+
+-- A runner's leases (heartbeat's cancel requests, listClaimedBy, release):
+-- only jobs in flight have a lease runner, so the index stays small.
+create index if not exists byollm_jobs_lease_runner_idx
+  on byollm_jobs (lease_runner) where lease_runner is not null;
+
+-- A completion looks for the blocked jobs that name it. Only blocked jobs
+-- (`claimable_at is null`) can be unblocked, so only they are indexed: the
+-- index stays as small as the set of waiting jobs, and the many jobs without
+-- dependencies cost it nothing on insert. Replaces 0.1.1's index over every
+-- job, whose pending list a search had to read whole.
+create index if not exists byollm_jobs_blocked_idx
+  on byollm_jobs using gin (depends_on) where claimable_at is null;
+drop index if exists byollm_jobs_depends_idx;
+
+-- ---------------------------------------------------------------------------
+-- Claim
+-- ---------------------------------------------------------------------------
+
+-- The claim predicate, split by who may take what (the same rule as
+-- byollm_server_refusal, read off the claim's capabilities once instead of
+-- per row): the runner's owner takes its own jobs of any kind it has a
+-- capability for; another owner's job only when it is `team` (any other
+-- audience is the owner's alone), the owner is on its allowlist (if any),
+-- and the FIRST capability for the kind offers `team` on a backend that is
+-- not a subscription. Each side is an index walk in claim order that stops
+-- after `p_max` rows it could lock; the merge keeps the oldest.
+create or replace function byollm_claim(
+  p_runner_id    text,
+  p_runner_owner text,
+  p_capabilities jsonb,
+  p_max          integer,
+  p_lease_ms     bigint,
+  p_now          bigint
+) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_runner uuid := byollm_try_uuid(p_runner_id);
+  -- Null when the owner cannot be one (it then owns nothing).
+  v_owner byollm_jobs.owner%type := case when byollm_owner_in(p_runner_owner) then p_runner_owner end;
+  v_own text[];
+  v_team text[];
+  v_out jsonb;
+begin
+  perform byollm_sweep(p_now);
+  if p_max is null or p_max <= 0 then
+    return '[]'::jsonb;
+  end if;
+  if v_runner is null then
+    raise exception 'byollm: runner ids are uuids in this schema' using errcode = '22023';
+  end if;
+
+  with first_cap as (
+    select distinct on (c.value ->> 'kind')
+           c.value ->> 'kind' as kind, c.value ->> 'offerScope' as scope, c.value ->> 'backendId' as backend
+      from jsonb_array_elements(
+             case when jsonb_typeof(p_capabilities) = 'array' then p_capabilities else '[]'::jsonb end
+           ) with ordinality as c(value, n)
+     where jsonb_typeof(c.value) = 'object' and c.value ->> 'kind' is not null
+     order by c.value ->> 'kind', c.n
+  )
+  select coalesce(array_agg(kind), '{}'),
+         coalesce(array_agg(kind) filter (where scope = 'team'
+                                            and byollm_backend_cost(backend) <> 'subscription'), '{}')
+    into v_own, v_team
+    from first_cap;
+
+  with own as (
+    select j.id, j.claimable_at, j.byollm_seq
+      from byollm_jobs j
+     where j.state = 'queued'
+       and j.owner = v_owner
+       and j.claimable_at <= v_now
+       and cardinality(v_own) > 0
+       and j.kind = any (v_own)
+       and not (v_runner = any (j.refused_by))
+     order by j.claimable_at, j.byollm_seq
+     limit p_max
+     for update skip locked
+  ), team as (
+    select j.id, j.claimable_at, j.byollm_seq
+      from byollm_jobs j
+     where j.state = 'queued'
+       and j.audience = 'team'
+       and j.claimable_at <= v_now
+       and j.owner is distinct from v_owner
+       -- No team offer: the walk is not even started.
+       and cardinality(v_team) > 0
+       and j.kind = any (v_team)
+       and (j.audience_allow is null or v_owner = any (j.audience_allow))
+       and not (v_runner = any (j.refused_by))
+     order by j.claimable_at, j.byollm_seq
+     limit p_max
+     for update skip locked
+  ), picked as (
+    select u.id from (select * from own union all select * from team) u
+     order by u.claimable_at, u.byollm_seq limit p_max
+  ), claimed as (
+    update byollm_jobs j
+       set state = 'claimed',
+           lease_id = gen_random_uuid(),
+           lease_runner = v_runner,
+           lease_expires_at = v_now + p_lease_ms * interval '1 millisecond',
+           attempts = j.attempts + 1,
+           updated_at = v_now
+      from picked p
+     where j.id = p.id
+    returning j
+  )
+  select coalesce(jsonb_agg(byollm_job_json(c.j)
+                            order by (c.j).claimable_at, (c.j).byollm_seq), '[]')
+    into v_out
+    from claimed c;
+  return v_out;
+end;
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Completion: dependents through the GIN index
+-- ---------------------------------------------------------------------------
+
+create or replace function byollm_complete_job(
+  p_job_id     text,
+  p_runner_id  text,
+  p_holder     jsonb,
+  p_outcome    jsonb,
+  p_provenance jsonb,
+  p_now        bigint
+) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_row byollm_jobs;
+  v_by text := p_holder ->> 'by';
+  v_holds boolean;
+  v_state byollm_job_state;
+begin
+  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  if not found then
+    return jsonb_build_object('accepted', false, 'job', null);
+  end if;
+
+  if v_row.state in ('ok', 'error', 'canceled') then
+    -- A duplicate only for the same device presenting the same grant;
+    -- anyone else gets the plain refusal a live job would give them.
+    if v_row.provenance ->> 'runnerId' is not null
+       and v_row.provenance ->> 'runnerId' = p_runner_id
+       and v_by = 'lease'
+       and v_row.completed_by_lease_id is not null
+       and v_row.completed_by_lease_id = p_holder ->> 'leaseId' then
+      return jsonb_build_object('accepted', false, 'duplicate', true, 'job', byollm_job_json(v_row));
+    end if;
+    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
+  end if;
+  if v_row.state = 'expired' then
+    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
+  end if;
+
+  -- The holder check ignores lease expiry on purpose: only the sweep ends a
+  -- lease, so a late result that beats the sweep still counts.
+  if v_by = 'runner' then
+    v_holds := v_row.lease_id is not null and v_row.lease_expires_at is not null
+               and coalesce(v_row.lease_runner::text, '') = p_holder ->> 'runnerId';
+  else
+    v_holds := v_row.lease_id is not null and v_row.lease_expires_at is not null
+               and v_row.lease_id::text = p_holder ->> 'leaseId';
+  end if;
+  if not coalesce(v_holds, false) then
+    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
+  end if;
+
+  v_state := case p_outcome ->> 'outcome' when 'ok' then 'ok' when 'canceled' then 'canceled'
+                                          else 'error' end;
+  update byollm_jobs
+     set state = v_state,
+         completed_by_lease_id = case when v_by = 'lease' then p_holder ->> 'leaseId'
+                                      else lease_id::text end,
+         lease_id = null, lease_runner = null, lease_expires_at = null,
+         outcome = p_outcome, provenance = p_provenance, updated_at = v_now
+   where id = v_row.id
+  returning * into v_row;
+
+  -- Only a job someone asked to cancel has a row here; the primary key
+  -- lookup is all this costs otherwise.
+  delete from byollm_job_cancels where job_id = v_row.id;
+
+  if v_state = 'ok' then
+    -- Lock the blocked dependents first, then decide in a new statement (a
+    -- fresh snapshot): two dependencies completing at once serialise on
+    -- these rows, and the second sees the first one's `ok`. `@>` (not
+    -- `= any`) so the GIN index on depends_on finds them.
+    perform 1 from byollm_jobs d
+      where d.claimable_at is null and d.depends_on @> array[v_row.id]
+      order by d.byollm_seq
+      for update;
+    -- Most jobs have no dependents: then there is nothing to decide.
+    if found then
+      update byollm_jobs d
+         set claimable_at = v_now, updated_at = v_now
+       where d.claimable_at is null
+         and d.depends_on @> array[v_row.id]
+         and not exists (
+           select 1 from unnest(d.depends_on) dep(id)
+            where not exists (select 1 from byollm_jobs x where x.id = dep.id and x.state = 'ok'));
+    end if;
+  end if;
+
+  return jsonb_build_object('accepted', true, 'job', byollm_job_json(v_row));
+end;
+$$;
+
+-- ---------------------------------------------------------------------------
+-- One call per daemon request: the runner read in the same call as the work
+-- ---------------------------------------------------------------------------
+--
+-- The handlers verify a request's signature against the runner's pinned
+-- identity, which never changes after approval, so they may use one they
+-- read earlier. Whether the runner still exists and is not revoked is read
+-- here, in the same call as the work; the work is done only for a live
+-- runner. Each answers {runner, ...} with `runner` the fresh record (null
+-- when unknown) so the handlers give the same refusals as before.
+
+create or replace function byollm_claim_for(
+  p_runner_id    text,
+  p_capabilities jsonb,
+  p_max          integer,
+  p_lease_ms     bigint,
+  p_now          bigint
+) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_runner byollm_runners;
+begin
+  select * into v_runner from byollm_runners where id = byollm_try_uuid(p_runner_id);
+  if not found then
+    return jsonb_build_object('runner', null, 'jobs', '[]'::jsonb);
+  end if;
+  if v_runner.revoked_at is not null then
+    return jsonb_build_object('runner', byollm_runner_json(v_runner), 'jobs', '[]'::jsonb);
+  end if;
+  return jsonb_build_object(
+    'runner', byollm_runner_json(v_runner),
+    'jobs', byollm_claim(v_runner.id::text, v_runner.owner::text, p_capabilities, p_max, p_lease_ms, p_now));
+end;
+$$;
+
+
+-- touchRunner, renewLeases and listCancelRequests in that order, for a live
+-- runner only.
+
+-- ByollmApp.job / result: the sweep, then the job, in one call.
+create or replace function byollm_sweep_get_job(p_job_id text, p_now bigint) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_swept jsonb := byollm_sweep(p_now);
+begin
+  return jsonb_build_object(
+    'swept', v_swept,
+    'job', (select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id)));
+end;
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Per-call cost: PL/pgSQL keeps its statements' plans for the session, an
+-- SQL-language function not inlined plans its query on every call; each
+-- sweep pass costs a full update statement only when an index probe finds
+-- something due; an enqueue without dependencies skips their statements.
+-- ---------------------------------------------------------------------------
+
+create or replace function byollm_get_job_for(p_runner_id text, p_job_id text) returns jsonb
+language plpgsql stable security definer
+as $$
+begin
+  return jsonb_build_object(
+    'runner', (select byollm_runner_json(r) from byollm_runners r where r.id = byollm_try_uuid(p_runner_id)),
+    'job', (select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id)));
+end;
+$$;
+
+create or replace function byollm_heartbeat_for(
+  p_runner_id      text,
+  p_capabilities   jsonb,
+  p_daemon_version text,
+  p_leases         jsonb,
+  p_lease_ms       bigint,
+  p_now            bigint
+) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_runner byollm_runners;
+  v_renewal jsonb;
+begin
+  select * into v_runner from byollm_runners where id = byollm_try_uuid(p_runner_id) for update;
+  if not found then
+    return jsonb_build_object('runner', null);
+  end if;
+  if v_runner.revoked_at is not null then
+    return jsonb_build_object('runner', byollm_runner_json(v_runner));
+  end if;
+  update byollm_runners
+     set capabilities = p_capabilities, daemon_version = p_daemon_version,
+         last_heartbeat_at = byollm_at(p_now)
+   where id = v_runner.id
+  returning * into v_runner;
+  v_renewal := byollm_renew_leases(p_runner_id, p_leases, p_lease_ms, p_now);
+  return jsonb_build_object(
+    'runner', byollm_runner_json(v_runner),
+    'renewed', v_renewal -> 'renewed',
+    'lost', v_renewal -> 'lost',
+    -- byollm_list_cancel_requests, for this runner.
+    'cancel', (select coalesce(jsonb_agg(jsonb_build_object('jobId', j.id, 'leaseId', j.lease_id)
+                                         order by c.byollm_seq), '[]')
+                 from byollm_job_cancels c
+                 join byollm_jobs j on j.id = c.job_id
+                where j.lease_runner = v_runner.id and j.lease_id is not null));
+end;
+$$;
+
+-- Pairings are pruned by the sweep, as the in-memory store prunes them
+-- (`pair start` is unauthenticated: nothing may pile up without bound). How
+-- long after its expiry a pairing is kept: the protocol's clock window,
+-- so a daemon whose clock runs behind still hears `expired` (or collects an
+-- approval made in time) before the pairing is gone.
+create or replace function byollm_prune_pairings(p_now bigint) returns integer
+language plpgsql volatile security definer
+as $$
+declare
+  v_before timestamptz := byollm_at(p_now - 120000);
+  v_gone integer := 0;
+begin
+  if exists (select 1 from byollm_pairings where expires_at <= v_before) then
+    delete from byollm_pairings where expires_at <= v_before;
+    get diagnostics v_gone = row_count;
+  end if;
+  return v_gone;
+end;
+$$;
+
+-- The sweep: same passes, order and answer as before; each reaches its rows
+-- through an index (lapsed leases through byollm_jobs_lease_idx, bounded by
+-- the jobs in flight; due queued jobs through byollm_jobs_due_idx), and runs
+-- its update only when a probe of that index finds a row.
+create or replace function byollm_sweep(p_now bigint) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_reclaimed jsonb := '[]';
+  v_adopted jsonb := '[]';
+  v_expired jsonb := '[]';
+begin
+  perform byollm_prune_pairings(p_now);
+  if exists (select 1 from byollm_jobs
+              where state in ('claimed', 'running') and lease_expires_at <= v_now
+                and lease_id is not null and lease_runner is not null) then
+    with due as (
+      select id from byollm_jobs
+       where state in ('claimed', 'running')
+         and lease_expires_at <= v_now
+         and lease_id is not null and lease_runner is not null
+       for update skip locked
+    ), changed as (
+      update byollm_jobs j
+         set state = 'queued', lease_id = null, lease_runner = null, lease_expires_at = null,
+             completed_by_lease_id = null, claimable_at = v_now, updated_at = v_now
+        from due where j.id = due.id
+      returning j
+    )
+    select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_reclaimed
+      from changed c;
+  end if;
+
+  -- Adopted leases carry the relay's expiry, which this clock does not
+  -- enforce; they are few (cloud lane only) and all in flight.
+  if exists (select 1 from byollm_jobs
+              where state in ('claimed', 'running') and lease_id is not null and lease_runner is null
+                and coalesce(deadline_at,
+                             coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now) then
+    with due as (
+      select id from byollm_jobs
+       where state in ('claimed', 'running')
+         and lease_id is not null and lease_runner is null
+         and coalesce(deadline_at,
+                      coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now
+       for update skip locked
+    ), changed as (
+      update byollm_jobs j
+         set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
+             completed_by_lease_id = null, updated_at = v_now
+        from due where j.id = due.id
+      returning j
+    )
+    select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_adopted
+      from changed c;
+  end if;
+
+  if exists (select 1 from byollm_jobs
+              where state = 'queued' and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now) then
+    with due as (
+      select id from byollm_jobs
+       where state = 'queued'
+         and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now
+       for update skip locked
+    ), changed as (
+      update byollm_jobs j
+         set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
+             completed_by_lease_id = null, updated_at = v_now
+        from due where j.id = due.id
+      returning j
+    )
+    select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_expired
+      from changed c;
+  end if;
+
+  return v_reclaimed || v_adopted || v_expired;
+end;
+$$;
+
+-- Same answers as before; one statement less for a new id (the insert
+-- reports a conflict itself) and none for dependencies when there are none.
+create or replace function byollm_create_job(p_job jsonb, p_now bigint) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_id uuid := byollm_try_uuid(p_job ->> 'id');
+  v_deps uuid[] := '{}';
+  -- The columns' types: a non-uuid owner is refused on Supabase, kept elsewhere.
+  v_owner byollm_jobs.owner%type := p_job ->> 'owner';
+  v_allow byollm_jobs.audience_allow%type;
+  v_blocked boolean := false;
+  v_row byollm_jobs;
+begin
+  if v_id is null then
+    raise exception 'byollm: job ids must be lowercase UUIDs (the id column is a uuid)'
+      using errcode = '22023';
+  end if;
+
+  if jsonb_typeof(p_job -> 'dependsOn') = 'array' and jsonb_array_length(p_job -> 'dependsOn') > 0 then
+    -- An existing id is returned unchanged, before its dependencies are
+    -- looked at (they may name jobs that are gone).
+    select * into v_row from byollm_jobs where id = v_id;
+    if found then
+      return jsonb_build_object('created', false, 'job', byollm_job_json(v_row));
+    end if;
+    v_deps := array(select jsonb_array_elements_text(p_job -> 'dependsOn'))::uuid[];
+    -- Share-lock the dependencies while deciding: a dependency completing at
+    -- the same moment then either commits first (and is seen as ok here) or
+    -- waits for this insert (and its unblock step sees this job).
+    perform 1 from byollm_jobs where id = any (v_deps) for share;
+    v_blocked := exists (
+      select 1 from unnest(v_deps) d(id)
+       where not exists (select 1 from byollm_jobs j where j.id = d.id and j.state = 'ok'));
+  end if;
+  if jsonb_typeof(p_job -> 'audienceAllow') = 'array' then
+    v_allow := array(select jsonb_array_elements_text(p_job -> 'audienceAllow'));
+  end if;
+
+  insert into byollm_jobs (id, kind, envelope, size_class, audience, purpose, owner,
+                           audience_allow, depends_on, state, claimable_at, ttl_ms,
+                           deadline_at, created_at, updated_at)
+  values (v_id, p_job ->> 'kind', p_job -> 'envelope', p_job ->> 'sizeClass',
+          coalesce(p_job ->> 'audience', 'private')::byollm_audience,
+          p_job ->> 'purpose', v_owner, v_allow, v_deps, 'queued',
+          case when v_blocked then null else v_now end,
+          (p_job ->> 'ttlMs')::integer,
+          case when jsonb_typeof(p_job -> 'deadlineAt') = 'number'
+               then byollm_at((p_job ->> 'deadlineAt')::numeric::bigint) end,
+          v_now, v_now)
+  on conflict (id) do nothing
+  returning * into v_row;
+
+  if not found then
+    select * into v_row from byollm_jobs where id = v_id;
+    return jsonb_build_object('created', false, 'job', byollm_job_json(v_row));
+  end if;
+  return jsonb_build_object('created', true, 'job', byollm_job_json(v_row));
+end;
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Every SECURITY DEFINER function: a fixed search path (pg_catalog first,
+-- pg_temp last, so no object a caller creates can stand in for ours), no
+-- JIT (the store's statements are small; from ~100k rows the planner's cost
+-- estimates would otherwise JIT-compile them on every call, for more time
+-- than they take). Grants as the access file gives them: the server only.
+-- ---------------------------------------------------------------------------
+
+do $$
+declare
+  f regprocedure;
+begin
+  for f in
+    select p.oid::regprocedure from pg_proc p
+     where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%' and p.prosecdef
+  loop
+    execute format('alter function %s set search_path = pg_catalog, public, pg_temp', f);
+    execute format('alter function %s set jit = off', f);
+  end loop;
+  for f in
+    select p.oid::regprocedure from pg_proc p
+     where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
+       and p.proname in ('byollm_claim_for', 'byollm_get_job_for', 'byollm_heartbeat_for',
+                         'byollm_sweep_get_job', 'byollm_due_at', 'byollm_prune_pairings',
+                         'byollm_owner_in')
+  loop
+    execute format('revoke all on function %s from public', f);
+    if exists (select 1 from pg_roles where rolname = 'anon') then
+      execute format('revoke all on function %s from anon', f);
+    end if;
+    if exists (select 1 from pg_roles where rolname = 'authenticated') then
+      execute format('revoke all on function %s from authenticated', f);
+    end if;
+    if exists (select 1 from pg_roles where rolname = 'service_role') then
+      execute format('grant execute on function %s to service_role', f);
+    end if;
+  end loop;
+end
+$$;
