@@ -354,7 +354,7 @@ test("keygen prints a usable identity; --help prints the usage", () => {
   assert.equal(native.verifyPublicIdentity(native.publicIdentityOf(keys)), true);
   const help = spawnSync(process.execPath, [bin, "--help"], { encoding: "utf8" });
   assert.equal(help.status, 0);
-  assert.match(help.stdout, /^usage: npx --package @byollm\/server keygen\n\nGenerates this site's byollm identity/);
+  assert.match(help.stdout, /^usage: npx --no keygen\n\nGenerates this site's byollm identity/);
   assert.equal(spawnSync(process.execPath, [bin, "x", "-h"], { encoding: "utf8" }).stdout, help.stdout);
 });
 
@@ -378,4 +378,23 @@ test("./next createHandler: lazy, memoised, a failing config throws synchronousl
   // A config object works too; a bad basePath surfaces on the first request.
   const bad = createHandler({ store: new MemoryStore(), siteKeys: SITE, verificationUrl: ORIGIN, basePath: "api" });
   assert.throws(() => bad.POST(request()), { message: 'basePath must start with "/": got api' });
+});
+
+test("a verificationUrl that is not an absolute http(s) URL stops the handler at start-up, with a message that says what to set", async () => {
+  const store = new MemoryStore();
+  const { ByollmHandlers } = await import("../dist/index.js");
+  // What `${process.env.PUBLIC_ORIGIN}/pair` gives when PUBLIC_ORIGIN is not set, and its relatives.
+  for (const verificationUrl of ["undefined/pair", "/pair", "", "app.example/pair", "ftp://app.example/pair", "javascript:alert(1)", undefined, 42]) {
+    const expected = /^Error: verificationUrl must be an absolute http\(s\) URL, the page where a person approves a pairing code \(e\.g\. https:\/\/app\.example\/pair\); got .*\. If it is built from an environment variable such as PUBLIC_ORIGIN, set that variable\.$/;
+    assert.throws(() => new ByollmHandlers({ store, siteKeys: SITE, verificationUrl }), (e) => expected.test(String(e)));
+    assert.throws(() => createFetchHandler({ store, siteKeys: SITE, verificationUrl }), (e) => expected.test(String(e)));
+    // The Next.js mount builds on its first request: that request throws, before any pairing is answered.
+    const route = createHandler(() => ({ store, siteKeys: SITE, verificationUrl }));
+    assert.throws(() => route.POST(new Request(`${ORIGIN}/byollm/pair`, { method: "POST", body: "{}" })), (e) => expected.test(String(e)));
+  }
+  assert.throws(() => createFetchHandler({ store, siteKeys: SITE, verificationUrl: "undefined/pair" }), { message: /got "undefined\/pair"/ });
+  // Both schemes a real site uses, with or without a path, start.
+  for (const verificationUrl of ["https://app.example/pair", "http://127.0.0.1:8787/pair", "https://app.example"]) {
+    assert.doesNotThrow(() => createFetchHandler({ store, siteKeys: SITE, verificationUrl }));
+  }
 });

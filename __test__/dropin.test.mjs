@@ -2,7 +2,8 @@
 // into a fresh project under /tmp as `@byollm/server` (an npm alias), and run
 // an unmodified consumer that imports `@byollm/server` and
 // `@byollm/server/next` and drives a whole job with a daemon-side client built
-// on @byollm/protocol. No network and no warm npm cache: the tarballs are
+// on @byollm/protocol, which the consumer declares itself (our package has no
+// runtime dependency). No network and no warm npm cache: the tarballs are
 // local, and the registry dependencies (@byollm/protocol and its own) are
 // packed from this repository's node_modules and served on 127.0.0.1.
 import { test } from "node:test";
@@ -110,11 +111,19 @@ test("npm pack → install as @byollm/server → an unmodified consumer runs a w
         private: true,
         type: "module",
         // The platform package by path: the registry below does not serve it by the version the main package names.
-        dependencies: { "@byollm/server": `file:${tarball}`, [`byollm-server-native-${host}`]: `file:${platforms[host]}` },
+        // @byollm/protocol is the consumer's own: an app that imports it declares it (the reference's install
+        // brought it along as a dependency of @byollm/server; ours has none).
+        dependencies: {
+          "@byollm/server": `file:${tarball}`,
+          [`byollm-server-native-${host}`]: `file:${platforms[host]}`,
+          "@byollm/protocol": "0.1.1",
+        },
       }),
     );
     writeFileSync(join(project, "app.mjs"), CONSUMER);
-    registry = await serveRegistry(packDependencies(manifest, join(work, "tarballs")));
+    // A user installing our package gets no EBADENGINE warning on Node 20: it depends on nothing.
+    assert.deepEqual(manifest.dependencies ?? {}, {}, "the package has no runtime dependencies");
+    registry = await serveRegistry(packDependencies({ dependencies: { "@byollm/protocol": "0.1.1" } }, join(work, "tarballs")));
     const install = await exec("npm", ["install", "--ignore-scripts"], { cwd: project, env: npmEnv(registry.url, work) });
     assert.equal(install.status, 0, `npm install failed:\n${install.stdout}\n${install.stderr}`);
     assert.ok(registry.fetched.includes("@byollm/protocol"), `@byollm/protocol came from the loopback registry (fetched: ${registry.fetched.join(", ")})`);
@@ -125,12 +134,12 @@ test("npm pack → install as @byollm/server → an unmodified consumer runs a w
     assert.equal(run.status, 0, `consumer failed:\n${run.stdout}\n${run.stderr}`);
     assert.match(run.stdout, /^DROPIN-OK Hi there, from the drop-in\.$/m);
 
-    // The bin, as `npx --package @byollm/server keygen` would run it (with whatever `node` is on PATH).
+    // The bin, as `npx --no keygen` runs it (with whatever `node` is on PATH).
     const keygen = spawnSync(join(project, "node_modules", ".bin", "keygen"), [], { cwd: project, encoding: "utf8" });
     assert.equal(keygen.status, 0, keygen.stderr);
     assert.match(keygen.stdout, /^BYOLLM_SITE_KEYS=[A-Za-z0-9+/]+=*$/m);
     const help = spawnSync(join(project, "node_modules", ".bin", "keygen"), ["-h"], { cwd: project, encoding: "utf8" });
-    assert.match(help.stdout, /^usage: npx --package @byollm\/server keygen\n/);
+    assert.match(help.stdout, /^usage: npx --no keygen\n/);
   } finally {
     await registry?.close();
     rmSync(work, { recursive: true, force: true });

@@ -107,6 +107,32 @@ function pathWithoutRust() {
 // Asynchronous (helpers/registry.mjs): the registry answers from this same process.
 const npm = (args, cwd) => exec("npm", args, { cwd, env });
 
+/** README.md's keygen command, read from its bash block, never retyped here. */
+function readmeKeygenCommand() {
+  const readme = readFileSync(join(root, "README.md"), "utf8");
+  const lines = [...readme.matchAll(/```bash\n([\s\S]*?)```/g)].flatMap((m) => m[1].split("\n"));
+  const commands = lines.map((l) => l.replace(/\s+#.*$/, "").trim()).filter((l) => /\bkeygen\b/.test(l));
+  assert.equal(commands.length, 1, `README.md has one keygen command in its bash blocks (found ${JSON.stringify(commands)})`);
+  return commands[0];
+}
+
+/**
+ * Runs README.md's keygen command in `project` with no terminal (stdin is a
+ * pipe) and checks that it printed keys from the installed package without
+ * asking any registry for anything.
+ */
+async function runReadmeKeygen(project) {
+  const command = readmeKeygenCommand();
+  registry.asked.length = 0;
+  // Split on spaces (the line has no quotes), so it runs the same way on Windows, where npx is a .cmd.
+  const [cmd, ...args] = command.split(/\s+/);
+  const r = await exec(cmd, args, { cwd: project, env });
+  assert.equal(r.status, 0, `\`${command}\` failed:\n${r.stdout}\n${r.stderr}`);
+  assert.match(r.stdout, /^BYOLLM_SITE_KEYS=[A-Za-z0-9+/]+=*$/m, `\`${command}\` printed no keys`);
+  assert.deepEqual(registry.asked, [], `\`${command}\` asked the registry for packages`);
+  return command;
+}
+
 /** A fresh project depending on `spec` under `name`, installed from the loopback registry. */
 async function installProject(dir, name, spec) {
   mkdirSync(dir, { recursive: true });
@@ -197,6 +223,7 @@ test("installed by its own name: only this platform's binary is fetched, nothing
   const keygen = await npm(["exec", "--offline", "--", "keygen"], project);
   assert.equal(keygen.status, 0, keygen.stderr);
   assert.match(keygen.stdout, /^BYOLLM_SITE_KEYS=[A-Za-z0-9+/]+=*$/m);
+  await runReadmeKeygen(project);
 });
 
 test("installed as @byollm/server (npm alias): the same job and keygen", { skip: skipReason, timeout: 60_000 }, async () => {
@@ -212,6 +239,13 @@ test("installed as @byollm/server (npm alias): the same job and keygen", { skip:
   const keygen = await npm(["exec", "--offline", "--", "keygen"], project);
   assert.equal(keygen.status, 0, keygen.stderr);
   assert.match(keygen.stdout, /^BYOLLM_SITE_KEYS=[A-Za-z0-9+/]+=*$/m);
+});
+
+test("README.md's keygen command, as written, runs the package installed as @byollm/server and asks no registry for anything", { skip: skipReason, timeout: 60_000 }, async () => {
+  const project = join(work, "alias");
+  assert.ok(existsSync(join(project, "node_modules", "@byollm", "server")), "the alias install of the test above is in place");
+  const command = await runReadmeKeygen(project);
+  console.log(`# ran README.md's \`${command}\` in the alias project`);
 });
 
 test("without the platform package, importing says which platform it saw and what to do", { skip: skipReason, timeout: 60_000 }, async () => {

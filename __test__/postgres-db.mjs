@@ -1,25 +1,33 @@
 // Shared by the Postgres/Supabase store tests: find the test server started by
 // scripts/pg-start.sh, and give each test file its own freshly migrated
 // database (dropped at the end), so files never see each other's rows.
-import { readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { migratePostgres } from "../dist/postgres.js";
 
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+
 /** Empties the byollm tables of a test database (between tests). */
 export const TRUNCATE = "truncate byollm_job_cancels, byollm_jobs, byollm_pairings, byollm_runners cascade";
 
-/** The admin connection string: $BYOLLM_PG_URL, else the file pg-start.sh writes. */
+/**
+ * The admin connection string: $BYOLLM_PG_URL, else this checkout's own test
+ * server, which scripts/pg-start.sh starts (or finds running) and prints.
+ */
 export function adminUrl() {
   if (process.env.BYOLLM_PG_URL) return process.env.BYOLLM_PG_URL;
-  const file = `${process.env.BYOLLM_PG_DIR ?? "/tmp/byollm-pg"}/url`;
-  try {
-    return readFileSync(file, "utf8").trim();
-  } catch {
+  const started = spawnSync("bash", [join(root, "scripts", "pg-start.sh")], { encoding: "utf8" });
+  const url = started.stdout?.trim().split("\n").at(-1);
+  if (started.status !== 0 || !url) {
     throw new Error(
-      `no PostgreSQL for the store tests: set BYOLLM_PG_URL or run \`bash scripts/pg-start.sh\` (it writes ${file})`,
+      `no PostgreSQL for the store tests: \`bash scripts/pg-start.sh\` failed (set BYOLLM_PG_URL to use a server of your own)\n${started.stderr ?? started.error}`,
     );
   }
+  process.env.BYOLLM_PG_URL = url;
+  return url;
 }
 
 /**

@@ -154,6 +154,13 @@ test("byollm connect + byollm run serve a prompt from the example site", { skip,
   assert.equal(done.provenance.runnerId, runnerId);
   assert.equal((await alice.request("/devices/revoke", { method: "POST", form: { id: runnerId } })).status, 303);
   await until("the daemon to notice the revocation", () => /revoked/i.test(run.io.out), 30_000);
+
+  // The site's console told it in one line each: the pairing, the job, the revocation and the refusal.
+  const printed = site.output().stdout;
+  assert.match(printed, /^\d\d:\d\d:\d\d pairing approved: real-daemon \((linux|darwin|win32), byollm 0\.1\.1\) now runs prompts for alice$/m);
+  assert.match(printed, new RegExp(`^\\d\\d:\\d\\d:\\d\\d job ${jobId.slice(0, 8)} for alice: answered on real-daemon \\(echo-model\\) after `, "m"));
+  assert.match(printed, /^\d\d:\d\d:\d\d device revoked: alice revoked real-daemon$/m);
+  assert.match(printed, /^\d\d:\d\d:\d\d refused POST \/byollm\/\w+ from real-daemon \(alice\): 403 revoked: /m);
 });
 
 test("byollm connect <origin>/api asks <origin>/byollm/pair, so an app mounted only at /api/byollm cannot pair", { skip, timeout: 30_000 }, async () => {

@@ -110,6 +110,80 @@ for (const node of nodes) {
       assert.match((await alice.request("/devices")).text, /revoked/);
     });
 
+    test("words for people, not codes: human times, device names, a favicon, revoke asks first, one console line per event", async () => {
+      const logged = async (pattern) => {
+        const deadline = Date.now() + 10_000;
+        while (!pattern.test(site.output().stdout)) {
+          if (Date.now() > deadline) assert.fail(`no console line matches ${pattern}:\n${site.output().stdout}`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      };
+      const visibleText = (html) => html.replace(/<script[\s\S]*?<\/script>|<style[\s\S]*?<\/style>|<[^>]+>/g, " ");
+      for (const path of ["/favicon.ico", "/favicon.svg"]) {
+        const icon = await fetch(site.origin + path);
+        assert.equal(icon.status, 200, path);
+        assert.equal(icon.headers.get("content-type"), "image/svg+xml");
+      }
+
+      const erin = new SiteUser(site.origin);
+      await erin.signIn("erin");
+      const none = await erin.request("/prompts");
+      assert.match(none.text, /You have no device yet/);
+      assert.doesNotMatch(visibleText(none.text), /no-runner|runner_/);
+
+      const daemon = new TestDaemon(site.origin, { label: "erin-laptop" });
+      const started = await daemon.pairStart();
+      const pending = await erin.request(`/pair?code=${started.userCode}`);
+      assert.match(visibleText(pending.text), /Code expires\s+in (9|10) minutes/);
+      assert.doesNotMatch(visibleText(pending.text), /\d{4}-\d\d-\d\dT/, "no ISO timestamps on the page");
+      assert.match(pending.text, /<button class="primary" id="approve">Approve erin-laptop<\/button>/);
+      assert.match(pending.text, /<button class="danger" id="deny">/);
+      assert.equal((await erin.request("/pair/approve", { method: "POST", form: { code: started.userCode } })).status, 200);
+      await logged(/^\d\d:\d\d:\d\d pairing approved: erin-laptop \(linux, byollm 0\.1\.1\) now runs prompts for erin$/m);
+      await daemon.waitForApproval(started.deviceCode);
+      assert.equal((await daemon.heartbeat()).status, 200);
+
+      // A job: the prompt is kept beside its answer, the device named, one line when it ends.
+      const jobId = await erin.sendPrompt("What time is it?");
+      const jobPage = await erin.request(`/prompts/${jobId}`);
+      assert.match(jobPage.text, /<div class="bubble you" id="prompt-text">What time is it\?<\/div>/);
+      await daemon.runOne(() => "Tea time.");
+      const done = await erin.job(jobId);
+      assert.equal(done.body.device, "erin-laptop");
+      assert.equal(typeof done.body.tookMs, "number");
+      await logged(new RegExp(`^\\d\\d:\\d\\d:\\d\\d job ${jobId.slice(0, 8)} for erin: answered on erin-laptop \\(echo-model\\) after \\d+\\.\\d s$`, "m"));
+      const list = JSON.parse((await erin.request("/api/prompts")).text);
+      assert.deepEqual(
+        list.jobs.map((j) => [j.prompt, j.state, j.device]),
+        [["What time is it?", "ok", "erin-laptop"]],
+      );
+      const status = JSON.parse((await erin.request("/api/status")).text);
+      assert.deepEqual(status.devices, { online: 1, paired: 1 });
+      assert.deepEqual(status.jobs, { queued: 0, running: 0, answered: 1, failed: 0 });
+      assert.equal(status.buckets.length, 12);
+      assert.deepEqual(status.buckets[11], { answered: 1, failed: 0 });
+
+      // Revoke asks first; the question itself changes nothing, and only the owner gets it.
+      const confirm = await erin.request(`/devices/revoke?id=${encodeURIComponent(daemon.runnerId)}`);
+      assert.equal(confirm.status, 200);
+      assert.match(confirm.text, /<button class="danger solid" id="confirm-revoke">Revoke erin-laptop<\/button>/);
+      assert.equal((await daemon.heartbeat()).status, 200);
+      const frank = new SiteUser(site.origin);
+      await frank.signIn("frank");
+      assert.equal((await frank.request(`/devices/revoke?id=${encodeURIComponent(daemon.runnerId)}`)).status, 404);
+      await logged(/^\d\d:\d\d:\d\d refused GET \/devices\/revoke for frank: 404 You have no device with that id\.$/m);
+
+      const revoked = await erin.request("/devices/revoke", { method: "POST", form: { id: daemon.runnerId } });
+      assert.equal(revoked.status, 303);
+      assert.equal(revoked.location, `/devices?revoked=${encodeURIComponent(daemon.runnerId)}`);
+      await logged(/^\d\d:\d\d:\d\d device revoked: erin revoked erin-laptop$/m);
+      assert.equal((await daemon.heartbeat()).status, 403);
+      await logged(/^\d\d:\d\d:\d\d refused POST \/byollm\/heartbeat from erin-laptop \(erin\): 403 revoked: this runner has been revoked by its owner$/m);
+      assert.match((await erin.request("/prompts")).text, /You have no device yet/, "a revoked device counts as none");
+      const devices = await erin.request("/devices");
+      assert.doesNotMatch(visibleText(devices.text), new RegExp(daemon.runnerId), "devices are shown by name");
+    });
+
     test("the protocol mount answers like the library: GET is 405, an unknown endpoint 404", async () => {
       const get = await fetch(`${site.origin}/byollm/claim`);
       assert.equal(get.status, 405);

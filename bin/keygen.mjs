@@ -2,11 +2,13 @@
 // Prints a fresh site identity as env text. Run once; store the result as a secret.
 import { formatSiteKeys, generateSiteKeys } from "../dist/site-keys.js";
 
-const USAGE = `usage: npx --package @byollm/server keygen
+const USAGE = `usage: npx --no keygen
 
 Generates this site's byollm identity and prints it as an env line.
 Run it once. Store the result as a secret. Regenerating it makes every
 daemon that has paired with this site pair again.
+(--no: npx runs the installed package's keygen, whether it is installed
+as byollm-server-native or as @byollm/server, and never downloads one.)
 `;
 
 const args = process.argv.slice(2);

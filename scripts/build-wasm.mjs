@@ -16,6 +16,7 @@ import { gzipSync, constants as zlib } from "node:zlib";
 import { copyFileSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { rustProblems } from "./check-rust.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const TARGET = "wasm32-unknown-unknown";
@@ -25,6 +26,12 @@ function run(cmd, args, env = process.env) {
   const r = spawnSync(cmd, args, { cwd: root, stdio: "inherit", env });
   if (r.error) throw r.error;
   if (r.status !== 0) process.exit(r.status ?? 1);
+}
+
+const problems = rustProblems({ wasm: true });
+if (problems.length) {
+  for (const p of problems) console.error(`byollm-server-native build: ${p}`);
+  process.exit(1);
 }
 
 function targetInstalled() {

@@ -5,16 +5,25 @@
 #   bash scripts/pg-start.sh stop     stop the server this script started
 #
 # Idempotent: a second run finds the cluster already up and only prints the
-# connection string again. The server listens on 127.0.0.1 only (port
-# $BYOLLM_PG_PORT, default 54329) and trusts local connections, so it is for
-# tests on this machine and nothing else.
+# connection string again. The server listens on 127.0.0.1 only and trusts
+# local connections, so it is for tests on this machine and nothing else.
+#
+# Each checkout gets its own cluster, so two clones on one machine never share
+# a database: by default it lives in /tmp/byollm-pg-<h> and listens on port
+# 20000 + (h mod 10000), below Linux's ephemeral range, where <h> is a hash of
+# this checkout's path. (/tmp and not the checkout: as root the server runs as
+# the `postgres` user, who may not be able to enter the checkout's folders.)
+# $BYOLLM_PG_DIR and $BYOLLM_PG_PORT override both.
 #
 # The connection string is printed on stdout (last line) and written to
-# $BYOLLM_PG_DIR/url, which the tests read when BYOLLM_PG_URL is not set.
+# $DIR/url. `npm test` (scripts/test.mjs) and the store tests run this script
+# themselves unless BYOLLM_PG_URL names a server.
 set -euo pipefail
 
-PORT="${BYOLLM_PG_PORT:-54329}"
-DIR="${BYOLLM_PG_DIR:-/tmp/byollm-pg}"
+CHECKOUT="$(cd "$(dirname "$0")/.." && pwd -P)"
+HASH="$(printf %s "$CHECKOUT" | sha256sum | cut -c1-8)"
+PORT="${BYOLLM_PG_PORT:-$((20000 + 0x$HASH % 10000))}"
+DIR="${BYOLLM_PG_DIR:-/tmp/byollm-pg-$HASH}"
 DATA="$DIR/data"
 LOG="$DIR/server.log"
 DB="${BYOLLM_PG_DB:-byollm}"

@@ -6,7 +6,12 @@
 //
 //   node scripts/test.mjs            everything
 //   node scripts/test.mjs --js-only  skip the Rust steps
-//   node scripts/test.mjs FILE...    only these JS test files (Node 22 and 20)
+//   node scripts/test.mjs FILE...    only these JS test files (Node 22, 24 and 20)
+//
+// It brings up what the chosen files need first: PostgreSQL, this checkout's
+// own server (scripts/pg-start.sh; BYOLLM_PG_URL names another), and
+// Chromium (/usr/bin/chromium, or BYOLLM_CHROMIUM), each installed from
+// Debian's packages when missing (as root, or through sudo without a password).
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve, dirname } from "node:path";
@@ -38,7 +43,76 @@ const node22 = join(root, "node_modules", "node", "bin", "node");
 const node24 = join(root, "node_modules", "node24", "bin", "node");
 const nodeSystem = systemNode();
 
+const testDir = join(root, "__test__");
+const files = only.length
+  ? only
+  : readdirSync(testDir)
+      .filter((f) => f.endsWith(".test.mjs"))
+      .sort()
+      .map((f) => join("__test__", f));
+const env = { ...process.env, BYOLLM_TEST: "1" };
+
+// ---------------------------------------------------------------------------
+// What the tests need from the machine.
+
+const sourceOf = (f) => readFileSync(join(root, f), "utf8");
+const needsPostgres = files.some((f) => /postgres-db\.mjs|supabase-standin\.mjs/.test(sourceOf(f)));
+const needsChromium = files.some((f) => /playwright-core/.test(sourceOf(f)));
+const chromiumPath = process.env.BYOLLM_CHROMIUM ?? "/usr/bin/chromium";
+const postgresInstalled = () => readdirSync("/usr/lib/postgresql", { withFileTypes: true }).some((d) => existsSync(join("/usr/lib/postgresql", d.name, "bin", "initdb")));
+const safely = (check) => {
+  try {
+    return check();
+  } catch {
+    return false;
+  }
+};
+
+const missing = [];
+if (needsPostgres && !process.env.BYOLLM_PG_URL && !safely(postgresInstalled)) missing.push("postgresql");
+if (needsChromium && !existsSync(chromiumPath)) {
+  if (process.env.BYOLLM_CHROMIUM) {
+    console.error(`\nBYOLLM_CHROMIUM is ${chromiumPath}, which does not exist.`);
+    failures.push("chromium (BYOLLM_CHROMIUM)");
+  } else {
+    missing.push("chromium");
+  }
+}
+if (missing.length) {
+  // apt-get as root, else through sudo when it needs no password.
+  const asRoot = process.getuid?.() === 0;
+  const canInstall = spawnSync("apt-get", ["--version"]).status === 0 && (asRoot || spawnSync("sudo", ["-n", "true"]).status === 0);
+  const apt = (args) => (asRoot ? ["apt-get", args] : ["sudo", ["-n", "apt-get", ...args]]);
+  const aptEnv = { env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" } };
+  if (canInstall) {
+    run("apt-get update", ...apt(["update", "-qq"]), aptEnv);
+    run(`install ${missing.join(" and ")}`, ...apt(["install", "-y", "-qq", ...missing]), aptEnv);
+  } else {
+    console.error(
+      `\nThe tests need ${missing.join(" and ")}, which this machine lacks: install ${missing.length > 1 ? "them" : "it"} ` +
+        `(Debian: apt-get install ${missing.join(" ")})${missing.includes("chromium") ? ", or point BYOLLM_CHROMIUM at a Chromium" : ""}.`,
+    );
+    failures.push(`missing ${missing.join(", ")}`);
+  }
+}
+if (needsPostgres && !env.BYOLLM_PG_URL) {
+  // This checkout's own server, started once here for every file and Node version.
+  console.log(`\n=== PostgreSQL for the store tests: bash scripts/pg-start.sh`);
+  const started = spawnSync("bash", [join(root, "scripts", "pg-start.sh")], { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+  const url = started.stdout?.trim().split("\n").at(-1);
+  if (started.status === 0 && url) {
+    console.log(url);
+    env.BYOLLM_PG_URL = url;
+  } else {
+    failures.push("PostgreSQL (scripts/pg-start.sh failed)");
+  }
+}
+
 if (!jsOnly && only.length === 0) {
+  // rustfmt and clippy are rustup components a minimal toolchain leaves out.
+  const hasTool = (tool) => spawnSync("cargo", [tool, "--version"], { stdio: "ignore" }).status === 0;
+  const toolsMissing = ["fmt", "clippy"].filter((tool) => !hasTool(tool));
+  if (toolsMissing.length > 0) run("rustup component add rustfmt clippy", "rustup", ["component", "add", "rustfmt", "clippy"]);
   run("cargo fmt", "cargo", ["fmt", "--all", "--", "--check"]);
   run("cargo clippy (core)", "cargo", ["clippy", "--all-targets", "--", "-D", "warnings"]);
   run("cargo clippy (node binding)", "cargo", ["clippy", "--features", "node", "--", "-D", "warnings"]);
@@ -67,18 +141,9 @@ if (!jsOnly && only.length === 0) {
   });
 }
 
-const testDir = join(root, "__test__");
-const files = only.length
-  ? only
-  : readdirSync(testDir)
-      .filter((f) => f.endsWith(".test.mjs"))
-      .sort()
-      .map((f) => join("__test__", f));
-
 // Files that import the reference packages need Node >= 22.14; the rest run on both.
-const usesReference = (f) => /from\s+["']@byollm\/|import\(\s*["']@byollm\//.test(readFileSync(join(root, f), "utf8"));
+const usesReference = (f) => /from\s+["']@byollm\/|import\(\s*["']@byollm\//.test(sourceOf(f));
 
-const env = { ...process.env, BYOLLM_TEST: "1" };
 if (files.length) {
   const v22 = spawnSync(node22, ["--version"], { encoding: "utf8" }).stdout.trim();
   run(`node ${v22} --test`, node22, ["--test", "--test-concurrency=1", ...files], { env });

@@ -33,7 +33,7 @@ const ASYNC_CRYPTO_THRESHOLD = 64 * 1024;
 
 const INCONSISTENT_KEYS =
   "siteKeys are not internally consistent: the encryption key is not signed by the identity key. " +
-  "Generate a fresh pair with `npx --package @byollm/server keygen`.";
+  "Generate a fresh pair with `npx --no keygen`.";
 
 type WireCode = "bad-request" | "unauthorized" | "revoked" | "not-found" | "server-error";
 const STATUS: Record<WireCode, number> = {
@@ -43,6 +43,25 @@ const STATUS: Record<WireCode, number> = {
   "not-found": 404,
   "server-error": 500,
 };
+
+// The daemon prints this URL next to the pairing code and refuses a pair
+// answer whose URL is not absolute: a missing origin (`undefined/pair`) would
+// fail every pairing, so it fails here, once, at start-up.
+function checkVerificationUrl(value: unknown): void {
+  let url: URL | undefined;
+  try {
+    url = typeof value === "string" ? new URL(value) : undefined;
+  } catch {
+    url = undefined;
+  }
+  if (url === undefined || (url.protocol !== "https:" && url.protocol !== "http:")) {
+    throw new Error(
+      `verificationUrl must be an absolute http(s) URL, the page where a person approves a pairing code ` +
+        `(e.g. https://app.example/pair); got ${JSON.stringify(value) ?? String(value)}. ` +
+        `If it is built from an environment variable such as PUBLIC_ORIGIN, set that variable.`,
+    );
+  }
+}
 
 function fail(error: WireCode, message: string): HandlerResult {
   return { status: STATUS[error], body: { error, message } };
@@ -213,6 +232,7 @@ export class ByollmHandlers {
       consistent = false;
     }
     if (!consistent) throw new Error(INCONSISTENT_KEYS);
+    checkVerificationUrl(config.verificationUrl);
     this.#keyring = new native.SiteKeyring(config.siteKeys);
     this.#siteKeyId = this.#keyring.keyId;
     this.#siteIdentity = this.#keyring.publicIdentity();

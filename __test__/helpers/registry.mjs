@@ -32,12 +32,17 @@ export function packDependencies(manifest, out) {
   return files;
 }
 
-/** Serves exactly these tarballs, one version each; records which were fetched. */
+/**
+ * Serves exactly these tarballs, one version each; records which tarballs were
+ * fetched and which package names were asked for (served or not).
+ */
 export async function serveRegistry(tarballs) {
   const packages = new Map();
   const fetched = [];
+  const asked = [];
   const server = createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url, "http://x").pathname.slice(1));
+    if (!path.startsWith("-/")) asked.push(path);
     if (path.startsWith("-/tarballs/")) {
       const entry = [...packages.values()].find((p) => p.file === path.slice("-/tarballs/".length));
       if (!entry) return res.writeHead(404).end();
@@ -64,7 +69,7 @@ export async function serveRegistry(tarballs) {
     packages.set(manifest.name, { manifest, bytes: readFileSync(file), file: basename(file) });
   }
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { url: `http://127.0.0.1:${server.address().port}/`, fetched, close: () => new Promise((r) => server.close(r)) };
+  return { url: `http://127.0.0.1:${server.address().port}/`, fetched, asked, close: () => new Promise((r) => server.close(r)) };
 }
 
 /**
@@ -73,8 +78,8 @@ export async function serveRegistry(tarballs) {
  */
 export function exec(cmd, args, { cwd, env }) {
   return new Promise((resolve, reject) => {
-    // npm is a .cmd script on Windows, which only a shell starts.
-    const child = spawn(cmd, args, { cwd, env, shell: process.platform === "win32" && cmd === "npm" });
+    // npm and npx are .cmd scripts on Windows, which only a shell starts.
+    const child = spawn(cmd, args, { cwd, env, shell: process.platform === "win32" && (cmd === "npm" || cmd === "npx") });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d) => (stdout += d));

@@ -16,6 +16,8 @@
 //   BYOLLM_SITE_KEYS      the site identity; when unset it is read from
 //   BYOLLM_SITE_ENV_FILE  (default examples/site/.env.local), which is created
 //                         once with fresh keys and reused on every restart.
+//
+// It prints one line per pairing decision, finished job and refusal.
 import { createServer } from "node:http";
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -23,7 +25,8 @@ import { dirname, join, relative } from "node:path";
 import { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 // keyId is the fingerprint function both ends print; the daemon shows its own
-// at `byollm connect` and asks the person to compare it with this page.
+// at `byollm connect` and asks the person to compare it with this page. (An
+// app that shows it declares @byollm/protocol itself; here it is a devDependency.)
 import { keyId } from "@byollm/protocol";
 import {
   ByollmApp,
@@ -50,7 +53,7 @@ function loadSiteKeys(envFile) {
   }
   let created = false;
   if (!existsSync(envFile)) {
-    // LIBRARY: the same text `npx --package @byollm/server keygen` prints.
+    // LIBRARY: the same text `npx --no keygen` prints.
     // `wx` so two processes starting at once cannot overwrite each other's keys.
     writeFileSync(envFile, formatSiteKeys(generateSiteKeys()), { mode: 0o600, flag: "wx" });
     created = true;
@@ -127,38 +130,184 @@ function toFetchRequest(req, origin) {
   return new Request(new URL(req.url, origin), init);
 }
 
-async function sendFetchResponse(res, response) {
-  const headers = {};
-  response.headers.forEach((value, name) => {
-    headers[name] = value;
-  });
-  const body = Buffer.from(await response.arrayBuffer());
-  res.writeHead(response.status, headers);
-  res.end(body);
+
+// ---------------------------------------------------------------------------
+// Words and times for people. Machine codes (job states, availability
+// reasons) are translated here and never shown as they are.
+
+/** A device counts as online when it sent a heartbeat this recently (passed to the app too). */
+const LIVENESS_MS = 35_000;
+const HOUR_MS = 3_600_000;
+const FINISHED = new Set(["ok", "error", "canceled", "expired"]);
+const ACTIVE = new Set(["claimed", "running"]);
+
+/** How a job's state reads, and its badge's colour. */
+const STATES = {
+  queued: ["Waiting for a device", "wait"],
+  claimed: ["Picked up", "live"],
+  running: ["Running", "live"],
+  ok: ["Answered", "ok"],
+  error: ["Failed", "bad"],
+  canceled: ["Canceled", "bad"],
+  expired: ["Expired", "bad"],
+};
+
+const AVAILABILITY = {
+  "no-runner-paired": "You have no device yet. Pair one first: run <code>npx byollm connect ORIGIN</code> on it, then approve its code.",
+  "no-runner-online": "None of your devices is online right now. Start one with <code>npx byollm run</code>; prompts wait in the queue until then.",
+  "no-matching-capability": "None of your devices offers a model for prompts. Configure one in its byollm settings.",
+};
+const AVAILABILITY_OTHER = "No device of yours can take prompts right now; they wait in the queue.";
+
+// "in 9 minutes", "2 s ago". One function: the server renders it into the
+// page, and the page's script (which gets this same source) keeps it current.
+function relativeTime(at, now) {
+  const seconds = Math.round((at - now) / 1000);
+  const size = Math.abs(seconds);
+  if (size < 2) return "just now";
+  const count = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  const text =
+    size < 60
+      ? `${size} s`
+      : size < 3600
+        ? count(Math.floor(size / 60), "minute")
+        : size < 86400
+          ? count(Math.floor(size / 3600), "hour")
+          : count(Math.floor(size / 86400), "day");
+  return seconds < 0 ? `${text} ago` : `in ${text}`;
 }
+
+/** A duration such as "1.2 s" or "3 minutes". */
+function duration(ms) {
+  return ms < 60_000 ? `${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s` : relativeTime(ms, 0).replace(/^in /, "");
+}
+
+const timeTag = (at, now = Date.now()) =>
+  `<time datetime="${new Date(at).toISOString()}" data-at="${at}">${escapeHtml(relativeTime(at, now))}</time>`;
+
+const stateBadge = (state, id) => {
+  const [text, tone] = STATES[state] ?? [state, ""];
+  return `<span class="badge ${tone}" data-state="${escapeHtml(state)}"${id ? ` id="${id}"` : ""}>${escapeHtml(text)}</span>`;
+};
 
 // ---------------------------------------------------------------------------
 // Pages. Plain HTML; every value from a person, a daemon or a model is escaped.
 
-function page(title, user, body) {
+const FAVICON = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="7" fill="#2f5bea"/><path d="M9 22V10h6.5a3.5 3.5 0 0 1 0 7H9m6.5 0H17a3 3 0 0 1 0 6H9" fill="none" stroke="#fff" stroke-width="2.6" stroke-linejoin="round"/></svg>`;
+
+const STYLE = `
+:root{--fg:#1d2330;--muted:#5f6b7d;--line:#e3e6eb;--bg:#f5f6f8;--accent:#2f5bea;--accent-dark:#2447c4;--danger:#c4302b;--ok:#177245;--warn:#8f5200}
+*{box-sizing:border-box}
+body{margin:0;font:16px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:var(--bg)}
+a{color:var(--accent)}
+header{background:#fff;border-bottom:1px solid var(--line)}
+.bar{max-width:60rem;margin:0 auto;padding:.55rem 1rem;display:flex;gap:.75rem;align-items:center;flex-wrap:wrap}
+.brand{font-weight:700;color:var(--fg);text-decoration:none;display:flex;gap:.45rem;align-items:center;margin-right:.5rem}
+.brand img{width:22px;height:22px}
+nav{display:flex;gap:.15rem;flex-wrap:wrap}
+nav a{color:var(--muted);text-decoration:none;padding:.3rem .6rem;border-radius:7px}
+nav a:hover{color:var(--fg)} nav a.here{color:var(--fg);background:var(--bg);font-weight:600}
+.who{margin-left:auto;display:flex;gap:.5rem;align-items:center;color:var(--muted);font-size:.9rem}
+.who form{margin:0}
+main{max-width:60rem;margin:1.5rem auto 3rem;padding:0 1rem}
+h1{font-size:1.45rem;margin:0 0 1rem} h2{font-size:1.05rem;margin:0 0 .75rem}
+.card{background:#fff;border:1px solid var(--line);border-radius:12px;padding:1.25rem 1.5rem;margin-bottom:1rem}
+.card>:first-child{margin-top:0} .card>:last-child{margin-bottom:0}
+button,.button{font:inherit;font-size:.95rem;border-radius:8px;padding:.5rem 1rem;border:1px solid #cfd4dc;background:#fff;color:var(--fg);cursor:pointer;text-decoration:none;display:inline-block;line-height:1.4}
+button:hover,.button:hover{background:#f0f2f5}
+.primary{background:var(--accent);border-color:var(--accent);color:#fff;font-weight:600}
+.primary:hover{background:var(--accent-dark)}
+.danger{color:var(--danger);border-color:#ecc3c1}
+.danger:hover{background:#fdeeed}
+.danger.solid{background:var(--danger);border-color:var(--danger);color:#fff;font-weight:600}
+.danger.solid:hover{background:#a82824}
+.quiet{border-color:transparent;background:none;color:var(--muted);padding:.3rem .5rem}
+.small{font-size:.85rem;padding:.3rem .7rem}
+.actions{display:flex;gap:.75rem;align-items:center;flex-wrap:wrap;margin-top:1.25rem}
+.actions form{margin:0}
+label{display:block;font-weight:600;margin:.9rem 0 .3rem}
+input,textarea{width:100%;font:inherit;padding:.55rem .7rem;border:1px solid #cfd4dc;border-radius:8px;background:#fff;color:inherit}
+input:focus,textarea:focus{outline:2px solid #b9c9fb;border-color:var(--accent)}
+textarea{min-height:7rem;resize:vertical;display:block}
+.inline-input{display:flex;gap:.5rem;align-items:stretch} .inline-input input{flex:1}
+table{width:100%;border-collapse:collapse}
+th,td{padding:.6rem .5rem;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+tr:last-child td,tr:last-child th{border-bottom:none}
+th{color:var(--muted);font-weight:500;font-size:.85rem}
+table.facts th{width:9rem}
+.badge{display:inline-block;border-radius:999px;padding:.08rem .6rem;font-size:.8rem;font-weight:600;background:#eef0f3;color:var(--muted);white-space:nowrap}
+.badge.ok{background:#e2f4e9;color:var(--ok)} .badge.live{background:#e5ecff;color:var(--accent)}
+.badge.bad{background:#fdeceb;color:var(--danger)} .badge.wait{background:#fff3dc;color:var(--warn)}
+.muted{color:var(--muted)} .small-text{font-size:.85rem}
+.error{color:var(--danger)}
+.fp{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:1rem;letter-spacing:.02em;background:#f2f4f7;padding:.1rem .4rem;border-radius:6px}
+code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.9em;background:#f2f4f7;border-radius:6px}
+code{padding:.1rem .35rem} pre{padding:.7rem 1rem;white-space:pre-wrap;word-break:break-word;margin:.4rem 0}
+.who-said{font-size:.8rem;font-weight:600;color:var(--muted);margin-top:.5rem}
+.bubble{border-radius:12px;padding:.75rem 1rem;white-space:pre-wrap;word-break:break-word;margin:.25rem 0 .75rem}
+.bubble.you{background:#eaf0ff}
+.bubble.answer{background:#f2f4f7}
+.bubble.pending{color:var(--muted);font-style:italic;white-space:normal}
+.numbers{display:grid;grid-template-columns:repeat(auto-fit,minmax(9.5rem,1fr));gap:.75rem;margin-bottom:1rem}
+.number{background:#fff;border:1px solid var(--line);border-radius:12px;padding:.8rem 1rem}
+a.number{text-decoration:none;color:inherit} a.number:hover{border-color:#c9cfd8}
+.number b{display:block;font-size:1.9rem;line-height:1.15}
+.number span{color:var(--muted);font-size:.85rem}
+.notice{border-radius:10px;padding:.65rem 1rem;margin-bottom:1rem;background:#e2f4e9;color:#124d30}
+.notice.warn{background:#fff3dc;color:#6b3d00}
+.steps{padding-left:1.2rem} .steps li{margin:.4rem 0}
+details{margin-top:1rem} summary{cursor:pointer;color:var(--muted);font-size:.9rem}
+.chart svg{width:100%;height:auto;display:block}
+.legend{display:flex;gap:1rem;margin-top:.5rem;font-size:.85rem;color:var(--muted)} .legend i{display:inline-block;width:.8rem;height:.8rem;border-radius:3px;margin-right:.3rem;vertical-align:-1px}
+`;
+
+// Runs in every page: keeps the human times current, with the exact time on hover.
+const PAGE_SCRIPT = `const relativeTime = ${relativeTime.toString()};
+function tick() {
+  const now = Date.now();
+  for (const t of document.querySelectorAll("time[data-at]")) {
+    const at = Number(t.dataset.at);
+    t.textContent = relativeTime(at, now);
+    if (!t.title) t.title = new Date(at).toLocaleString();
+  }
+}
+tick();
+setInterval(tick, 1000);`;
+
+/** A script block; `<` is escaped so no value can close it. */
+const script = (code) => `<script>${code.replace(/<\/(script)/gi, "<\\/$1")}</script>`;
+const jsonForScript = (value) => JSON.stringify(value).replace(/</g, "\\u003c");
+
+const NAV = [
+  ["/", "Home"],
+  ["/prompts", "Prompts"],
+  ["/devices", "Devices"],
+  ["/status", "Status"],
+  ["/pair", "Pair a device"],
+];
+
+function page(title, user, body, { here = "", scripts = "" } = {}) {
   const nav = user
-    ? `<nav><a href="/">Home</a> · <a href="/pair">Approve a device</a> · <a href="/prompts">Prompts</a> · <a href="/devices">Devices</a>
-       <form method="post" action="/signout" class="inline"><span>signed in as <b id="who">${escapeHtml(user)}</b></span> <button>Sign out</button></form></nav>`
-    : `<nav><a href="/">Home</a></nav>`;
+    ? `<nav>${NAV.map(([href, text]) => `<a href="${href}"${href === here ? ` class="here" aria-current="page"` : ""}>${text}</a>`).join("")}</nav>
+       <div class="who"><span>Signed in as <b id="who">${escapeHtml(user)}</b></span>
+       <form method="post" action="/signout"><button class="quiet small">Sign out</button></form></div>`
+    : "";
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeHtml(title)} · byollm example</title>
-<style>
- body{font:16px/1.5 system-ui,sans-serif;max-width:48rem;margin:2rem auto;padding:0 1rem;color:#222}
- nav{display:flex;gap:.5rem;align-items:center;flex-wrap:wrap;border-bottom:1px solid #ddd;padding-bottom:.5rem;margin-bottom:1rem}
- .inline{display:inline;margin-left:auto} code,pre{background:#f4f4f4;padding:.1rem .3rem;border-radius:3px}
- pre{padding:.75rem;white-space:pre-wrap} table{border-collapse:collapse} td,th{padding:.25rem .6rem;border-bottom:1px solid #eee;text-align:left}
- .error{color:#a00} .muted{color:#666} textarea{width:100%;min-height:6rem} .fp{font-family:monospace;font-size:1.1rem}
-</style></head><body>${nav}<main><h1>${escapeHtml(title)}</h1>${body}</main></body></html>`;
+<link rel="icon" href="/favicon.svg" type="image/svg+xml">
+<style>${STYLE}</style></head><body>
+<header><div class="bar"><a class="brand" href="/"><img src="/favicon.svg" alt="">byollm example</a>${nav}</div></header>
+<main><h1>${escapeHtml(title)}</h1>${body}</main>
+${script(PAGE_SCRIPT)}${scripts}</body></html>`;
 }
 
 const errorPage = (res, status, user, message) =>
-  sendHtml(res, status, page("Something went wrong", user, `<p class="error" id="error">${escapeHtml(message)}</p><p><a href="/">Back</a></p>`));
+  sendHtml(
+    res,
+    status,
+    page("Something went wrong", user, `<div class="card"><p class="error" id="error">${escapeHtml(message)}</p><p><a href="/">Back to the start</a></p></div>`),
+  );
 
 // ---------------------------------------------------------------------------
 
@@ -166,14 +315,18 @@ export async function startSite(options = {}) {
   const host = options.host ?? process.env.HOST ?? "127.0.0.1";
   const port = Number(options.port ?? process.env.PORT ?? 8787);
   const envFile = options.envFile ?? process.env.BYOLLM_SITE_ENV_FILE ?? join(here, ".env.local");
+  const log = options.log ?? ((line) => console.log(`${new Date().toISOString().slice(11, 19)} ${line}`));
   const { keys: siteKeys, source: keySource } = loadSiteKeys(envFile);
 
   // LIBRARY: one store shared by the protocol handler and the app.
   const store = new MemoryStore();
-  const app = new ByollmApp({ store, siteKeys });
+  const app = new ByollmApp({ store, siteKeys, livenessMs: LIVENESS_MS });
 
   const sessions = new Map(); // session token → signed-in name
-  const jobsByOwner = new Map(); // owner → job ids, newest first (the app's own index)
+  // The app's own record of what each person sent: the payload is sealed at
+  // rest, so the prompt to show beside its answer is kept here.
+  const sent = new Map(); // job id → { id, owner, prompt, createdAt }
+  const sentByOwner = new Map(); // owner → job ids, newest first
 
   const server = createServer();
   await new Promise((resolve, reject) => {
@@ -204,6 +357,73 @@ export async function startSite(options = {}) {
     return record !== null && record.owner === user ? record : null;
   }
 
+  async function deviceNames(user) {
+    return new Map((await app.runners(user)).map((r) => [r.id, r.label])); // LIBRARY
+  }
+
+  /** What a page shows about one job: words, not codes. */
+  function describe(entry, record, names) {
+    const described = {
+      id: entry.id,
+      prompt: entry.prompt,
+      state: record.state,
+      createdAt: entry.createdAt,
+      device: record.provenance ? (names.get(record.provenance.runnerId) ?? "a device that was removed") : null,
+    };
+    if (FINISHED.has(record.state)) described.tookMs = record.updatedAt - entry.createdAt;
+    return described;
+  }
+
+  // One console line when a job ends, from the store's own change signal.
+  function watch(entry) {
+    const stop = store.subscribe(entry.id, async () => {
+      const record = await app.job(entry.id);
+      if (record === null || !FINISHED.has(record.state) || entry.logged) return;
+      entry.logged = true;
+      stop();
+      const took = duration(record.updatedAt - entry.createdAt);
+      const by = record.provenance ? ` on ${(await deviceNames(entry.owner)).get(record.provenance.runnerId) ?? record.provenance.runnerId} (${record.provenance.model})` : "";
+      const why = record.outcome?.outcome === "error" ? `: ${record.outcome.message}` : "";
+      log(`job ${entry.id.slice(0, 8)} for ${entry.owner}: ${STATES[record.state][0].toLowerCase()}${by} after ${took}${why}`);
+    });
+  }
+
+  async function availabilityHtml(user) {
+    // LIBRARY: is one of this person's devices online and able to run it?
+    const availability = await app.runnerAvailability({ kind: "llm.generate", owner: user });
+    if (availability.available) {
+      return `<div class="notice" id="availability">A device of yours can run this: your prompt goes straight to it.</div>`;
+    }
+    // Revoked devices count as none at all.
+    const allRevoked = (await app.runners(user)).every((r) => r.revokedAt !== null); // LIBRARY
+    const reason = availability.reason === "no-runner-online" && allRevoked ? "no-runner-paired" : availability.reason;
+    const text = (AVAILABILITY[reason] ?? AVAILABILITY_OTHER).replace("ORIGIN", escapeHtml(origin));
+    return `<div class="notice warn" id="availability">${text}</div>`;
+  }
+
+  async function statusOf(user, now = Date.now()) {
+    const runners = await app.runners(user); // LIBRARY
+    const live = runners.filter((r) => r.revokedAt === null);
+    const online = live.filter((r) => now - r.lastHeartbeatAt <= LIVENESS_MS).length;
+    const counts = { queued: 0, running: 0, answered: 0, failed: 0 };
+    // Twelve five-minute buckets of the last hour, oldest first.
+    const buckets = Array.from({ length: 12 }, () => ({ answered: 0, failed: 0 }));
+    for (const id of sentByOwner.get(user) ?? []) {
+      const entry = sent.get(id);
+      if (now - entry.createdAt > 2 * HOUR_MS) break; // newest first: nothing older can count
+      const record = await app.job(id); // LIBRARY
+      if (record === null) continue;
+      if (record.state === "queued") counts.queued += 1;
+      else if (ACTIVE.has(record.state)) counts.running += 1;
+      else if (now - record.updatedAt <= HOUR_MS) {
+        const kind = record.state === "ok" ? "answered" : "failed";
+        counts[kind] += 1;
+        buckets[Math.min(11, Math.floor((HOUR_MS - (now - record.updatedAt)) / (HOUR_MS / 12)))][kind] += 1;
+      }
+    }
+    return { now, devices: { online, paired: live.length }, jobs: counts, buckets };
+  }
+
   const routes = {
     "GET /": async (req, res, user, url) => {
       if (!user) {
@@ -214,26 +434,34 @@ export async function startSite(options = {}) {
           page(
             "Sign in",
             user,
-            `<p>This example has no passwords: a name is enough to be somebody. A real app uses its own sign-in here.</p>
+            `<div class="card"><p>This example has no passwords: a name is enough to be somebody. A real app uses its own sign-in here.</p>
              <form method="post" action="/signin"><input type="hidden" name="next" value="${escapeHtml(next)}">
-             <label>Your name <input name="name" id="name" required maxlength="64" autofocus></label> <button id="signin">Sign in</button></form>`,
+             <label for="name">Your name</label>
+             <div class="inline-input"><input name="name" id="name" required maxlength="64" autofocus autocomplete="username">
+             <button class="primary" id="signin">Sign in</button></div></form></div>`,
           ),
         );
       }
+      const status = await statusOf(user);
       return sendHtml(
         res,
         200,
         page(
-          "byollm example site",
+          "Run prompts on your own machine",
           user,
-          `<p>Run prompts on your own machine through this site.</p>
-           <ol>
+          `<div class="numbers">
+             <a class="number" href="/devices"><b>${status.devices.online}</b><span>device${status.devices.online === 1 ? "" : "s"} online, ${status.devices.paired} paired</span></a>
+             <a class="number" href="/status"><b>${status.jobs.answered}</b><span>answered in the last hour</span></a>
+           </div>
+           <div class="card"><h2>Get started</h2>
+           <ol class="steps">
              <li>On the machine with the model: <pre>npx byollm connect ${escapeHtml(origin)}</pre></li>
-             <li>Open <a href="/pair">Approve a device</a> and enter the code it prints.</li>
+             <li><a href="/pair">Approve the device</a> with the code it prints.</li>
              <li>Start it: <pre>npx byollm run</pre></li>
-             <li>Send a prompt from <a href="/prompts">Prompts</a>.</li>
+             <li><a href="/prompts">Send a prompt</a> and watch the answer arrive.</li>
            </ol>
-           <p class="muted">This site's key fingerprint (the daemon prints it as "pinned"): <span class="fp" id="site-key">${escapeHtml(keyId(siteKeys.identityPublic))}</span></p>`,
+           <p class="muted small-text">This site's key fingerprint (the daemon prints it as "pinned"): <span class="fp" id="site-key">${escapeHtml(keyId(siteKeys.identityPublic))}</span></p></div>`,
+          { here: "/" },
         ),
       );
     },
@@ -260,10 +488,21 @@ export async function startSite(options = {}) {
     // The verificationUrl. Shows what is about to be approved before asking.
     "GET /pair": async (req, res, user, url) => {
       const code = (url.searchParams.get("code") ?? "").trim();
-      const form = `<form method="get" action="/pair"><label>Code shown by the daemon
-        <input name="code" id="code" value="${escapeHtml(code)}" required autocomplete="off" autofocus></label>
-        <button id="lookup">Continue</button></form>`;
-      if (code === "") return sendHtml(res, 200, page("Approve a device", user, form));
+      const form = `<form method="get" action="/pair"><label for="code">The code your device printed</label>
+        <div class="inline-input"><input name="code" id="code" value="${escapeHtml(code)}" required autocomplete="off" autofocus placeholder="ABCD-1234" style="font-family:ui-monospace,monospace;letter-spacing:.08em">
+        <button class="primary" id="lookup">Continue</button></div></form>`;
+      if (code === "") {
+        return sendHtml(
+          res,
+          200,
+          page(
+            "Approve a device",
+            user,
+            `<div class="card">${form}<p class="muted small-text">Run <code>npx byollm connect ${escapeHtml(origin)}</code> on the machine with the model to get a code.</p></div>`,
+            { here: "/pair" },
+          ),
+        );
+      }
 
       // LIBRARY: what the code refers to — null for unknown, expired or already decided.
       const pending = await app.pendingPairing(code);
@@ -271,31 +510,39 @@ export async function startSite(options = {}) {
         return sendHtml(
           res,
           404,
-          page("Approve a device", user, `<p class="error" id="error">No pending request has that code. It may have expired or been used already.</p>${form}`),
+          page(
+            "Approve a device",
+            user,
+            `<div class="card"><p class="error" id="error">No device is waiting with that code. It may have expired (codes last 10 minutes) or been used already.</p>${form}</div>`,
+            { here: "/pair" },
+          ),
         );
       }
       // The device's fingerprint, so the person can compare it with the one
       // `byollm connect` printed on their machine before trusting it.
       const record = await store.getPairingByUserCode(normalizeUserCode(code));
       const fingerprint = record === null ? "unknown" : keyId(record.device.identity);
-      const models = pending.capabilities.map((c) => `<li>${escapeHtml(c.kind)} — <code>${escapeHtml(c.model)}</code></li>`).join("");
+      const models = pending.capabilities.map((c) => `<li>${escapeHtml(c.model)} <span class="muted small-text">(${escapeHtml(c.kind)})</span></li>`).join("");
+      const platforms = { darwin: "macOS", linux: "Linux", win32: "Windows" };
       return sendHtml(
         res,
         200,
         page(
-          "Approve a device",
+          `Approve ${pending.label}?`,
           user,
-          `<table id="pending">
+          `<div class="card"><table id="pending" class="facts">
             <tr><th>Device</th><td id="label">${escapeHtml(pending.label)}</td></tr>
-            <tr><th>Platform</th><td>${escapeHtml(pending.platform)}</td></tr>
-            <tr><th>Daemon</th><td>byollm ${escapeHtml(pending.daemonVersion)}</td></tr>
-            <tr><th>Fingerprint</th><td class="fp" id="fingerprint">${escapeHtml(fingerprint)}</td></tr>
-            <tr><th>Offers</th><td><ul>${models || "<li>nothing yet</li>"}</ul></td></tr>
-            <tr><th>Code expires</th><td>${escapeHtml(new Date(pending.expiresAt).toISOString())}</td></tr>
+            <tr><th>Runs on</th><td>${escapeHtml(platforms[pending.platform] ?? pending.platform)}, byollm ${escapeHtml(pending.daemonVersion)}</td></tr>
+            <tr><th>Fingerprint</th><td><span class="fp" id="fingerprint">${escapeHtml(fingerprint)}</span></td></tr>
+            <tr><th>Offers</th><td><ul style="margin:0;padding-left:1.1rem">${models || "<li>nothing yet</li>"}</ul></td></tr>
+            <tr><th>Code expires</th><td>${timeTag(pending.expiresAt)}</td></tr>
           </table>
-          <p>Approve only if you started this from your own machine and the fingerprint matches what it printed.</p>
-          <form method="post" action="/pair/approve" class="inline-form"><input type="hidden" name="code" value="${escapeHtml(code)}"><button id="approve">Approve as ${escapeHtml(user)}</button></form>
-          <form method="post" action="/pair/deny"><input type="hidden" name="code" value="${escapeHtml(code)}"><button id="deny">This was not me</button></form>`,
+          <p>Approve it only if you started this on your own machine and the fingerprint matches the one it printed. It will run the prompts you send as <b>${escapeHtml(user)}</b>.</p>
+          <div class="actions">
+            <form method="post" action="/pair/approve"><input type="hidden" name="code" value="${escapeHtml(code)}"><button class="primary" id="approve">Approve ${escapeHtml(pending.label)}</button></form>
+            <form method="post" action="/pair/deny"><input type="hidden" name="code" value="${escapeHtml(code)}"><button class="danger" id="deny">This was not me — deny</button></form>
+          </div></div>`,
+          { here: "/pair" },
         ),
       );
     },
@@ -309,60 +556,69 @@ export async function startSite(options = {}) {
       } catch (error) {
         throw new HttpError(400, `That code could not be approved: ${error instanceof Error ? error.message : String(error)}`);
       }
+      log(`pairing approved: ${runner.label} (${runner.platform}, byollm ${runner.daemonVersion}) now runs prompts for ${user}`);
       sendHtml(
         res,
         200,
         page(
-          "Device approved",
+          `${runner.label} is yours`,
           user,
-          `<p id="approved">Approved <b>${escapeHtml(runner.label)}</b> as <code id="runner-id">${escapeHtml(runner.id)}</code>.
-           The daemon finishes pairing on its next poll; start it with <code>npx byollm run</code>.</p>
-           <p><a href="/prompts">Send it a prompt</a></p>`,
+          `<div class="card"><p id="approved"><b>${escapeHtml(runner.label)}</b> is approved. It finishes pairing by itself within a few seconds; then start it on that machine:</p>
+           <pre>npx byollm run</pre>
+           <div class="actions"><a class="button primary" href="/prompts">Send it a prompt</a><a class="button" href="/devices">See your devices</a></div>
+           <details><summary>Technical details</summary><p class="small-text">Device id <code id="runner-id">${escapeHtml(runner.id)}</code></p></details></div>`,
+          { here: "/pair" },
         ),
       );
     },
 
     "POST /pair/deny": async (req, res, user) => {
       const form = await readForm(req);
-      await app.denyPairing(form.get("code") ?? ""); // LIBRARY
-      sendHtml(res, 200, page("Request declined", user, `<p id="denied">Declined. The daemon will be told on its next poll.</p>`));
+      const code = form.get("code") ?? "";
+      const pending = await app.pendingPairing(code); // LIBRARY
+      await app.denyPairing(code); // LIBRARY
+      if (pending !== null) log(`pairing denied: ${user} did not recognise ${pending.label} (${pending.platform})`);
+      sendHtml(
+        res,
+        200,
+        page(
+          "Request declined",
+          user,
+          `<div class="card"><p id="denied">Declined: that device is not paired, and it is told so on its next poll. If someone else is trying to connect a machine to your account, nothing more is needed.</p>
+           <div class="actions"><a class="button" href="/">Back to the start</a></div></div>`,
+          { here: "/pair" },
+        ),
+      );
     },
 
     "GET /prompts": async (req, res, user) => {
-      // LIBRARY: is one of this person's devices online and able to run it?
-      const availability = await app.runnerAvailability({ kind: "llm.generate", owner: user });
-      const ids = jobsByOwner.get(user) ?? [];
-      const rows = [];
-      for (const id of ids.slice(0, 50)) {
-        const record = await app.job(id);
-        if (record === null) continue;
-        rows.push(`<tr><td><a href="/prompts/${escapeHtml(id)}">${escapeHtml(id.slice(0, 8))}</a></td><td>${escapeHtml(record.state)}</td><td>${escapeHtml(new Date(record.createdAt).toISOString())}</td></tr>`);
-      }
+      const initial = await jobList(user);
       sendHtml(
         res,
         200,
         page(
           "Prompts",
           user,
-          `<p id="availability">${
-            availability.available
-              ? `A device of yours can run this (${availability.candidates} route${availability.candidates === 1 ? "" : "s"}).`
-              : `No device can run this right now (${escapeHtml(availability.reason ?? "unknown")}). It will wait in the queue until one can.`
-          }</p>
-           <form method="post" action="/prompts">
-             <label>Prompt<textarea name="prompt" id="prompt" required></textarea></label>
-             <label>System (optional)<textarea name="system" id="system"></textarea></label>
-             <button id="send">Send to my device</button>
-           </form>
-           <h2>Recent</h2>
-           ${rows.length ? `<table><tr><th>job</th><th>state</th><th>created</th></tr>${rows.join("")}</table>` : `<p class="muted">Nothing yet.</p>`}`,
+          `<div id="availability-slot">${await availabilityHtml(user)}</div>
+           <div class="card"><form method="post" action="/prompts">
+             <label for="prompt" style="margin-top:0">Prompt</label>
+             <textarea name="prompt" id="prompt" required placeholder="Ask your own model anything…"></textarea>
+             <details><summary>System prompt (optional)</summary><textarea name="system" id="system" style="margin-top:.5rem;min-height:4rem" placeholder="You are a helpful assistant."></textarea></details>
+             <div class="actions"><button class="primary" id="send">Send to my device</button></div>
+           </form></div>
+           <div class="card"><h2>Recent</h2><div id="recent"></div></div>`,
+          {
+            here: "/prompts",
+            scripts: script(`${RECENT_SCRIPT}\nrender(${jsonForScript(initial)});\nsetInterval(refresh, 2000);`),
+          },
         ),
       );
     },
 
     "POST /prompts": async (req, res, user) => {
       const form = await readForm(req);
-      const payload = { prompt: form.get("prompt") ?? "" };
+      const prompt = form.get("prompt") ?? "";
+      const payload = { prompt };
       const system = form.get("system") ?? "";
       if (system !== "") payload.system = system;
       let handle;
@@ -372,21 +628,39 @@ export async function startSite(options = {}) {
       } catch (error) {
         throw new HttpError(400, error instanceof Error ? error.message : String(error));
       }
-      const ids = jobsByOwner.get(user) ?? [];
-      ids.unshift(handle.id);
-      jobsByOwner.set(user, ids);
+      const entry = { id: handle.id, owner: user, prompt, createdAt: Date.now(), logged: false };
+      sent.set(entry.id, entry);
+      const ids = sentByOwner.get(user) ?? [];
+      ids.unshift(entry.id);
+      sentByOwner.set(user, ids);
+      watch(entry);
       redirect(res, `/prompts/${handle.id}`);
     },
 
-    "GET /devices": async (req, res, user) => {
+    "GET /api/prompts": async (req, res, user) => {
+      sendJson(res, 200, { availability: await availabilityHtml(user), ...(await jobList(user)) });
+    },
+
+    "GET /devices": async (req, res, user, url) => {
+      const now = Date.now();
       const runners = await app.runners(user); // LIBRARY (revoked ones included)
+      const revoked = runners.find((r) => r.id === url.searchParams.get("revoked"));
       const rows = runners
-        .map(
-          (r) => `<tr data-runner="${escapeHtml(r.id)}"><td>${escapeHtml(r.label)}</td><td><code>${escapeHtml(r.id)}</code></td>
-            <td>${escapeHtml(r.capabilities.map((c) => c.model).join(", ") || "—")}</td>
-            <td>${r.revokedAt === null ? `last seen ${escapeHtml(new Date(r.lastHeartbeatAt).toISOString())}` : "revoked"}</td>
-            <td>${r.revokedAt === null ? `<form method="post" action="/devices/revoke"><input type="hidden" name="id" value="${escapeHtml(r.id)}"><button>Revoke</button></form>` : ""}</td></tr>`,
-        )
+        .sort((a, b) => (a.revokedAt !== null) - (b.revokedAt !== null) || b.createdAt - a.createdAt)
+        .map((r) => {
+          const online = r.revokedAt === null && now - r.lastHeartbeatAt <= LIVENESS_MS;
+          const state = r.revokedAt !== null ? "revoked" : online ? "online" : "offline";
+          const status =
+            state === "revoked"
+              ? `<span class="badge bad">Revoked</span> <span class="muted small-text">${timeTag(r.revokedAt, now)}</span>`
+              : online
+                ? `<span class="badge ok">Online</span>`
+                : `<span class="badge">Offline</span> <span class="muted small-text">last seen ${timeTag(r.lastHeartbeatAt, now)}</span>`;
+          const models = [...new Set(r.capabilities.map((c) => c.model))].map(escapeHtml).join(", ") || "—";
+          return `<tr data-runner="${escapeHtml(r.id)}" data-state="${state}"><td><b>${escapeHtml(r.label)}</b><div class="muted small-text">paired ${timeTag(r.createdAt, now)}</div></td>
+            <td>${status}</td><td>${models}</td>
+            <td style="text-align:right">${r.revokedAt === null ? `<a class="button danger small" href="/devices/revoke?id=${encodeURIComponent(r.id)}">Revoke…</a>` : ""}</td></tr>`;
+        })
         .join("");
       sendHtml(
         res,
@@ -394,9 +668,35 @@ export async function startSite(options = {}) {
         page(
           "Devices",
           user,
-          rows
-            ? `<table id="devices"><tr><th>device</th><th>runner</th><th>models</th><th>status</th><th></th></tr>${rows}</table>`
-            : `<p class="muted" id="devices">No devices yet. Run <code>npx byollm connect ${escapeHtml(origin)}</code> on one.</p>`,
+          `${revoked ? `<div class="notice" id="revoked-notice"><b>${escapeHtml(revoked.label)}</b> is revoked: it can no longer run your prompts.</div>` : ""}
+           <div class="card">${
+             rows
+               ? `<table id="devices"><tr><th>Device</th><th>Status</th><th>Models</th><th></th></tr>${rows}</table>`
+               : `<p class="muted" id="devices">No devices yet. Run <code>npx byollm connect ${escapeHtml(origin)}</code> on one, then <a href="/pair">approve its code</a>.</p>`
+           }</div>`,
+          { here: "/devices" },
+        ),
+      );
+    },
+
+    // Revoking asks first: it cannot be undone (the device would have to pair again).
+    "GET /devices/revoke": async (req, res, user, url) => {
+      const id = url.searchParams.get("id") ?? "";
+      const runner = (await app.runners(user)).find((r) => r.id === id); // LIBRARY
+      if (!runner) throw new HttpError(404, "You have no device with that id.");
+      if (runner.revokedAt !== null) return redirect(res, "/devices");
+      sendHtml(
+        res,
+        200,
+        page(
+          `Revoke ${runner.label}?`,
+          user,
+          `<div class="card" id="confirm"><p><b>${escapeHtml(runner.label)}</b> will stop running your prompts at once: this site refuses its next request. Using it again means pairing it again with <code>npx byollm connect</code>.</p>
+           <div class="actions">
+             <form method="post" action="/devices/revoke"><input type="hidden" name="id" value="${escapeHtml(runner.id)}"><button class="danger solid" id="confirm-revoke">Revoke ${escapeHtml(runner.label)}</button></form>
+             <a class="button" href="/devices" id="keep">Keep it</a>
+           </div></div>`,
+          { here: "/devices" },
         ),
       );
     },
@@ -404,69 +704,122 @@ export async function startSite(options = {}) {
     "POST /devices/revoke": async (req, res, user) => {
       const form = await readForm(req);
       const id = form.get("id") ?? "";
-      const mine = (await app.runners(user)).some((r) => r.id === id);
-      if (!mine) throw new HttpError(404, "You have no device with that id.");
+      const runner = (await app.runners(user)).find((r) => r.id === id);
+      if (!runner) throw new HttpError(404, "You have no device with that id.");
       await app.revokeRunner(id); // LIBRARY: its next signed request gets 403 revoked
-      redirect(res, "/devices");
+      log(`device revoked: ${user} revoked ${runner.label}`);
+      redirect(res, `/devices?revoked=${encodeURIComponent(id)}`);
     },
+
+    "GET /status": async (req, res, user) => {
+      sendHtml(
+        res,
+        200,
+        page(
+          "Status",
+          user,
+          `<div class="numbers" id="numbers"></div>
+           <div class="card chart"><h2>Finished prompts, last hour</h2><div id="chart"></div>
+           <div class="legend"><span><i style="background:#2e9e63"></i>answered</span><span><i style="background:#d9534f"></i>failed or expired</span></div></div>
+           <p class="muted small-text">Your devices and prompts; it updates by itself every 2 seconds.</p>`,
+          { here: "/status", scripts: script(`${STATUS_SCRIPT}\nrender(${jsonForScript(await statusOf(user))});\nsetInterval(refresh, 2000);`) },
+        ),
+      );
+    },
+
+    "GET /api/status": async (req, res, user) => sendJson(res, 200, await statusOf(user)),
   };
 
-  // The page for one prompt: polls the JSON endpoint below until the job ends.
+  async function jobList(user) {
+    const names = await deviceNames(user);
+    const jobs = [];
+    for (const id of (sentByOwner.get(user) ?? []).slice(0, 20)) {
+      const record = await app.job(id); // LIBRARY
+      if (record !== null) jobs.push(describe(sent.get(id), record, names));
+    }
+    return { jobs, states: STATES };
+  }
+
+  // The page for one prompt: the prompt, then its answer, which the page's
+  // script fetches every second until the job ends.
   async function promptPage(res, user, id) {
-    if ((await ownJob(user, id)) === null) throw new HttpError(404, "You have no prompt with that id.");
+    const record = await ownJob(user, id);
+    const entry = sent.get(id);
+    if (record === null || entry === undefined) throw new HttpError(404, "You have no prompt with that id.");
     sendHtml(
       res,
       200,
       page(
         "Prompt",
         user,
-        `<p>Job <code id="job-id">${escapeHtml(id)}</code>: <b id="state">…</b></p>
-         <pre id="result" hidden></pre><p id="meta" class="muted"></p>
-         <script>
-          const id = ${JSON.stringify(id).replace(/</g, "\\u003c")};
-          async function poll() {
-            const r = await fetch("/api/jobs/" + encodeURIComponent(id), { headers: { accept: "application/json" } });
-            const job = await r.json();
-            document.getElementById("state").textContent = job.state ?? job.error;
-            const done = ["ok", "error", "canceled", "expired"].includes(job.state);
-            if (job.outcome) {
-              const out = document.getElementById("result");
-              out.hidden = false;
-              // textContent, never innerHTML: the text comes from a model.
-              out.textContent = job.outcome.outcome === "ok" ? job.outcome.text
-                : job.outcome.outcome === "error" ? job.outcome.code + ": " + job.outcome.message : job.outcome.outcome;
-            }
-            if (job.provenance) {
-              document.getElementById("meta").textContent =
-                "ran on " + job.provenance.runnerId + " with " + job.provenance.model + (job.provenance.untrusted ? " (untrusted)" : "");
-            }
-            if (!done) setTimeout(poll, 1000);
-          }
-          poll();
-         </script>`,
+        `<div class="card">
+           <div class="who-said">You, ${timeTag(entry.createdAt)}</div>
+           <div class="bubble you" id="prompt-text">${escapeHtml(entry.prompt)}</div>
+           <div class="who-said"><span id="answerer">Your device</span> ${stateBadge(record.state, "state")}</div>
+           <div class="bubble answer pending" id="waiting">Waiting for one of your devices to pick it up…</div>
+           <div class="bubble answer" id="result" hidden></div>
+           <p id="meta" class="muted small-text"></p>
+           <div class="actions"><a class="button primary" href="/prompts">New prompt</a></div>
+           <details><summary>Technical details</summary><p class="small-text">Job id <code id="job-id">${escapeHtml(id)}</code></p></details>
+         </div>`,
+        { here: "/prompts", scripts: script(`${PROMPT_SCRIPT}\npoll(${jsonForScript(id)}, ${jsonForScript(STATES)});`) },
       ),
     );
   }
 
+  async function sendProtocolResponse(req, res, response) {
+    const headers = {};
+    response.headers.forEach((value, name) => {
+      headers[name] = value;
+    });
+    const body = Buffer.from(await response.arrayBuffer());
+    if (response.status >= 400) {
+      // One line per refusal: what was asked, the answer's code and message, and which device asked.
+      let answer = {};
+      try {
+        answer = JSON.parse(body.toString("utf8"));
+      } catch {
+        answer = {};
+      }
+      const runnerId = req.headers["x-byollm-runner"];
+      const runner = typeof runnerId === "string" && runnerId.length < 200 ? await store.getRunner(runnerId) : null;
+      const who = runner ? ` from ${runner.label} (${runner.owner})` : "";
+      const why = [answer.error, answer.message].filter((part) => typeof part === "string").join(": ");
+      log(`refused ${req.method} ${new URL(req.url, origin).pathname}${who}: ${response.status} ${why}`.trimEnd());
+    }
+    res.writeHead(response.status, headers);
+    res.end(body);
+  }
+
   server.on("request", async (req, res) => {
     let user;
+    let url;
     try {
-      const url = new URL(req.url ?? "/", origin);
+      url = new URL(req.url ?? "/", origin);
       if (url.pathname === "/byollm" || url.pathname.startsWith("/byollm/")) {
-        return await sendFetchResponse(res, await protocol(toFetchRequest(req, origin)));
+        return await sendProtocolResponse(req, res, await protocol(toFetchRequest(req, origin)));
+      }
+      if (url.pathname === "/favicon.svg" || url.pathname === "/favicon.ico") {
+        return send(res, 200, "image/svg+xml", FAVICON, { "cache-control": "public, max-age=86400" });
       }
       user = userOf(req);
       const jobApi = /^\/api\/jobs\/([^/]+)$/.exec(url.pathname);
       if (jobApi && req.method === "GET") {
         if (!user) return sendJson(res, 401, { error: "sign in first" });
         const id = decodeURIComponent(jobApi[1]);
-        if ((await ownJob(user, id)) === null) return sendJson(res, 404, { error: "no such job" });
-        return sendJson(res, 200, await app.result(id)); // LIBRARY: {jobId, state, outcome?, provenance?}
+        const record = await ownJob(user, id);
+        if (record === null) return sendJson(res, 404, { error: "no such job" });
+        // LIBRARY: {jobId, state, outcome?, provenance?}; plus, once it ended, the device's name and how long it took.
+        const result = await app.result(id);
+        if (!FINISHED.has(result.state)) return sendJson(res, 200, result);
+        const { device, tookMs } = describe(sent.get(id), record, await deviceNames(user));
+        return sendJson(res, 200, { ...result, device, tookMs });
       }
       const promptMatch = /^\/prompts\/([^/]+)$/.exec(url.pathname);
       const key = promptMatch && req.method === "GET" ? "GET /prompts/:id" : `${req.method} ${url.pathname}`;
       const open = key === "GET /" || key === "POST /signin" || key === "POST /signout";
       if (!open && !user) {
+        if (key.startsWith("GET /api/")) return sendJson(res, 401, { error: "sign in first" });
         if (req.method === "GET") return redirect(res, `/?next=${encodeURIComponent(url.pathname + url.search)}`);
         throw new HttpError(401, "Sign in first.");
       }
@@ -476,7 +829,10 @@ export async function startSite(options = {}) {
       await route(req, res, user, url);
     } catch (error) {
       if (res.headersSent) return res.destroy();
-      if (error instanceof HttpError) return errorPage(res, error.status, user, error.message);
+      if (error instanceof HttpError) {
+        log(`refused ${req.method} ${url?.pathname ?? req.url}${user ? ` for ${user}` : ""}: ${error.status} ${error.message}`);
+        return errorPage(res, error.status, user, error.message);
+      }
       console.error(error);
       errorPage(res, 500, user, "The example site hit an unexpected error; see its console.");
     }
@@ -484,6 +840,125 @@ export async function startSite(options = {}) {
 
   return { server, origin, app, store, keySource, siteKeyId: keyId(siteKeys.identityPublic) };
 }
+
+// ---------------------------------------------------------------------------
+// The pages' own scripts. Every text from a model, a device or a person goes
+// in with textContent, never innerHTML.
+
+const RECENT_SCRIPT = `
+function el(tag, props = {}, children = []) {
+  const node = Object.assign(document.createElement(tag), props);
+  node.append(...children);
+  return node;
+}
+function render({ jobs, states, availability }) {
+  if (availability !== undefined) document.getElementById("availability-slot").innerHTML = availability;
+  const box = document.getElementById("recent");
+  if (!jobs.length) { box.replaceChildren(el("p", { className: "muted", textContent: "Nothing yet: your prompts and their answers appear here." })); return; }
+  const table = el("table", { id: "recent-table" });
+  table.append(el("tr", {}, ["Prompt", "Status", "Device", "Sent"].map((t) => el("th", { textContent: t }))));
+  for (const job of jobs) {
+    const [label, tone] = states[job.state] ?? [job.state, ""];
+    const link = el("a", { href: "/prompts/" + encodeURIComponent(job.id), textContent: job.prompt.length > 80 ? job.prompt.slice(0, 79) + "…" : job.prompt });
+    const badge = el("span", { className: "badge " + tone, textContent: label });
+    badge.dataset.state = job.state;
+    const sentAt = el("time", { dateTime: new Date(job.createdAt).toISOString(), textContent: relativeTime(job.createdAt, Date.now()) });
+    sentAt.dataset.at = job.createdAt;
+    const device = el("td", { textContent: job.device ?? "—", className: job.device ? "" : "muted" });
+    const row = el("tr", {}, [el("td", {}, [link]), el("td", {}, [badge]), device, el("td", { className: "muted small-text" }, [sentAt])]);
+    row.dataset.job = job.id;
+    table.append(row);
+  }
+  box.replaceChildren(table);
+}
+async function refresh() {
+  const r = await fetch("/api/prompts", { headers: { accept: "application/json" } });
+  if (r.ok) render(await r.json());
+}`;
+
+const PROMPT_SCRIPT = `
+const durationText = ${duration.toString()};
+async function poll(id, states) {
+  let job;
+  try {
+    const r = await fetch("/api/jobs/" + encodeURIComponent(id), { headers: { accept: "application/json" } });
+    job = await r.json();
+  } catch {
+    return setTimeout(() => poll(id, states), 2000);
+  }
+  const badge = document.getElementById("state");
+  const [label, tone] = states[job.state] ?? [job.state ?? "unknown", ""];
+  badge.textContent = label;
+  badge.className = "badge " + tone;
+  badge.dataset.state = job.state;
+  const done = ["ok", "error", "canceled", "expired"].includes(job.state);
+  const waiting = document.getElementById("waiting");
+  if (job.state === "claimed" || job.state === "running") waiting.textContent = "Your device is working on it…";
+  if (done) {
+    waiting.hidden = true;
+    const out = document.getElementById("result");
+    out.hidden = false;
+    const o = job.outcome;
+    if (o?.outcome === "ok") out.textContent = o.text;
+    else {
+      out.classList.add("error");
+      out.textContent = o?.outcome === "error" ? "Your device could not answer: " + o.message
+        : job.state === "expired" ? "No device of yours picked it up in time, so it expired."
+        : "This prompt was canceled.";
+    }
+    if (job.device) document.getElementById("answerer").textContent = job.device;
+    const meta = [];
+    if (job.device) meta.push("Answered by " + job.device + (job.provenance ? " with " + job.provenance.model : ""));
+    if (job.provenance?.untrusted) meta.push("from someone else's machine");
+    if (typeof job.tookMs === "number") meta.push(durationText(job.tookMs) + " after you sent it");
+    document.getElementById("meta").textContent = meta.join(" · ");
+    return;
+  }
+  setTimeout(() => poll(id, states), 1000);
+}`;
+
+const STATUS_SCRIPT = `
+function render(s) {
+  const numbers = [
+    ["online", s.devices.online, "device" + (s.devices.online === 1 ? "" : "s") + " online, " + s.devices.paired + " paired"],
+    ["queued", s.jobs.queued, "waiting for a device"],
+    ["running", s.jobs.running, "running now"],
+    ["answered", s.jobs.answered, "answered in the last hour"],
+    ["failed", s.jobs.failed, "failed or expired in the last hour"],
+  ];
+  document.getElementById("numbers").replaceChildren(...numbers.map(([key, n, text]) => {
+    const box = document.createElement("div");
+    box.className = "number";
+    box.dataset.count = key;
+    const b = document.createElement("b");
+    b.textContent = n;
+    const span = document.createElement("span");
+    span.textContent = text;
+    box.append(b, span);
+    return box;
+  }));
+  // Twelve stacked bars, five minutes each: answered below, failed above.
+  const W = 600, H = 120, pad = 24, gap = 8, bw = (W - pad - gap * 12) / 12;
+  const max = Math.max(1, ...s.buckets.map((b) => b.answered + b.failed));
+  const y = (v) => ((H - 20) * v) / max;
+  let bars = "";
+  s.buckets.forEach((b, i) => {
+    const x = pad + gap / 2 + i * (bw + gap);
+    const ok = y(b.answered), bad = y(b.failed);
+    bars += '<rect x="' + x + '" y="' + (H - 20 - ok) + '" width="' + bw + '" height="' + ok + '" rx="3" fill="#2e9e63"><title>' + b.answered + ' answered</title></rect>';
+    bars += '<rect x="' + x + '" y="' + (H - 20 - ok - bad) + '" width="' + bw + '" height="' + bad + '" rx="3" fill="#d9534f"><title>' + b.failed + ' failed</title></rect>';
+    if (b.answered + b.failed === 0) bars += '<rect x="' + x + '" y="' + (H - 22) + '" width="' + bw + '" height="2" fill="#e3e6eb"/>';
+  });
+  const axis = '<text x="' + pad + '" y="' + (H - 4) + '" font-size="11" fill="#5f6b7d">60 min ago</text>'
+    + '<text x="' + (W / 2 + pad / 2) + '" y="' + (H - 4) + '" font-size="11" fill="#5f6b7d" text-anchor="middle">30 min ago</text>'
+    + '<text x="' + W + '" y="' + (H - 4) + '" font-size="11" fill="#5f6b7d" text-anchor="end">now</text>'
+    + '<text x="0" y="12" font-size="11" fill="#5f6b7d">' + max + '</text><text x="0" y="' + (H - 22) + '" font-size="11" fill="#5f6b7d">0</text>';
+  document.getElementById("chart").innerHTML = '<svg id="chart-svg" viewBox="0 0 ' + W + ' ' + H + '" role="img" aria-label="Finished prompts per five minutes over the last hour">' + bars + axis + '</svg>';
+}
+async function refresh() {
+  const r = await fetch("/api/status", { headers: { accept: "application/json" } });
+  if (r.ok) render(await r.json());
+}`;
 
 // Run directly (`npm start`), not when imported.
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
@@ -498,6 +973,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
       `  npx byollm connect ${site.origin}`,
       `Then sign in at ${site.origin}/ , approve the code it prints at ${site.origin}/pair ,`,
       `start it with \`npx byollm run\`, and send a prompt from ${site.origin}/prompts .`,
+      ``,
     ].join("\n"),
   );
   const stop = () => {

@@ -18,7 +18,7 @@ export function getStore(): MemoryStore {
 
 export function getApp(): ByollmApp {
   const state = (slot.__byollmExample ??= { store: new MemoryStore() });
-  // Generate the keys once with `npx --package @byollm/server keygen` and keep
+  // Generate the keys once with `npx --no keygen` and keep
   // them as a secret: daemons pin this identity when they pair.
   state.app ??= new ByollmApp({ store: state.store, siteKeys: siteKeysFromEnv("BYOLLM_SITE_KEYS") });
   return state.app;
