@@ -198,6 +198,14 @@ export declare function checkProtocolVersion(jsonText: string): WireErrorBody | 
 export declare function deadlineFor(deadlineAt: number | undefined | null, claimableAt: number | undefined | null, ttlMs: number, now: number): number
 
 /**
+ * Why a device presented at `pair start` is refused, or `null`: its
+ * encryption key must be signed by its identity, and each key text must be
+ * the one canonical spelling of its bytes (`keys::device_identity_refusal`).
+ * Never throws.
+ */
+export declare function deviceIdentityRefusal(identity: unknown): string | null
+
+/**
  * An enqueued job's fields besides its kind and payload, as our store's
  * `create` takes them (`purposeJson`: `JSON.stringify` of `purpose`).
  */

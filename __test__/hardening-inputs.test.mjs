@@ -203,7 +203,7 @@ test("the runner record has one source of truth: the store", async () => {
   }
 });
 
-test("lone surrogates in a pair start or a heartbeat are stored as U+FFFD, not a host 500 or a lost record", async () => {
+test("lone surrogates a device sends: kept in the pairing, U+FFFD in its runner record, never a host 500 or a lost record", async () => {
   const site = await makeSite("ours");
   const http = await listen(site.handler);
   try {
@@ -221,9 +221,13 @@ test("lone surrogates in a pair start or a heartbeat are stored as U+FFFD, not a
       { sign: false },
     );
     assert.equal(start.status, 200, JSON.stringify(start.body));
+    // The pairing record is kept as the JSON text it was given, so the code unit survives, as in the reference.
     const pending = await site.app.pendingPairing(start.body.userCode);
-    assert.equal(pending.label, "lab\ufffdel");
-    assert.equal(pending.capabilities[0].model, "m\ufffd");
+    assert.equal(pending.label, "lab\ud800el");
+    assert.equal(pending.capabilities[0].model, "m\ud800");
+    // The runner record is built natively, where a lone surrogate is U+FFFD.
+    const approved = await site.app.approvePairing({ userCode: start.body.userCode, owner: "carol" });
+    assert.equal(approved.label, "lab\ufffdel");
 
     await daemon.pair(site.app, "bob");
     daemon.capabilities = caps;

@@ -175,6 +175,26 @@ class Browserless {
   }
 }
 
+test("sign-in redirects only to a path on this site", { skip }, async () => {
+  const home = await new Browserless().request("/api/session", { method: "POST", form: { name: "bob", next: "/" } });
+  const site = new URL(home.location, origin).origin;
+  for (const [next, path] of [
+    ["/pair", "/pair"],
+    ["/\\evil.com", "/"],
+    ["//evil.com", "/"],
+    ["/\t/evil.com", "/"],
+    ["/%5Cevil.com", "/%5Cevil.com"],
+    ["https://evil.com/", "/"],
+    ["", "/"],
+  ]) {
+    const signedIn = await new Browserless().request("/api/session", { method: "POST", form: { name: "bob", next } });
+    assert.equal(signedIn.status, 303, JSON.stringify(next));
+    const location = new URL(signedIn.location, origin);
+    assert.equal(location.origin, site, JSON.stringify(next));
+    assert.equal(location.pathname, path, JSON.stringify(next));
+  }
+});
+
 test("a daemon pairs with the Next.js app at the bare origin and completes a job", { skip }, async () => {
   const alice = new Browserless();
   const signedIn = await alice.request("/api/session", { method: "POST", form: { name: "alice", next: "/pair" } });

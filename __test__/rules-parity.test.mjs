@@ -269,7 +269,24 @@ function reference(endpoint, text) {
   const refusal = checkProtocolVersion(body);
   if (refusal) return { stage: "version", error: refusal };
   const parsed = SCHEMAS[endpoint].safeParse(body);
+  if (parsed.success && endpoint === "pair" && parsed.data.action === "start" && overPairStartBounds(parsed.data)) {
+    return { stage: "schema" };
+  }
   return parsed.success ? { stage: "ok", body: parsed.data } : { stage: "schema" };
+}
+
+/**
+ * Where we are stricter on purpose (README "Where we differ", docs/security.md):
+ * a pair start is kept, so ours bounds it; the reference accepts any size.
+ */
+function overPairStartBounds(start) {
+  const chars = (text) => [...text].length;
+  return (
+    chars(start.daemon.version) > 64 ||
+    ["identity", "encryption", "encryptionSig"].some((key) => chars(start.device[key]) > 128) ||
+    start.capabilities.length > 32 ||
+    Buffer.byteLength(JSON.stringify(start)) > 8192
+  );
 }
 
 for (const endpoint of Object.keys(SCHEMAS)) {

@@ -186,9 +186,13 @@ describe("reference and native stores agree on random operation sequences", () =
           });
         } else {
           // Pairings and runners.
-          const code = `CODE-${r.below(3)}`;
+          // One code per device-code hash: where two pairings share a code
+          // we differ on purpose (approval acts only on the pending,
+          // unexpired one; bounds.test.mjs and src/store/tests.rs).
+          const device = r.below(4);
+          const code = `CODE-${device}`;
           const which = r.below(6);
-          const record = pairing({ deviceCodeHash: `hash-${r.below(4)}`, userCode: code, expiresAt: now + r.below(200) });
+          const record = pairing({ deviceCodeHash: `hash-${device}`, userCode: code, expiresAt: now + r.below(200) });
           const rid = `runner-${r.below(3)}`;
           const owner = r.pick(OWNERS);
           const caps = [r.pick(CAPS)];

@@ -129,8 +129,12 @@ export function call(op, args) {
       const len = exportsOf.bx_result_len();
       text = decoder.decode(new Uint8Array(exportsOf.memory.buffer, at, len));
     } finally {
+      // The core wipes the argument buffers as it frees them, and its answer
+      // once read: either may hold site keys or a plaintext.
+      exportsOf.bx_result_clear();
       exportsOf.bx_free(opPtr, opLen);
       exportsOf.bx_free(argPtr, argLen);
+      argBytes.fill(0);
     }
   } catch (err) {
     if (err instanceof WebAssembly.RuntimeError) throw recoverFromTrap(err);

@@ -123,6 +123,15 @@ pub fn decode_lenient_into(text: &str, out: &mut Vec<u8>) {
     }
 }
 
+/// Strict hex (either case, even length, non-empty): the bytes, or `None`.
+pub fn decode_hex_strict(text: &str) -> Option<Vec<u8>> {
+    if text.is_empty() || !text.len().is_multiple_of(2) {
+        return None;
+    }
+    let decoded = decode_hex_lenient(text);
+    (decoded.len() * 2 == text.len()).then_some(decoded)
+}
+
 #[cfg(test)]
 fn lenient_slow(input: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();

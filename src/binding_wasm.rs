@@ -105,7 +105,10 @@ pub unsafe extern "C" fn bx_free(ptr: *mut u8, len: usize) {
         return;
     }
     // SAFETY: guaranteed by the caller (see above): same allocation, same capacity.
-    drop(unsafe { Vec::from_raw_parts(ptr, 0, len) });
+    let mut buf = unsafe { Vec::from_raw_parts(ptr, 0, len) };
+    // Arguments carry site keys and plaintexts: wiped (the whole capacity)
+    // before the allocator reuses the memory.
+    zeroize::Zeroize::zeroize(&mut buf);
 }
 
 /// Runs one operation; see the module documentation.
@@ -128,8 +131,19 @@ pub unsafe extern "C" fn bx_call(
         Ok(answer) => (0, answer),
         Err(message) => (1, string(&message)),
     };
-    RESULT.with(|r| *r.borrow_mut() = text.into_bytes());
+    RESULT.with(|r| {
+        let mut last = r.borrow_mut();
+        zeroize::Zeroize::zeroize(&mut *last);
+        *last = text.into_bytes();
+    });
     status
+}
+
+/// Wipes the last answer (it may be a plaintext or key material) once the
+/// host has read it.
+#[no_mangle]
+pub extern "C" fn bx_result_clear() {
+    RESULT.with(|r| zeroize::Zeroize::zeroize(&mut *r.borrow_mut()));
 }
 
 /// Where the last answer starts.
@@ -170,8 +184,9 @@ type Outcome = Result<String, String>;
 pub(crate) fn call(op: &[u8], args: &[u8]) -> Outcome {
     let op = std::str::from_utf8(op).map_err(|_| "operation name is not UTF-8".to_string())?;
     let text = std::str::from_utf8(args).map_err(|_| format!("{op}: arguments are not UTF-8"))?;
-    let doc = json::parse(text).map_err(|e| format!("{op}: arguments are not JSON ({e})"))?;
+    let mut doc = json::parse(text).map_err(|e| format!("{op}: arguments are not JSON ({e})"))?;
     let Node::Array(items) = doc.node(doc.root()).clone() else {
+        doc.wipe();
         return Err(format!("{op}: arguments must be a JSON array"));
     };
     let a = Args {
@@ -179,6 +194,13 @@ pub(crate) fn call(op: &[u8], args: &[u8]) -> Outcome {
         doc: &doc,
         items,
     };
+    let outcome = run(op, &a);
+    // The arguments may hold site keys and plaintexts.
+    doc.wipe();
+    outcome
+}
+
+fn run(op: &str, a: &Args<'_>) -> Outcome {
     match op {
         "ping" => Ok(string("pong")),
         // Lets the JS tests prove that a panic (a trap on wasm32) reaches
@@ -206,8 +228,8 @@ pub(crate) fn call(op: &[u8], args: &[u8]) -> Outcome {
                 .map_err(|e| e.to_string())
         }
         // ---- envelopes
-        "seal" => seal(&a),
-        "open" => open(&a),
+        "seal" => seal(a),
+        "open" => open(a),
         // ---- request signatures
         "canonicalRequest" => Ok(string(&signing::canonical_request(
             a.str(0, "endpoint")?,
@@ -215,10 +237,10 @@ pub(crate) fn call(op: &[u8], args: &[u8]) -> Outcome {
             a.number(2, "issuedAt")?,
             a.str(3, "body")?,
         ))),
-        "signRequest" => sign_request(&a, false),
-        "signSiteRequest" => sign_request(&a, true),
-        "verifyRequest" => verify_request(&a, false),
-        "verifySiteRequest" => verify_request(&a, true),
+        "signRequest" => sign_request(a, false),
+        "signSiteRequest" => sign_request(a, true),
+        "verifyRequest" => verify_request(a, false),
+        "verifySiteRequest" => verify_request(a, true),
         // ---- ids and secrets
         "generateDeviceCode" => Ok(string(&ids::generate_device_code())),
         "generateUserCode" => Ok(string(&ids::generate_user_code())),
@@ -284,9 +306,10 @@ fn open(a: &Args<'_>) -> Outcome {
     let sender = a.str(2, "senderIdentityPublic").unwrap_or("");
     Ok(
         match envelope::open_with_keys(&envelope, private, sender, &expected) {
-            Ok(plaintext) => {
+            Ok(mut plaintext) => {
                 let mut out = String::from("{\"ok\":true,\"plaintext\":");
                 plaintext.write_json(&mut out);
+                plaintext.wipe();
                 out.push('}');
                 out
             }
@@ -641,6 +664,32 @@ mod tests {
         assert!(canonical
             .as_str()
             .is_some_and(|c| c.starts_with("byollm/v1/request\nclaim\nr1\n1767225660000\n")));
+    }
+
+    #[test]
+    fn the_answer_is_wiped_once_read_and_secret_strings_after_each_call() {
+        let op = b"generateKeys";
+        let args = b"[1767225600000]";
+        // SAFETY: both slices are readable for their lengths.
+        let status = unsafe { bx_call(op.as_ptr(), op.len(), args.as_ptr(), args.len()) };
+        assert_eq!(status, 0);
+        assert!(bx_result_len() > 0);
+        bx_result_clear();
+        assert_eq!(bx_result_len(), 0);
+        RESULT.with(|r| assert!(r.borrow().iter().all(|&b| b == 0)));
+
+        let mut doc =
+            json::parse(r#"[{"identityPrivate":"MC4CAQAwBQYDK2VwBCIEIsecret"},"plain \ud800"]"#)
+                .unwrap();
+        doc.wipe();
+        for id in 0..doc.len() as json::NodeId {
+            if let Node::String(s) = doc.node(id) {
+                assert!(s.as_str().is_empty(), "{:?}", s.as_str());
+            }
+            if let Node::Object(members) = doc.node(id) {
+                assert!(members.iter().all(|(k, _)| k.as_str().is_empty()));
+            }
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::envelope::{self, OpenFailure, Text};
 use crate::fingerprint;
 use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
 use crate::keys::{KeyHandle, PublicIdentity};
+use crate::kinds::ValidPayload;
 use crate::signing::{self, RequestSignature};
 use crate::store::{
     ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobView, LeaseView, Store,
@@ -132,6 +133,32 @@ pub fn reseal_for_device(
         Ok(sealed) => sealed.map(Some),
         Err(_) => Ok(None),
     }
+}
+
+/// `validatePayload`, then the size its envelope would have: a payload
+/// whose envelope would be over [`wire::MAX_ENVELOPE_BYTES`] is refused
+/// here, since no runner could ever be handed it. The envelope a device
+/// fetches has the at-rest envelope's size (same job, deadline and
+/// direction; key ids of one length), so that is what is measured, from
+/// lengths alone.
+pub fn validate_for_enqueue(
+    site: &KeyHandle,
+    kind: Option<&str>,
+    kind_display: &str,
+    payload_json: Option<&str>,
+    job_id: &str,
+    deadline_at: f64,
+) -> Result<ValidPayload, String> {
+    let valid = crate::kinds::validate_payload(kind, kind_display, payload_json)?;
+    let context = at_rest_context(site, job_id, deadline_at);
+    let chars = envelope::sealed_envelope_chars(&context, Text::Utf8(&valid.canonical));
+    if chars as u64 > wire::MAX_ENVELOPE_BYTES {
+        return Err(wire::undeliverable_payload_message(
+            kind_display,
+            chars as f64,
+        ));
+    }
+    Ok(valid)
 }
 
 /// What a payload at rest binds: the job, the site as sender and recipient.
@@ -1297,5 +1324,91 @@ mod tests {
         ] {
             assert_eq!(plain_timestamp(other), None, "{other:?}");
         }
+    }
+
+    #[test]
+    fn an_envelope_is_measured_before_it_is_sealed_exactly() {
+        let site = handle(1);
+        let device = handle(7).public_identity();
+        for text in [
+            String::new(),
+            "hi".into(),
+            "quote \" back \\ nl \n tab \t ctl \u{1} \u{1f} del \u{7f}".into(),
+            "\u{20ac}\u{1f600}".repeat(1000),
+            "\"".repeat(70_001),
+        ] {
+            let payload = format!("{{\"prompt\":{}}}", serde_json::Value::from(text.clone()));
+            let context = at_rest_context(&site, "job-1", NOW + envelope::ENVELOPE_MAX_AGE_MS);
+            let at_rest = envelope::seal_with_handle(
+                Text::Utf8(&payload),
+                &site,
+                &site.keys().encryption_public,
+                &context,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let wire_len = |e: &envelope::SealedEnvelope| {
+                serde_json::json!({
+                    "ciphertext": e.ciphertext,
+                    "recipientKeyId": e.recipient_key_id,
+                    "senderKeyId": e.sender_key_id,
+                    "direction": e.direction,
+                    "deadlineAt": e.deadline_at as u64,
+                })
+                .to_string()
+                .len()
+            };
+            let predicted = envelope::sealed_envelope_chars(&context, Text::Utf8(&payload));
+            assert_eq!(predicted, wire_len(&at_rest), "{text:.40}");
+            // What a device fetches is the same size.
+            let fetched = reseal_for_device(&site, &at_rest, "job-1", NOW, &device)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap_or_else(|| panic!("does not open"));
+            assert_eq!(predicted, wire_len(&fetched), "{text:.40}");
+        }
+    }
+
+    #[test]
+    fn a_payload_no_runner_could_receive_is_refused_at_enqueue() {
+        let site = handle(1);
+        let deadline = NOW + envelope::ENVELOPE_MAX_AGE_MS;
+        let check = |text: &str| {
+            let payload = format!("{{\"prompt\":{}}}", serde_json::Value::from(text));
+            validate_for_enqueue(
+                &site,
+                Some("llm.generate"),
+                "llm.generate",
+                Some(&payload),
+                "job-1",
+                deadline,
+            )
+        };
+        // A million astral characters pass the length rules (1,000,000 code
+        // points, 2,000,000 UTF-16 units) but are 4 MB of UTF-8: 6.8 MiB sealed.
+        let astral = "\u{1f600}".repeat(1_000_000);
+        assert!(crate::kinds::validate_payload(
+            Some("llm.generate"),
+            "llm.generate",
+            Some(&format!("{{\"prompt\":\"{astral}\"}}"))
+        )
+        .is_ok());
+        let refused = check(&astral).err().unwrap_or_default();
+        assert!(
+            refused.starts_with("invalid llm.generate payload \u{2014} sealed for its runner it would be 6.8 MB and the limit on one envelope is 6.0 MB"),
+            "{refused}"
+        );
+        // A million 3-byte characters: 5.4 MB sealed, delivered.
+        assert!(check(&"\u{20ac}".repeat(1_000_000)).is_ok());
+        // Quotes double when written into the signed body.
+        assert!(check(&"\"".repeat(1_000_000)).is_err());
+        // The schema's own refusals come first, unchanged.
+        assert_eq!(
+            check("").err(),
+            crate::kinds::validate_payload(
+                Some("llm.generate"),
+                "llm.generate",
+                Some(r#"{"prompt":""}"#)
+            )
+            .err()
+        );
     }
 }

@@ -196,10 +196,43 @@ pub fn sealed_ciphertext_chars(context: &Context, plaintext: Text<'_>) -> usize 
     /// `{"body":"` + `","signature":` + the quoted signature + `}`.
     const INNER_OVERHEAD: usize = 9 + 14 + 88 + 1;
     let unpadded = |bytes: usize| base64::encoded_len(bytes, false).unwrap_or(usize::MAX);
-    let mut body = Zeroizing::new(String::new());
-    write_signed_body(context, plaintext, &mut body);
-    let inner = unpadded(body.len()).saturating_add(INNER_OVERHEAD);
+    // The signed body around an empty plaintext, then the plaintext's own
+    // JSON length: a megabyte prompt is measured, not written.
+    let mut around = String::new();
+    write_signed_body(context, Text::Utf8(""), &mut around);
+    let plain = match plaintext {
+        Text::Utf8(s) => json::json_str_len(s),
+        Text::Utf16(units) => {
+            let mut written = Zeroizing::new(String::new());
+            JsStr::from_utf16(units).write_json(&mut written);
+            written.len()
+        }
+    };
+    let body = (around.len() - 2).saturating_add(plain);
+    let inner = unpadded(body).saturating_add(INNER_OVERHEAD);
     unpadded(inner.saturating_add(SEAL_OVERHEAD))
+}
+
+/// `JSON.stringify(envelope).length` of the wire envelope a seal of
+/// `plaintext` with `context` gives (all ASCII, so also its bytes): the
+/// measure `MAX_ENVELOPE_BYTES` caps.
+pub fn sealed_envelope_chars(context: &Context, plaintext: Text<'_>) -> usize {
+    let mut around = String::from("{\"ciphertext\":\"\",\"recipientKeyId\":");
+    json::write_json_str(&context.recipient_key_id, &mut around);
+    around.push_str(",\"senderKeyId\":");
+    json::write_json_str(&context.sender_key_id, &mut around);
+    around.push_str(",\"direction\":");
+    json::write_json_str(&context.direction, &mut around);
+    around.push_str(",\"deadlineAt\":");
+    if context.deadline_at.is_finite() {
+        json::push_js_number(&mut around, context.deadline_at);
+    } else {
+        around.push_str("null");
+    }
+    around.push('}');
+    around
+        .len()
+        .saturating_add(sealed_ciphertext_chars(context, plaintext))
 }
 
 /// BLAKE2b-192 over `epk ‖ recipient pk`: the sealed-box nonce.

@@ -73,20 +73,17 @@ pub fn hash_secret(secret: &str) -> String {
 
 /// Compare two hex digests in constant time (for equal lengths).
 ///
-/// Follows the reference for every input where it answers: different UTF-16
-/// lengths are `false`; otherwise both are hex-decoded the way Node does it
-/// (stop at the first non-hex pair, drop an odd last digit) and compared.
-/// Deliberate difference: when the decoded lengths differ (`"zz"` vs `"ab"`),
-/// Node's `timingSafeEqual` throws a `RangeError`; this returns `false`.
+/// Both must be non-empty, strictly hex (either case) and of an even
+/// length; anything else is `false`, never equal. Deliberate difference:
+/// the reference decodes leniently (stops at the first non-hex pair, drops
+/// an odd last digit), so `"zz"` and `"yy"` both decode to nothing and
+/// match, and where the decoded lengths differ (`"zz"` vs `"ab"`) Node's
+/// `timingSafeEqual` throws a `RangeError`.
 pub fn secrets_match(a: &str, b: &str) -> bool {
-    if a.encode_utf16().count() != b.encode_utf16().count() {
-        return false;
+    match (b64::decode_hex_strict(a), b64::decode_hex_strict(b)) {
+        (Some(da), Some(db)) if da.len() == db.len() => da.ct_eq(&db).into(),
+        _ => false,
     }
-    let (da, db) = (b64::decode_hex_lenient(a), b64::decode_hex_lenient(b));
-    if da.len() != db.len() {
-        return false;
-    }
-    da.ct_eq(&db).into()
 }
 
 /// Accept a pairing code however it was typed: Unicode uppercase (as JS
@@ -168,11 +165,15 @@ mod tests {
         assert!(secrets_match(&h, &h.to_uppercase()));
         assert!(!secrets_match(&h, &hash_secret("abd")));
         assert!(!secrets_match(&h, &h[..62]));
-        assert!(secrets_match("abc", "abd"));
-        assert!(secrets_match("zz", "yy"));
+        // Malformed input is never equal (the reference matches these).
+        assert!(!secrets_match("abc", "abd"));
+        assert!(!secrets_match("abc", "abc"));
+        assert!(!secrets_match("zz", "yy"));
+        assert!(!secrets_match("zz", "zz"));
+        assert!(!secrets_match("", ""));
+        assert!(!secrets_match("ab\u{e9}", "ab\u{e9}"));
         // Node throws here; we answer false.
         assert!(!secrets_match("zz", "ab"));
-        assert!(secrets_match("", ""));
     }
 
     #[test]

@@ -106,6 +106,14 @@ impl JsStr {
         self.text.chars().count()
     }
 
+    /// Overwrite the text with zeros (for a string that held a secret).
+    pub fn wipe(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.text);
+        if let Some(units) = self.lone.as_mut() {
+            zeroize::Zeroize::zeroize(&mut units[..]);
+        }
+    }
+
     /// Append `JSON.stringify(this)` to `out`.
     pub fn write_json(&self, out: &mut String) {
         match &self.lone {
@@ -123,6 +131,24 @@ pub fn utf16_len(s: &str) -> usize {
         return s.len();
     }
     s.chars().map(char::len_utf16).sum()
+}
+
+/// The byte length of `JSON.stringify(s)` for a well-formed string, without
+/// writing it (what [`write_json_str`] would append).
+pub fn json_str_len(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    let mut len = bytes.len() + 2;
+    let mut at = 0;
+    loop {
+        at += plain_len(bytes, at);
+        let Some(&b) = bytes.get(at) else { break };
+        len += match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+            _ => 5,
+        };
+        at += 1;
+    }
+    len
 }
 
 /// Append `JSON.stringify(s)` for a well-formed string.
@@ -217,6 +243,18 @@ impl std::fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 impl Doc {
+    /// Overwrite every string and key with zeros: for a document that held
+    /// key material or a plaintext, before it is dropped.
+    pub fn wipe(&mut self) {
+        for node in &mut self.nodes {
+            match node {
+                Node::String(s) => s.wipe(),
+                Node::Object(members) => members.iter_mut().for_each(|(k, _)| k.wipe()),
+                _ => {}
+            }
+        }
+    }
+
     pub fn root(&self) -> NodeId {
         self.root
     }
@@ -1085,6 +1123,24 @@ mod tests {
         let mut out = String::from("kept");
         write_json_str(&all, &mut out);
         assert_eq!(out, format!("kept{}", write_json_str_bytewise(&all)));
+    }
+
+    #[test]
+    fn json_str_len_is_the_length_write_json_str_writes() {
+        let long_mixed = "a\"b\\c\u{1}\u{e9}\u{1f600}\n".repeat(300);
+        for s in [
+            "",
+            "plain",
+            "\"",
+            "\\",
+            "\u{0}\u{8}\u{c}\u{1f}\u{7f}",
+            "\u{2028}\u{20ac}",
+            &long_mixed,
+        ] {
+            let mut out = String::new();
+            write_json_str(s, &mut out);
+            assert_eq!(json_str_len(s), out.len(), "{s:?}");
+        }
     }
 
     #[test]

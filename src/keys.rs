@@ -32,16 +32,60 @@ pub const X25519_PKCS8_PREFIX: [u8; 16] = [
 /// `Number.MAX_SAFE_INTEGER`: the schema's `int()` means a safe integer.
 pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
+/// The text of a private key: wiped when dropped, never shown by `Debug`.
+/// Derefs to `str` for the parsers and serialises as the plain string
+/// (`formatSiteKeys` writes it).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SecretText(Zeroizing<String>);
+
+impl SecretText {
+    pub fn new(text: String) -> SecretText {
+        SecretText(Zeroizing::new(text))
+    }
+}
+
+impl From<String> for SecretText {
+    fn from(text: String) -> SecretText {
+        SecretText::new(text)
+    }
+}
+
+impl From<&str> for SecretText {
+    fn from(text: &str) -> SecretText {
+        SecretText::new(text.to_owned())
+    }
+}
+
+impl std::ops::Deref for SecretText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretText(<redacted>)")
+    }
+}
+
+impl Serialize for SecretText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.as_str())
+    }
+}
+
 /// A party's private key material, as stored and as `formatSiteKeys` writes
-/// it. Field order is the serialisation order.
+/// it. Field order is the serialisation order. The private halves are
+/// [`SecretText`]: wiped on drop, redacted in `Debug`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredKeys {
     pub version: u8,
     pub identity_public: String,
-    pub identity_private: String,
+    pub identity_private: SecretText,
     pub encryption_public: String,
-    pub encryption_private: String,
+    pub encryption_private: SecretText,
     pub encryption_sig: String,
     pub created_at: u64,
 }
@@ -116,9 +160,9 @@ impl StoredKeys {
         StoredKeys {
             version: 1,
             identity_public: b64::encode_url(signing.verifying_key().as_bytes()),
-            identity_private: b64::encode_std(&identity_der),
+            identity_private: SecretText::new(b64::encode_std(&identity_der)),
             encryption_public,
-            encryption_private: b64::encode_std(&encryption_der),
+            encryption_private: SecretText::new(b64::encode_std(&encryption_der)),
             encryption_sig: b64::encode_url(&sig.to_bytes()),
             created_at: now_ms,
         }
@@ -172,9 +216,9 @@ impl StoredKeys {
         Ok(StoredKeys {
             version: 1,
             identity_public: text("identityPublic")?,
-            identity_private: text("identityPrivate")?,
+            identity_private: text("identityPrivate")?.into(),
             encryption_public: text("encryptionPublic")?,
-            encryption_private: text("encryptionPrivate")?,
+            encryption_private: text("encryptionPrivate")?.into(),
             encryption_sig: text("encryptionSig")?,
             created_at,
         })
@@ -271,6 +315,38 @@ pub fn verify_public_identity(identity: &PublicIdentity) -> bool {
     )
 }
 
+/// `verifyPublicIdentity` for a device presenting itself at `pair start`,
+/// where what is kept must be exactly the keys: the identity and encryption
+/// keys must each be the canonical unpadded base64url of 32 bytes and the
+/// signature of 64 (no padding, junk, other alphabet or stray bits), which
+/// is what every daemon writes. The reference decodes leniently, so a key
+/// padded with junk still verified.
+pub fn verify_device_identity(identity: &PublicIdentity) -> bool {
+    device_identity_refusal(identity).is_none()
+}
+
+/// The reference's `pair start` refusal of a device whose encryption key
+/// its identity did not sign.
+pub const DEVICE_UNSIGNED: &str =
+    "the device's encryption key is not signed by the identity it was presented with";
+
+/// Why [`verify_device_identity`] refuses, as `pair start` answers it:
+/// the reference's message when the signature does not verify, ours when
+/// it does but the texts are not exactly the keys.
+pub fn device_identity_refusal(identity: &PublicIdentity) -> Option<&'static str> {
+    if !verify_public_identity(identity) {
+        return Some(DEVICE_UNSIGNED);
+    }
+    let exact = |text: &str, len: usize| {
+        b64::decode_canonical_url(text).is_some_and(|bytes| bytes.len() == len)
+    };
+    let exactly_keys = exact(&identity.identity, 32)
+        && exact(&identity.encryption, 32)
+        && exact(&identity.encryption_sig, 64);
+    (!exactly_keys).then_some(
+        "the device's keys are not spelled exactly: identity and encryption must each be the unpadded base64url of 32 bytes, encryptionSig of 64",
+    )
+}
 /// Recently parsed private keys, for callers that hand over the key text on
 /// every call (`seal`, `open`, `signRequest` with a `StoredKeys` object):
 /// parsing costs a hash and a scalar multiplication, a lookup costs one
@@ -408,6 +484,68 @@ impl KeyHandle {
 mod tests {
     use super::*;
     use crate::json;
+
+    #[test]
+    fn a_device_identity_must_be_spelled_exactly() {
+        // Fixed keys: the identity's text holds `-` or `_`, so the standard
+        // alphabet spells it differently.
+        let id = (1u8..)
+            .map(|seed| StoredKeys::from_secrets(&[seed; 32], &[seed; 32], 1).public_identity())
+            .find(|p| p.identity.contains(['-', '_']))
+            .unwrap_or_else(|| unreachable!());
+        assert!(verify_device_identity(&id));
+        let with = |change: &dyn Fn(&mut PublicIdentity)| {
+            let mut changed = id.clone();
+            change(&mut changed);
+            changed
+        };
+        for (name, bad) in [
+            (
+                "junk after the identity",
+                with(&|p| p.identity.push_str("!!!!")),
+            ),
+            (
+                "junk inside the identity",
+                with(&|p| p.identity.insert(5, '*')),
+            ),
+            ("padded identity", with(&|p| p.identity.push('='))),
+            (
+                "standard alphabet",
+                with(&|p| {
+                    p.identity = b64::encode_std(&b64::decode_lenient(&p.identity))
+                        .trim_end_matches('=')
+                        .into()
+                }),
+            ),
+            (
+                "junk after the encryption key",
+                with(&|p| p.encryption.push('\u{1f600}')),
+            ),
+            (
+                "junk after the signature",
+                with(&|p| p.encryption_sig.push_str("AAAA")),
+            ),
+        ] {
+            // Only where a lenient decode still yields the same key does the
+            // reference's rule accept it; ours never does.
+            assert!(!verify_device_identity(&bad), "{name}");
+        }
+        // The reference's lenient rule accepts junk after the identity.
+        assert!(verify_public_identity(&with(&|p| p
+            .identity
+            .push_str("!!!!"))));
+    }
+
+    #[test]
+    fn private_key_text_is_never_shown_by_debug() {
+        let keys = StoredKeys::generate(1_767_225_600_000);
+        let shown = format!("{keys:?}");
+        assert!(!shown.contains(&*keys.identity_private), "{shown}");
+        assert!(!shown.contains(&*keys.encryption_private), "{shown}");
+        assert!(shown.contains(&keys.identity_public));
+        // Still serialised in full: formatSiteKeys writes it.
+        assert!(keys.to_json().contains(&*keys.identity_private));
+    }
 
     #[test]
     fn generated_keys_are_consistent_and_well_formed() {

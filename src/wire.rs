@@ -293,6 +293,17 @@ pub fn describe_bytes(bytes: f64) -> String {
     format!("{text} MB")
 }
 
+/// The refusal of an enqueue whose payload, sealed for its runner, would be
+/// an envelope of `bytes`, over [`MAX_ENVELOPE_BYTES`]: no runner could ever
+/// be handed it.
+pub fn undeliverable_payload_message(kind: &str, bytes: f64) -> String {
+    format!(
+        "invalid {kind} payload \u{2014} sealed for its runner it would be {} and the limit on one envelope is {}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs.",
+        describe_bytes(bytes),
+        describe_bytes(MAX_ENVELOPE_BYTES as f64)
+    )
+}
+
 /// The message for a body over [`MAX_BODY_BYTES`] (U+2014 dash).
 pub fn too_large_message(bytes: f64) -> String {
     format!(
@@ -408,6 +419,31 @@ pub static SEALED_ENVELOPE: Schema = Schema::Object {
     refine: None,
 };
 
+/// What `pair start` may carry is bounded (ours, not the reference's: it is
+/// kept, and anyone may send one): key texts of at most 128 characters
+/// (a device's are 43, 43 and 86), a version of at most 64, at most 32
+/// capabilities, and the whole body at most
+/// [`schema::MAX_PAIR_START_BYTES`].
+const PAIR_KEY_TEXT: Schema = Schema::Str {
+    min: Some(1),
+    max: Some(128),
+};
+
+static PAIR_DEVICE: Schema = Schema::Object {
+    fields: &[
+        req("identity", &PAIR_KEY_TEXT),
+        req("encryption", &PAIR_KEY_TEXT),
+        req("encryptionSig", &PAIR_KEY_TEXT),
+    ],
+    refine: None,
+};
+
+static PAIR_CAPABILITIES: Schema = Schema::Array {
+    elem: &CAPABILITY,
+    min: None,
+    max: Some(32),
+};
+
 pub static PAIR_START_REQUEST: Schema = Schema::Object {
     fields: &[
         req("protocolVersion", &VERSION),
@@ -416,7 +452,13 @@ pub static PAIR_START_REQUEST: Schema = Schema::Object {
             "daemon",
             &Schema::Object {
                 fields: &[
-                    req("version", &S1),
+                    req(
+                        "version",
+                        &Schema::Str {
+                            min: Some(1),
+                            max: Some(64),
+                        },
+                    ),
                     req(
                         "label",
                         &Schema::Str {
@@ -429,10 +471,10 @@ pub static PAIR_START_REQUEST: Schema = Schema::Object {
                 refine: None,
             },
         ),
-        req("device", &PUBLIC_IDENTITY),
-        req("capabilities", &CAPABILITIES),
+        req("device", &PAIR_DEVICE),
+        req("capabilities", &PAIR_CAPABILITIES),
     ],
-    refine: None,
+    refine: Some(schema::Refine::PairStartBytes),
 };
 
 pub static PAIR_POLL_REQUEST: Schema = Schema::Object {

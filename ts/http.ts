@@ -55,6 +55,53 @@ export function signatureFrom(headers: Headers): unknown {
   return { runnerId, issuedAt, signature };
 }
 
+type BodyRead = { failed: false; text: string; overBytes?: undefined } | { failed: false; overBytes: number } | { failed: true };
+
+/**
+ * The body as text, read no further than `cap` bytes: UTF-8 decoded with a
+ * leading BOM dropped and bad sequences as U+FFFD (what `request.text()`
+ * gives, the text the signature covers). Past the cap the stream is
+ * cancelled and `overBytes` is how much had arrived, at least `cap + 1`.
+ */
+async function readBody(request: Request, cap: number): Promise<BodyRead> {
+  const stream = request.body;
+  if (stream === null) return { failed: false, text: "" };
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  let reader: ReadableStreamDefaultReader<Uint8Array>;
+  try {
+    reader = stream.getReader();
+  } catch {
+    return { failed: true };
+  }
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (!ArrayBuffer.isView(value)) return { failed: true };
+      total += value.byteLength;
+      if (total > cap) {
+        reader.cancel().catch(() => undefined);
+        return { failed: false, overBytes: total };
+      }
+      chunks.push(value);
+    }
+  } catch {
+    return { failed: true };
+  }
+  let bytes: Uint8Array;
+  if (chunks.length === 1) bytes = chunks[0] as Uint8Array;
+  else {
+    bytes = new Uint8Array(total);
+    let at = 0;
+    for (const chunk of chunks) {
+      bytes.set(chunk, at);
+      at += chunk.byteLength;
+    }
+  }
+  return { failed: false, text: new TextDecoder().decode(bytes) };
+}
+
 function json(status: number, body: unknown, retryAfterSeconds?: number): Response {
   const headers: Record<string, string> = { ...HEADERS };
   if (retryAfterSeconds !== undefined) headers["retry-after"] = String(retryAfterSeconds);
@@ -80,16 +127,14 @@ export function createFetchHandler(
       return json(400, { error: "bad-request", message: native.tooLargeMessage(Number(declared)) });
     }
 
-    let rawBody: string;
-    try {
-      // UTF-8 decode, leading BOM dropped, bad sequences as U+FFFD: the text the signature covers.
-      rawBody = await request.text();
-    } catch {
-      return json(400, { error: "bad-request", message: "request body is not valid JSON" });
+    // Bytes are counted as they arrive, whatever content-length said (or
+    // whether it was sent at all), and reading stops at the cap.
+    const read = await readBody(request, MAX_BODY_BYTES);
+    if (read.failed) return json(400, { error: "bad-request", message: "request body is not valid JSON" });
+    if (read.overBytes !== undefined) {
+      return json(400, { error: "bad-request", message: native.tooLargeMessage(read.overBytes) });
     }
-    if (rawBody.length > MAX_BODY_BYTES) {
-      return json(400, { error: "bad-request", message: native.tooLargeMessage(rawBody.length) });
-    }
+    const rawBody = read.text;
 
     // A daemon's ordinary claim, fetch or result on our MemoryStore: served
     // natively in one call, with the answer the path below would give.

@@ -179,6 +179,7 @@ export interface NativeBinding {
   generateKeys(now?: number): StoredKeys;
   publicIdentityOf(keys: StoredKeys): PublicIdentity;
   verifyPublicIdentity(identity: unknown): boolean;
+  deviceIdentityRefusal(identity: unknown): string | null;
   keyId(identityPublic: string): string;
   formatSiteKeys(keys: StoredKeys): string;
   siteKeysFromEnvValue(variable: string, value: string | undefined | null): StoredKeys;

@@ -516,7 +516,11 @@ pub fn b64_target() -> Target {
                 ids::secrets_match(&p[1], &p[0]),
                 "secretsMatch is symmetric"
             );
-            let expect = p[0].encode_utf16().count() == p[1].encode_utf16().count() && {
+            // Only strict hex (non-empty, even length) can be equal.
+            let strict = |t: &str| {
+                !t.is_empty() && t.len().is_multiple_of(2) && t.bytes().all(|c| c.is_ascii_hexdigit())
+            };
+            let expect = strict(&p[0]) && strict(&p[1]) && {
                 let (a, b) = (model_hex(p[0].as_bytes()), model_hex(p[1].as_bytes()));
                 a.len() == b.len() && a == b
             };

@@ -127,6 +127,42 @@ impl ToNapiValue for AsciiFirstString {
     }
 }
 
+/// A private key's text as it crosses the boundary: wiped when dropped
+/// here (the engine's own copy is JavaScript's).
+pub struct KeyText(String);
+
+string_typed!(KeyText);
+
+impl std::ops::Deref for KeyText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for KeyText {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+impl FromNapiValue for KeyText {
+    unsafe fn from_napi_value(
+        env: napi::sys::napi_env,
+        napi_val: napi::sys::napi_value,
+    ) -> Result<Self> {
+        // SAFETY: forwarded as received from napi.
+        unsafe { String::from_napi_value(env, napi_val) }.map(KeyText)
+    }
+}
+
+impl ToNapiValue for KeyText {
+    unsafe fn to_napi_value(env: napi::sys::napi_env, val: Self) -> Result<napi::sys::napi_value> {
+        // SAFETY: forwarded as received from napi; `val` is wiped when it drops.
+        unsafe { <&str>::to_napi_value(env, &val) }
+    }
+}
+
 /// A JavaScript string exactly, lone surrogates included: ASCII through
 /// [`AsciiFirstString`]'s copy, anything else as its UTF-16 units.
 pub struct ExactString(pub JsStr);
@@ -177,9 +213,11 @@ pub struct JsStoredKeys {
     #[napi(ts_type = "1")]
     pub version: f64,
     pub identity_public: String,
-    pub identity_private: String,
+    #[napi(ts_type = "string")]
+    pub identity_private: KeyText,
     pub encryption_public: String,
-    pub encryption_private: String,
+    #[napi(ts_type = "string")]
+    pub encryption_private: KeyText,
     pub encryption_sig: String,
     pub created_at: f64,
 }
@@ -398,7 +436,7 @@ impl JsStoredKeys {
             ));
         }
         let fields = [
-            ("identityPublic", &self.identity_public),
+            ("identityPublic", self.identity_public.as_str()),
             ("identityPrivate", &self.identity_private),
             ("encryptionPublic", &self.encryption_public),
             ("encryptionPrivate", &self.encryption_private),
@@ -412,9 +450,9 @@ impl JsStoredKeys {
         Ok(StoredKeys {
             version: 1,
             identity_public: self.identity_public.clone(),
-            identity_private: self.identity_private.clone(),
+            identity_private: (*self.identity_private).into(),
             encryption_public: self.encryption_public.clone(),
-            encryption_private: self.encryption_private.clone(),
+            encryption_private: (*self.encryption_private).into(),
             encryption_sig: self.encryption_sig.clone(),
             created_at: self.created_at as u64,
         })
@@ -424,9 +462,9 @@ impl JsStoredKeys {
         JsStoredKeys {
             version: f64::from(keys.version),
             identity_public: keys.identity_public,
-            identity_private: keys.identity_private,
+            identity_private: KeyText(keys.identity_private.to_string()),
             encryption_public: keys.encryption_public,
-            encryption_private: keys.encryption_private,
+            encryption_private: KeyText(keys.encryption_private.to_string()),
             encryption_sig: keys.encryption_sig,
             created_at: keys.created_at as f64,
         }
@@ -560,6 +598,21 @@ pub fn public_identity_of(keys: JsStoredKeys) -> JsPublicIdentity {
 /// Never throws: anything that is not an object of three strings is `false`.
 #[napi(catch_unwind)]
 pub fn verify_public_identity(identity: Unknown<'_>) -> bool {
+    read_public_identity(&identity).is_some_and(|p| keys::verify_public_identity(&p))
+}
+
+/// Why a device presented at `pair start` is refused, or `null`: its
+/// encryption key must be signed by its identity, and each key text must be
+/// the one canonical spelling of its bytes (`keys::device_identity_refusal`).
+/// Never throws.
+#[napi(catch_unwind)]
+pub fn device_identity_refusal(identity: Unknown<'_>) -> Option<&'static str> {
+    read_public_identity(&identity).map_or(Some(keys::DEVICE_UNSIGNED), |p| {
+        keys::device_identity_refusal(&p)
+    })
+}
+
+fn read_public_identity(identity: &Unknown<'_>) -> Option<PublicIdentity> {
     fn read(identity: &Unknown<'_>) -> Option<PublicIdentity> {
         if identity.get_type().ok()? != ValueType::Object {
             return None;
@@ -580,7 +633,7 @@ pub fn verify_public_identity(identity: Unknown<'_>) -> bool {
             encryption_sig: text("encryptionSig")?,
         })
     }
-    read(&identity).is_some_and(|p| keys::verify_public_identity(&p))
+    read(identity)
 }
 
 #[napi(catch_unwind)]
@@ -804,7 +857,14 @@ fn seal_checked_core(
     std::result::Result<(envelope::SealedEnvelope, &'static str), String>,
     envelope::SealError,
 > {
-    let valid = match crate::kinds::validate_payload(kind, kind_display, payload_json) {
+    let valid = match crate::direct::validate_for_enqueue(
+        handle,
+        kind,
+        kind_display,
+        payload_json,
+        job_id,
+        deadline_at,
+    ) {
         Ok(valid) => valid,
         Err(message) => return Ok(Err(message)),
     };
@@ -1030,10 +1090,13 @@ impl SiteKeyring {
         now: f64,
     ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
         let (kind_text, display) = super::rules::payload_kind(kind)?;
-        let valid = match crate::kinds::validate_payload(
+        let valid = match crate::direct::validate_for_enqueue(
+            &self.inner,
             kind_text.as_deref(),
             &display,
             payload_json.as_deref(),
+            &job_id,
+            envelope_deadline_at,
         ) {
             Ok(valid) => valid,
             Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
@@ -1343,10 +1406,13 @@ impl Task for PrepareCheckedTask {
                     Some(written.as_str())
                 }
             };
-            let valid = match crate::kinds::validate_payload(
+            let valid = match crate::direct::validate_for_enqueue(
+                &task.handle,
                 task.kind_text.as_deref(),
                 &task.kind_display,
                 payload_json,
+                &task.job_id,
+                task.deadline_at,
             ) {
                 Ok(valid) => valid,
                 Err(message) => return Ok(Err(message)),

@@ -41,18 +41,6 @@ fn lease_refs(flat: Vec<String>) -> Vec<LeaseRef> {
     refs
 }
 
-// JSON.stringify writes a lone surrogate as an escape serde_json refuses;
-// it is read as U+FFFD, as a lone surrogate crossing Node-API always is.
-fn object_from_json(json: &str, what: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
-    match serde_json::from_str(&crate::json::lone_surrogates_replaced(json)) {
-        Ok(serde_json::Value::Object(map)) => Ok(map),
-        _ => Err(Error::new(
-            Status::InvalidArg,
-            format!("{what} must be a JSON-compatible object"),
-        )),
-    }
-}
-
 fn value_from_json(json: &str) -> serde_json::Value {
     serde_json::from_str(&crate::json::lone_surrogates_replaced(json))
         .unwrap_or(serde_json::Value::Null)
@@ -480,19 +468,30 @@ impl NativeMemoryStore {
 
     #[napi(catch_unwind)]
     pub fn create_pairing(&mut self, record_json: String) -> Result<()> {
-        let record = object_from_json(&record_json, "a pairing record")?;
-        self.inner.people.create_pairing(record);
-        Ok(())
+        if self.inner.people.create_pairing_json(record_json) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                Status::InvalidArg,
+                "a pairing record must be a JSON-compatible object",
+            ))
+        }
     }
 
     #[napi(catch_unwind)]
     pub fn pairing_by_hash(&self, hash: String) -> Option<String> {
-        self.inner.people.pairing_by_hash(&hash).map(to_json)
+        self.inner
+            .people
+            .pairing_json_by_hash(&hash)
+            .map(str::to_owned)
     }
 
     #[napi(catch_unwind)]
     pub fn pairing_by_code(&self, user_code: String) -> Option<String> {
-        self.inner.people.pairing_by_code(&user_code).map(to_json)
+        self.inner
+            .people
+            .pairing_json_by_code(&user_code)
+            .map(str::to_owned)
     }
 
     /// `approvePairing`; throws the reference's messages.

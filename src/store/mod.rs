@@ -35,7 +35,7 @@ use crate::audience::{server_admits, Audience, OfferScope};
 use crate::envelope::deferred::DeferredSeal;
 
 pub use out::split_json_array;
-pub use people::{ApproveError, PairingStore};
+pub use people::{ApproveError, PairingStore, MAX_PAIRINGS, PAIRING_GRACE_MS};
 
 /// The reference's default time a claimable job may wait: 15 minutes.
 pub const DEFAULT_TTL_MS: f64 = 900_000.0;
@@ -1242,6 +1242,8 @@ impl Store {
     }
 
     fn sweep(&mut self, now: f64, mut changed: Option<(&mut String, usize)>) {
+        // Expired pairings go with the sweep (one comparison when none is due).
+        self.people.prune(now);
         // Pass 1: leases this store issued that lapsed go back to the queue,
         // and the TTL clock restarts.
         for (_, slot) in Self::due(&self.idx.lease_expiry, now) {

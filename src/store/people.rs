@@ -5,7 +5,7 @@
 //! appends new keys at the end, which is what the reference's object spread
 //! does to key order.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use serde_json::{Map, Value};
@@ -52,72 +52,295 @@ fn display(value: Option<&Value>) -> String {
     }
 }
 
+/// How long a pairing is kept after its `expiresAt`: the protocol's clock
+/// window, so a daemon whose clock runs behind still hears `expired` (or
+/// collects an approval made in time) before the pairing is pruned.
+pub const PAIRING_GRACE_MS: f64 = 120_000.0;
+
+/// Most pairings one store keeps. `pair start` is unauthenticated, so past
+/// this the oldest pairing that is not an approval waiting to be collected
+/// is dropped (its daemon hears `unknown device code` and starts over). With
+/// a `pair start` body of at most [`crate::wire::MAX_PAIR_START_BYTES`],
+/// this bounds what pairings hold (see docs/security.md).
+pub const MAX_PAIRINGS: usize = 4096;
+
+/// One pairing: the record as compact JSON text (its key order kept), and
+/// the fields the store's rules read.
+struct Pairing {
+    /// Its key in `by_hash` (see [`hash_key`]).
+    hash: String,
+    json: Box<str>,
+    code: Option<String>,
+    state: Option<String>,
+    expires_at: Option<f64>,
+    collected: bool,
+}
+
+/// The fields of a pairing record the store's rules read; the rest of the
+/// text is checked to be JSON and skipped.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Head {
+    device_code_hash: Option<Value>,
+    user_code: Option<Value>,
+    state: Option<Value>,
+    expires_at: Option<Value>,
+    collected: Option<Value>,
+    created_at: Option<Value>,
+}
+
+impl Pairing {
+    fn from_record(record: &Record, hash: String) -> Pairing {
+        Pairing {
+            hash,
+            // Serialising a map of JSON values cannot fail.
+            json: serde_json::to_string(record).unwrap_or_default().into(),
+            code: record
+                .get("userCode")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            state: record
+                .get("state")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            expires_at: record.get("expiresAt").and_then(Value::as_f64),
+            collected: record.get("collected") == Some(&Value::Bool(true)),
+        }
+    }
+
+    /// The record as a value. The text is `JSON.stringify`'s, which writes a
+    /// lone surrogate as an escape serde_json refuses: it is read as U+FFFD
+    /// (what a lone surrogate becomes crossing into Rust anyway), so a label
+    /// holding one still gives a whole runner record.
+    fn record(&self) -> Record {
+        serde_json::from_str(&crate::json::lone_surrogates_replaced(&self.json)).unwrap_or_default()
+    }
+
+    fn is(&self, state: &str) -> bool {
+        self.state.as_deref() == Some(state)
+    }
+
+    /// `expiresAt <= now`, as the reference reads it (no number: never).
+    fn expired(&self, now: f64) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+
+    /// Pending and not expired: the only pairing an approval acts on.
+    fn live(&self, now: f64) -> bool {
+        self.is("pending") && !self.expired(now)
+    }
+
+    /// An approval its daemon has not collected yet: never evicted.
+    fn awaiting_collection(&self) -> bool {
+        self.is("approved") && !self.collected
+    }
+}
+
 #[derive(Default)]
 pub struct PairingStore {
-    /// Pairings in insertion order; an overwrite keeps the position.
-    pairings: Vec<Record>,
-    by_hash: HashMap<String, usize>,
-    /// User code → positions of the pairings carrying it (the first wins).
-    by_code: HashMap<String, BTreeSet<usize>>,
+    /// Pairings by insertion sequence; an overwrite keeps the sequence.
+    pairings: BTreeMap<u64, Pairing>,
+    next_seq: u64,
+    by_hash: HashMap<String, u64>,
+    /// User code → sequences of the pairings carrying it.
+    by_code: HashMap<String, BTreeSet<u64>>,
+    /// How many pairings the last prune left (prunes on create are amortised).
+    pruned_to: usize,
+    /// No pairing expires before this (a lower bound; `None`: none
+    /// expires): a sweep with nothing to prune costs one comparison.
+    next_expiry: Option<f64>,
     runners: Vec<Record>,
     runner_at: HashMap<String, usize>,
 }
 
 impl PairingStore {
     /// `createPairing`: store by `deviceCodeHash`; the same hash overwrites.
+    /// Expired pairings are pruned as the count doubles (the record's
+    /// `createdAt` is the clock), and past [`MAX_PAIRINGS`] the oldest are
+    /// dropped.
     pub fn create_pairing(&mut self, record: Record) {
         let key = hash_key(record.get("deviceCodeHash"));
-        let code = record
-            .get("userCode")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let at = match self.by_hash.get(&key) {
-            Some(&at) => {
-                let old_code = self
-                    .pairings
-                    .get(at)
-                    .and_then(|p| p.get("userCode"))
-                    .and_then(Value::as_str);
-                if let Some(old) = old_code {
-                    if let Some(set) = self.by_code.get_mut(old) {
-                        set.remove(&at);
-                        if set.is_empty() {
-                            self.by_code.remove(old);
-                        }
-                    }
-                }
-                if let Some(slot) = self.pairings.get_mut(at) {
-                    *slot = record;
-                }
-                at
+        let created_at = record.get("createdAt").and_then(Value::as_f64);
+        let pairing = Pairing::from_record(&record, key.clone());
+        drop(record);
+        self.insert_pairing(key, pairing, created_at);
+    }
+
+    /// [`Self::create_pairing`] for a record given as the JSON text of an
+    /// object (`JSON.stringify`'s), kept as given: only the fields the rules
+    /// read are taken out of it. `false` (nothing stored) when it is not the
+    /// text of a JSON object.
+    pub fn create_pairing_json(&mut self, json: String) -> bool {
+        if !json.trim_start().starts_with('{') {
+            return false;
+        }
+        let Ok(head) = serde_json::from_str::<Head>(&crate::json::lone_surrogates_replaced(&json))
+        else {
+            return false;
+        };
+        let key = hash_key(head.device_code_hash.as_ref());
+        let pairing = Pairing {
+            hash: key.clone(),
+            json: json.into_boxed_str(),
+            code: head
+                .user_code
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            state: head
+                .state
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            expires_at: head.expires_at.as_ref().and_then(Value::as_f64),
+            collected: head.collected == Some(Value::Bool(true)),
+        };
+        self.insert_pairing(
+            key,
+            pairing,
+            head.created_at.as_ref().and_then(Value::as_f64),
+        );
+        true
+    }
+
+    fn insert_pairing(&mut self, key: String, pairing: Pairing, created_at: Option<f64>) {
+        let seq = match self.by_hash.get(&key) {
+            Some(&seq) => {
+                self.unindex_code(seq);
+                seq
             }
             None => {
-                self.pairings.push(record);
-                let at = self.pairings.len() - 1;
-                self.by_hash.insert(key, at);
-                at
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.by_hash.insert(key, seq);
+                seq
             }
         };
-        if let Some(code) = code {
-            self.by_code.entry(code).or_default().insert(at);
+        if let Some(code) = &pairing.code {
+            self.by_code.entry(code.clone()).or_default().insert(seq);
+        }
+        if let Some(at) = pairing.expires_at {
+            self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
+        }
+        self.pairings.insert(seq, pairing);
+        if let Some(now) = created_at {
+            if self.pairings.len() >= (2 * self.pruned_to).max(1024) {
+                self.prune(now);
+            }
+        }
+        if self.pairings.len() > MAX_PAIRINGS {
+            self.evict_oldest(seq);
         }
     }
 
-    pub fn pairing_by_hash(&self, hash: &str) -> Option<&Record> {
-        self.by_hash.get(hash).and_then(|&at| self.pairings.get(at))
+    /// The sweep's part: drop pairings whose `expiresAt` is more than
+    /// [`PAIRING_GRACE_MS`] past. Returns how many went.
+    pub fn prune(&mut self, now: f64) -> usize {
+        let before = now - PAIRING_GRACE_MS;
+        if self.next_expiry.is_none_or(|next| next > before) {
+            return 0;
+        }
+        let mut next: Option<f64> = None;
+        let mut gone = Vec::new();
+        for (&seq, pairing) in &self.pairings {
+            match pairing.expires_at {
+                Some(at) if at <= before => gone.push(seq),
+                Some(at) if !at.is_nan() => next = Some(next.map_or(at, |n| n.min(at))),
+                _ => {}
+            }
+        }
+        for &seq in &gone {
+            self.remove(seq);
+        }
+        self.next_expiry = next;
+        self.pruned_to = self.pairings.len();
+        gone.len()
     }
 
-    fn first_with_code(&self, code: &str) -> Option<usize> {
-        self.by_code.get(code).and_then(|set| set.first().copied())
+    /// How many pairings are kept, and the bytes of their records.
+    pub fn pairing_footprint(&self) -> (usize, usize) {
+        let bytes = self.pairings.values().map(|p| p.json.len()).sum();
+        (self.pairings.len(), bytes)
     }
 
-    /// The first pairing (insertion order) with this user code, whatever its state.
-    pub fn pairing_by_code(&self, code: &str) -> Option<&Record> {
-        self.first_with_code(code)
-            .and_then(|at| self.pairings.get(at))
+    /// Over [`MAX_PAIRINGS`]: drop the oldest pairings but `keep` and those
+    /// awaiting collection.
+    fn evict_oldest(&mut self, keep: u64) {
+        let excess = self.pairings.len().saturating_sub(MAX_PAIRINGS);
+        let gone: Vec<u64> = self
+            .pairings
+            .iter()
+            .filter(|(&seq, p)| seq != keep && !p.awaiting_collection())
+            .map(|(&seq, _)| seq)
+            .take(excess)
+            .collect();
+        for seq in gone {
+            self.remove(seq);
+        }
     }
 
-    /// `approvePairing`: create the runner from the pending pairing.
+    fn unindex_code(&mut self, seq: u64) {
+        let Some(code) = self.pairings.get(&seq).and_then(|p| p.code.clone()) else {
+            return;
+        };
+        if let Some(set) = self.by_code.get_mut(&code) {
+            set.remove(&seq);
+            if set.is_empty() {
+                self.by_code.remove(&code);
+            }
+        }
+    }
+
+    fn remove(&mut self, seq: u64) {
+        self.unindex_code(seq);
+        if let Some(pairing) = self.pairings.remove(&seq) {
+            if self.by_hash.get(&pairing.hash) == Some(&seq) {
+                self.by_hash.remove(&pairing.hash);
+            }
+        }
+    }
+
+    /// The record stored under this hash, as JSON text.
+    pub fn pairing_json_by_hash(&self, hash: &str) -> Option<&str> {
+        self.by_hash
+            .get(hash)
+            .and_then(|seq| self.pairings.get(seq))
+            .map(|p| &*p.json)
+    }
+
+    pub fn pairing_by_hash(&self, hash: &str) -> Option<Record> {
+        self.by_hash
+            .get(hash)
+            .and_then(|seq| self.pairings.get(seq))
+            .map(Pairing::record)
+    }
+
+    /// The pairing a user code names: the first pending one (insertion
+    /// order), else the first with the code whatever its state.
+    fn named(&self, code: &str) -> Option<u64> {
+        let seqs = self.by_code.get(code)?;
+        seqs.iter()
+            .copied()
+            .find(|seq| self.pairings.get(seq).is_some_and(|p| p.is("pending")))
+            .or_else(|| seqs.first().copied())
+    }
+
+    /// [`Self::named`]'s record as JSON text.
+    pub fn pairing_json_by_code(&self, code: &str) -> Option<&str> {
+        self.named(code)
+            .and_then(|seq| self.pairings.get(&seq))
+            .map(|p| &*p.json)
+    }
+
+    pub fn pairing_by_code(&self, code: &str) -> Option<Record> {
+        self.named(code)
+            .and_then(|seq| self.pairings.get(&seq))
+            .map(Pairing::record)
+    }
+
+    /// `approvePairing`: create the runner from the pending, unexpired
+    /// pairing with this code. Without one, the first pairing with the code
+    /// says why (the reference's messages).
     pub fn approve(
         &mut self,
         code: &str,
@@ -125,23 +348,29 @@ impl PairingStore {
         runner_id: &str,
         now: f64,
     ) -> Result<&Record, ApproveError> {
-        let at = self
-            .first_with_code(code)
+        let seqs = self
+            .by_code
+            .get(code)
             .ok_or_else(|| ApproveError::Unknown(code.to_string()))?;
-        let pairing = self
+        let live = seqs
+            .iter()
+            .copied()
+            .find(|seq| self.pairings.get(seq).is_some_and(|p| p.live(now)));
+        let Some(seq) = live else {
+            let first = seqs
+                .first()
+                .and_then(|seq| self.pairings.get(seq))
+                .ok_or_else(|| ApproveError::Unknown(code.to_string()))?;
+            if first.expired(now) {
+                return Err(ApproveError::Expired);
+            }
+            return Err(ApproveError::Already(display(first.record().get("state"))));
+        };
+        let (mut pairing, hash) = self
             .pairings
-            .get_mut(at)
+            .get(&seq)
+            .map(|p| (p.record(), p.hash.clone()))
             .ok_or_else(|| ApproveError::Unknown(code.to_string()))?;
-        if pairing
-            .get("expiresAt")
-            .and_then(Value::as_f64)
-            .is_some_and(|expires_at| expires_at <= now)
-        {
-            return Err(ApproveError::Expired);
-        }
-        if pairing.get("state").and_then(Value::as_str) != Some("pending") {
-            return Err(ApproveError::Already(display(pairing.get("state"))));
-        }
         let mut runner = Record::new();
         runner.insert("id".into(), Value::from(runner_id));
         runner.insert("owner".into(), Value::from(owner));
@@ -164,6 +393,8 @@ impl PairingStore {
         pairing.insert("owner".into(), Value::from(owner));
         pairing.insert("runnerId".into(), Value::from(runner_id));
         pairing.insert("collected".into(), Value::Bool(false));
+        self.pairings
+            .insert(seq, Pairing::from_record(&pairing, hash));
         let at = match self.runner_at.get(runner_id) {
             Some(&at) => {
                 if let Some(slot) = self.runners.get_mut(at) {
@@ -183,21 +414,30 @@ impl PairingStore {
             .ok_or_else(|| ApproveError::Unknown(code.to_string()))
     }
 
-    /// `denyPairing`: the first pairing with the code becomes `denied`, whatever it was.
+    /// `denyPairing`: the pairing the code names ([`Self::named`]: a
+    /// pending one first) becomes `denied`.
     pub fn deny(&mut self, code: &str) {
-        if let Some(at) = self.first_with_code(code) {
-            if let Some(pairing) = self.pairings.get_mut(at) {
+        if let Some(seq) = self.named(code) {
+            self.rewrite(seq, |pairing| {
                 pairing.insert("state".into(), Value::from("denied"));
-            }
+            });
         }
     }
 
     /// `consumePairingToken`: mark the approval collected (deliver once).
     pub fn consume(&mut self, hash: &str) {
-        if let Some(&at) = self.by_hash.get(hash) {
-            if let Some(pairing) = self.pairings.get_mut(at) {
+        if let Some(&seq) = self.by_hash.get(hash) {
+            self.rewrite(seq, |pairing| {
                 pairing.insert("collected".into(), Value::Bool(true));
-            }
+            });
+        }
+    }
+
+    fn rewrite(&mut self, seq: u64, change: impl FnOnce(&mut Record)) {
+        if let Some(stored) = self.pairings.get_mut(&seq) {
+            let mut record = stored.record();
+            change(&mut record);
+            *stored = Pairing::from_record(&record, std::mem::take(&mut stored.hash));
         }
     }
 

@@ -699,35 +699,52 @@ fn pairings_and_runners() {
             "createdAt"
         ]
     );
+    // Approval acts on the pending, unexpired pairing with the code: h2
+    // (a second live pairing under one code exists only if a store was
+    // handed one; pair start picks a fresh code).
+    assert!(people.approve("CODE", "alice", "r2", 5.0).is_ok());
+    let state = |people: &PairingStore, hash: &str| {
+        people
+            .pairing_by_hash(hash)
+            .and_then(|p| p.get("state").cloned())
+    };
+    assert_eq!(state(&people, "h1"), Some(serde_json::json!("approved")));
+    assert_eq!(state(&people, "h2"), Some(serde_json::json!("approved")));
     assert_eq!(
         people
-            .approve("CODE", "alice", "r2", 5.0)
+            .approve("CODE", "alice", "r3", 5.0)
             .err()
             .map(|e| e.to_string()),
         Some("pairing is already approved".into())
     );
-    let first = people.pairing_by_code("CODE").cloned().unwrap_or_default();
+    people.create_pairing(pairing("h4", "CODE", 100.0));
+    // The code names its pending pairing first, then the first one.
+    assert_eq!(
+        people
+            .pairing_by_code("CODE")
+            .and_then(|p| p.get("deviceCodeHash").cloned()),
+        Some(serde_json::json!("h4"))
+    );
+    people.deny("CODE");
+    assert_eq!(state(&people, "h4"), Some(serde_json::json!("denied")));
+    assert_eq!(state(&people, "h1"), Some(serde_json::json!("approved")));
+    let first = people.pairing_by_code("CODE").unwrap_or_default();
     assert_eq!(first.get("deviceCodeHash"), Some(&serde_json::json!("h1")));
     assert_eq!(first.get("runnerId"), Some(&serde_json::json!("r1")));
-    people.deny("CODE");
-    assert_eq!(
-        people.pairing_by_hash("h1").and_then(|p| p.get("state")),
-        Some(&serde_json::json!("denied"))
-    );
     people.consume("h1");
     assert_eq!(
         people
             .pairing_by_hash("h1")
-            .and_then(|p| p.get("collected")),
-        Some(&serde_json::json!(true))
+            .and_then(|p| p.get("collected").cloned()),
+        Some(serde_json::json!(true))
     );
     // Overwriting h1 with another code moves the code index.
     people.create_pairing(pairing("h1", "NEW", 100.0));
     assert_eq!(
         people
             .pairing_by_code("CODE")
-            .and_then(|p| p.get("deviceCodeHash")),
-        Some(&serde_json::json!("h2"))
+            .and_then(|p| p.get("deviceCodeHash").cloned()),
+        Some(serde_json::json!("h2"))
     );
     people.revoke("r1", 7.0);
     people.revoke("r1", 9.0);
@@ -741,9 +758,143 @@ fn pairings_and_runners() {
     assert!(people
         .touch("zz", serde_json::json!([]), serde_json::json!("0.2"), 10.0)
         .is_none());
-    assert_eq!(people.list_runners(Some("alice")).len(), 1);
+    assert_eq!(people.list_runners(Some("alice")).len(), 2);
     assert_eq!(people.list_runners(Some("bob")).len(), 0);
-    assert_eq!(people.list_runners(None).len(), 1);
+    assert_eq!(people.list_runners(None).len(), 2);
+}
+
+fn pending(
+    hash: &str,
+    code: &str,
+    created: f64,
+    expires: f64,
+) -> serde_json::Map<String, serde_json::Value> {
+    serde_json::json!({"deviceCodeHash": hash, "userCode": code, "state": "pending", "owner": null,
+        "runnerId": null, "collected": false, "label": "laptop", "platform": "linux", "daemonVersion": "0.1.1",
+        "capabilities": [], "device": {"identity": "i"}, "expiresAt": expires, "createdAt": created})
+    .as_object()
+    .cloned()
+    .unwrap_or_default()
+}
+
+#[test]
+fn approval_acts_only_on_the_pending_unexpired_pairing_with_the_code() {
+    let mut people = PairingStore::default();
+    let state = |people: &PairingStore, hash: &str| {
+        people
+            .pairing_by_hash(hash)
+            .and_then(|p| p.get("state").cloned())
+    };
+    // An expired pairing carries the code first.
+    people.create_pairing(pending("old", "CODE", 0.0, 10.0));
+    people.create_pairing(pending("live", "CODE", 0.0, 1_000.0));
+    let runner = people.approve("CODE", "alice", "r1", 50.0).cloned();
+    assert!(runner.is_ok(), "{runner:?}");
+    assert_eq!(state(&people, "live"), Some(serde_json::json!("approved")));
+    assert_eq!(state(&people, "old"), Some(serde_json::json!("pending")));
+    // A denied one first.
+    people.create_pairing(pending("no", "NO", 0.0, 1_000.0));
+    people.deny("NO");
+    people.create_pairing(pending("yes", "NO", 0.0, 1_000.0));
+    assert!(people.approve("NO", "bob", "r2", 50.0).is_ok());
+    assert_eq!(state(&people, "no"), Some(serde_json::json!("denied")));
+    assert_eq!(state(&people, "yes"), Some(serde_json::json!("approved")));
+    // With no live pairing the first one says why, as the reference does.
+    assert_eq!(
+        people.approve("CODE", "bob", "r3", 50.0).err(),
+        Some(ApproveError::Expired)
+    );
+    assert_eq!(
+        people
+            .approve("NO", "bob", "r3", 50.0)
+            .err()
+            .map(|e| e.to_string()),
+        Some("pairing is already denied".into())
+    );
+}
+
+#[test]
+fn expired_pairings_are_pruned_by_the_sweep_and_as_they_pile_up() {
+    let mut store = Store::new(StoreOptions::default());
+    for i in 0..10 {
+        let at = f64::from(i) * 1_000.0;
+        store.people.create_pairing(pending(
+            &format!("h{i}"),
+            &format!("C{i}"),
+            at,
+            at + 600_000.0,
+        ));
+    }
+    store
+        .people
+        .approve("C9", "alice", "r9", 9_000.0)
+        .map(|_| ())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(store.people.pairing_footprint().0, 10);
+    // Expired, but inside the grace a late daemon still hears `expired`.
+    store.expire_due(600_000.0 + 4_500.0);
+    assert_eq!(store.people.pairing_footprint().0, 10);
+    store.expire_due(600_000.0 + PAIRING_GRACE_MS + 4_500.0);
+    assert_eq!(store.people.pairing_footprint().0, 5);
+    assert!(store.people.pairing_by_hash("h4").is_none());
+    assert!(store.people.pairing_by_code("C4").is_none());
+    assert!(store.people.pairing_by_hash("h5").is_some());
+    store.expire_due(f64::from(u32::MAX));
+    assert_eq!(store.people.pairing_footprint(), (0, 0));
+    // The runner an approval made outlives its pairing.
+    assert!(store.people.runner("r9").is_some());
+
+    // Without sweeps, creating pairings prunes the expired ones as they pile up.
+    let mut people = PairingStore::default();
+    for i in 0..20_000u32 {
+        let at = f64::from(i) * 1_000.0;
+        people.create_pairing(pending(&format!("h{i}"), "X", at, at + 600_000.0));
+        // At most 721 live (10 min and the 2 min window, one a second);
+        // a prune runs whenever the count reaches 1,024 or doubles.
+        assert!(people.pairing_footprint().0 <= 2048);
+    }
+}
+
+#[test]
+fn a_pairing_given_as_json_text_is_kept_as_given() {
+    let mut people = PairingStore::default();
+    assert!(!people.create_pairing_json("[1]".into()));
+    assert!(!people.create_pairing_json("{\"deviceCodeHash\":".into()));
+    let text = r#"{"deviceCodeHash":"h","userCode":"AB","state":"pending","label":"\ud800 x","expiresAt":1e21,"createdAt":5}"#;
+    assert!(people.create_pairing_json(text.into()));
+    assert_eq!(people.pairing_json_by_hash("h"), Some(text));
+    assert_eq!(people.pairing_json_by_code("AB"), Some(text));
+    assert_eq!(people.pairing_footprint(), (1, text.len()));
+}
+
+#[test]
+fn a_pairing_whose_text_holds_a_lone_surrogate_approves_into_a_whole_runner() {
+    let mut people = PairingStore::default();
+    let text = r#"{"deviceCodeHash":"h","userCode":"AB","state":"pending","label":"\ud800 x","platform":"linux","expiresAt":1e21,"createdAt":5}"#;
+    assert!(people.create_pairing_json(text.into()));
+    let runner = people.approve("AB", "alice", "r1", 0.0);
+    let runner = runner.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
+    let runner = runner.unwrap_or_default();
+    assert!(runner.contains("\"label\":\"\u{fffd} x\""), "{runner}");
+    assert!(runner.contains("\"platform\":\"linux\""), "{runner}");
+}
+
+#[test]
+fn past_the_cap_the_oldest_pairings_go_but_not_an_approval_awaiting_collection() {
+    let mut people = PairingStore::default();
+    people.create_pairing(pending("first", "FIRST", 0.0, 1e12));
+    assert!(people.approve("FIRST", "alice", "r1", 0.0).is_ok());
+    for i in 0..MAX_PAIRINGS + 100 {
+        people.create_pairing(pending(&format!("h{i}"), &format!("C{i}"), 0.0, 1e12));
+    }
+    assert_eq!(people.pairing_footprint().0, MAX_PAIRINGS);
+    assert!(people.pairing_by_hash("first").is_some());
+    assert!(people.pairing_by_hash("h0").is_none());
+    assert!(people.pairing_by_code("C100").is_none());
+    assert!(people.pairing_by_hash("h101").is_some());
+    assert!(people
+        .pairing_by_hash(&format!("h{}", MAX_PAIRINGS + 99))
+        .is_some());
 }
 
 // ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@
 //! parser and validator decide instead. So this can make a body faster,
 //! never change what is accepted.
 
-use super::schema::{Presence, Schema};
+use super::schema::{Field, Presence, Refine, Schema, MAX_PAIR_START_BYTES};
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -378,6 +378,52 @@ impl<'a> Scan<'a> {
         text.parse::<f64>().ok()
     }
 
+    /// An object of `fields`, keys in schema order.
+    fn object(&mut self, fields: &[Field]) -> Option<()> {
+        self.eat(b'{')?;
+        let mut next = 0; // index of the next field the text may hold
+        if self.peek()? == b'}' {
+            self.i += 1;
+        } else {
+            loop {
+                // The expected key first, spelled as the schema
+                // does; otherwise read the key and look ahead.
+                if !fields.get(next).is_some_and(|f| self.literal(f.name)) {
+                    let key = self.plain_str()?;
+                    // Skip absent optional fields; a skipped required
+                    // or defaulted field means "not canonical".
+                    loop {
+                        let field = fields.get(next)?;
+                        if field.name.as_bytes() == key {
+                            break;
+                        }
+                        if field.presence != Presence::Optional {
+                            return None;
+                        }
+                        next += 1;
+                    }
+                }
+                self.eat(b':')?;
+                let field = fields.get(next)?;
+                self.value(field.schema)?;
+                next += 1;
+                match self.peek()? {
+                    b',' => self.i += 1,
+                    b'}' => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        fields
+            .get(next..)?
+            .iter()
+            .all(|f| f.presence == Presence::Optional)
+            .then_some(())
+    }
+
     fn value(&mut self, schema: &Schema) -> Option<()> {
         match schema {
             Schema::Str { min, max } => {
@@ -439,51 +485,17 @@ impl<'a> Scan<'a> {
                 (ok_min && ok_max).then_some(())
             }
             Schema::Object { fields, refine } => {
-                if refine.is_some() {
-                    return None;
-                }
-                self.eat(b'{')?;
-                let mut next = 0; // index of the next field the text may hold
-                if self.peek()? == b'}' {
-                    self.i += 1;
-                } else {
-                    loop {
-                        // The expected key first, spelled as the schema
-                        // does; otherwise read the key and look ahead.
-                        if !fields.get(next).is_some_and(|f| self.literal(f.name)) {
-                            let key = self.plain_str()?;
-                            // Skip absent optional fields; a skipped required
-                            // or defaulted field means "not canonical".
-                            loop {
-                                let field = fields.get(next)?;
-                                if field.name.as_bytes() == key {
-                                    break;
-                                }
-                                if field.presence != Presence::Optional {
-                                    return None;
-                                }
-                                next += 1;
-                            }
-                        }
-                        self.eat(b':')?;
-                        let field = fields.get(next)?;
-                        self.value(field.schema)?;
-                        next += 1;
-                        match self.peek()? {
-                            b',' => self.i += 1,
-                            b'}' => {
-                                self.i += 1;
-                                break;
-                            }
-                            _ => return None,
-                        }
-                    }
-                }
-                fields
-                    .get(next..)?
-                    .iter()
-                    .all(|f| f.presence == Presence::Optional)
-                    .then_some(())
+                // A pair start's size is judged on its text, which is never
+                // shorter than its canonical JSON: a text within the limit
+                // is a body within it; a longer one goes the full way.
+                let limit = match refine {
+                    None => usize::MAX,
+                    Some(Refine::PairStartBytes) => MAX_PAIR_START_BYTES,
+                    Some(_) => return None,
+                };
+                let start = self.i;
+                self.object(fields)?;
+                (self.i - start <= limit).then_some(())
             }
             Schema::Union { options, .. } => {
                 // Each option pins its own tag, so the option that accepts
@@ -524,6 +536,33 @@ mod tests {
             "fast path accepted what the full path does not: {text}"
         );
         fast
+    }
+
+    #[test]
+    fn a_pair_start_is_fast_up_to_its_size_limit_and_never_past_it() {
+        let keys = crate::keys::StoredKeys::generate(1).public_identity();
+        let start = |model: &str| {
+            format!(
+                r#"{{"protocolVersion":"2","action":"start","daemon":{{"version":"1","label":"l","platform":"linux"}},"device":{},"capabilities":[{{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"{model}","offerScope":"team"}}]}}"#,
+                keys.to_json()
+            )
+        };
+        let room = MAX_PAIR_START_BYTES - start("").len();
+        assert!(agrees(Endpoint::Pair, &start(&"m".repeat(room))));
+        let over = start(&"m".repeat(room + 1));
+        assert!(!agrees(Endpoint::Pair, &over));
+        assert!(matches!(
+            wire::inspect_request(Endpoint::Pair, &over, &basic_url_ok),
+            Inspection::Schema
+        ));
+        // Whitespace counts against the text, never against the body: the
+        // full path decides and accepts it.
+        let spaced = start(&"m".repeat(room)).replacen(':', ": ", 1);
+        assert!(!agrees(Endpoint::Pair, &spaced));
+        assert!(matches!(
+            wire::inspect_request(Endpoint::Pair, &spaced, &basic_url_ok),
+            Inspection::Ok { .. }
+        ));
     }
 
     #[test]

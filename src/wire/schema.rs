@@ -84,7 +84,15 @@ pub enum Refine {
     GenerateTotal,
     /// `Σ messages[i].content.length + (system?.length ?? 0) <= 4_000_000`.
     ChatTotal,
+    /// Ours, not the reference's: a `pair start` body, as canonical JSON, is
+    /// at most [`MAX_PAIR_START_BYTES`] bytes of UTF-8 (it is kept, and
+    /// anyone may send one).
+    PairStartBytes,
 }
+
+/// The largest `pair start` body kept: a daemon's is well under 2 KiB
+/// (device keys, version, label, a few capabilities).
+pub const MAX_PAIR_START_BYTES: usize = 8 * 1024;
 
 /// Total payload text limit, in UTF-16 units.
 pub const MAX_TOTAL_CHARS: usize = 4_000_000;
@@ -811,7 +819,10 @@ impl<'d> Validator<'d> {
                 let out = Out::Obj(outs);
                 if let Some(refine) = refine {
                     if !self.soft_aborted(start) && !self.refine_holds(*refine, &out) {
-                        let message = "payload exceeds 4000000 characters";
+                        let message = match refine {
+                            Refine::PairStartBytes => "pair start exceeds 8192 bytes",
+                            _ => "payload exceeds 4000000 characters",
+                        };
                         self.push(path, IssueKind::Custom { message }, Cont::Yes);
                     }
                 }
@@ -856,6 +867,11 @@ impl<'d> Validator<'d> {
     }
 
     fn refine_holds(&self, refine: Refine, out: &Out) -> bool {
+        if refine == Refine::PairStartBytes {
+            let mut text = String::new();
+            out.write_json(self.doc, &mut text);
+            return text.len() <= MAX_PAIR_START_BYTES;
+        }
         let system = self.text_len(out.field("system"));
         let body = match refine {
             Refine::GenerateTotal => self.text_len(out.field("prompt")),
@@ -866,6 +882,7 @@ impl<'d> Validator<'d> {
                     .sum(),
                 _ => 0,
             },
+            Refine::PairStartBytes => 0,
         };
         body + system <= MAX_TOTAL_CHARS
     }

@@ -1,0 +1,343 @@
+// What no input may grow past: the HTTP body cap (bytes, counted as they
+// arrive, reading stopped at the cap), payloads that could never be
+// delivered (refused at enqueue), and what an unauthenticated `pair start`
+// may leave behind (bounded fields, exact key spellings, a fresh user code,
+// pairings pruned once expired, memory bounded under a flood). Only our
+// package: the reference's behaviour for each is in the comments and in
+// docs/security.md ("The reference's weak spots").
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  ByollmApp,
+  ByollmHandlers,
+  MemoryStore,
+  createFetchHandler,
+  generateSiteKeys,
+  hashSecret,
+  secretsMatch,
+} from "../dist/index.js";
+import * as native from "../index.js";
+
+const MAX_BODY_BYTES = 6 * 1024 * 1024 + 512 * 1024;
+const MAX_ENVELOPE_BYTES = 6 * 1024 * 1024;
+const T0 = 1_767_225_600_000;
+
+function site({ clock = { t: T0 }, store = new MemoryStore() } = {}) {
+  const siteKeys = generateSiteKeys();
+  const now = () => clock.t;
+  const config = { store, siteKeys, verificationUrl: "https://site.example/pair", now };
+  return {
+    clock,
+    store,
+    app: new ByollmApp({ store, siteKeys, now }),
+    handlers: new ByollmHandlers(config),
+    fetchHandler: createFetchHandler(config),
+  };
+}
+
+function post(fetchHandler, endpoint, body, headers = {}) {
+  return fetchHandler(
+    new Request(`http://127.0.0.1/byollm/${endpoint}`, { method: "POST", body, headers, duplex: "half" }),
+  );
+}
+
+async function answer(response) {
+  return { status: response.status, body: await response.json() };
+}
+
+const tooLarge = /^this message is \d+\.\d MB and the limit is 6\.5 MB/;
+
+// ---------------------------------------------------------------- the body cap
+
+test("a chunked body is read no further than the cap, and refused as the reference refuses an oversized body", async () => {
+  const { fetchHandler } = site();
+  let pulled = 0;
+  // Never ends: only a reader that stops can answer at all.
+  const endless = new ReadableStream({
+    pull(controller) {
+      pulled += 65_536;
+      controller.enqueue(new Uint8Array(65_536).fill(0x20));
+    },
+  });
+  const { status, body } = await answer(await post(fetchHandler, "claim", endless));
+  assert.equal(status, 400);
+  assert.equal(body.error, "bad-request");
+  assert.match(body.message, tooLarge);
+  assert.ok(pulled <= MAX_BODY_BYTES + 1024 * 1024, `read ${pulled} bytes`);
+});
+
+test("the cap counts bytes, not UTF-16 units: 3-byte characters over it are refused", async () => {
+  const { fetchHandler } = site();
+  // 2.3 million UTF-16 units, 6.9 MB of UTF-8 (the reference compares the
+  // text's .length with the cap, so it reads this whole and goes on).
+  const text = JSON.stringify({ protocolVersion: "2", runnerId: "r", capabilities: [], max: 1, x: "\u20ac".repeat(2_300_000) });
+  assert.ok(text.length < MAX_BODY_BYTES && Buffer.byteLength(text) > MAX_BODY_BYTES);
+  const { status, body } = await answer(await post(fetchHandler, "claim", text));
+  assert.equal(status, 400);
+  assert.equal(body.error, "bad-request");
+  assert.match(body.message, tooLarge);
+});
+
+test("a content-length that lies low does not let a larger body through", async () => {
+  const { fetchHandler } = site();
+  const request = new Request("http://127.0.0.1/byollm/claim", {
+    method: "POST",
+    body: new Uint8Array(7 * 1024 * 1024).fill(0x20),
+    headers: { "content-length": "10" },
+  });
+  assert.equal(request.headers.get("content-length"), "10");
+  const { status, body } = await answer(await fetchHandler(request));
+  assert.equal(status, 400);
+  assert.match(body.message, tooLarge);
+});
+
+test("a body of exactly the cap is read (and then judged as JSON)", async () => {
+  const { fetchHandler } = site();
+  const chunks = [new Uint8Array(MAX_BODY_BYTES - 1).fill(0x20), new Uint8Array([0x20])];
+  const stream = new ReadableStream({
+    pull(controller) {
+      const next = chunks.shift();
+      if (next === undefined) controller.close();
+      else controller.enqueue(next);
+    },
+  });
+  const { status, body } = await answer(await post(fetchHandler, "claim", stream));
+  assert.deepEqual({ status, body }, { status: 400, body: { error: "bad-request", message: "request body is not valid JSON" } });
+});
+
+// ---------------------------------------------------------------- undeliverable payloads
+
+test("enqueue refuses a payload whose envelope could never be delivered, on every store path", async () => {
+  // A million astral characters pass the length rules (1,000,000 code
+  // points) but are 4 MB of UTF-8: sealed for a runner, 6.8 MiB, over the
+  // 6 MiB envelope cap. The reference stores it; no runner could take it.
+  const astral = "\u{1f600}".repeat(1_000_000);
+  const wrapped = new MemoryStore();
+  // A store someone wrapped takes the general path, not the native lane.
+  wrapped.create = MemoryStore.prototype.create.bind(wrapped);
+  for (const store of [new MemoryStore(), wrapped]) {
+    const { app } = site({ store });
+    await assert.rejects(
+      app.enqueue({ kind: "llm.generate", payload: { prompt: astral }, owner: "alice" }),
+      (error) => {
+        assert.match(error.message, /^invalid llm\.generate payload — sealed for its runner it would be 6\.8 MB and the limit on one envelope is 6\.0 MB/);
+        return true;
+      },
+    );
+    assert.equal((await store.allJobs?.())?.length ?? 0, 0);
+  }
+  // Chat messages count together.
+  const { app } = site();
+  await assert.rejects(
+    app.enqueue({
+      kind: "llm.chat",
+      payload: { messages: [{ role: "user", content: astral.slice(0, 1_200_000) }, { role: "user", content: astral.slice(0, 1_200_000) }] },
+      owner: "alice",
+    }),
+    /limit on one envelope is 6\.0 MB/,
+  );
+});
+
+test("a payload just inside the envelope cap is accepted and its envelope stays under it", async () => {
+  const { app, store } = site();
+  // A million 3-byte characters: 3 MB of UTF-8, about 5.4 MB sealed.
+  const handle = await app.enqueue({ kind: "llm.generate", payload: { prompt: "\u20ac".repeat(1_000_000) }, owner: "alice" });
+  const job = await store.get(handle.id);
+  const size = JSON.stringify(job.envelope).length;
+  assert.ok(size > 5_000_000 && size <= MAX_ENVELOPE_BYTES, `${size}`);
+});
+
+// ---------------------------------------------------------------- pair start
+
+const auth = { endpoint: "pair", rawBody: "", signature: undefined };
+const SCHEMA_REFUSAL = { status: 400, body: { error: "bad-request", message: "pair request failed schema validation" } };
+
+function startBody(device, fill = {}) {
+  return {
+    protocolVersion: "2",
+    action: "start",
+    daemon: { version: "0.1.1", label: "laptop", platform: "linux", ...fill.daemon },
+    device,
+    capabilities: fill.capabilities ?? [
+      { kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" },
+    ],
+  };
+}
+
+const capability = (i, model = "m") => ({
+  kind: "llm.generate",
+  service: `service-${i}`,
+  backendId: "ollama",
+  backendClass: "http",
+  model,
+  knownModels: [],
+  offerScope: "team",
+});
+
+/** The largest pair start kept: 32 capabilities, 8,192 bytes as canonical JSON. */
+function maximalStart(device) {
+  const body = startBody(device, {
+    daemon: { version: "v".repeat(64), label: "l".repeat(120) },
+    capabilities: Array.from({ length: 32 }, (_, i) => capability(i)),
+  });
+  const room = 8192 - Buffer.byteLength(JSON.stringify(body));
+  for (let i = 0; i < room; i++) body.capabilities[i % 32].model += "m";
+  assert.equal(Buffer.byteLength(JSON.stringify(body)), 8192);
+  return body;
+}
+
+test("pair start keeps only bounded fields; more is the reference's schema refusal", async () => {
+  const { handlers } = site();
+  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const maximal = maximalStart(device);
+  assert.equal((await handlers.handle("pair", maximal, auth)).status, 200);
+  const over = structuredClone(maximal);
+  over.capabilities[0].model += "m";
+  assert.deepEqual(await handlers.handle("pair", over, auth), SCHEMA_REFUSAL, "one byte over 8 KiB");
+  for (const [name, body] of [
+    ["a daemon version of 65 characters", startBody(device, { daemon: { version: "1".repeat(65) } })],
+    ["33 capabilities", startBody(device, { capabilities: Array.from({ length: 33 }, (_, i) => capability(i)) })],
+    ["a megabyte capability", startBody(device, { capabilities: [capability(0, "m".repeat(1_000_000))] })],
+    ["an identity of 129 characters", startBody({ ...device, identity: device.identity.padEnd(129, "A") })],
+  ]) {
+    assert.deepEqual(await handlers.handle("pair", body, auth), SCHEMA_REFUSAL, name);
+  }
+  // Over HTTP: the same answer.
+  const { fetchHandler } = site();
+  const text = JSON.stringify(startBody(device, { daemon: { version: "1".repeat(65) } }));
+  assert.deepEqual(await answer(await post(fetchHandler, "pair", text)), SCHEMA_REFUSAL);
+});
+
+test("identity keys padded with junk, padding or the other alphabet do not verify at pair start", async () => {
+  const { handlers } = site();
+  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const refused = {
+    status: 400,
+    body: {
+      error: "bad-request",
+      message:
+        "the device's keys are not spelled exactly: identity and encryption must each be the unpadded base64url of 32 bytes, encryptionSig of 64",
+    },
+  };
+  for (const [name, changed] of [
+    ["junk after the identity", { ...device, identity: `${device.identity}!!!!` }],
+    ["junk inside the identity", { ...device, identity: `${device.identity.slice(0, 5)}*${device.identity.slice(5)}` }],
+    ["a padded identity", { ...device, identity: `${device.identity}=` }],
+    ["junk after the signature", { ...device, encryptionSig: `${device.encryptionSig}$` }],
+    ["a padded signature", { ...device, encryptionSig: `${device.encryptionSig}==` }],
+  ]) {
+    // The reference's lenient decoding verifies every one of these.
+    assert.equal(native.verifyPublicIdentity(changed), true, name);
+    assert.deepEqual(await handlers.handle("pair", startBody(changed), auth), refused, name);
+  }
+  assert.equal((await handlers.handle("pair", startBody(device), auth)).status, 200);
+  // A key its identity did not sign keeps the reference's answer.
+  const other = native.publicIdentityOf(native.generateKeys(T0));
+  assert.deepEqual(await handlers.handle("pair", startBody({ ...device, encryption: other.encryption }), auth), {
+    status: 400,
+    body: { error: "bad-request", message: "the device's encryption key is not signed by the identity it was presented with" },
+  });
+});
+
+test("pair start never hands out a user code a live pairing holds", async () => {
+  const store = new MemoryStore();
+  const { handlers, clock } = site({ store });
+  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const asked = [];
+  // The store reports the first three codes it is asked about as held by a
+  // live pairing (as a code collision would look).
+  const lookup = store.getPairingByUserCode.bind(store);
+  store.getPairingByUserCode = async (userCode) => {
+    asked.push(userCode);
+    if (asked.length <= 3) return { userCode, state: "pending", expiresAt: clock.t + 1 };
+    return lookup(userCode);
+  };
+  const started = await handlers.handle("pair", startBody(device), auth);
+  assert.equal(started.status, 200);
+  assert.equal(asked.length, 4);
+  assert.equal(started.body.userCode, asked[3]);
+  assert.ok(!asked.slice(0, 3).includes(started.body.userCode));
+  // A code held only by a pairing that expired, or is no longer pending, is free.
+  asked.length = 0;
+  store.getPairingByUserCode = async (userCode) => {
+    asked.push(userCode);
+    return asked.length === 1 ? { userCode, state: "pending", expiresAt: clock.t } : { userCode, state: "approved", expiresAt: clock.t + 1 };
+  };
+  const again = await handlers.handle("pair", startBody(device), auth);
+  assert.equal(again.body.userCode, asked[0]);
+});
+
+test("approval acts only on the pending, unexpired pairing with the code", async () => {
+  const { app, store, clock } = site();
+  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const record = (hash, expiresAt) => ({
+    device,
+    deviceCodeHash: hash,
+    userCode: "ABCD-EFGH",
+    state: "pending",
+    owner: null,
+    runnerId: null,
+    collected: false,
+    label: hash,
+    platform: "linux",
+    daemonVersion: "0.1.1",
+    capabilities: [],
+    expiresAt,
+    createdAt: T0,
+  });
+  // Two pairings under one code (a store handed them so): the first expired.
+  await store.createPairing(record("expired", clock.t - 1));
+  await store.createPairing(record("live", clock.t + 60_000));
+  const runner = await app.approvePairing({ userCode: "abcd efgh", owner: "alice" });
+  assert.equal(runner.label, "live");
+  assert.equal((await store.getPairingByDeviceCodeHash("live")).state, "approved");
+  assert.equal((await store.getPairingByDeviceCodeHash("expired")).state, "pending");
+  await assert.rejects(app.approvePairing({ userCode: "ABCD-EFGH", owner: "bob" }), /pairing code has expired/);
+});
+
+test("100,000 maximal pair starts leave memory bounded, and a sweep removes expired pairings", { timeout: 300_000 }, async () => {
+  const { handlers, store, clock } = site();
+  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const body = maximalStart(device);
+  // Warm up the allocator, then measure from there.
+  for (let i = 0; i < 2_000; i++) assert.equal((await handlers.handle("pair", body, auth)).status, 200);
+  globalThis.gc?.();
+  const before = process.memoryUsage().rss;
+  let first;
+  let last;
+  const started = performance.now();
+  for (let i = 0; i < 100_000; i++) {
+    // One start every 5 ms of the site's clock: about 120,000 would be
+    // live within a pairing's 10 minutes, far past what one store keeps.
+    clock.t += 5;
+    const answered = await handlers.handle("pair", body, auth);
+    assert.equal(answered.status, 200);
+    first ??= answered.body.deviceCode;
+    last = answered.body.deviceCode;
+  }
+  const seconds = (performance.now() - started) / 1000;
+  globalThis.gc?.();
+  const grown = (process.memoryUsage().rss - before) / 2 ** 20;
+  console.log(`# 100,000 pair starts of 8 KiB in ${seconds.toFixed(1)} s; RSS grew ${grown.toFixed(1)} MiB`);
+  // At most 4,096 pairings of at most ~8.5 KiB each: 35 MiB, plus slack for
+  // the allocator and V8 (docs/security.md states the bound).
+  assert.ok(grown < 96, `RSS grew ${grown.toFixed(1)} MiB`);
+  // The oldest were dropped past the cap; the newest is kept and pending.
+  assert.equal(await store.getPairingByDeviceCodeHash(hashSecret(first)), null);
+  assert.equal((await store.getPairingByDeviceCodeHash(hashSecret(last)))?.state, "pending");
+  // Expired (and past the clock window): the sweep removes them.
+  clock.t += 600_000 + 120_000;
+  await store.expireDue(clock.t);
+  assert.equal(await store.getPairingByDeviceCodeHash(hashSecret(last)), null);
+  const polled = await handlers.handle("pair", { protocolVersion: "2", action: "poll", deviceCode: last }, auth);
+  assert.deepEqual(polled, { status: 404, body: { error: "not-found", message: "unknown device code" } });
+});
+
+test("secretsMatch: malformed hex is never equal", () => {
+  for (const [a, b] of [["zz", "yy"], ["zz", "zz"], ["abc", "abd"], ["", ""], ["ab", "ab "]]) {
+    assert.equal(secretsMatch(a, b), false, `${a} ${b}`);
+  }
+  assert.equal(secretsMatch("ab", "AB"), true);
+  const digest = hashSecret("x");
+  assert.equal(secretsMatch(digest, digest), true);
+});
