@@ -36,7 +36,7 @@ const DELIBERATE = [
   {
     // Exactly the reference's value with each lone surrogate as U+FFFD.
     id: "a lone surrogate in a stored device string comes back as U+FFFD",
-    doc: ["README.md", "A lone surrogate (`\"\\ud800\"`) in a string a device sends and the store keeps"],
+    doc: ["README.md", "A lone surrogate (`\"\\ud800\"`) in a string a device sends (a label, a version, a capability's model)"],
     label: /(runners after the variants|pair: start label lone surrogates|pendingPairing|approve|: runners|end: runners of \w+)$/,
     ours: (v, r) => wellFormed(v) === wellFormed(r) && JSON.stringify(v) !== JSON.stringify(r),
   },
@@ -222,20 +222,6 @@ const OPEN_DIVERGENCES = [
     id: "a multibyte character at the native read buffer's edge truncates the body",
     label: /^(read buffer edge \d+ \/ |mutation #\d+ )/,
     ours: (v) => (v.status === 400 && v.body?.message === "request body is not valid JSON") || /SyntaxError|after JSON|JSON at position/.test(v.rejects ?? ""),
-  },
-  {
-    // A body over the cap in UTF-8 bytes but not in UTF-16 units (2-, 3- or
-    // 4-byte characters, e.g. a pair poll whose deviceCode is 3.5 million
-    // "é"): the reference measures units, parses it and answers as for any
-    // body (404 "unknown device code"); ours answers 400 "request body is
-    // not valid JSON", which is wrong either way (the same truncation as the
-    // read-buffer entry above: a 2-byte character straddles the buffer's
-    // end). Issue 25 item 7 (branch issue-25b) counts bytes first: then ours
-    // answers the too-large message, a documented difference (DELIBERATE).
-    id: "a multibyte body over the byte cap is called invalid JSON",
-    label: /^limit: (2-byte|3-byte|astral|chunked 3-byte)/,
-    ref: (v) => v.status === 404,
-    ours: (v) => v.status === 400 && v.body?.message === "request body is not valid JSON",
   },
 ];
 
