@@ -194,38 +194,7 @@ const DELIBERATE = [
  * (or undocumented decisions). Each is reported to be fixed; remove the entry
  * when it is.
  */
-const OPEN_DIVERGENCES = [
-  {
-    // The U+FFFD rule reaches the app's own strings too: `enqueue({ id:
-    // "x\ud800" })` stores and returns id "x\ufffd" (owner likewise), so
-    // two distinct app ids ("x\ud800", "x\udbff") name one job: the second
-    // enqueue answers ok and its job is silently not stored (the first
-    // stays). The reference keeps both. README's line covers "a string a
-    // device sends"; say so for app input too, or refuse such ids.
-    id: "a lone surrogate in an app-provided id or owner is stored as U+FFFD",
-    label: /^enqueue mutation #\d+ /,
-    ours: (v, r) => wellFormed(v) === wellFormed(r) && JSON.stringify(v) !== JSON.stringify(r),
-  },
-  {
-    // src/binding/rules.rs read_utf8: napi_get_value_string_utf8 writes only
-    // whole characters, so when a multibyte character straddles the end of
-    // the reused buffer (BODY_BUF, 4,096 bytes in a fresh process, later the
-    // largest body seen) it stops 1-3 bytes short, and `written + 1 >= cap`
-    // does not see the cut: inspectRequest and isCanonicalRequestBody read a
-    // truncated body. (a) A valid body is called "request body is not valid
-    // JSON" (fresh process: a pair poll whose deviceCode holds 1,024 "🙂";
-    // the reference answers 404 unknown device code). (b) Worse, a canonical
-    // body of 4,092-4,094 bytes followed by "🙂" passes
-    // isCanonicalRequestBody, ts/http.ts then runs JSON.parse(rawBody) on the
-    // whole text and the handler rejects with SyntaxError: an unauthenticated
-    // host 500 (the reference: 400 "request body is not valid JSON"). The 5xx
-    // fails the suite regardless of this entry. Fix: size the read from
-    // napi's reported length (or compare `written` with it), never infer a cut.
-    id: "a multibyte character at the native read buffer's edge truncates the body",
-    label: /^(read buffer edge \d+ \/ |mutation #\d+ )/,
-    ours: (v) => (v.status === 400 && v.body?.message === "request body is not valid JSON") || /SyntaxError|after JSON|JSON at position/.test(v.rejects ?? ""),
-  },
-];
+const OPEN_DIVERGENCES = [];
 
 /**
  * The entries in force: those whose every quoted line is in its document

@@ -1,6 +1,15 @@
 // The app-facing half: enqueue (validated and sealed before the store sees
 // it), read results, the no-runner signal, pairing approval, revocation.
-import { bag, nonEmptyText, optionalAudience, optionalNonEmptyText, optionalNumber, optionalStrings, text } from "./args.js";
+import {
+  bag,
+  lookupText,
+  nonEmptyText,
+  optionalAudience,
+  optionalNonEmptyText,
+  optionalNumber,
+  optionalStrings,
+  text,
+} from "./args.js";
 import { CloudLane } from "./cloud.js";
 import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
@@ -268,7 +277,7 @@ export class ByollmApp {
   /** Approve a pairing; `owner` must come from the approving user's own session. */
   async approvePairing(args: { userCode: string; owner: string }): Promise<RunnerRecord> {
     bag("approvePairing", args);
-    const userCode = text("approvePairing", "userCode", args.userCode);
+    const userCode = lookupText("approvePairing", "userCode", args.userCode);
     // An empty owner would consume the pairing and then fail the daemon's
     // own check of the approval: refused before anything changes.
     const owner = nonEmptyText("approvePairing", "owner", args.owner);
@@ -281,12 +290,12 @@ export class ByollmApp {
   }
 
   async denyPairing(userCode: string): Promise<void> {
-    return this.#store.denyPairing(normalizeUserCode(text("denyPairing", "userCode", userCode)), this.#now());
+    return this.#store.denyPairing(normalizeUserCode(lookupText("denyPairing", "userCode", userCode)), this.#now());
   }
 
   /** What a pending, unexpired code refers to, for the approval page; otherwise null. */
   async pendingPairing(userCode: string): Promise<PendingPairing | null> {
-    const code = normalizeUserCode(text("pendingPairing", "userCode", userCode));
+    const code = normalizeUserCode(lookupText("pendingPairing", "userCode", userCode));
     const pairing = await this.#store.getPairingByUserCode(code);
     if (pairing?.state !== "pending") return null;
     if (pairing.expiresAt <= this.#now()) return null;

@@ -41,6 +41,16 @@ export function text(where: string, field: string, value: unknown): string {
   return wellFormed(where, field, value);
 }
 
+/**
+ * A string, lone surrogates allowed: for lookups by a value this package
+ * generated (user codes), which can never hold one, so such a string simply
+ * finds nothing, as in the reference.
+ */
+export function lookupText(where: string, field: string, value: unknown): string {
+  if (typeof value !== "string") refuse(where, field, "a string", value);
+  return value;
+}
+
 export function optionalNonEmptyText(where: string, field: string, value: unknown): string | undefined {
   return value == null ? undefined : nonEmptyText(where, field, value);
 }
