@@ -8,6 +8,12 @@ import { readFileSync } from "node:fs";
 import * as native from "../index.js";
 import { ByollmApp, ByollmHandlers, MemoryStore, formatSiteKeys, siteKeysFromEnv, createFetchHandler } from "../dist/index.js";
 
+
+// The one message we word differently on purpose: the reference's advice,
+// `npx --package @byollm/server keygen`, asks the registry for the reference
+// when this package is installed under its alias; `npx --no keygen` runs the
+// installed one under either name (README, "Where we differ").
+const keygenAdvice = (message) => message.replace("`npx --package @byollm/server keygen`", "`npx --no keygen`");
 const vectors = new URL("../tests/vectors/", import.meta.url);
 const misc = JSON.parse(readFileSync(new URL("misc.json", vectors), "utf8"));
 const keys = JSON.parse(readFileSync(new URL("keys.json", vectors), "utf8"));
@@ -72,7 +78,7 @@ test("constructors: inconsistent keys and bad base paths, with the reference's m
     const siteKeys = row.result.ok ? SITE : { ...SITE, encryptionPublic: keys.parties.device.storedKeys.encryptionPublic };
     const make = () => new ByollmHandlers({ store: new MemoryStore(), siteKeys, verificationUrl: "https://x.example" });
     if (row.result.ok) make();
-    else assert.throws(make, (e) => e.message === row.result.error.message, row.name);
+    else assert.throws(make, (e) => e.message === keygenAdvice(row.result.error.message), row.name);
   }
   for (const row of misc.createFetchHandlerConstructor) {
     const make = () => createFetchHandler({ store: new MemoryStore(), siteKeys: SITE, verificationUrl: "https://x.example", basePath: row.basePath });
