@@ -393,6 +393,16 @@ export async function startSite(options = {}) {
     });
   }
 
+  // The store kept its jobs across a restart (it is a file); what this page
+  // keeps beside them (the prompt text, shown with its answer) was in memory.
+  // The jobs are listed again, their prompt sealed where the site left it.
+  for (const record of store.allJobs()) {
+    const entry = { id: record.id, owner: record.owner, prompt: "(sent before the site restarted)", createdAt: record.createdAt, logged: FINISHED.has(record.state) };
+    sent.set(entry.id, entry);
+    sentByOwner.set(record.owner, [entry.id, ...(sentByOwner.get(record.owner) ?? [])]);
+    if (!entry.logged) watch(entry);
+  }
+
   async function availabilityHtml(user) {
     // LIBRARY: is one of this person's devices online and able to run it?
     const availability = await app.runnerAvailability({ kind: "llm.generate", owner: user });
