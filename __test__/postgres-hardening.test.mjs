@@ -46,7 +46,7 @@ const pairing = (userCode, extra = {}) => ({
   ...extra,
 });
 
-test("the sweep prunes pairings expired for longer than the clock window (120 s), in every state", async () => {
+test("the sweep prunes pairings expired for longer than the clock window (120 s), an approval once its daemon collected it", async () => {
   await pool.query(TRUNCATE);
   const old = pairing("OLD0-0001", { expiresAt: T0 + 10 });
   const approved = pairing("OLD0-0002", { expiresAt: T0 + 10 });
@@ -58,6 +58,10 @@ test("the sweep prunes pairings expired for longer than the clock window (120 s)
   assert.notEqual(await store.getPairingByDeviceCodeHash(old.deviceCodeHash), null, "still in the window: the daemon hears `expired`");
   await store.expireDue(T0 + 10 + 120_000);
   assert.equal(await store.getPairingByDeviceCodeHash(old.deviceCodeHash), null);
+  // An approval its daemon has not collected waits for it (it may come at any time).
+  assert.equal((await store.getPairingByDeviceCodeHash(approved.deviceCodeHash)).state, "approved");
+  await store.consumePairingToken(approved.deviceCodeHash);
+  await store.expireDue(T0 + 10 + 120_001);
   assert.equal(await store.getPairingByDeviceCodeHash(approved.deviceCodeHash), null);
   assert.deepEqual(await store.getPairingByDeviceCodeHash(live.deviceCodeHash), live);
   const { rows } = await pool.query("select count(*)::int as n from byollm_pairings");
