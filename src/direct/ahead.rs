@@ -13,7 +13,7 @@
 //! (ciphertext for the device) or the failure the reseal gave. A fetch uses
 //! it only when every input it was computed from is still the input the
 //! fetch has (the job, its at-rest envelope, the site's keys, the device's
-//! keys); anything else is computed inline, as before. Nothing here decides
+//! keys); anything else is computed inline. Nothing here decides
 //! whether a fetch is allowed: the lane checks the signature and the lease
 //! first, then asks for the envelope.
 //!
