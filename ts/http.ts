@@ -55,6 +55,9 @@ export function signatureFrom(headers: Headers): unknown {
   return { runnerId, issuedAt, signature };
 }
 
+/** Stateless between calls (no `stream` option), so one serves every request. */
+const UTF8 = new TextDecoder();
+
 type BodyRead = { failed: false; text: string; overBytes?: undefined } | { failed: false; overBytes: number } | { failed: true };
 
 /**
@@ -99,7 +102,7 @@ async function readBody(request: Request, cap: number): Promise<BodyRead> {
       at += chunk.byteLength;
     }
   }
-  return { failed: false, text: new TextDecoder().decode(bytes) };
+  return { failed: false, text: UTF8.decode(bytes) };
 }
 
 function json(status: number, body: unknown, retryAfterSeconds?: number): Response {
