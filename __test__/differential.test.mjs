@@ -18,6 +18,7 @@ import { readFileSync } from "node:fs";
 import * as protocol from "@byollm/protocol";
 import sodium from "libsodium-wrappers";
 import * as H from "./helpers/differential.mjs";
+import { DUP, RAW, prng, raw, toText } from "./helpers/raw-json.mjs";
 
 const { both, pair, claim, fetchJob, result, sealResult, jobState, appCall, observe, compareLogs, fatal, unhandledRejections } = H;
 
@@ -1273,37 +1274,6 @@ dtest("claim / release / revoke / cancel sequences and races", async () => {
 const SEED = Number(process.env.DIFF_SEED ?? 20261202);
 const MUTATIONS = Number(process.env.DIFF_MUTATIONS ?? 3200);
 
-/** mulberry32: a small seeded PRNG, so a failure reproduces from its seed. */
-function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-// JSON values plus two markers, so a body can say what JSON.stringify never
-// writes: a number spelled `1.0` or `1e400`, a key given twice.
-const RAW = Symbol("raw");
-const DUP = Symbol("dup");
-const raw = (text) => ({ [RAW]: text });
-function toText(v) {
-  if (v !== null && typeof v === "object" && RAW in v) return v[RAW];
-  if (Array.isArray(v)) return `[${v.map(toText).join(",")}]`;
-  if (v !== null && typeof v === "object") {
-    const parts = [];
-    for (const [k, val] of Object.entries(v)) {
-      if (val !== null && typeof val === "object" && DUP in val) {
-        parts.push(`${JSON.stringify(k)}:${toText(val[DUP][0])}`, `${JSON.stringify(k)}:${toText(val[DUP][1])}`);
-      } else if (val !== undefined) parts.push(`${JSON.stringify(k)}:${toText(val)}`);
-    }
-    return `{${parts.join(",")}}`;
-  }
-  return JSON.stringify(v);
-}
 
 function mutator(rand) {
   const int = (n) => Math.floor(rand() * n);

@@ -22,47 +22,12 @@ import {
   sizeClassOf,
   BACKENDS,
 } from "@byollm/protocol";
+import { DUP, RAW, dupKey, prng, raw, toText } from "./helpers/raw-json.mjs";
 
 const SEED = Number(process.env.RULES_SEED ?? 20261130);
 const PER_ENDPOINT = Number(process.env.RULES_PER_ENDPOINT ?? 10_000);
 
-function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 // ---------------------------------------------------------------- raw JSON
-// Values are plain JS plus two markers, so the text can say things
-// JSON.stringify never would: a number spelled `5.0` or `1e400`, a key given
-// twice, a lone surrogate escape.
-const RAW = Symbol("raw");
-const DUP = Symbol("dup");
-const raw = (text) => ({ [RAW]: text });
-const dupKey = (first, second) => ({ [DUP]: [first, second] });
-
-function toText(v) {
-  if (v !== null && typeof v === "object" && RAW in v) return v[RAW];
-  if (Array.isArray(v)) return `[${v.map(toText).join(",")}]`;
-  if (v !== null && typeof v === "object") {
-    const parts = [];
-    for (const [k, val] of Object.entries(v)) {
-      if (val !== null && typeof val === "object" && DUP in val) {
-        parts.push(`${JSON.stringify(k)}:${toText(val[DUP][0])}`);
-        parts.push(`${JSON.stringify(k)}:${toText(val[DUP][1])}`);
-      } else if (val !== undefined) {
-        parts.push(`${JSON.stringify(k)}:${toText(val)}`);
-      }
-    }
-    return `{${parts.join(",")}}`;
-  }
-  return JSON.stringify(v);
-}
 
 // ---------------------------------------------------------------- generators
 function makeGen(rand) {
