@@ -57,9 +57,11 @@ test("a panic inside a native call becomes a JS Error", { timeout: 300_000 }, ()
   const out = mkdtempSync(join(tmpdir(), "byollm-test-panic-"));
   try {
     const napi = join(root, "node_modules", ".bin", "napi");
-    // Same target dir as the normal debug build, so only this crate is
-    // recompiled (dependencies are reused): about a minute on a cold cache.
-    const build = spawnSync(napi, ["build", "--features", "node,test-panic", "--output-dir", out, "--no-dts-header", "--dts", "panic.d.ts"], {
+    // The same profile and target as `npm run build:native` (release,
+    // --platform), so the dependencies that build compiled are reused and only
+    // this crate is compiled again; a debug build would compile every
+    // dependency once more, which takes minutes on two cores.
+    const build = spawnSync(napi, ["build", "--platform", "--release", "--features", "node,test-panic", "--output-dir", out, "--no-dts-header", "--dts", "panic.d.ts"], {
       cwd: root,
       encoding: "utf8",
     });
