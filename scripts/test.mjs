@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // Runs every test of the package: the Rust core (fmt, clippy, cargo test), then
-// the JS tests under Node 22 (the reference packages need >= 22.14), under
-// Node 24 and under the machine's own Node (20 here): the package supports all
-// three. Node 22 and 24 come from npm (devDependencies `node` and `node24`).
+// the JS tests under Node 22 (the reference packages need >= 22.14), then
+// under Node 24 and the machine's own Node (20 here), which skip the few slow
+// files listed in NODE22_ONLY: the package supports all three. Node 22 and 24
+// come from npm (devDependencies `node` and `node24`).
 //
 //   node scripts/test.mjs            everything
 //   node scripts/test.mjs --js-only  skip the Rust steps
@@ -144,19 +145,44 @@ if (!jsOnly && only.length === 0) {
 // Files that import the reference packages need Node >= 22.14; the rest run on both.
 const usesReference = (f) => /from\s+["']@byollm\/|import\(\s*["']@byollm\//.test(sourceOf(f));
 
+// Files whose subject does not change with the Node version run on Node 22
+// only: they check the Rust core (a build, a fuzzer, seeded input against the
+// reference's rules), a SQLite file across SIGKILLs, or a page in Chromium,
+// through the same N-API calls every other file makes on 24 and 20. Each costs
+// tens of seconds to minutes; running them three times would take the suite
+// past its time budget without testing anything new.
+const NODE22_ONLY = new Map([
+  ["hardening-panic.test.mjs", "builds an addon with a panicking export; catch_unwind is Rust's, not Node's"],
+  ["hardening-fuzz.test.mjs", "fuzzes the Rust core in a Rust binary"],
+  ["differential.test.mjs", "seeded inputs through ours and the reference's rules"],
+  ["rules-parity.test.mjs", "the core's rules against the reference's"],
+  ["durable-crash.test.mjs", "SIGKILL loops over the SQLite file"],
+  ["load.test.mjs", "a load run of the in-memory store"],
+  ["browser.test.mjs", "Chromium drives the example site"],
+  ["browser-restart.test.mjs", "Chromium drives the example site across a restart"],
+  ["edge-browser.test.mjs", "the edge .wasm inside Chromium"],
+]);
+const baseName = (f) => f.split("/").pop();
+function alsoOn(label, list) {
+  const skipped = list.filter((f) => NODE22_ONLY.has(baseName(f)));
+  for (const f of skipped) console.log(`(${label}: ${baseName(f)} runs on Node 22 only: ${NODE22_ONLY.get(baseName(f))})`);
+  return list.filter((f) => !NODE22_ONLY.has(baseName(f)));
+}
+
 if (files.length) {
   const v22 = spawnSync(node22, ["--version"], { encoding: "utf8" }).stdout.trim();
   run(`node ${v22} --test`, node22, ["--test", "--test-concurrency=1", ...files], { env });
   // Every file again on Node 24: the reference packages run there too.
   if (existsSync(node24)) {
     const v24 = spawnSync(node24, ["--version"], { encoding: "utf8" }).stdout.trim();
-    run(`node ${v24} --test`, node24, ["--test", "--test-concurrency=1", ...files], { env });
+    const on24 = only.length ? files : alsoOn(`node ${v24}`, files);
+    if (on24.length) run(`node ${v24} --test`, node24, ["--test", "--test-concurrency=1", ...on24], { env });
   } else {
     console.error(`\nnode_modules/node24 is missing (run npm ci): the Node 24 run cannot happen`);
     failures.push("node 24 (not installed)");
   }
   const v20 = spawnSync(nodeSystem, ["--version"], { encoding: "utf8" }).stdout.trim();
-  const portable = files.filter((f) => !usesReference(f));
+  const portable = (only.length ? files : alsoOn(`node ${v20}`, files)).filter((f) => !usesReference(f));
   if (v20 !== v22 && portable.length) {
     run(`node ${v20} --test`, nodeSystem, ["--test", "--test-concurrency=1", ...portable], { env });
   } else if (v20 === v22) {
