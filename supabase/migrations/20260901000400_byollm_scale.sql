@@ -202,6 +202,62 @@ $$;
 -- Completion: dependents through the GIN index
 -- ---------------------------------------------------------------------------
 
+-- Ends a job its holder completed (the caller locked the row and checked the
+-- holder): the outcome stored, the lease cleared, a cancel request dropped,
+-- the dependents an `ok` unblocks made claimable. The stored row comes back.
+create or replace function byollm_end_job(
+  p_row        byollm_jobs,
+  p_holder     jsonb,
+  p_outcome    jsonb,
+  p_provenance jsonb,
+  p_now        bigint
+) returns byollm_jobs
+language plpgsql volatile security definer
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_row byollm_jobs;
+  v_state byollm_job_state := case p_outcome ->> 'outcome' when 'ok' then 'ok'
+                                                           when 'canceled' then 'canceled'
+                                                           else 'error' end;
+begin
+  update byollm_jobs
+     set state = v_state,
+         completed_by_lease_id = case when p_holder ->> 'by' = 'lease' then p_holder ->> 'leaseId'
+                                      else lease_id::text end,
+         lease_id = null, lease_runner = null, lease_expires_at = null,
+         outcome = p_outcome, provenance = p_provenance, updated_at = v_now
+   where id = p_row.id
+  returning * into v_row;
+
+  -- Only a job someone asked to cancel has a row here; the primary key
+  -- lookup is all this costs otherwise.
+  delete from byollm_job_cancels where job_id = v_row.id;
+
+  if v_state = 'ok' then
+    -- Lock the blocked dependents first, then decide in a new statement (a
+    -- fresh snapshot): two dependencies completing at once serialise on
+    -- these rows, and the second sees the first one's `ok`. `@>` (not
+    -- `= any`) so the GIN index on depends_on finds them.
+    perform 1 from byollm_jobs d
+      where d.claimable_at is null and d.depends_on @> array[v_row.id]
+      order by d.byollm_seq
+      for update;
+    -- Most jobs have no dependents: then there is nothing to decide.
+    if found then
+      update byollm_jobs d
+         set claimable_at = v_now, updated_at = v_now
+       where d.claimable_at is null
+         and d.depends_on @> array[v_row.id]
+         and not exists (
+           select 1 from unnest(d.depends_on) dep(id)
+            where not exists (select 1 from byollm_jobs x where x.id = dep.id and x.state = 'ok'));
+    end if;
+  end if;
+  return v_row;
+end;
+$$;
+
 create or replace function byollm_complete_job(
   p_job_id     text,
   p_runner_id  text,
@@ -213,11 +269,9 @@ create or replace function byollm_complete_job(
 language plpgsql volatile security definer
 as $$
 declare
-  v_now timestamptz := byollm_at(p_now);
   v_row byollm_jobs;
   v_by text := p_holder ->> 'by';
   v_holds boolean;
-  v_state byollm_job_state;
 begin
   select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
   if not found then
@@ -253,42 +307,7 @@ begin
     return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
   end if;
 
-  v_state := case p_outcome ->> 'outcome' when 'ok' then 'ok' when 'canceled' then 'canceled'
-                                          else 'error' end;
-  update byollm_jobs
-     set state = v_state,
-         completed_by_lease_id = case when v_by = 'lease' then p_holder ->> 'leaseId'
-                                      else lease_id::text end,
-         lease_id = null, lease_runner = null, lease_expires_at = null,
-         outcome = p_outcome, provenance = p_provenance, updated_at = v_now
-   where id = v_row.id
-  returning * into v_row;
-
-  -- Only a job someone asked to cancel has a row here; the primary key
-  -- lookup is all this costs otherwise.
-  delete from byollm_job_cancels where job_id = v_row.id;
-
-  if v_state = 'ok' then
-    -- Lock the blocked dependents first, then decide in a new statement (a
-    -- fresh snapshot): two dependencies completing at once serialise on
-    -- these rows, and the second sees the first one's `ok`. `@>` (not
-    -- `= any`) so the GIN index on depends_on finds them.
-    perform 1 from byollm_jobs d
-      where d.claimable_at is null and d.depends_on @> array[v_row.id]
-      order by d.byollm_seq
-      for update;
-    -- Most jobs have no dependents: then there is nothing to decide.
-    if found then
-      update byollm_jobs d
-         set claimable_at = v_now, updated_at = v_now
-       where d.claimable_at is null
-         and d.depends_on @> array[v_row.id]
-         and not exists (
-           select 1 from unnest(d.depends_on) dep(id)
-            where not exists (select 1 from byollm_jobs x where x.id = dep.id and x.state = 'ok'));
-    end if;
-  end if;
-
+  v_row := byollm_end_job(v_row, p_holder, p_outcome, p_provenance, p_now);
   return jsonb_build_object('accepted', true, 'job', byollm_job_json(v_row));
 end;
 $$;
@@ -400,6 +419,47 @@ begin
                  from byollm_job_cancels c
                  join byollm_jobs j on j.id = c.job_id
                 where j.lease_runner = v_runner.id and j.lease_id is not null));
+end;
+$$;
+
+-- A daemon's result, completed in the call that reads its runner and job
+-- when the request plainly holds the job: a live runner presenting the live
+-- lease it was granted, unexpired, with provenance built for the job's
+-- audience. Then {runner, accepted: true, state}. Anything else writes
+-- nothing and answers {runner, job} (runner null when unknown; job null
+-- when unknown), from which the handlers decide as with a plain read.
+create or replace function byollm_result_for(
+  p_runner_id  text,
+  p_job_id     text,
+  p_lease_id   text,
+  p_outcome    jsonb,
+  p_provenance jsonb,
+  p_now        bigint
+) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_runner byollm_runners;
+  v_row byollm_jobs;
+begin
+  select * into v_runner from byollm_runners where id = byollm_try_uuid(p_runner_id);
+  if not found then
+    return jsonb_build_object('runner', null);
+  end if;
+  if v_runner.revoked_at is not null then
+    return jsonb_build_object('runner', byollm_runner_json(v_runner));
+  end if;
+  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  if v_row.state in ('claimed', 'running')
+     and v_row.lease_id::text = p_lease_id
+     and v_row.lease_runner = v_runner.id
+     and v_row.lease_expires_at > byollm_at(p_now)
+     and v_row.audience::text = p_provenance ->> 'audience' then
+    v_row := byollm_end_job(v_row, jsonb_build_object('by', 'lease', 'leaseId', p_lease_id),
+                            p_outcome, p_provenance, p_now);
+    return jsonb_build_object('runner', byollm_runner_json(v_runner), 'accepted', true, 'state', v_row.state);
+  end if;
+  return jsonb_build_object('runner', byollm_runner_json(v_runner), 'job', byollm_job_json(v_row));
 end;
 $$;
 
@@ -592,6 +652,7 @@ begin
     select p.oid::regprocedure from pg_proc p
      where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
        and p.proname in ('byollm_claim_for', 'byollm_get_job_for', 'byollm_heartbeat_for',
+                         'byollm_result_for', 'byollm_end_job',
                          'byollm_sweep_get_job', 'byollm_due_at', 'byollm_prune_pairings',
                          'byollm_owner_in')
   loop
