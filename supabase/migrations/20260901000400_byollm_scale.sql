@@ -80,6 +80,11 @@ create index if not exists byollm_jobs_claim_team_idx
 -- Replaced by the two above (it made the claim visit every queued job).
 drop index if exists byollm_jobs_claim_order_idx;
 
+-- Adopted leases (relay-granted, no runner; the sweep expires them at the
+-- job's deadline): few, and only while in flight.
+create index if not exists byollm_jobs_adopted_idx
+  on byollm_jobs (byollm_seq) where lease_id is not null and lease_runner is null;
+
 -- A runner's leases (heartbeat's cancel requests, listClaimedBy, release):
 -- only jobs in flight have a lease runner, so the index stays small.
 create index if not exists byollm_jobs_lease_runner_idx
@@ -489,21 +494,41 @@ $$;
 
 -- The sweep: same passes, order and answer as before; each reaches its rows
 -- through an index (lapsed leases through byollm_jobs_lease_idx, bounded by
--- the jobs in flight; due queued jobs through byollm_jobs_due_idx), and runs
--- its update only when a probe of that index finds a row.
+-- the jobs in flight; adopted leases through byollm_jobs_adopted_idx; due
+-- queued jobs through byollm_jobs_due_idx), and runs its update only when a
+-- probe of that index finds a row. The four probes are one statement: most
+-- sweeps find nothing, and then that statement is the sweep's whole cost.
 create or replace function byollm_sweep(p_now bigint) returns jsonb
 language plpgsql volatile security definer
 as $$
 declare
   v_now timestamptz := byollm_at(p_now);
+  v_before timestamptz := byollm_at(p_now - 120000);
   v_reclaimed jsonb := '[]';
   v_adopted jsonb := '[]';
   v_expired jsonb := '[]';
+  v_stale_pairings boolean;
+  v_lapsed boolean;
+  v_adopted_due boolean;
+  v_queued_due boolean;
 begin
-  perform byollm_prune_pairings(p_now);
-  if exists (select 1 from byollm_jobs
-              where state in ('claimed', 'running') and lease_expires_at <= v_now
-                and lease_id is not null and lease_runner is not null) then
+  select exists (select 1 from byollm_pairings where expires_at <= v_before
+                  and not (state = 'approved' and collected_at is null)),
+         exists (select 1 from byollm_jobs
+                  where state in ('claimed', 'running') and lease_expires_at <= v_now
+                    and lease_id is not null and lease_runner is not null),
+         exists (select 1 from byollm_jobs
+                  where lease_id is not null and lease_runner is null
+                    and state in ('claimed', 'running')
+                    and coalesce(deadline_at,
+                                 coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now),
+         exists (select 1 from byollm_jobs
+                  where state = 'queued' and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now)
+    into v_stale_pairings, v_lapsed, v_adopted_due, v_queued_due;
+  if v_stale_pairings then
+    perform byollm_prune_pairings(p_now);
+  end if;
+  if v_lapsed then
     with due as (
       select id from byollm_jobs
        where state in ('claimed', 'running')
@@ -523,10 +548,7 @@ begin
 
   -- Adopted leases carry the relay's expiry, which this clock does not
   -- enforce; they are few (cloud lane only) and all in flight.
-  if exists (select 1 from byollm_jobs
-              where state in ('claimed', 'running') and lease_id is not null and lease_runner is null
-                and coalesce(deadline_at,
-                             coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now) then
+  if v_adopted_due then
     with due as (
       select id from byollm_jobs
        where state in ('claimed', 'running')
@@ -545,8 +567,9 @@ begin
       from changed c;
   end if;
 
-  if exists (select 1 from byollm_jobs
-              where state = 'queued' and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now) then
+  -- A job requeued above restarts its TTL window now: with a zero TTL it
+  -- is due in this same pass.
+  if v_queued_due or v_reclaimed <> '[]' then
     with due as (
       select id from byollm_jobs
        where state = 'queued'
