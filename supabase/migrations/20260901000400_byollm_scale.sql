@@ -12,6 +12,43 @@
 -- every statement is idempotent.
 
 -- ---------------------------------------------------------------------------
+-- Owners as the app has them
+-- ---------------------------------------------------------------------------
+--
+-- On a plain PostgreSQL (no `auth.users`) an owner is the app's own user id:
+-- `user_2abc…` from Clerk, `auth0|…`, a number. There the owner columns and
+-- `audience_allow` become text, as MemoryStore takes any non-empty string. On
+-- Supabase (where `auth.users` exists) they stay uuids tied to `auth.users`
+-- by their foreign keys.
+--
+-- The functions that take an owner declare it with the column's own type
+-- (`byollm_jobs.owner%type`, see byollm_owner_in), so one body serves both
+-- schemas: on Supabase an owner that is not a uuid is refused on a write and
+-- names nothing on a lookup.
+
+do $$
+begin
+  if to_regclass('auth.users') is null
+     and (select data_type from information_schema.columns
+           where table_schema = 'public' and table_name = 'byollm_jobs' and column_name = 'owner') = 'uuid' then
+    -- A column a policy reads cannot change type: drop them, and apply them
+    -- again (with text comparisons) once the columns have.
+    drop policy if exists byollm_runners_owner_select on byollm_runners;
+    drop policy if exists byollm_jobs_owner_select on byollm_jobs;
+    drop policy if exists byollm_pairings_owner_select on byollm_pairings;
+    drop policy if exists byollm_job_cancels_owner_select on byollm_job_cancels;
+    alter table byollm_jobs     alter column owner type text using owner::text,
+                                alter column audience_allow type text[] using audience_allow::text[];
+    alter table byollm_runners  alter column owner type text using owner::text;
+    alter table byollm_pairings alter column owner type text using owner::text;
+    if exists (select 1 from pg_roles where rolname = 'authenticated') then
+      perform byollm_apply_policies();
+    end if;
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- Helpers that the planner can inline
 -- ---------------------------------------------------------------------------
 
@@ -43,7 +80,7 @@ end;
 $$;
 
 -- Whether a caller's owner string can be stored in the owner columns: any
--- string on a plain PostgreSQL, a uuid on Supabase (see the owner-ids file).
+-- string on a plain PostgreSQL, a uuid on Supabase (see Owners above).
 -- Functions that take an owner declare it `byollm_jobs.owner%type`, so one
 -- body serves both schemas.
 create or replace function byollm_owner_in(p text) returns boolean
