@@ -690,6 +690,35 @@ end;
 $$;
 
 -- ---------------------------------------------------------------------------
+-- Which jobs a statement wrote (postgresStore's subscribe), per row
+-- ---------------------------------------------------------------------------
+--
+-- The same list as the rules file's statement triggers give (ids appended in
+-- write order to the transaction-local `byollm.changed`), from a row trigger:
+-- almost every write is one row, and a row trigger costs that row alone,
+-- where a statement trigger also built a transition table and ran a query
+-- over it.
+create or replace function byollm_note_change() returns trigger
+language plpgsql
+set search_path = pg_catalog, public, pg_temp
+as $$
+begin
+  perform set_config('byollm.changed',
+                     coalesce(current_setting('byollm.changed', true), '') || new.id::text || ',',
+                     true);
+  return null;
+end;
+$$;
+
+revoke all on function byollm_note_change() from public;
+
+drop trigger if exists byollm_jobs_note_insert on byollm_jobs;
+drop trigger if exists byollm_jobs_note_update on byollm_jobs;
+drop trigger if exists byollm_jobs_note_write on byollm_jobs;
+create trigger byollm_jobs_note_write after insert or update on byollm_jobs
+  for each row execute function byollm_note_change();
+
+-- ---------------------------------------------------------------------------
 -- Every SECURITY DEFINER function: a fixed search path (pg_catalog first,
 -- pg_temp last, so no object a caller creates can stand in for ours), no
 -- JIT (the store's statements are small; from ~100k rows the planner's cost
