@@ -438,18 +438,16 @@ declare
   v_runner byollm_runners;
   v_renewal jsonb;
 begin
-  select * into v_runner from byollm_runners where id = byollm_try_uuid(p_runner_id) for update;
-  if not found then
-    return jsonb_build_object('runner', null);
-  end if;
-  if v_runner.revoked_at is not null then
-    return jsonb_build_object('runner', byollm_runner_json(v_runner));
-  end if;
+  -- A live runner is touched; an unknown or revoked one is only read.
   update byollm_runners
      set capabilities = p_capabilities, daemon_version = p_daemon_version,
          last_heartbeat_at = byollm_at(p_now)
-   where id = v_runner.id
+   where id = byollm_try_uuid(p_runner_id) and revoked_at is null
   returning * into v_runner;
+  if not found then
+    return jsonb_build_object(
+      'runner', (select byollm_runner_json(r) from byollm_runners r where r.id = byollm_try_uuid(p_runner_id)));
+  end if;
   v_renewal := byollm_renew_leases(p_runner_id, p_leases, p_lease_ms, p_now);
   return jsonb_build_object(
     'runner', byollm_runner_json(v_runner),
