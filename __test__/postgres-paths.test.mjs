@@ -46,7 +46,7 @@ async function site() {
   return { store, app, handler, counter };
 }
 
-test("one round trip per claim, fetch and heartbeat, two per result, one per enqueue and app.result", async () => {
+test("one round trip per claim, fetch, heartbeat and result, one per enqueue and app.result", async () => {
   const { app, handler, counter } = await site();
   const owner = randomUUID();
   const device = new Device(handler);
@@ -73,7 +73,20 @@ test("one round trip per claim, fetch and heartbeat, two per result, one per enq
   assert.deepEqual(result.body, { accepted: true, state: "ok" });
   const delivered = await measure("app.result", () => app.result(handle.id));
   assert.equal(delivered.outcome.text, "done");
-  assert.deepEqual(trips, { enqueue: 1, claim: 1, fetch: 1, heartbeat: 1, result: 2, "app.result": 1 });
+  assert.deepEqual(trips, { enqueue: 1, claim: 1, fetch: 1, heartbeat: 1, result: 1, "app.result": 1 });
+  assert.deepEqual([delivered.provenance.audience, delivered.provenance.untrusted], ["private", false]);
+
+  // A job of another audience: the one-call completion declines (the
+  // provenance it was given is for a private job) and the result completes
+  // with the job's own audience in a second call.
+  const team = await app.enqueue({ kind: "llm.generate", payload: { prompt: "hi" }, owner, audience: "team", audienceAllow: [owner] });
+  const [teamStub] = (await device.claim()).body.jobs;
+  assert.equal(teamStub.id, team.id);
+  const teamResult = await measure("result", () => device.result(teamStub, "done"));
+  assert.deepEqual(teamResult.body, { accepted: true, state: "ok" });
+  assert.equal(trips.result, 2);
+  const teamJob = await app.result(team.id);
+  assert.deepEqual([teamJob.provenance.audience, teamJob.provenance.untrusted], ["team", true]);
 });
 
 test("a runner revoked by another process is refused on its next request; no job is claimed for it", async () => {

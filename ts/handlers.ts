@@ -16,6 +16,7 @@ import type {
   JobRecord,
   LeaseRef,
   PublicIdentity,
+  ResultProvenance,
   RunnerRecord,
   SealedEnvelope,
 } from "./types.js";
@@ -529,8 +530,36 @@ export class ByollmHandlers {
   async #result(request: ResultBody, runner: RunnerRecord): Promise<HandlerResult> {
     if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
-    const read = await this.#jobFor(runner.id, request.jobId);
-    if ("refused" in read) return read.refused;
+    const paths = sqlStorePaths(this.#store);
+    let opened: OpenedOutcome | undefined;
+    let read: { job: JobRecord | null } | undefined;
+    if (paths) {
+      // The result opens without the job (it is sealed to the job id the
+      // request names), so a SQL store reads the runner and the job and
+      // completes in one call when the request plainly holds the job. A
+      // private job is the common case; any other answer comes back unwritten
+      // and is decided below, as after a plain read.
+      opened = await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition);
+      if (opened.ok) {
+        const out = await paths.resultFor({
+          runnerId: runner.id,
+          jobId: request.jobId,
+          leaseId: request.leaseId,
+          outcome: opened.outcome as unknown as JobOutcome,
+          provenance: provenanceOf("private", runner, opened),
+          now,
+        });
+        const refused = runnerRefusal(out.runner);
+        if (refused) return refused;
+        if (out.accepted) return ok({ accepted: true, state: out.state });
+        read = { job: out.job };
+      }
+    }
+    if (read === undefined) {
+      const fresh = await this.#jobFor(runner.id, request.jobId);
+      if ("refused" in fresh) return fresh.refused;
+      read = fresh;
+    }
     const job = read.job;
     if (!job) return fail("not-found", "unknown job");
     // A live lease answers only to the runner it was granted to, and only
@@ -545,19 +574,10 @@ export class ByollmHandlers {
       return ok({ accepted: false, state: job.state });
     }
 
-    const outcome = await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition);
+    const outcome =
+      opened ?? (await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition));
     if (!outcome.ok) return fail("bad-request", outcome.why);
 
-    // Built from the job and the authenticated runner, never from the daemon's word.
-    const provenance = native.provenanceFor({
-      audience: job.audience,
-      runnerId: runner.id,
-      runnerOwner: runner.owner,
-      backendClass: outcome.ran["backendClass"],
-      model: outcome.ran["model"],
-      ...(outcome.ran["stop"] === undefined ? {} : { stop: outcome.ran["stop"] }),
-      ...(outcome.ran["stopReported"] === undefined ? {} : { stopReported: outcome.ran["stopReported"] }),
-    });
     const { accepted, duplicate, job: updated } = await this.#store.complete({
       jobId: request.jobId,
       runnerId: runner.id,
@@ -565,7 +585,7 @@ export class ByollmHandlers {
       // and a result sealed with its own key is accepted.
       holder: { by: "lease", leaseId: request.leaseId },
       outcome: outcome.outcome as unknown as JobOutcome,
-      provenance,
+      provenance: provenanceOf(job.audience, runner, outcome),
       now,
     });
     return ok({ accepted, ...(duplicate === true ? { duplicate: true } : {}), state: updated?.state ?? job.state });
@@ -619,6 +639,24 @@ export function handleChecked(
 export type OpenedOutcome =
   | { ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> }
   | { ok: false; why: string };
+
+/** Built from the job's audience and the authenticated runner, never from the daemon's word. */
+function provenanceOf(
+  audience: string,
+  runner: RunnerRecord,
+  opened: Extract<OpenedOutcome, { ok: true }>,
+): ResultProvenance {
+  const ran = opened.ran;
+  return native.provenanceFor({
+    audience,
+    runnerId: runner.id,
+    runnerOwner: runner.owner,
+    backendClass: ran["backendClass"],
+    model: ran["model"],
+    ...(ran["stop"] === undefined ? {} : { stop: ran["stop"] }),
+    ...(ran["stopReported"] === undefined ? {} : { stopReported: ran["stopReported"] }),
+  });
+}
 
 /**
  * Open a sealed result from a device and check it: signature and context, a

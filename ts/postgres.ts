@@ -44,8 +44,9 @@ function sqlText(call: SqlCall): string {
   const args = call.args.map(([name, , type], i) => `${name} => $${String(i + 1)}::${type}`).join(", ");
   // The function name is one of ours (sql-store.ts), never input. The
   // subquery (kept by OFFSET 0) runs the function before the outer select
-  // reads the ids it wrote (see byollm_take_changes).
-  return `select s.r, byollm_take_changes() as changed from (select ${call.fn}(${args}) as r offset 0) s`;
+  // reads the ids it wrote (byollm_note_changes). The list is local to the
+  // statement's own transaction, so it starts empty on every call.
+  return `select s.r, current_setting('byollm.changed', true) as changed from (select ${call.fn}(${args}) as r offset 0) s`;
 }
 
 function sqlValue(value: unknown, type: string): unknown {

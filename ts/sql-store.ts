@@ -170,6 +170,22 @@ export interface SqlStorePaths {
   heartbeatFor(
     args: TouchArgs & { readonly leases: readonly LeaseRef[]; readonly leaseMs: number },
   ): Promise<{ runner: RunnerRecord | null; lost: LeaseRef[]; cancel: LeaseRef[] }>;
+  /**
+   * A daemon's result: completed in the same call when the request plainly
+   * holds the job (a live runner presenting its own live lease, and
+   * `provenance` built for the job's audience); then `accepted` is true and
+   * `state` the job's end state. Otherwise nothing is written and `job` is
+   * the job as read (null: unknown), for the handlers to decide on as after
+   * a plain read.
+   */
+  resultFor(args: {
+    readonly runnerId: string;
+    readonly jobId: string;
+    readonly leaseId: string;
+    readonly outcome: CompleteArgs["outcome"];
+    readonly provenance: CompleteArgs["provenance"];
+    readonly now: number;
+  }): Promise<{ runner: RunnerRecord | null; accepted: true; state: JobRecord["state"] } | { runner: RunnerRecord | null; accepted: false; job: JobRecord | null }>;
   /** expireDue(now) then get(jobId). */
   sweepGet(jobId: string, now: number): Promise<JobRecord | null>;
 }
@@ -309,6 +325,29 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
         lost: leaseRefs(out["lost"], "lease"),
         cancel: leaseRefs(out["cancel"], "cancel request"),
       };
+    },
+
+    async resultFor(args) {
+      const out = obj(
+        await call({
+          fn: "byollm_result_for",
+          args: [
+            ["p_runner_id", args.runnerId, "text"],
+            ["p_job_id", args.jobId, "text"],
+            ["p_lease_id", args.leaseId, "text"],
+            ["p_outcome", args.outcome, "jsonb"],
+            ["p_provenance", args.provenance, "jsonb"],
+            ["p_now", ms(args.now), "bigint"],
+          ],
+        }),
+        "result",
+      );
+      const runner = freshRunner(out["runner"]);
+      if (out["accepted"] === true) {
+        notifyIds([args.jobId]);
+        return { runner, accepted: true, state: out["state"] as JobRecord["state"] };
+      }
+      return { runner, accepted: false, job: maybe(out["job"], jobFromJson) };
     },
 
     async sweepGet(jobId, now) {

@@ -13,7 +13,7 @@
 -- The stores therefore need uuid job ids (ByollmApp mints them) and mint a
 -- uuid for a runner whose suggested id is not one (see
 -- byollm_approve_pairing_as in the rules file). Owners are uuids on Supabase
--- (Supabase Auth user ids are); on a plain PostgreSQL the owner-ids file
+-- (Supabase Auth user ids are); on a plain PostgreSQL the scale file
 -- turns the owner columns into text.
 
 -- ---------------------------------------------------------------------------

@@ -889,7 +889,7 @@ as $$
   select coalesce(jsonb_agg(byollm_runner_json(r) order by r.byollm_seq), '[]')
     from byollm_runners r
    -- As text: owners are uuids on Supabase and any string on a plain
-   -- PostgreSQL (see the owner-ids file); a spelling that is not the stored
+   -- PostgreSQL (see the scale file); a spelling that is not the stored
    -- one matches nothing either way.
    where p_owner is null or r.owner::text = p_owner
 $$;

@@ -26,7 +26,7 @@ alter table byollm_job_cancels enable row level security;
 
 -- The browser sessions' read policies, recreated whole (dropping the 0.1.1
 -- ones by name) so that a database migrated by either package ends with
--- exactly this set. A function so that the owner-ids file can apply them
+-- exactly this set. A function so that the scale file can apply them
 -- again after changing the owner columns' type. Needs the role
 -- `authenticated`.
 create or replace function byollm_apply_policies() returns void

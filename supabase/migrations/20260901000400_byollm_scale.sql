@@ -12,6 +12,43 @@
 -- every statement is idempotent.
 
 -- ---------------------------------------------------------------------------
+-- Owners as the app has them
+-- ---------------------------------------------------------------------------
+--
+-- On a plain PostgreSQL (no `auth.users`) an owner is the app's own user id:
+-- `user_2abc…` from Clerk, `auth0|…`, a number. There the owner columns and
+-- `audience_allow` become text, as MemoryStore takes any non-empty string. On
+-- Supabase (where `auth.users` exists) they stay uuids tied to `auth.users`
+-- by their foreign keys.
+--
+-- The functions that take an owner declare it with the column's own type
+-- (`byollm_jobs.owner%type`, see byollm_owner_in), so one body serves both
+-- schemas: on Supabase an owner that is not a uuid is refused on a write and
+-- names nothing on a lookup.
+
+do $$
+begin
+  if to_regclass('auth.users') is null
+     and (select data_type from information_schema.columns
+           where table_schema = 'public' and table_name = 'byollm_jobs' and column_name = 'owner') = 'uuid' then
+    -- A column a policy reads cannot change type: drop them, and apply them
+    -- again (with text comparisons) once the columns have.
+    drop policy if exists byollm_runners_owner_select on byollm_runners;
+    drop policy if exists byollm_jobs_owner_select on byollm_jobs;
+    drop policy if exists byollm_pairings_owner_select on byollm_pairings;
+    drop policy if exists byollm_job_cancels_owner_select on byollm_job_cancels;
+    alter table byollm_jobs     alter column owner type text using owner::text,
+                                alter column audience_allow type text[] using audience_allow::text[];
+    alter table byollm_runners  alter column owner type text using owner::text;
+    alter table byollm_pairings alter column owner type text using owner::text;
+    if exists (select 1 from pg_roles where rolname = 'authenticated') then
+      perform byollm_apply_policies();
+    end if;
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- Helpers that the planner can inline
 -- ---------------------------------------------------------------------------
 
@@ -43,7 +80,7 @@ end;
 $$;
 
 -- Whether a caller's owner string can be stored in the owner columns: any
--- string on a plain PostgreSQL, a uuid on Supabase (see the owner-ids file).
+-- string on a plain PostgreSQL, a uuid on Supabase (see Owners above).
 -- Functions that take an owner declare it `byollm_jobs.owner%type`, so one
 -- body serves both schemas.
 create or replace function byollm_owner_in(p text) returns boolean
@@ -79,6 +116,11 @@ create index if not exists byollm_jobs_claim_team_idx
   on byollm_jobs (claimable_at, byollm_seq) where state = 'queued' and audience = 'team';
 -- Replaced by the two above (it made the claim visit every queued job).
 drop index if exists byollm_jobs_claim_order_idx;
+
+-- Adopted leases (relay-granted, no runner; the sweep expires them at the
+-- job's deadline): few, and only while in flight.
+create index if not exists byollm_jobs_adopted_idx
+  on byollm_jobs (byollm_seq) where lease_id is not null and lease_runner is null;
 
 -- A runner's leases (heartbeat's cancel requests, listClaimedBy, release):
 -- only jobs in flight have a lease runner, so the index stays small.
@@ -202,6 +244,62 @@ $$;
 -- Completion: dependents through the GIN index
 -- ---------------------------------------------------------------------------
 
+-- Ends a job its holder completed (the caller locked the row and checked the
+-- holder): the outcome stored, the lease cleared, a cancel request dropped,
+-- the dependents an `ok` unblocks made claimable. The stored row comes back.
+create or replace function byollm_end_job(
+  p_row        byollm_jobs,
+  p_holder     jsonb,
+  p_outcome    jsonb,
+  p_provenance jsonb,
+  p_now        bigint
+) returns byollm_jobs
+language plpgsql volatile security definer
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_row byollm_jobs;
+  v_state byollm_job_state := case p_outcome ->> 'outcome' when 'ok' then 'ok'
+                                                           when 'canceled' then 'canceled'
+                                                           else 'error' end;
+begin
+  update byollm_jobs
+     set state = v_state,
+         completed_by_lease_id = case when p_holder ->> 'by' = 'lease' then p_holder ->> 'leaseId'
+                                      else lease_id::text end,
+         lease_id = null, lease_runner = null, lease_expires_at = null,
+         outcome = p_outcome, provenance = p_provenance, updated_at = v_now
+   where id = p_row.id
+  returning * into v_row;
+
+  -- Only a job someone asked to cancel has a row here; the primary key
+  -- lookup is all this costs otherwise.
+  delete from byollm_job_cancels where job_id = v_row.id;
+
+  if v_state = 'ok' then
+    -- Lock the blocked dependents first, then decide in a new statement (a
+    -- fresh snapshot): two dependencies completing at once serialise on
+    -- these rows, and the second sees the first one's `ok`. `@>` (not
+    -- `= any`) so the GIN index on depends_on finds them.
+    perform 1 from byollm_jobs d
+      where d.claimable_at is null and d.depends_on @> array[v_row.id]
+      order by d.byollm_seq
+      for update;
+    -- Most jobs have no dependents: then there is nothing to decide.
+    if found then
+      update byollm_jobs d
+         set claimable_at = v_now, updated_at = v_now
+       where d.claimable_at is null
+         and d.depends_on @> array[v_row.id]
+         and not exists (
+           select 1 from unnest(d.depends_on) dep(id)
+            where not exists (select 1 from byollm_jobs x where x.id = dep.id and x.state = 'ok'));
+    end if;
+  end if;
+  return v_row;
+end;
+$$;
+
 create or replace function byollm_complete_job(
   p_job_id     text,
   p_runner_id  text,
@@ -213,11 +311,9 @@ create or replace function byollm_complete_job(
 language plpgsql volatile security definer
 as $$
 declare
-  v_now timestamptz := byollm_at(p_now);
   v_row byollm_jobs;
   v_by text := p_holder ->> 'by';
   v_holds boolean;
-  v_state byollm_job_state;
 begin
   select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
   if not found then
@@ -253,42 +349,7 @@ begin
     return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
   end if;
 
-  v_state := case p_outcome ->> 'outcome' when 'ok' then 'ok' when 'canceled' then 'canceled'
-                                          else 'error' end;
-  update byollm_jobs
-     set state = v_state,
-         completed_by_lease_id = case when v_by = 'lease' then p_holder ->> 'leaseId'
-                                      else lease_id::text end,
-         lease_id = null, lease_runner = null, lease_expires_at = null,
-         outcome = p_outcome, provenance = p_provenance, updated_at = v_now
-   where id = v_row.id
-  returning * into v_row;
-
-  -- Only a job someone asked to cancel has a row here; the primary key
-  -- lookup is all this costs otherwise.
-  delete from byollm_job_cancels where job_id = v_row.id;
-
-  if v_state = 'ok' then
-    -- Lock the blocked dependents first, then decide in a new statement (a
-    -- fresh snapshot): two dependencies completing at once serialise on
-    -- these rows, and the second sees the first one's `ok`. `@>` (not
-    -- `= any`) so the GIN index on depends_on finds them.
-    perform 1 from byollm_jobs d
-      where d.claimable_at is null and d.depends_on @> array[v_row.id]
-      order by d.byollm_seq
-      for update;
-    -- Most jobs have no dependents: then there is nothing to decide.
-    if found then
-      update byollm_jobs d
-         set claimable_at = v_now, updated_at = v_now
-       where d.claimable_at is null
-         and d.depends_on @> array[v_row.id]
-         and not exists (
-           select 1 from unnest(d.depends_on) dep(id)
-            where not exists (select 1 from byollm_jobs x where x.id = dep.id and x.state = 'ok'));
-    end if;
-  end if;
-
+  v_row := byollm_end_job(v_row, p_holder, p_outcome, p_provenance, p_now);
   return jsonb_build_object('accepted', true, 'job', byollm_job_json(v_row));
 end;
 $$;
@@ -377,18 +438,16 @@ declare
   v_runner byollm_runners;
   v_renewal jsonb;
 begin
-  select * into v_runner from byollm_runners where id = byollm_try_uuid(p_runner_id) for update;
-  if not found then
-    return jsonb_build_object('runner', null);
-  end if;
-  if v_runner.revoked_at is not null then
-    return jsonb_build_object('runner', byollm_runner_json(v_runner));
-  end if;
+  -- A live runner is touched; an unknown or revoked one is only read.
   update byollm_runners
      set capabilities = p_capabilities, daemon_version = p_daemon_version,
          last_heartbeat_at = byollm_at(p_now)
-   where id = v_runner.id
+   where id = byollm_try_uuid(p_runner_id) and revoked_at is null
   returning * into v_runner;
+  if not found then
+    return jsonb_build_object(
+      'runner', (select byollm_runner_json(r) from byollm_runners r where r.id = byollm_try_uuid(p_runner_id)));
+  end if;
   v_renewal := byollm_renew_leases(p_runner_id, p_leases, p_lease_ms, p_now);
   return jsonb_build_object(
     'runner', byollm_runner_json(v_runner),
@@ -400,6 +459,47 @@ begin
                  from byollm_job_cancels c
                  join byollm_jobs j on j.id = c.job_id
                 where j.lease_runner = v_runner.id and j.lease_id is not null));
+end;
+$$;
+
+-- A daemon's result, completed in the call that reads its runner and job
+-- when the request plainly holds the job: a live runner presenting the live
+-- lease it was granted, unexpired, with provenance built for the job's
+-- audience. Then {runner, accepted: true, state}. Anything else writes
+-- nothing and answers {runner, job} (runner null when unknown; job null
+-- when unknown), from which the handlers decide as with a plain read.
+create or replace function byollm_result_for(
+  p_runner_id  text,
+  p_job_id     text,
+  p_lease_id   text,
+  p_outcome    jsonb,
+  p_provenance jsonb,
+  p_now        bigint
+) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_runner byollm_runners;
+  v_row byollm_jobs;
+begin
+  select * into v_runner from byollm_runners where id = byollm_try_uuid(p_runner_id);
+  if not found then
+    return jsonb_build_object('runner', null);
+  end if;
+  if v_runner.revoked_at is not null then
+    return jsonb_build_object('runner', byollm_runner_json(v_runner));
+  end if;
+  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  if v_row.state in ('claimed', 'running')
+     and v_row.lease_id::text = p_lease_id
+     and v_row.lease_runner = v_runner.id
+     and v_row.lease_expires_at > byollm_at(p_now)
+     and v_row.audience::text = p_provenance ->> 'audience' then
+    v_row := byollm_end_job(v_row, jsonb_build_object('by', 'lease', 'leaseId', p_lease_id),
+                            p_outcome, p_provenance, p_now);
+    return jsonb_build_object('runner', byollm_runner_json(v_runner), 'accepted', true, 'state', v_row.state);
+  end if;
+  return jsonb_build_object('runner', byollm_runner_json(v_runner), 'job', byollm_job_json(v_row));
 end;
 $$;
 
@@ -429,21 +529,41 @@ $$;
 
 -- The sweep: same passes, order and answer as before; each reaches its rows
 -- through an index (lapsed leases through byollm_jobs_lease_idx, bounded by
--- the jobs in flight; due queued jobs through byollm_jobs_due_idx), and runs
--- its update only when a probe of that index finds a row.
+-- the jobs in flight; adopted leases through byollm_jobs_adopted_idx; due
+-- queued jobs through byollm_jobs_due_idx), and runs its update only when a
+-- probe of that index finds a row. The four probes are one statement: most
+-- sweeps find nothing, and then that statement is the sweep's whole cost.
 create or replace function byollm_sweep(p_now bigint) returns jsonb
 language plpgsql volatile security definer
 as $$
 declare
   v_now timestamptz := byollm_at(p_now);
+  v_before timestamptz := byollm_at(p_now - 120000);
   v_reclaimed jsonb := '[]';
   v_adopted jsonb := '[]';
   v_expired jsonb := '[]';
+  v_stale_pairings boolean;
+  v_lapsed boolean;
+  v_adopted_due boolean;
+  v_queued_due boolean;
 begin
-  perform byollm_prune_pairings(p_now);
-  if exists (select 1 from byollm_jobs
-              where state in ('claimed', 'running') and lease_expires_at <= v_now
-                and lease_id is not null and lease_runner is not null) then
+  select exists (select 1 from byollm_pairings where expires_at <= v_before
+                  and not (state = 'approved' and collected_at is null)),
+         exists (select 1 from byollm_jobs
+                  where state in ('claimed', 'running') and lease_expires_at <= v_now
+                    and lease_id is not null and lease_runner is not null),
+         exists (select 1 from byollm_jobs
+                  where lease_id is not null and lease_runner is null
+                    and state in ('claimed', 'running')
+                    and coalesce(deadline_at,
+                                 coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now),
+         exists (select 1 from byollm_jobs
+                  where state = 'queued' and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now)
+    into v_stale_pairings, v_lapsed, v_adopted_due, v_queued_due;
+  if v_stale_pairings then
+    perform byollm_prune_pairings(p_now);
+  end if;
+  if v_lapsed then
     with due as (
       select id from byollm_jobs
        where state in ('claimed', 'running')
@@ -463,10 +583,7 @@ begin
 
   -- Adopted leases carry the relay's expiry, which this clock does not
   -- enforce; they are few (cloud lane only) and all in flight.
-  if exists (select 1 from byollm_jobs
-              where state in ('claimed', 'running') and lease_id is not null and lease_runner is null
-                and coalesce(deadline_at,
-                             coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now) then
+  if v_adopted_due then
     with due as (
       select id from byollm_jobs
        where state in ('claimed', 'running')
@@ -485,8 +602,9 @@ begin
       from changed c;
   end if;
 
-  if exists (select 1 from byollm_jobs
-              where state = 'queued' and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now) then
+  -- A job requeued above restarts its TTL window now: with a zero TTL it
+  -- is due in this same pass.
+  if v_queued_due or v_reclaimed <> '[]' then
     with due as (
       select id from byollm_jobs
        where state = 'queued'
@@ -592,6 +710,7 @@ begin
     select p.oid::regprocedure from pg_proc p
      where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
        and p.proname in ('byollm_claim_for', 'byollm_get_job_for', 'byollm_heartbeat_for',
+                         'byollm_result_for', 'byollm_end_job',
                          'byollm_sweep_get_job', 'byollm_due_at', 'byollm_prune_pairings',
                          'byollm_owner_in')
   loop

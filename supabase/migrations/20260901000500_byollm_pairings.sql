@@ -128,6 +128,35 @@ as $$
                               order by (state = 'pending') desc, byollm_seq limit 1)
 $$;
 
+-- Stores a PairingRecord; the same device-code hash overwrites (keeping its
+-- place in insertion order). PL/pgSQL (it was SQL) to declare the owner with
+-- its column's type (see the scale file).
+create or replace function byollm_create_pairing(p_pairing jsonb) returns void
+language plpgsql volatile security definer
+as $$
+declare
+  v_owner byollm_pairings.owner%type := p_pairing ->> 'owner';
+begin
+  insert into byollm_pairings as p (device_code_hash, user_code, state, owner, runner_id,
+                                    collected_at, label, platform, daemon_version,
+                                    capabilities, device, expires_at, created_at)
+  values (p_pairing ->> 'deviceCodeHash', p_pairing ->> 'userCode', p_pairing ->> 'state',
+          v_owner, (p_pairing ->> 'runnerId')::uuid,
+          case when (p_pairing ->> 'collected')::boolean then now() end,
+          p_pairing ->> 'label', p_pairing ->> 'platform', p_pairing ->> 'daemonVersion',
+          coalesce(p_pairing -> 'capabilities', '[]'::jsonb), p_pairing -> 'device',
+          byollm_at((p_pairing ->> 'expiresAt')::numeric::bigint),
+          byollm_at((p_pairing ->> 'createdAt')::numeric::bigint))
+  on conflict (device_code_hash) do update
+     set user_code = excluded.user_code, state = excluded.state, owner = excluded.owner,
+         runner_id = excluded.runner_id, collected_at = excluded.collected_at,
+         label = excluded.label, platform = excluded.platform,
+         daemon_version = excluded.daemon_version, capabilities = excluded.capabilities,
+         device = excluded.device, expires_at = excluded.expires_at,
+         created_at = excluded.created_at;
+end;
+$$;
+
 -- ---------------------------------------------------------------------------
 -- Who may call what
 -- ---------------------------------------------------------------------------
