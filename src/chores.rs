@@ -51,7 +51,7 @@ fn worker() -> Option<&'static Worker> {
 #[cfg(not(target_arch = "wasm32"))]
 fn spawn(worker: &'static Worker) -> bool {
     std::thread::Builder::new()
-        .name("byollm-ahead".into())
+        .name("byollm-chores".into())
         .spawn(move || work(worker))
         .is_ok()
 }
