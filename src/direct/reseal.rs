@@ -22,16 +22,6 @@ pub enum AtRest {
     Deferred(Arc<DeferredSeal>),
 }
 
-impl PartialEq for AtRest {
-    fn eq(&self, other: &AtRest) -> bool {
-        match (self, other) {
-            (AtRest::Sealed(a), AtRest::Sealed(b)) => a == b,
-            (AtRest::Deferred(a), AtRest::Deferred(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-}
-
 /// Everything a reseal is computed from.
 pub struct Inputs {
     pub site: Arc<KeyHandle>,
