@@ -2,9 +2,9 @@
 // when only a small surplus of the static TLS block is left (musl has none),
 // and a library marked DF_STATIC_TLS can then fail to load with "cannot
 // allocate memory in static TLS block" — on whichever host has less to spare.
-// mimalloc, the addon's allocator, uses initial-exec thread-locals unless its
-// `local_dynamic_tls` feature is on (Cargo.toml); this reads the built ELF's
-// dynamic section and fails if that flag ever comes back.
+// A dependency with initial-exec thread-locals (an allocator such as mimalloc
+// without its `local_dynamic_tls` feature) would set it; this reads the built
+// ELF's dynamic section and fails if that flag ever appears.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";

@@ -1,5 +1,5 @@
 //! One background thread for work done ahead of the request that needs it
-//! (a claimed job's reseal, spare ephemeral keys for the next at-rest seal),
+//! (spare ephemeral keys for the next at-rest seal, deferred at-rest seals),
 //! so that work runs on the other core instead of the event loop.
 //!
 //! Whoever hands work here must cope with it not running: the queue is
@@ -8,10 +8,6 @@
 //! does the work itself when it needs it. The thread sleeps on a condition
 //! variable when there is nothing to do and is woken only then, so a steady
 //! stream of work costs no wake-up per item.
-//!
-//! Two lanes: work a request will soon wait for (a claimed job's reseal,
-//! which its fetch takes) goes ahead of stocking up (spare keys), so it
-//! waits at most for the one chore already running, never for a backlog.
 //!
 //! Work nobody waits for (an enqueued payload's at-rest seal) is queued
 //! quietly ([`run_quietly`]): it does not wake a sleeping thread, because on
@@ -31,8 +27,6 @@ type Chore = Box<dyn FnOnce() + Send + 'static>;
 
 #[derive(Default)]
 struct Queue {
-    /// Run before any of `chores` ([`run_first`]).
-    first: VecDeque<Chore>,
     chores: VecDeque<Chore>,
     /// The thread is blocked waiting (the next `run` must wake it).
     parked: bool,
@@ -57,7 +51,7 @@ fn worker() -> Option<&'static Worker> {
 #[cfg(not(target_arch = "wasm32"))]
 fn spawn(worker: &'static Worker) -> bool {
     std::thread::Builder::new()
-        .name("byollm-ahead".into())
+        .name("byollm-chores".into())
         .spawn(move || work(worker))
         .is_ok()
 }
@@ -73,12 +67,6 @@ pub fn run(chore: impl FnOnce() + Send + 'static) -> bool {
     submit(Box::new(chore), Lane::Later)
 }
 
-/// [`run`], but ahead of every chore queued by [`run`] (in order among
-/// themselves): for work a request is about to wait for.
-pub fn run_first(chore: impl FnOnce() + Send + 'static) -> bool {
-    submit(Box::new(chore), Lane::First)
-}
-
 /// [`run`], without waking the thread if it sleeps (unless
 /// [`QUIET_BACKLOG`] chores are waiting): for work nobody waits for, which
 /// may run whenever the thread next wakes. Whoever needs its result before
@@ -89,7 +77,6 @@ pub fn run_quietly(chore: impl FnOnce() + Send + 'static) -> bool {
 
 #[derive(Clone, Copy, PartialEq)]
 enum Lane {
-    First,
     Later,
     /// [`Lane::Later`]'s queue, without the wake.
     Quiet,
@@ -106,16 +93,11 @@ fn submit_to(worker: &Worker, chore: Chore, lane: Lane) -> bool {
     let Ok(mut queue) = worker.queue.lock() else {
         return false;
     };
-    if queue.first.len() + queue.chores.len() >= MAX_QUEUED {
+    if queue.chores.len() >= MAX_QUEUED {
         return false;
     }
-    if lane == Lane::First {
-        queue.first.push_back(chore);
-    } else {
-        queue.chores.push_back(chore);
-    }
-    let wake = queue.parked
-        && (lane != Lane::Quiet || queue.first.len() + queue.chores.len() >= QUIET_BACKLOG);
+    queue.chores.push_back(chore);
+    let wake = queue.parked && (lane != Lane::Quiet || queue.chores.len() >= QUIET_BACKLOG);
     drop(queue);
     if wake {
         worker.wake.notify_one();
@@ -137,9 +119,6 @@ fn work(worker: &Worker) {
                 return;
             };
             loop {
-                if let Some(chore) = queue.first.pop_front() {
-                    break chore;
-                }
                 if let Some(chore) = queue.chores.pop_front() {
                     break chore;
                 }
@@ -185,35 +164,6 @@ mod tests {
         }
         // Other tests queue chores too, but these twenty keep their order.
         assert_eq!(seen, (0..20).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn chores_run_first_go_ahead_of_the_queue() {
-        // Hold the thread while queueing, so nothing of ours has started.
-        let (hold, held) = mpsc::channel::<()>();
-        let (running, is_running) = mpsc::channel();
-        assert!(run(move || {
-            let _ = running.send(());
-            let _ = held.recv_timeout(Duration::from_secs(10));
-        }));
-        assert!(is_running.recv_timeout(Duration::from_secs(10)).is_ok());
-        let (tx, rx) = mpsc::channel();
-        for (name, first) in [("a", false), ("b", false), ("c", true), ("d", true)] {
-            let tx = tx.clone();
-            let chore = move || {
-                let _ = tx.send(name);
-            };
-            assert!(if first { run_first(chore) } else { run(chore) });
-        }
-        let _ = hold.send(());
-        let mut seen = Vec::new();
-        for _ in 0..4 {
-            match rx.recv_timeout(Duration::from_secs(10)) {
-                Ok(name) => seen.push(name),
-                Err(e) => panic!("a chore never ran: {e}"),
-            }
-        }
-        assert_eq!(seen, ["c", "d", "a", "b"]);
     }
 
     /// A worker of the test's own, so no other test's chores wake it.

@@ -30,7 +30,7 @@ use crate::store::{
 };
 use crate::wire::{self, Endpoint};
 
-pub mod ahead;
+pub mod reseal;
 
 /// Envelopes from this many ciphertext characters are sealed and opened on
 /// the thread pool by the general path, off the event loop.
@@ -339,9 +339,6 @@ pub struct Call<'a> {
 pub struct Site<'a> {
     pub keys: &'a Arc<KeyHandle>,
     pub lease_ms: f64,
-    /// Where a granted lease's reseal starts ahead of its fetch
-    /// ([`ahead`]); `None` reseals at fetch time.
-    pub reseals: Option<&'a ahead::Reseals>,
 }
 
 /// The answer (status 200, this JSON text) to `call`, or `None` when the
@@ -485,11 +482,6 @@ fn claim(
         }
         first = false;
         write_stub(&mut out, &job, &lease, site_id, now);
-        if let Some(reseals) = site.reseals {
-            if let Some(inputs) = reseal_inputs(store, site, r, job.id, job.created_at, runner) {
-                reseals.start(inputs);
-            }
-        }
     }
     out.push_str("],\"leaseMs\":");
     push_number(&mut out, site.lease_ms);
@@ -563,11 +555,7 @@ fn fetch(
         return None;
     }
     let inputs = reseal_inputs(store, site, r, job_id, job.created_at, runner)?;
-    let resealed = match site.reseals.and_then(|reseals| reseals.take(&inputs)) {
-        Some(kept) => kept,
-        None => inputs.reseal(),
-    };
-    let sealed = resealed.ok()??;
+    let sealed = inputs.reseal().ok()??;
     let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
     out.push_str("{\"envelope\":{\"ciphertext\":");
     write_json_str(&sealed.ciphertext, &mut out);
@@ -593,25 +581,25 @@ fn reseal_inputs(
     job_id: &str,
     created_at: f64,
     runner: &RunnerFacts,
-) -> Option<ahead::Inputs> {
+) -> Option<reseal::Inputs> {
     if store.view(r)?.sealed_ciphertext_chars? > ASYNC_CRYPTO_THRESHOLD {
         return None;
     }
     if let Some(deferred) = store.deferred_seal(r) {
-        return Some(ahead::Inputs {
+        return Some(reseal::Inputs {
             site: Arc::clone(site.keys),
             job_id: job_id.to_owned(),
-            at_rest: ahead::AtRest::Deferred(Arc::clone(deferred)),
+            at_rest: reseal::AtRest::Deferred(Arc::clone(deferred)),
             created_at,
             device: runner.device.clone(),
         });
     }
     let mut ciphertext = String::new();
     let parts = store.sealed_envelope_parts(r, &mut ciphertext)?;
-    Some(ahead::Inputs {
+    Some(reseal::Inputs {
         site: Arc::clone(site.keys),
         job_id: job_id.to_owned(),
-        at_rest: ahead::AtRest::Sealed(envelope::SealedEnvelope {
+        at_rest: reseal::AtRest::Sealed(envelope::SealedEnvelope {
             ciphertext,
             recipient_key_id: parts.recipient_key_id.to_owned(),
             sender_key_id: parts.sender_key_id.to_owned(),
@@ -940,27 +928,15 @@ mod tests {
 
     #[test]
     fn a_signed_claim_fetch_and_result_are_served_end_to_end() {
-        serve_claim_fetch_result(None, false);
-    }
-
-    #[test]
-    fn the_same_with_the_reseal_started_ahead_at_the_claim() {
-        let Some(reseals) = ahead::Reseals::new() else {
-            panic!("no background thread")
-        };
-        serve_claim_fetch_result(Some(&reseals), false);
+        serve_claim_fetch_result(false);
     }
 
     #[test]
     fn the_same_for_a_payload_whose_seal_at_rest_is_deferred() {
-        serve_claim_fetch_result(None, true);
-        let Some(reseals) = ahead::Reseals::new() else {
-            panic!("no background thread")
-        };
-        serve_claim_fetch_result(Some(&reseals), true);
+        serve_claim_fetch_result(true);
     }
 
-    fn serve_claim_fetch_result(reseals: Option<&ahead::Reseals>, deferred: bool) {
+    fn serve_claim_fetch_result(deferred: bool) {
         let Lane {
             mut store,
             site,
@@ -969,7 +945,6 @@ mod tests {
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
-            reseals,
         };
         let claim = CLAIM;
         let sig = signature(&device, Endpoint::Claim, claim);
@@ -1154,7 +1129,6 @@ mod tests {
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
-            reseals: None,
         };
         let claim = CLAIM;
         let sig = signature(&device, Endpoint::Claim, claim);
@@ -1228,7 +1202,6 @@ mod tests {
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
-            reseals: None,
         };
         let claim = CLAIM;
         let good = signature(&device, Endpoint::Claim, claim);

@@ -647,9 +647,8 @@ mod spares {
 
         /// Spares a pool holds when full.
         pub(in super::super) const KEEP: usize = 64;
-        /// Spares made in one chore. A reseal queued meanwhile goes ahead of
-        /// the next round ([`crate::chores::run_first`]), so it waits for at
-        /// most this many (≈ 30 µs each here).
+        /// Spares made in one chore, so other chores queued meanwhile wait
+        /// for at most this many (≈ 30 µs each).
         const ROUND: usize = 1;
         /// Own keys with a pool (a process usually has one site); the one
         /// sealed to least recently gives way to a new one.

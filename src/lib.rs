@@ -29,24 +29,6 @@ pub mod store;
 #[cfg(feature = "node")]
 mod binding;
 
-// mimalloc for the addon: the store's many small, long-lived allocations and
-// the chores thread's cross-thread frees no longer share (and fragment)
-// glibc's main arena with node's own allocations. Measured in the full job
-// cycle: 8-10% faster with 1,000 stored jobs, 20% with 1,000,000 ended ones,
-// and 7% more RSS per stored job (its size classes round up more; see
-// docs/performance.md, "What exists for speed"). `cargo test` keeps the
-// system allocator.
-#[cfg(all(
-    feature = "node",
-    any(
-        all(target_os = "linux", target_env = "gnu"),
-        target_os = "macos",
-        target_os = "windows"
-    )
-))]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 // The WebAssembly binding behind `edge/` (scripts/build-wasm.mjs).
 #[cfg(feature = "wasm")]
 mod binding_wasm;

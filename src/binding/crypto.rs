@@ -1156,7 +1156,6 @@ impl SiteKeyring {
         let site = crate::direct::Site {
             keys: &self.inner,
             lease_ms,
-            reseals: crate::direct::ahead::Reseals::global(),
         };
         let answer = crate::direct::serve(store.core_mut(), &site, &call, now);
         // What the request changed is on disk before the device hears of it.
@@ -1187,7 +1186,7 @@ impl SiteKeyring {
         AsyncTask::new(ResealTask {
             inputs: store
                 .at_rest_core(&job_id)
-                .map(|at_rest| crate::direct::ahead::Inputs {
+                .map(|at_rest| crate::direct::reseal::Inputs {
                     site: self.inner.clone(),
                     job_id,
                     at_rest,
@@ -1206,10 +1205,10 @@ impl SiteKeyring {
         device: JsPublicIdentity,
     ) -> AsyncTask<ResealTask> {
         AsyncTask::new(ResealTask {
-            inputs: Some(crate::direct::ahead::Inputs {
+            inputs: Some(crate::direct::reseal::Inputs {
                 site: self.inner.clone(),
                 job_id,
-                at_rest: crate::direct::ahead::AtRest::Sealed(at_rest.into()),
+                at_rest: crate::direct::reseal::AtRest::Sealed(at_rest.into()),
                 created_at,
                 device: device_from_js(&device),
             }),
@@ -1445,7 +1444,7 @@ impl Task for PrepareCheckedTask {
 
 pub struct ResealTask {
     /// `None`: nothing to open (a stored job without a sealed envelope).
-    inputs: Option<crate::direct::ahead::Inputs>,
+    inputs: Option<crate::direct::reseal::Inputs>,
 }
 
 impl Task for ResealTask {

@@ -136,8 +136,8 @@ impl NativeMemoryStore {
     /// A job's payload as the core holds it: its sealed envelope, ciphertext
     /// re-encoded, or its at-rest seal still to be made (for the keyring's
     /// reseal, which then needs no JS string of it).
-    pub(super) fn at_rest_core(&mut self, id: &str) -> Option<crate::direct::ahead::AtRest> {
-        use crate::direct::ahead::AtRest;
+    pub(super) fn at_rest_core(&mut self, id: &str) -> Option<crate::direct::reseal::AtRest> {
+        use crate::direct::reseal::AtRest;
         let r = self.inner.get(id)?;
         if let Some(deferred) = self.inner.deferred_seal(r) {
             return Some(AtRest::Deferred(std::sync::Arc::clone(deferred)));

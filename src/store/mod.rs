@@ -147,23 +147,11 @@ pub enum Ciphertext {
 
 impl Ciphertext {
     fn new(text: &str) -> Ciphertext {
-        // Decoded straight into a buffer of the exact size: no temporary
-        // copies, which would fragment the heap at one job per call.
-        let mut bytes = vec![0u8; text.len() / 4 * 3 + (text.len() % 4).saturating_sub(1)];
-        let decoded = base64_simd::URL_SAFE_NO_PAD
-            .decode(text.as_bytes(), base64_simd::Out::from_slice(&mut bytes))
-            .map(|written| written.len());
-        match decoded {
-            // The SIMD engine rejects padding and non-zero trailing bits, so
-            // a successful decode re-encodes to exactly `text`; the length
-            // check guards that assumption without encoding.
-            Ok(written)
-                if written == bytes.len()
-                    && base64::encoded_len(written, false) == Some(text.len()) =>
-            {
-                Ciphertext::Bytes(bytes.into_boxed_slice())
-            }
-            _ => Ciphertext::Text(text.into()),
+        // The strict engine refuses padding and non-zero trailing bits, so
+        // the bytes re-encode to exactly `text`.
+        match crate::b64::decode_canonical_url(text) {
+            Some(bytes) => Ciphertext::Bytes(bytes.into_boxed_slice()),
+            None => Ciphertext::Text(text.into()),
         }
     }
 }

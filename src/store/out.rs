@@ -255,9 +255,7 @@ impl Store {
             Envelope::Raw(_) => return None,
         };
         match ct {
-            Ciphertext::Bytes(bytes) => {
-                base64_simd::URL_SAFE_NO_PAD.encode_append(bytes, ciphertext)
-            }
+            Ciphertext::Bytes(bytes) => crate::b64::encode_url_append(bytes, ciphertext),
             Ciphertext::Text(text) => ciphertext.push_str(text),
         }
         Some(SealedParts {
@@ -306,8 +304,7 @@ impl Store {
                     // base64url needs no escaping.
                     Ciphertext::Bytes(bytes) => {
                         out.push('"');
-                        // SIMD: a megabyte payload is re-encoded on every read.
-                        base64_simd::URL_SAFE_NO_PAD.encode_append(bytes, out);
+                        crate::b64::encode_url_append(bytes, out);
                         out.push('"');
                     }
                     Ciphertext::Text(text) => push_str(out, text),

@@ -11,171 +11,20 @@
 
 use super::schema::{Field, Presence, Refine, Schema, MAX_PAIR_START_BYTES};
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
-
-/// The high bit of each byte of `w` that may end or escape a string (`"`,
-/// `\\`, or a control byte below 0x20); zero when none does. Bytes of 0x80
-/// and up never set a false alarm because each test masks with `!w`. A
-/// borrow can flag a byte *after* a true one, never before it, so the lowest
-/// set bit is exact.
-fn special_mask(w: u64) -> u64 {
-    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
-    let quote = (w ^ (ONES * b'"' as u64)).wrapping_sub(ONES) & !(w ^ (ONES * b'"' as u64)) & HIGHS;
-    let backslash =
-        (w ^ (ONES * b'\\' as u64)).wrapping_sub(ONES) & !(w ^ (ONES * b'\\' as u64)) & HIGHS;
-    below_space | quote | backslash
-}
-
-#[cfg(test)]
-fn has_special(w: u64) -> bool {
-    special_mask(w) != 0
-}
-
-/// How many bytes of `w` are UTF-8 continuation bytes (`10xxxxxx`).
-fn continuation_bytes(w: u64) -> u32 {
-    let marks = w & !(w << 1) & HIGHS;
-    // Baseline x86_64 has no popcnt instruction: ASCII skips the software count.
-    if marks == 0 {
-        0
-    } else {
-        marks.count_ones()
-    }
-}
-
 /// From `at`, the length of the run of bytes before the first quote,
-/// backslash or control byte (read a word at a time: 16 bytes with SSE2,
-/// then 8; a tail shorter than a word is left to the caller), and the code
-/// points in it. Stopping exactly at the special byte, rather than at the
-/// start of its word, keeps the caller from crawling the last bytes of every
-/// string one call per byte.
+/// backslash or control byte (or the end), and the code points in it (its
+/// non-continuation bytes).
 fn plain_run(b: &[u8], at: usize) -> (usize, u64) {
-    let mut i = at;
     let mut cps = 0u64;
-    #[cfg(target_arch = "x86_64")]
-    {
-        let (run, n) = sse2::plain_run16(b, i);
-        i += run;
-        cps += n;
-    }
-    while let Some(chunk) = b.get(i..i + 8) {
-        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-            break;
-        };
-        let w = u64::from_le_bytes(word);
-        let special = special_mask(w);
-        if special != 0 {
-            // Little-endian: the lowest flagged byte comes first in the text.
-            let before = special.trailing_zeros() / 8;
-            let keep = if before == 0 {
-                0
-            } else {
-                u64::MAX >> (64 - 8 * before)
-            };
-            cps += u64::from(before - continuation_bytes(w & keep));
-            i += before as usize;
+    let mut i = at;
+    while let Some(&c) = b.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
             break;
         }
-        cps += u64::from(8 - continuation_bytes(w));
-        i += 8;
+        cps += u64::from(c & 0xC0 != 0x80);
+        i += 1;
     }
     (i - at, cps)
-}
-
-#[cfg(target_arch = "x86_64")]
-mod sse2 {
-    use std::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8,
-        _mm_or_si128, _mm_set1_epi8, _mm_setzero_si128,
-    };
-
-    /// 0xFF in each byte lane of `x` holding `"`, `\\` or a byte below 0x20.
-    ///
-    /// # Safety
-    /// SSE2 only, which the x86_64 baseline guarantees.
-    #[inline(always)]
-    unsafe fn special(x: __m128i) -> __m128i {
-        let quote = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'"' as i8));
-        let backslash = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\\' as i8));
-        // x <= 0x1f (unsigned) exactly when max(x, 0x1f) == 0x1f.
-        let control = _mm_cmpeq_epi8(_mm_max_epu8(x, _mm_set1_epi8(0x1f)), _mm_set1_epi8(0x1f));
-        _mm_or_si128(_mm_or_si128(quote, backslash), control)
-    }
-
-    /// Bit k set when byte k of `x` is a UTF-8 continuation byte.
-    ///
-    /// # Safety
-    /// SSE2 only.
-    #[inline(always)]
-    unsafe fn continuation(x: __m128i) -> u32 {
-        let top = _mm_and_si128(x, _mm_set1_epi8(0xC0u8 as i8));
-        _mm_movemask_epi8(_mm_cmpeq_epi8(top, _mm_set1_epi8(0x80u8 as i8))) as u32
-    }
-
-    /// Up to the first `"`, `\\` or byte below 0x20: 64 bytes a step while
-    /// none is in sight (long base64 ciphertexts and prompts are most of a
-    /// body), then 16 at a time to find it exactly. Counts the code points
-    /// (non-continuation bytes) passed over.
-    pub(super) fn plain_run16(b: &[u8], at: usize) -> (usize, u64) {
-        let mut i = at;
-        let mut cps = 0u64;
-        while let Some(block) = b.get(i..i + 64) {
-            // SAFETY: SSE2 is part of the x86_64 baseline, and `block` has
-            // 64 readable bytes for the four unaligned 16-byte loads.
-            let (any_special, non_ascii, cont) = unsafe {
-                let p = block.as_ptr();
-                let mut sp = _mm_setzero_si128();
-                let mut high = _mm_setzero_si128();
-                let mut parts = [_mm_setzero_si128(); 4];
-                for (k, part) in parts.iter_mut().enumerate() {
-                    let x = _mm_loadu_si128(p.add(16 * k).cast());
-                    sp = _mm_or_si128(sp, special(x));
-                    high = _mm_or_si128(high, x);
-                    *part = x;
-                }
-                let non_ascii = _mm_movemask_epi8(high) != 0;
-                // Continuation bytes only matter when some byte is >= 0x80;
-                // baseline x86_64 has no popcnt, so ASCII skips the count.
-                let cont = if non_ascii {
-                    parts
-                        .iter()
-                        .map(|&x| continuation(x).count_ones())
-                        .sum::<u32>()
-                } else {
-                    0
-                };
-                (_mm_movemask_epi8(sp) != 0, non_ascii, cont)
-            };
-            if any_special {
-                break;
-            }
-            cps += 64 - if non_ascii { u64::from(cont) } else { 0 };
-            i += 64;
-        }
-        while let Some(chunk) = b.get(i..i + 16) {
-            // SAFETY: SSE2 is part of the x86_64 baseline, and `chunk` has
-            // exactly 16 readable bytes for the unaligned load.
-            let (special, continuation) = unsafe {
-                let x: __m128i = _mm_loadu_si128(chunk.as_ptr().cast());
-                (_mm_movemask_epi8(special(x)) as u32, continuation(x))
-            };
-            if special != 0 {
-                let before = special.trailing_zeros();
-                let below = continuation & ((1u32 << before) - 1);
-                cps += u64::from(before - if below == 0 { 0 } else { below.count_ones() });
-                i += before as usize;
-                return (i - at, cps);
-            }
-            cps += 16
-                - if continuation == 0 {
-                    0
-                } else {
-                    u64::from(continuation.count_ones())
-                };
-            i += 16;
-        }
-        (i - at, cps)
-    }
 }
 
 struct Scan<'a> {
@@ -298,8 +147,9 @@ impl<'a> Scan<'a> {
                     cps += 1;
                 }
                 _ => {
-                    // Eight plain bytes at a time where possible (long
-                    // ciphertexts and prompts are most of a body).
+                    // The plain run up to the next quote, backslash or
+                    // control byte (long ciphertexts and prompts are most
+                    // of a body).
                     let (run, plain) = plain_run(self.b, self.i);
                     if run > 0 {
                         cps += plain;
@@ -563,78 +413,6 @@ mod tests {
             wire::inspect_request(Endpoint::Pair, &spaced, &basic_url_ok),
             Inspection::Ok { .. }
         ));
-    }
-
-    #[test]
-    fn word_tests_match_byte_tests() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..200_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            // Bias bytes towards the interesting ones.
-            let bytes: [u8; 8] = std::array::from_fn(|i| {
-                let b = (seed >> (i * 8)) as u8;
-                match b % 8 {
-                    0 => b'"',
-                    1 => b'\\',
-                    2 => b % 0x20,
-                    3 => 0x80 | (b & 0x3f),
-                    _ => b,
-                }
-            });
-            let w = u64::from_le_bytes(bytes);
-            let special = bytes.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20);
-            assert_eq!(has_special(w), special, "{bytes:?}");
-            let cont = bytes.iter().filter(|&&b| b & 0xC0 == 0x80).count() as u32;
-            assert_eq!(continuation_bytes(w), cont, "{bytes:?}");
-        }
-    }
-
-    #[test]
-    fn plain_runs_match_a_byte_loop() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..20_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let len = (seed % 70) as usize;
-            let text: Vec<u8> = (0..len)
-                .map(|k| {
-                    let r = (seed.rotate_left(k as u32 * 7) >> 3) as u8;
-                    match r % 40 {
-                        0 => b'"',
-                        1 => b'\\',
-                        2 => 0x1f,
-                        3..=8 => 0x80 | (r & 0x3f),
-                        9..=11 => 0xC3,
-                        _ => b'a' + r % 26,
-                    }
-                })
-                .collect();
-            let (run, cps) = plain_run(&text, 0);
-            // The run is plain bytes, counted one per lead byte.
-            assert!(text[..run]
-                .iter()
-                .all(|&b| b != b'"' && b != b'\\' && b >= 0x20));
-            assert_eq!(
-                cps,
-                text[..run].iter().filter(|&&b| b & 0xC0 != 0x80).count() as u64
-            );
-            // And it stops exactly at the first special byte, or where less
-            // than a word is left (the caller walks that tail).
-            let rest = &text[run..];
-            let first = text
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20);
-            let at = first.unwrap_or(text.len());
-            assert!(run <= at, "ran past a special byte: {run} > {at}");
-            assert!(
-                run == at || rest.len() < 8,
-                "stopped at {run} of {}, first special at {at}",
-                text.len()
-            );
-        }
     }
 
     #[test]
