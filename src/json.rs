@@ -390,6 +390,16 @@ pub fn push_js_number(out: &mut String, n: f64) {
     }
 }
 
+/// Append `JSON.stringify(n)`: the JS number text, `null` for NaN and the
+/// infinities.
+pub fn push_json_number(out: &mut String, n: f64) {
+    if n.is_finite() {
+        push_js_number(out, n);
+    } else {
+        out.push_str("null");
+    }
+}
+
 /// The general case: ECMAScript Number::toString from Rust's shortest
 /// round-trip digits.
 fn shortest_js_number(n: f64) -> String {

@@ -19,7 +19,7 @@
 //! * `lease`: `null` or `[id, runnerId, expiresAt]`;
 //! * `outcome`, `provenance`: the JSON the caller gave, or `null`.
 
-use std::fmt::Write as _;
+use crate::json::{self, write_json_str};
 
 use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, RenewResult, Store};
 
@@ -40,60 +40,28 @@ pub struct SealedParts<'a> {
 /// and the row's closing bracket.
 fn push_sealed_rest(out: &mut String, parts: SealedParts<'_>) {
     out.push(',');
-    push_str(out, parts.recipient_key_id);
+    write_json_str(parts.recipient_key_id, out);
     out.push(',');
-    push_str(out, parts.sender_key_id);
+    write_json_str(parts.sender_key_id, out);
     out.push(',');
-    push_str(out, parts.direction);
+    write_json_str(parts.direction, out);
     out.push(',');
     push_num(out, parts.deadline_at);
     out.push(']');
 }
 
-/// Append `text` as a JSON string literal.
-pub(crate) fn push_str(out: &mut String, text: &str) {
-    out.push('"');
-    let mut start = 0;
-    for (at, byte) in text.bytes().enumerate() {
-        let escape: Option<&str> = match byte {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
-            0..=0x1f => None,
-            _ => continue,
-        };
-        out.push_str(text.get(start..at).unwrap_or(""));
-        match escape {
-            Some(e) => out.push_str(e),
-            None => {
-                let _ = write!(out, "\\u{:04x}", byte);
-            }
-        }
-        start = at + 1;
-    }
-    out.push_str(text.get(start..).unwrap_or(""));
-    out.push('"');
-}
-
-/// Append a JS number. Rust prints finite doubles as the shortest decimal
-/// that reads back as the same double, never in exponent form, which
-/// `JSON.parse` reads back exactly; infinities go through an out-of-range
-/// literal that `JSON.parse` reads as ±Infinity. NaN has no JSON spelling and
+/// Append a record's number so that `JSON.parse` reads back the same double:
+/// as `JSON.stringify` writes it, except for the values it cannot carry.
+/// Infinities (a caller's `ttlMs: Infinity`) go as an out-of-range literal
+/// that reads back as ±Infinity, and -0 as `-0`. NaN has no JSON spelling and
 /// comes back as `null` (only a NaN clock can put one here).
 pub(crate) fn push_num(out: &mut String, value: f64) {
-    if let Some(integer) = crate::json::exact_integer(value) {
-        // The same digits as below, without the float formatter.
-        let _ = write!(out, "{integer}");
-    } else if value.is_finite() {
-        let _ = write!(out, "{}", value);
-    } else if value.is_nan() {
-        out.push_str("null");
-    } else if value > 0.0 {
-        out.push_str("1e999");
+    if value.is_infinite() {
+        out.push_str(if value > 0.0 { "1e999" } else { "-1e999" });
+    } else if value == 0.0 && value.is_sign_negative() {
+        out.push_str("-0");
     } else {
-        out.push_str("-1e999");
+        json::push_json_number(out, value);
     }
 }
 
@@ -110,7 +78,7 @@ fn push_str_list<S: AsRef<str>>(out: &mut String, items: &[S]) {
         if at > 0 {
             out.push(',');
         }
-        push_str(out, item.as_ref());
+        write_json_str(item.as_ref(), out);
     }
     out.push(']');
 }
@@ -124,9 +92,9 @@ impl Store {
         };
         let name = |sym| self.syms.name(sym);
         out.push('[');
-        push_str(out, &job.id);
+        write_json_str(&job.id, out);
         out.push(',');
-        push_str(out, name(job.kind));
+        write_json_str(name(job.kind), out);
         out.push(',');
         if self.omits_envelope(job) {
             out.push_str("[]");
@@ -134,9 +102,9 @@ impl Store {
             self.push_envelope(job, out);
         }
         out.push(',');
-        push_str(out, name(job.size_class));
+        write_json_str(name(job.size_class), out);
         out.push(',');
-        push_str(out, name(job.audience));
+        write_json_str(name(job.audience), out);
         out.push(',');
         match &job.purpose {
             Some(json) => {
@@ -147,7 +115,7 @@ impl Store {
             None => out.push('0'),
         }
         out.push(',');
-        push_str(out, name(job.owner));
+        write_json_str(name(job.owner), out);
         out.push(',');
         match &job.audience_allow {
             Some(list) => push_str_list(out, list),
@@ -161,9 +129,9 @@ impl Store {
         match &job.lease {
             Some(lease) => {
                 out.push('[');
-                push_str(out, &lease.id);
+                write_json_str(&lease.id, out);
                 out.push(',');
-                push_str(out, name(lease.runner));
+                write_json_str(name(lease.runner), out);
                 out.push(',');
                 push_num(out, lease.expires_at);
                 out.push(']');
@@ -172,7 +140,7 @@ impl Store {
         }
         out.push(',');
         match &job.completed_by_lease_id {
-            Some(id) => push_str(out, id),
+            Some(id) => write_json_str(id, out),
             None => out.push_str("null"),
         }
         out.push(',');
@@ -188,7 +156,7 @@ impl Store {
             if at > 0 {
                 out.push(',');
             }
-            push_str(out, name(*runner));
+            write_json_str(name(*runner), out);
         }
         out.push_str("],");
         push_num(out, job.attempts);
@@ -210,9 +178,9 @@ impl Store {
             return;
         };
         out.push_str("{\"jobId\":");
-        push_str(out, &job.id);
+        write_json_str(&job.id, out);
         out.push_str(",\"state\":");
-        push_str(out, job.state.as_str());
+        write_json_str(job.state.as_str(), out);
         for (key, value) in [("outcome", &job.outcome), ("provenance", &job.provenance)] {
             if let Some(json) = value.as_deref().filter(|json| *json != "null") {
                 out.push_str(",\"");
@@ -310,7 +278,7 @@ impl Store {
                         base64_simd::URL_SAFE_NO_PAD.encode_append(bytes, out);
                         out.push('"');
                     }
-                    Ciphertext::Text(text) => push_str(out, text),
+                    Ciphertext::Text(text) => write_json_str(text, out),
                 }
                 push_sealed_rest(
                     out,
@@ -333,7 +301,7 @@ impl Store {
             Envelope::Deferred(deferred) => match deferred.sealed() {
                 Ok(sealed) => {
                     out.push('[');
-                    push_str(out, &sealed.ciphertext);
+                    write_json_str(&sealed.ciphertext, out);
                     push_sealed_rest(
                         out,
                         SealedParts {
@@ -410,7 +378,7 @@ impl Store {
                 out.push(',');
             }
             out.push_str("{\"jobId\":");
-            push_str(&mut out, job_id);
+            write_json_str(job_id, &mut out);
             out.push_str(",\"expiresAt\":");
             push_num(&mut out, *expires_at);
             out.push('}');
@@ -436,9 +404,9 @@ fn push_lease_refs(out: &mut String, refs: &[LeaseRef]) {
             out.push(',');
         }
         out.push_str("{\"jobId\":");
-        push_str(out, &r.job_id);
+        write_json_str(&r.job_id, out);
         out.push_str(",\"leaseId\":");
-        push_str(out, &r.lease_id);
+        write_json_str(&r.lease_id, out);
         out.push('}');
     }
     out.push(']');

@@ -21,7 +21,7 @@
 //!   issue so far has stopped the object.
 
 use crate::json::{
-    is_js_space, js_number_to_string, js_to_number, push_js_number, Doc, JsStr, Node, NodeId,
+    is_js_space, js_number_to_string, js_to_number, push_json_number, Doc, JsStr, Node, NodeId,
 };
 
 /// A schema node.
@@ -153,8 +153,7 @@ impl Out {
                 None => out.push_str("null"),
             },
             Out::Owned(s) => s.write_json(out),
-            Out::Num(n) if n.is_finite() => push_js_number(out, *n),
-            Out::Num(_) => out.push_str("null"),
+            Out::Num(n) => push_json_number(out, *n),
             Out::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
             Out::Arr(items) => {
                 out.push('[');
