@@ -4,6 +4,7 @@
 
 use super::out::push_num;
 use super::*;
+use crate::audience::{server_admits, OfferScope};
 use crate::json::write_json_str;
 
 const CT: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
