@@ -4,12 +4,14 @@
 //! schema in one parse (protocol.md §2, §4, §6).
 
 pub mod fast;
+mod issue;
 pub mod schema;
 
 use crate::json::{self, Doc, JsStr};
 use schema::{opt, req, Field, Out, Presence, Schema};
 
-pub use schema::{Issue, IssueKind, Seg, Validated};
+pub use issue::{Issue, IssueKind, Seg};
+pub use schema::Validated;
 
 /// The protocol version this server speaks.
 pub const PROTOCOL_VERSION: &str = "2";
