@@ -21,7 +21,7 @@
 
 use crate::json::{self, write_json_str};
 
-use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, RenewResult, Store};
+use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, Store};
 
 /// Sealed ciphertexts from this size up stay out of records when the store
 /// omits envelopes (a 1 KB prompt's is ≈ 1.5 KB; a 1M-character one 1.8 MB).
@@ -368,25 +368,6 @@ impl Store {
         let opaque = job.outcome.as_deref().map_or(0, str::len)
             + job.provenance.as_deref().map_or(0, str::len);
         envelope + opaque + 400
-    }
-
-    /// `{renewed: [{jobId, expiresAt}], lost: [{jobId, leaseId}]}` as JSON.
-    pub fn renew_json(result: &RenewResult) -> String {
-        let mut out = String::from("{\"renewed\":[");
-        for (at, (job_id, expires_at)) in result.renewed.iter().enumerate() {
-            if at > 0 {
-                out.push(',');
-            }
-            out.push_str("{\"jobId\":");
-            write_json_str(job_id, &mut out);
-            out.push_str(",\"expiresAt\":");
-            push_num(&mut out, *expires_at);
-            out.push('}');
-        }
-        out.push_str("],\"lost\":");
-        push_lease_refs(&mut out, &result.lost);
-        out.push('}');
-        out
     }
 
     /// `[{jobId, leaseId}]` as JSON.
