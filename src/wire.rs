@@ -346,15 +346,6 @@ const BACKEND_IDS: [&str; 19] = {
 };
 const BACKEND_ID: Schema = Schema::Enum(&BACKEND_IDS);
 
-pub static PUBLIC_IDENTITY: Schema = Schema::Object {
-    fields: &[
-        req("identity", &S1),
-        req("encryption", &S1),
-        req("encryptionSig", &S1),
-    ],
-    refine: None,
-};
-
 pub static CAPABILITY: Schema = Schema::Object {
     fields: &[
         req("kind", &JOB_KIND),
