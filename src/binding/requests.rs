@@ -342,46 +342,31 @@ thread_local! {
 /// Copy a JS string's UTF-8 into `buf` (one call when it fits).
 fn read_utf8<'b>(env: &Env, s: JsString<'_>, buf: &'b mut Vec<u8>) -> Result<&'b str> {
     let raw_env = env.raw();
+    let copy = |ptr: *mut u8, cap: usize, written: &mut usize| {
+        // SAFETY: `ptr` is null with `cap` 0 (napi then reports the length),
+        // or has `cap` writable bytes, of which napi writes at most cap - 1
+        // plus a NUL, reporting how many it wrote.
+        status(unsafe {
+            sys::napi_get_value_string_utf8(raw_env, s.raw(), ptr.cast(), cap, written)
+        })
+    };
     let mut written = 0usize;
     if buf.capacity() < 4096 {
         buf.reserve(4096);
     }
-    // SAFETY: the buffer has `capacity` writable bytes; napi writes at most
-    // capacity - 1 plus a NUL and reports how many it wrote.
-    unsafe {
-        let cap = buf.capacity();
-        status(sys::napi_get_value_string_utf8(
-            raw_env,
-            s.raw(),
-            buf.as_mut_ptr().cast(),
-            cap,
-            &mut written,
-        ))?;
-        // V8 copies whole characters only: one of up to 4 bytes that did not
-        // fit leaves up to 3 bytes of the buffer unused besides the NUL. So
-        // the copy is known whole only if more than that was left over.
-        if written + 4 >= cap {
-            // Possibly cut short: ask for the length and read it whole.
-            let mut len = 0usize;
-            status(sys::napi_get_value_string_utf8(
-                raw_env,
-                s.raw(),
-                std::ptr::null_mut(),
-                0,
-                &mut len,
-            ))?;
-            buf.reserve(len + 1);
-            let cap = buf.capacity();
-            status(sys::napi_get_value_string_utf8(
-                raw_env,
-                s.raw(),
-                buf.as_mut_ptr().cast(),
-                cap,
-                &mut written,
-            ))?;
-        }
-        buf.set_len(written);
+    copy(buf.as_mut_ptr(), buf.capacity(), &mut written)?;
+    // V8 copies whole characters only: one of up to 4 bytes that did not
+    // fit leaves up to 3 bytes of the buffer unused besides the NUL. So the
+    // copy is known whole only if more than that was left over.
+    if written + 4 >= buf.capacity() {
+        // Possibly cut short: ask for the length and read it whole.
+        let mut len = 0usize;
+        copy(std::ptr::null_mut(), 0, &mut len)?;
+        buf.reserve(len + 1);
+        copy(buf.as_mut_ptr(), buf.capacity(), &mut written)?;
     }
+    // SAFETY: napi wrote `written` initialised bytes, fewer than the capacity.
+    unsafe { buf.set_len(written) };
     // V8 writes well-formed UTF-8 (lone surrogates become U+FFFD).
     std::str::from_utf8(buf).map_err(|_| type_error("body is not UTF-8"))
 }
