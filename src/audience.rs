@@ -9,8 +9,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::kinds::JobKind;
-
 /// Defines a string-valued vocabulary: parse from the wire spelling, print it
 /// back, and (de)serialise as that spelling.
 macro_rules! vocabulary {
@@ -323,11 +321,6 @@ pub fn backend(id: &str) -> Option<&'static Backend> {
     BACKENDS.iter().find(|b| b.id == id)
 }
 
-/// Is `id` one of the 19 registered backend ids?
-pub fn is_backend_id(id: &str) -> bool {
-    backend(id).is_some()
-}
-
 /// The cost the server assumes for a backend: the registry's cost, and
 /// `metered` where the registry has none. The server cannot see a generic
 /// backend's base URL, so it takes the expensive reading.
@@ -496,30 +489,6 @@ pub fn server_admits(
 }
 
 // ---------------------------------------------------------------------------
-// Capabilities
-
-/// One service a runner offers for one job kind (wire `Capability`). Field
-/// order is the wire order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Capability {
-    pub kind: JobKind,
-    pub service: String,
-    pub backend_id: String,
-    pub backend_class: BackendClass,
-    pub model: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub known_models: Option<Vec<String>>,
-    pub offer_scope: OfferScope,
-}
-
-/// The first capability offered for `kind` (the claim matches on that one
-/// only, even when a runner advertises several services for a kind).
-pub fn capability_for<'c>(capabilities: &'c [Capability], kind: &str) -> Option<&'c Capability> {
-    capabilities.iter().find(|c| c.kind.as_str() == kind)
-}
-
-// ---------------------------------------------------------------------------
 // Provenance
 
 /// Where a result came from, as delivered to the app. Field order is the
@@ -603,16 +572,6 @@ pub struct CapabilityView<'a> {
     pub kind: &'a str,
     pub offer_scope: OfferScope,
     pub backend_id: &'a str,
-}
-
-impl<'a> From<&'a Capability> for CapabilityView<'a> {
-    fn from(c: &'a Capability) -> Self {
-        CapabilityView {
-            kind: c.kind.as_str(),
-            offer_scope: c.offer_scope,
-            backend_id: &c.backend_id,
-        }
-    }
 }
 
 /// What availability needs to know about one stored runner.
@@ -701,6 +660,7 @@ pub fn runner_availability(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::JobKind;
 
     fn team_job<'a>(allow: Option<&'a [String]>) -> JobAudience<'a> {
         JobAudience {

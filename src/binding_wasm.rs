@@ -379,7 +379,7 @@ fn envelope_json(e: &SealedEnvelope) -> String {
     out.push_str(",\"direction\":");
     json::write_json_str(&e.direction, &mut out);
     out.push_str(",\"deadlineAt\":");
-    out.push_str(&number(e.deadline_at));
+    json::push_json_number(&mut out, e.deadline_at);
     out.push('}');
     out
 }
@@ -392,15 +392,6 @@ fn string(s: &str) -> String {
 
 fn boolean(b: bool) -> String {
     (if b { "true" } else { "false" }).to_string()
-}
-
-/// A number as `JSON.stringify` writes it (`null` for NaN and infinities).
-fn number(n: f64) -> String {
-    if n.is_finite() {
-        json::js_number_to_string(n)
-    } else {
-        "null".to_string()
-    }
 }
 
 /// Positional arguments of one call, with typed accessors whose errors name

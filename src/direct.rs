@@ -484,18 +484,9 @@ fn claim(
         write_stub(&mut out, &job, &lease, site_id, now);
     }
     out.push_str("],\"leaseMs\":");
-    push_number(&mut out, site.lease_ms);
+    json::push_json_number(&mut out, site.lease_ms);
     out.push('}');
     Some(out)
-}
-
-/// A number as `JSON.stringify` writes it (`null` when not finite).
-fn push_number(out: &mut String, value: f64) {
-    if value.is_finite() {
-        json::push_js_number(out, value);
-    } else {
-        out.push_str("null");
-    }
 }
 
 /// A claim stub, exactly the fields the daemon parses (never
@@ -518,7 +509,7 @@ fn write_stub(out: &mut String, job: &JobView<'_>, lease: &LeaseView<'_>, site_i
     out.push_str(",\"sizeClass\":");
     write_json_str(job.size_class, out);
     out.push_str(",\"streaming\":false,\"deadlineAt\":");
-    push_number(
+    json::push_json_number(
         out,
         deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now),
     );
@@ -527,7 +518,7 @@ fn write_stub(out: &mut String, job: &JobView<'_>, lease: &LeaseView<'_>, site_i
     out.push_str(",\"runnerId\":");
     write_json_str(lease.runner_id, out);
     out.push_str(",\"expiresAt\":");
-    push_number(out, lease.expires_at);
+    json::push_json_number(out, lease.expires_at);
     out.push_str("}}");
 }
 
@@ -566,7 +557,7 @@ fn fetch(
     out.push_str(",\"direction\":");
     write_json_str(&sealed.direction, &mut out);
     out.push_str(",\"deadlineAt\":");
-    push_number(&mut out, sealed.deadline_at);
+    json::push_json_number(&mut out, sealed.deadline_at);
     out.push_str("}}");
     Some(out)
 }

@@ -4,12 +4,14 @@
 //! schema in one parse (protocol.md §2, §4, §6).
 
 pub mod fast;
+mod issue;
 pub mod schema;
 
 use crate::json::{self, Doc, JsStr};
 use schema::{opt, req, Field, Out, Presence, Schema};
 
-pub use schema::{Issue, IssueKind, Seg, Validated};
+pub use issue::{Issue, IssueKind, Seg};
+pub use schema::Validated;
 
 /// The protocol version this server speaks.
 pub const PROTOCOL_VERSION: &str = "2";
@@ -343,15 +345,6 @@ const BACKEND_IDS: [&str; 19] = {
     ids
 };
 const BACKEND_ID: Schema = Schema::Enum(&BACKEND_IDS);
-
-pub static PUBLIC_IDENTITY: Schema = Schema::Object {
-    fields: &[
-        req("identity", &S1),
-        req("encryption", &S1),
-        req("encryptionSig", &S1),
-    ],
-    refine: None,
-};
 
 pub static CAPABILITY: Schema = Schema::Object {
     fields: &[

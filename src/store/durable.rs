@@ -281,10 +281,6 @@ impl Durable {
         }
         Ok(())
     }
-
-    pub fn is_open(&self) -> bool {
-        self.conn.is_some()
-    }
 }
 
 fn write(

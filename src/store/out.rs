@@ -19,9 +19,9 @@
 //! * `lease`: `null` or `[id, runnerId, expiresAt]`;
 //! * `outcome`, `provenance`: the JSON the caller gave, or `null`.
 
-use std::fmt::Write as _;
+use crate::json::{self, write_json_str};
 
-use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, RenewResult, Store};
+use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, Store};
 
 /// Sealed ciphertexts from this size up stay out of records when the store
 /// omits envelopes (a 1 KB prompt's is ≈ 1.5 KB; a 1M-character one 1.8 MB).
@@ -40,60 +40,28 @@ pub struct SealedParts<'a> {
 /// and the row's closing bracket.
 fn push_sealed_rest(out: &mut String, parts: SealedParts<'_>) {
     out.push(',');
-    push_str(out, parts.recipient_key_id);
+    write_json_str(parts.recipient_key_id, out);
     out.push(',');
-    push_str(out, parts.sender_key_id);
+    write_json_str(parts.sender_key_id, out);
     out.push(',');
-    push_str(out, parts.direction);
+    write_json_str(parts.direction, out);
     out.push(',');
     push_num(out, parts.deadline_at);
     out.push(']');
 }
 
-/// Append `text` as a JSON string literal.
-pub(crate) fn push_str(out: &mut String, text: &str) {
-    out.push('"');
-    let mut start = 0;
-    for (at, byte) in text.bytes().enumerate() {
-        let escape: Option<&str> = match byte {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
-            0..=0x1f => None,
-            _ => continue,
-        };
-        out.push_str(text.get(start..at).unwrap_or(""));
-        match escape {
-            Some(e) => out.push_str(e),
-            None => {
-                let _ = write!(out, "\\u{:04x}", byte);
-            }
-        }
-        start = at + 1;
-    }
-    out.push_str(text.get(start..).unwrap_or(""));
-    out.push('"');
-}
-
-/// Append a JS number. Rust prints finite doubles as the shortest decimal
-/// that reads back as the same double, never in exponent form, which
-/// `JSON.parse` reads back exactly; infinities go through an out-of-range
-/// literal that `JSON.parse` reads as ±Infinity. NaN has no JSON spelling and
+/// Append a record's number so that `JSON.parse` reads back the same double:
+/// as `JSON.stringify` writes it, except for the values it cannot carry.
+/// Infinities (a caller's `ttlMs: Infinity`) go as an out-of-range literal
+/// that reads back as ±Infinity, and -0 as `-0`. NaN has no JSON spelling and
 /// comes back as `null` (only a NaN clock can put one here).
 pub(crate) fn push_num(out: &mut String, value: f64) {
-    if let Some(integer) = crate::json::exact_integer(value) {
-        // The same digits as below, without the float formatter.
-        let _ = write!(out, "{integer}");
-    } else if value.is_finite() {
-        let _ = write!(out, "{}", value);
-    } else if value.is_nan() {
-        out.push_str("null");
-    } else if value > 0.0 {
-        out.push_str("1e999");
+    if value.is_infinite() {
+        out.push_str(if value > 0.0 { "1e999" } else { "-1e999" });
+    } else if value == 0.0 && value.is_sign_negative() {
+        out.push_str("-0");
     } else {
-        out.push_str("-1e999");
+        json::push_json_number(out, value);
     }
 }
 
@@ -110,7 +78,7 @@ fn push_str_list<S: AsRef<str>>(out: &mut String, items: &[S]) {
         if at > 0 {
             out.push(',');
         }
-        push_str(out, item.as_ref());
+        write_json_str(item.as_ref(), out);
     }
     out.push(']');
 }
@@ -124,9 +92,9 @@ impl Store {
         };
         let name = |sym| self.syms.name(sym);
         out.push('[');
-        push_str(out, &job.id);
+        write_json_str(&job.id, out);
         out.push(',');
-        push_str(out, name(job.kind));
+        write_json_str(name(job.kind), out);
         out.push(',');
         if self.omits_envelope(job) {
             out.push_str("[]");
@@ -134,9 +102,9 @@ impl Store {
             self.push_envelope(job, out);
         }
         out.push(',');
-        push_str(out, name(job.size_class));
+        write_json_str(name(job.size_class), out);
         out.push(',');
-        push_str(out, name(job.audience));
+        write_json_str(name(job.audience), out);
         out.push(',');
         match &job.purpose {
             Some(json) => {
@@ -147,7 +115,7 @@ impl Store {
             None => out.push('0'),
         }
         out.push(',');
-        push_str(out, name(job.owner));
+        write_json_str(name(job.owner), out);
         out.push(',');
         match &job.audience_allow {
             Some(list) => push_str_list(out, list),
@@ -161,9 +129,9 @@ impl Store {
         match &job.lease {
             Some(lease) => {
                 out.push('[');
-                push_str(out, &lease.id);
+                write_json_str(&lease.id, out);
                 out.push(',');
-                push_str(out, name(lease.runner));
+                write_json_str(name(lease.runner), out);
                 out.push(',');
                 push_num(out, lease.expires_at);
                 out.push(']');
@@ -172,7 +140,7 @@ impl Store {
         }
         out.push(',');
         match &job.completed_by_lease_id {
-            Some(id) => push_str(out, id),
+            Some(id) => write_json_str(id, out),
             None => out.push_str("null"),
         }
         out.push(',');
@@ -188,7 +156,7 @@ impl Store {
             if at > 0 {
                 out.push(',');
             }
-            push_str(out, name(*runner));
+            write_json_str(name(*runner), out);
         }
         out.push_str("],");
         push_num(out, job.attempts);
@@ -210,9 +178,9 @@ impl Store {
             return;
         };
         out.push_str("{\"jobId\":");
-        push_str(out, &job.id);
+        write_json_str(&job.id, out);
         out.push_str(",\"state\":");
-        push_str(out, job.state.as_str());
+        write_json_str(job.state.as_str(), out);
         for (key, value) in [("outcome", &job.outcome), ("provenance", &job.provenance)] {
             if let Some(json) = value.as_deref().filter(|json| *json != "null") {
                 out.push_str(",\"");
@@ -307,7 +275,7 @@ impl Store {
                         crate::b64::encode_url_append(bytes, out);
                         out.push('"');
                     }
-                    Ciphertext::Text(text) => push_str(out, text),
+                    Ciphertext::Text(text) => write_json_str(text, out),
                 }
                 push_sealed_rest(
                     out,
@@ -330,7 +298,7 @@ impl Store {
             Envelope::Deferred(deferred) => match deferred.sealed() {
                 Ok(sealed) => {
                     out.push('[');
-                    push_str(out, &sealed.ciphertext);
+                    write_json_str(&sealed.ciphertext, out);
                     push_sealed_rest(
                         out,
                         SealedParts {
@@ -399,25 +367,6 @@ impl Store {
         envelope + opaque + 400
     }
 
-    /// `{renewed: [{jobId, expiresAt}], lost: [{jobId, leaseId}]}` as JSON.
-    pub fn renew_json(result: &RenewResult) -> String {
-        let mut out = String::from("{\"renewed\":[");
-        for (at, (job_id, expires_at)) in result.renewed.iter().enumerate() {
-            if at > 0 {
-                out.push(',');
-            }
-            out.push_str("{\"jobId\":");
-            push_str(&mut out, job_id);
-            out.push_str(",\"expiresAt\":");
-            push_num(&mut out, *expires_at);
-            out.push('}');
-        }
-        out.push_str("],\"lost\":");
-        push_lease_refs(&mut out, &result.lost);
-        out.push('}');
-        out
-    }
-
     /// `[{jobId, leaseId}]` as JSON.
     pub fn lease_refs_json(refs: &[LeaseRef]) -> String {
         let mut out = String::new();
@@ -433,9 +382,9 @@ fn push_lease_refs(out: &mut String, refs: &[LeaseRef]) {
             out.push(',');
         }
         out.push_str("{\"jobId\":");
-        push_str(out, &r.job_id);
+        write_json_str(&r.job_id, out);
         out.push_str(",\"leaseId\":");
-        push_str(out, &r.lease_id);
+        write_json_str(&r.lease_id, out);
         out.push('}');
     }
     out.push(']');

@@ -20,9 +20,8 @@
 //! * unknown keys never stop later checks; a refinement runs only when no
 //!   issue so far has stopped the object.
 
-use crate::json::{
-    is_js_space, js_number_to_string, js_to_number, push_js_number, Doc, JsStr, Node, NodeId,
-};
+use super::issue::{received, Cont, Issue, IssueKind, Origin, Seg};
+use crate::json::{is_js_space, js_to_number, push_json_number, Doc, JsStr, Node, NodeId};
 
 /// A schema node.
 #[derive(Debug)]
@@ -153,8 +152,7 @@ impl Out {
                 None => out.push_str("null"),
             },
             Out::Owned(s) => s.write_json(out),
-            Out::Num(n) if n.is_finite() => push_js_number(out, *n),
-            Out::Num(_) => out.push_str("null"),
+            Out::Num(n) => push_json_number(out, *n),
             Out::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
             Out::Arr(items) => {
                 out.push('[');
@@ -182,158 +180,6 @@ impl Out {
     }
 }
 
-/// One step of an issue path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Seg {
-    Key(&'static str),
-    Index(usize),
-}
-
-/// What kind of thing a length check was looking at (zod's `origin`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    String,
-    Array,
-    Number,
-    Unknown,
-}
-
-impl Origin {
-    fn name(self) -> &'static str {
-        match self {
-            Origin::String => "string",
-            Origin::Array => "array",
-            Origin::Number => "number",
-            Origin::Unknown => "unknown",
-        }
-    }
-
-    fn unit(self) -> Option<&'static str> {
-        match self {
-            Origin::String => Some("characters"),
-            Origin::Array => Some("items"),
-            _ => None,
-        }
-    }
-}
-
-/// What went wrong, with the data zod's English messages need.
-#[derive(Debug, Clone, PartialEq)]
-pub enum IssueKind {
-    InvalidType {
-        expected: &'static str,
-        received: String,
-    },
-    InvalidValue {
-        values: &'static [&'static str],
-    },
-    TooSmall {
-        origin: Origin,
-        minimum: f64,
-        inclusive: bool,
-    },
-    TooBig {
-        origin: Origin,
-        maximum: f64,
-    },
-    UnrecognizedKeys {
-        keys: Vec<String>,
-    },
-    InvalidUnion {
-        options: Vec<&'static str>,
-    },
-    InvalidUrl,
-    Custom {
-        message: &'static str,
-    },
-}
-
-/// Whether an issue lets later checks run (zod's `continue`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cont {
-    /// `continue: true`.
-    Yes,
-    /// `continue` unset: stops checks without a `when`.
-    Stop,
-    /// `continue: false`: stops every later check.
-    Hard,
-}
-
-/// One validation issue.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Issue {
-    pub path: Vec<Seg>,
-    pub kind: IssueKind,
-    cont: Cont,
-}
-
-impl Issue {
-    /// zod v4's English message for this issue.
-    pub fn message(&self) -> String {
-        match &self.kind {
-            IssueKind::InvalidType { expected, received } => {
-                format!("Invalid input: expected {expected}, received {received}")
-            }
-            IssueKind::InvalidValue { values } => match values {
-                [one] => format!("Invalid input: expected \"{one}\""),
-                _ => format!("Invalid option: expected one of {}", quoted(values, "|")),
-            },
-            IssueKind::TooSmall {
-                origin,
-                minimum,
-                inclusive,
-            } => {
-                let adj = if *inclusive { ">=" } else { ">" };
-                let n = js_number_to_string(*minimum);
-                match origin.unit() {
-                    Some(unit) => format!(
-                        "Too small: expected {} to have {adj}{n} {unit}",
-                        origin.name()
-                    ),
-                    None => format!("Too small: expected {} to be {adj}{n}", origin.name()),
-                }
-            }
-            IssueKind::TooBig { origin, maximum } => {
-                let n = js_number_to_string(*maximum);
-                match origin.unit() {
-                    Some(unit) => {
-                        format!("Too big: expected {} to have <={n} {unit}", origin.name())
-                    }
-                    None => format!("Too big: expected {} to be <={n}", origin.name()),
-                }
-            }
-            IssueKind::UnrecognizedKeys { keys } => {
-                let plural = if keys.len() > 1 { "s" } else { "" };
-                let list: Vec<&str> = keys.iter().map(String::as_str).collect();
-                format!("Unrecognized key{plural}: {}", quoted(&list, ", "))
-            }
-            IssueKind::InvalidUnion { options } => {
-                let opts: Vec<String> = options.iter().map(|o| format!("'{o}'")).collect();
-                format!("Invalid discriminator value. Expected {}", opts.join(" | "))
-            }
-            IssueKind::InvalidUrl => "Invalid URL".to_owned(),
-            IssueKind::Custom { message } => (*message).to_owned(),
-        }
-    }
-
-    /// The path joined with `.` as the enqueue error prints it, `(root)`
-    /// when empty.
-    pub fn path_text(&self) -> String {
-        if self.path.is_empty() {
-            return "(root)".to_owned();
-        }
-        let parts: Vec<String> = self
-            .path
-            .iter()
-            .map(|s| match s {
-                Seg::Key(k) => (*k).to_owned(),
-                Seg::Index(i) => i.to_string(),
-            })
-            .collect();
-        parts.join(".")
-    }
-}
-
 // JS comparisons with NaN are all false, so "not at least the minimum" must
 // be written as the negation of the comparison, never as `<`.
 fn holds_ge(a: f64, b: f64) -> bool {
@@ -346,25 +192,6 @@ fn holds_le(a: f64, b: f64) -> bool {
 
 fn holds_gt(a: f64, b: f64) -> bool {
     a > b
-}
-
-fn quoted(values: &[&str], sep: &str) -> String {
-    let parts: Vec<String> = values.iter().map(|v| format!("\"{v}\"")).collect();
-    parts.join(sep)
-}
-
-/// zod's name for the type of a value, as "received …" prints it.
-fn received(doc: &Doc, value: Option<NodeId>) -> String {
-    match value.map(|v| doc.node(v)) {
-        None => "undefined".into(),
-        Some(Node::Null) => "null".into(),
-        Some(Node::Bool(_)) => "boolean".into(),
-        Some(Node::Number(n)) if n.is_finite() => "number".into(),
-        Some(Node::Number(n)) => js_number_to_string(*n),
-        Some(Node::String(_)) => "string".into(),
-        Some(Node::Array(_)) => "array".into(),
-        Some(Node::Object(_)) => "object".into(),
-    }
 }
 
 /// A parent chain for issue paths, materialised only when an issue is made.
@@ -487,6 +314,16 @@ impl<'d> Validator<'d> {
         });
     }
 
+    /// zod's "expected …, received …" issue, which stops this value's checks.
+    fn wrong_type(&mut self, path: &Path<'_>, expected: &'static str, value: Option<NodeId>) {
+        let received = received(self.doc, value);
+        self.push(
+            path,
+            IssueKind::InvalidType { expected, received },
+            Cont::Stop,
+        );
+    }
+
     fn soft_aborted(&self, start: usize) -> bool {
         self.issues
             .get(start..)
@@ -567,15 +404,7 @@ impl<'d> Validator<'d> {
                 let out = match node {
                     Some(Node::String(_)) => value.map(Out::Str),
                     _ => {
-                        let received = received(self.doc, value);
-                        self.push(
-                            path,
-                            IssueKind::InvalidType {
-                                expected: "string",
-                                received,
-                            },
-                            Cont::Stop,
-                        );
+                        self.wrong_type(path, "string", value);
                         None
                     }
                 };
@@ -584,15 +413,7 @@ impl<'d> Validator<'d> {
             }
             Schema::Url => {
                 let Some(Node::String(s)) = node else {
-                    let received = received(self.doc, value);
-                    self.push(
-                        path,
-                        IssueKind::InvalidType {
-                            expected: "string",
-                            received,
-                        },
-                        Cont::Stop,
-                    );
+                    self.wrong_type(path, "string", value);
                     return None;
                 };
                 let trimmed = s.as_str().trim_matches(is_js_space);
@@ -622,15 +443,7 @@ impl<'d> Validator<'d> {
             Schema::Bool => match node {
                 Some(Node::Bool(b)) => Some(Out::Bool(*b)),
                 _ => {
-                    let received = received(self.doc, value);
-                    self.push(
-                        path,
-                        IssueKind::InvalidType {
-                            expected: "boolean",
-                            received,
-                        },
-                        Cont::Stop,
-                    );
+                    self.wrong_type(path, "boolean", value);
                     None
                 }
             },
@@ -638,15 +451,7 @@ impl<'d> Validator<'d> {
                 let n = match node {
                     Some(Node::Number(n)) if n.is_finite() => *n,
                     _ => {
-                        let received = received(self.doc, value);
-                        self.push(
-                            path,
-                            IssueKind::InvalidType {
-                                expected: "number",
-                                received,
-                            },
-                            Cont::Stop,
-                        );
+                        self.wrong_type(path, "number", value);
                         return None;
                     }
                 };
@@ -722,15 +527,7 @@ impl<'d> Validator<'d> {
             }
             Schema::Array { elem, min, max } => {
                 let Some(Node::Array(items)) = node else {
-                    let received = received(self.doc, value);
-                    self.push(
-                        path,
-                        IssueKind::InvalidType {
-                            expected: "array",
-                            received,
-                        },
-                        Cont::Stop,
-                    );
+                    self.wrong_type(path, "array", value);
                     self.length_checks(value, path, start, *min, *max);
                     return None;
                 };
@@ -764,15 +561,7 @@ impl<'d> Validator<'d> {
             }
             Schema::Object { fields, refine } => {
                 let Some(Node::Object(entries)) = node else {
-                    let received = received(self.doc, value);
-                    self.push(
-                        path,
-                        IssueKind::InvalidType {
-                            expected: "object",
-                            received,
-                        },
-                        Cont::Stop,
-                    );
+                    self.wrong_type(path, "object", value);
                     return None;
                 };
                 let obj = value?;
@@ -830,15 +619,7 @@ impl<'d> Validator<'d> {
             }
             Schema::Union { key, options } => {
                 let Some(Node::Object(_)) = node else {
-                    let received = received(self.doc, value);
-                    self.push(
-                        path,
-                        IssueKind::InvalidType {
-                            expected: "object",
-                            received,
-                        },
-                        Cont::Stop,
-                    );
+                    self.wrong_type(path, "object", value);
                     return None;
                 };
                 let tag = value
