@@ -1,7 +1,7 @@
 // The six protocol endpoints over any ByollmStore, without a transport.
 // Crypto, schemas and provenance are the core's; this file is the order of
 // operations and the wire answers.
-import { native, type SiteKeyringHandle } from "./native.js";
+import { native, PROTOCOL, type ProvenanceInput, type SiteKeyringHandle } from "./native.js";
 import { generateDeviceCode, generateUserCode, hashSecret } from "./ids.js";
 import { serveDirect, servesDirectly, unreadEnvelopeStore } from "./memory.js";
 import { sqlStorePaths } from "./sql-store.js";
@@ -16,6 +16,7 @@ import type {
   JobRecord,
   LeaseRef,
   PublicIdentity,
+  ResultProvenance,
   RunnerRecord,
   SealedEnvelope,
 } from "./types.js";
@@ -23,13 +24,13 @@ import type {
 export type { AuthContext, HandlerConfig, HandlerResult };
 
 /** The protocol version this package serves. */
-export const SERVED_PROTOCOL_VERSION = "2" as const;
+export const SERVED_PROTOCOL_VERSION = PROTOCOL.version;
 
 const DEFAULT_LEASE_MS = 60_000;
 const DEFAULT_PAIRING_TTL_MS = 600_000;
 const DEFAULT_POLL_INTERVAL_MS = 2_000;
 /** Envelopes bigger than this are opened/sealed on the thread pool, off the event loop. */
-const ASYNC_CRYPTO_THRESHOLD = 64 * 1024;
+const ASYNC_CRYPTO_THRESHOLD = PROTOCOL.asyncCryptoThreshold;
 
 const INCONSISTENT_KEYS =
   "siteKeys are not internally consistent: the encryption key is not signed by the identity key. " +
@@ -69,6 +70,13 @@ function fail(error: WireCode, message: string): HandlerResult {
 
 function ok(body: unknown): HandlerResult {
   return { status: 200, body };
+}
+
+/** A 200 whose body the core wrote as JSON text: the object for `handle`'s callers, the same text for HTTP. */
+function prepared(text: string): HandlerResult {
+  const body = JSON.parse(text) as object;
+  preparedTexts.set(body, text);
+  return ok(body);
 }
 
 /**
@@ -196,21 +204,33 @@ function checkValue(endpoint: Endpoint, body: unknown): CheckedBody {
   return checked.ok ? { ok: true, body: checked.body } : { ok: false };
 }
 
-let serveDirectFor: (handlers: ByollmHandlers, endpoint: Endpoint, rawBody: string, headers: Headers) => string | null;
-
-let dispatchChecked: (
-  handlers: ByollmHandlers,
-  endpoint: Endpoint,
-  checked: CheckedBody,
-  auth: AuthContext,
-) => Promise<HandlerResult>;
-
 /**
  * The transport-free protocol handler. `handle` takes an already-parsed body;
  * the HTTP handler (`createFetchHandler`) adds the version check and parses
  * the body once in the core.
  */
 export class ByollmHandlers {
+  readonly #endpoints: Endpoints;
+
+  constructor(config: HandlerConfig) {
+    this.#endpoints = new Endpoints(config);
+  }
+
+  /**
+   * Serve one call. `body` is the parsed, untrusted JSON; `auth` carries the
+   * signature and the exact text it covers. No version check here: the
+   * endpoint schemas pin `protocolVersion: "2"`, so a wrong one is a schema failure.
+   */
+  async handle(endpoint: Endpoint, body: unknown, auth: AuthContext): Promise<HandlerResult> {
+    return this.#endpoints.dispatch(endpoint, checkValue(endpoint, body), auth);
+  }
+}
+
+/**
+ * The six endpoints over one store, behind `ByollmHandlers` and
+ * `createFetchHandler` (which hands it bodies it checked already).
+ */
+export class Endpoints {
   readonly #store: ByollmStore;
   readonly #verificationUrl: string;
   readonly #leaseMs: number;
@@ -220,11 +240,6 @@ export class ByollmHandlers {
   readonly #keyring: SiteKeyringHandle;
   readonly #siteKeyId: string;
   readonly #siteIdentity: PublicIdentity;
-
-  static {
-    dispatchChecked = (handlers, endpoint, checked, auth) => handlers.#dispatch(endpoint, checked, auth);
-    serveDirectFor = (handlers, endpoint, rawBody, headers) => handlers.#serveDirect(endpoint, rawBody, headers);
-  }
 
   constructor(config: HandlerConfig) {
     // Refuse to start with keys whose encryption half is not signed by the
@@ -248,16 +263,8 @@ export class ByollmHandlers {
     this.#now = config.now ?? Date.now;
   }
 
-  /**
-   * Serve one call. `body` is the parsed, untrusted JSON; `auth` carries the
-   * signature and the exact text it covers. No version check here: the
-   * endpoint schemas pin `protocolVersion: "2"`, so a wrong one is a schema failure.
-   */
-  async handle(endpoint: Endpoint, body: unknown, auth: AuthContext): Promise<HandlerResult> {
-    return this.#dispatch(endpoint, checkValue(endpoint, body), auth);
-  }
-
-  async #dispatch(endpoint: Endpoint, checked: CheckedBody, auth: AuthContext): Promise<HandlerResult> {
+  /** Serve one call whose body was checked against its endpoint's schema (one parse per request). */
+  async dispatch(endpoint: Endpoint, checked: CheckedBody, auth: AuthContext): Promise<HandlerResult> {
     switch (endpoint) {
       case "pair":
         if (!checked.ok) return fail("bad-request", "pair request failed schema validation");
@@ -318,7 +325,7 @@ export class ByollmHandlers {
    * the general path gives. Null when it does not apply or declines (any
    * error, refusal or unusual request), and the general path answers.
    */
-  #serveDirect(endpoint: Endpoint, rawBody: string, headers: Headers): string | null {
+  serveDirect(endpoint: Endpoint, rawBody: string, headers: Headers): string | null {
     const store = this.#store;
     if (!servesDirectly(store)) return null;
     if (endpoint !== "claim" && endpoint !== "fetch" && endpoint !== "result") return null;
@@ -416,30 +423,24 @@ export class ByollmHandlers {
     } else {
       jobs = await this.#store.claim({ ...claimArgs, runnerOwner: runner.owner });
     }
-    return ok({
-      jobs: jobs.map((job) => {
-        if (!job.lease) {
-          throw new Error(
-            `store returned job ${job.id} from claim with no lease; the store contract requires a claimed job to hold one`,
-          );
-        }
-        // Exactly the stub fields: the daemon parses strictly, and audienceAllow
-        // (who may run it) is never disclosed.
-        return {
-          id: job.id,
-          kind: job.kind,
-          audience: job.audience,
-          owner: job.owner,
-          site: this.#siteKeyId,
-          ...(job.purpose === undefined ? {} : { purpose: job.purpose }),
-          sizeClass: job.sizeClass,
-          streaming: false,
-          deadlineAt: deadlineFor(job, now),
-          lease: { id: job.lease.id, runnerId: job.lease.runnerId, expiresAt: job.lease.expiresAt },
-        };
-      }),
-      leaseMs: this.#leaseMs,
+    const claimed = jobs.map(({ id, kind, audience, owner, purpose, sizeClass, deadlineAt, claimableAt, ttlMs, lease }) => {
+      if (!lease) {
+        throw new Error(
+          `store returned job ${id} from claim with no lease; the store contract requires a claimed job to hold one`,
+        );
+      }
+      const purposeJson = purpose === undefined ? undefined : JSON.stringify(purpose);
+      return {
+        ...{ id, kind, audience, owner, purposeJson, sizeClass, ttlMs },
+        deadlineAt: deadlineAt ?? undefined,
+        claimableAt: claimableAt ?? undefined,
+        leaseId: lease.id,
+        leaseRunnerId: lease.runnerId,
+        leaseExpiresAt: lease.expiresAt,
+      };
     });
+    // The stubs are the core's (src/direct.rs, `claim_answer`), as on the fast path.
+    return prepared(native.claimAnswer(claimed, this.#siteKeyId, this.#leaseMs, now));
   }
 
   async #fetch(request: FetchBody, runner: RunnerRecord): Promise<HandlerResult> {
@@ -545,27 +546,18 @@ export class ByollmHandlers {
       return ok({ accepted: false, state: job.state });
     }
 
-    const outcome = await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition);
-    if (!outcome.ok) return fail("bad-request", outcome.why);
-
-    // Built from the job and the authenticated runner, never from the daemon's word.
-    const provenance = native.provenanceFor({
-      audience: job.audience,
-      runnerId: runner.id,
-      runnerOwner: runner.owner,
-      backendClass: outcome.ran["backendClass"],
-      model: outcome.ran["model"],
-      ...(outcome.ran["stop"] === undefined ? {} : { stop: outcome.ran["stop"] }),
-      ...(outcome.ran["stopReported"] === undefined ? {} : { stopReported: outcome.ran["stopReported"] }),
-    });
+    const source = { audience: job.audience, runnerId: runner.id, runnerOwner: runner.owner };
+    const { envelope, jobId, disposition } = request;
+    const opened = await openOutcome(this.#keyring, envelope, jobId, runner.device.identity, disposition, source);
+    if (!opened.ok) return fail("bad-request", opened.why);
     const { accepted, duplicate, job: updated } = await this.#store.complete({
       jobId: request.jobId,
       runnerId: runner.id,
       // The holder is the grant: any paired runner presenting the live lease id
       // and a result sealed with its own key is accepted.
       holder: { by: "lease", leaseId: request.leaseId },
-      outcome: outcome.outcome as unknown as JobOutcome,
-      provenance,
+      outcome: opened.outcome,
+      provenance: opened.provenance,
       now,
     });
     return ok({ accepted, ...(duplicate === true ? { duplicate: true } : {}), state: updated?.state ?? job.state });
@@ -596,35 +588,22 @@ export class ByollmHandlers {
   }
 }
 
-/** The handlers' direct-lane fast path (see `ByollmHandlers#serveDirect`): an answer text, or null. */
-export function serveDirectRequest(
-  handlers: ByollmHandlers,
-  endpoint: Endpoint,
-  rawBody: string,
-  headers: Headers,
-): string | null {
-  return serveDirectFor(handlers, endpoint, rawBody, headers);
-}
+export type OpenedOutcome = { ok: true; outcome: JobOutcome; provenance: ResultProvenance } | { ok: false; why: string };
 
-/** Dispatch a body the transport already checked against its schema (one parse per request). */
-export function handleChecked(
-  handlers: ByollmHandlers,
-  endpoint: Endpoint,
-  checked: CheckedBody,
-  auth: AuthContext,
-): Promise<HandlerResult> {
-  return dispatchChecked(handlers, endpoint, checked, auth);
+/** Who a result is accepted from, as the site knows it: the job's audience and the authenticated runner. */
+export interface ResultSource {
+  audience: string;
+  runnerId: string;
+  runnerOwner: string;
 }
-
-export type OpenedOutcome =
-  | { ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> }
-  | { ok: false; why: string };
 
 /**
  * Open a sealed result from a device and check it: signature and context, a
  * SealedOutcome inside, and the clear-text disposition equal to the sealed one
  * (the disposition travels in the clear for routing, so it is checked, never
- * believed). Shared by the direct handler and the cloud lane.
+ * believed). The outcome and its provenance, built from the job and the
+ * authenticated runner, never from the daemon's word. Shared by the
+ * handlers and the cloud lane.
  */
 export async function openOutcome(
   keyring: SiteKeyringHandle,
@@ -632,6 +611,7 @@ export async function openOutcome(
   jobId: string,
   deviceIdentity: string,
   disposition: string,
+  source: ResultSource,
 ): Promise<OpenedOutcome> {
   const big = typeof envelope.ciphertext === "string" && envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
   const refused = { ok: false, why: "the result did not verify as coming from this device" } as const;
@@ -658,5 +638,14 @@ export async function openOutcome(
   if (outcome["outcome"] !== disposition) {
     return { ok: false, why: "the declared disposition is not the one that was sealed" };
   }
-  return { ok: true, outcome, ran };
+  // The sealed outcome's schema holds these to their types.
+  const { backendClass, model, stop, stopReported } = ran as Pick<ProvenanceInput, "backendClass" | "model" | "stop" | "stopReported">;
+  const provenance = native.provenanceFor({
+    ...source,
+    backendClass,
+    model,
+    ...(stop === undefined ? {} : { stop }),
+    ...(stopReported === undefined ? {} : { stopReported }),
+  }) as ResultProvenance;
+  return { ok: true, outcome: outcome as unknown as JobOutcome, provenance };
 }
