@@ -1300,9 +1300,9 @@ mod tests {
             ),
             ("heartbeat", call(Endpoint::Heartbeat, claim, &good), NOW),
             (
-                "odd timestamp",
+                "unreadable timestamp",
                 Call {
-                    issued_at: "1764500000000.0",
+                    issued_at: "1764500000000abc",
                     ..call(Endpoint::Claim, claim, &good)
                 },
                 NOW,
