@@ -443,6 +443,12 @@ export interface RequestToSign {
 }
 
 /**
+ * The result answer's JSON text, written by the function the fast path
+ * writes it with.
+ */
+export declare function resultAnswer(accepted: boolean, duplicate: boolean, state: string): string
+
+/**
  * Whether a result is refused before it is opened
  * (`crate::direct::result_lease_refused`); for a job that has a lease.
  */

@@ -738,19 +738,29 @@ fn result(
         .job
         .and_then(|r| store.view(r))
         .map_or(state_before, |j| j.state);
+    Some(result_answer(
+        done.accepted && !done.duplicate,
+        done.duplicate,
+        state.as_str(),
+    ))
+}
+
+/// The result answer, `{"accepted":…[,"duplicate":true],"state":…}`, for
+/// both paths.
+pub fn result_answer(accepted: bool, duplicate: bool, state: &str) -> String {
     let mut out = String::with_capacity(64);
-    out.push_str(if done.accepted && !done.duplicate {
+    out.push_str(if accepted {
         "{\"accepted\":true"
     } else {
         "{\"accepted\":false"
     });
-    if done.duplicate {
+    if duplicate {
         out.push_str(",\"duplicate\":true");
     }
     out.push_str(",\"state\":");
-    write_json_str(state.as_str(), &mut out);
+    write_json_str(state, &mut out);
     out.push('}');
-    Some(out)
+    out
 }
 
 #[cfg(test)]

@@ -543,7 +543,7 @@ export class Endpoints {
       lease &&
       native.resultLeaseRefused(lease.id, lease.runnerId, Number(lease.expiresAt), request.leaseId, runner.id, now)
     ) {
-      return ok({ accepted: false, state: job.state });
+      return prepared(native.resultAnswer(false, false, job.state));
     }
 
     const source = { audience: job.audience, runnerId: runner.id, runnerOwner: runner.owner };
@@ -560,7 +560,7 @@ export class Endpoints {
       provenance: opened.provenance,
       now,
     });
-    return ok({ accepted, ...(duplicate === true ? { duplicate: true } : {}), state: updated?.state ?? job.state });
+    return prepared(native.resultAnswer(accepted, duplicate === true, updated?.state ?? job.state));
   }
 
   async #release(request: ReleaseBody, runner: RunnerRecord): Promise<HandlerResult> {

@@ -94,3 +94,10 @@ pub fn claim_answer(jobs: Vec<JsClaimedJob>, site_id: String, lease_ms: f64, now
         .collect();
     direct::claim_answer(&stubs, &site_id, lease_ms, now)
 }
+
+/// The result answer's JSON text, written by the function the fast path
+/// writes it with.
+#[napi(catch_unwind)]
+pub fn result_answer(accepted: bool, duplicate: bool, state: String) -> String {
+    direct::result_answer(accepted, duplicate, &state)
+}
