@@ -316,6 +316,11 @@ export class Endpoints {
     if (failure !== null) return fail("unauthorized", "this request's signature is not valid");
     if (runner.revokedAt !== null) return fail("revoked", "this runner has been revoked by its owner");
     if (!checked.ok) return fail("bad-request", "request body failed schema validation");
+    // Every signed body names its runner, which must be the signer (the
+    // reference skips this on fetch; a body naming someone else is never honest).
+    if (checked.body["runnerId"] !== runner.id) {
+      return fail("unauthorized", "runner id does not match the signing key");
+    }
     return run(checked.body, runner);
   }
 
@@ -408,7 +413,6 @@ export class Endpoints {
   }
 
   async #claim(request: ClaimBody, runner: RunnerRecord): Promise<HandlerResult> {
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
     // The capabilities of this request, not the stored ones: a daemon that just
     // lost a backend must not be handed work for it.
@@ -444,9 +448,6 @@ export class Endpoints {
   }
 
   async #fetch(request: FetchBody, runner: RunnerRecord): Promise<HandlerResult> {
-    // The reference skips this comparison on fetch only; every other signed
-    // endpoint makes it, and a body naming someone else is never honest.
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const read = await this.#jobFor(runner.id, request.jobId);
     if ("refused" in read) return read.refused;
     const job = read.job;
@@ -497,7 +498,6 @@ export class Endpoints {
   }
 
   async #heartbeat(request: HeartbeatBody, runner: RunnerRecord): Promise<HandlerResult> {
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
     const touch = { runnerId: runner.id, capabilities: request.capabilities, daemonVersion: request.daemonVersion, now };
     const paths = sqlStorePaths(this.#store);
@@ -528,7 +528,6 @@ export class Endpoints {
   }
 
   async #result(request: ResultBody, runner: RunnerRecord): Promise<HandlerResult> {
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
     const read = await this.#jobFor(runner.id, request.jobId);
     if ("refused" in read) return read.refused;
@@ -564,7 +563,6 @@ export class Endpoints {
   }
 
   async #release(request: ReleaseBody, runner: RunnerRecord): Promise<HandlerResult> {
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
     // A cancel request outlives a release in the store (it is keyed by job,
     // and only a completion clears it), so the job would go back to the
