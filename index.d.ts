@@ -112,19 +112,19 @@ export declare class SiteKeyring {
   sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope
   sealPayloadAsync(plaintext: string, jobId: string, deadlineAt: number): Promise<SealedEnvelope>
   /** `validatePayload` then `sealPayload` of its canonical text, in one call. */
-  sealCheckedPayload(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): SealedPayload
+  sealCheckedPayload(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): { ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }
   /**
    * [`Self::seal_checked_payload`] on the thread pool (validation
    * included: for a large payload it is milliseconds of parsing).
    */
-  sealCheckedPayloadAsync(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): Promise<SealedPayload>
+  sealCheckedPayloadAsync(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>
   /**
    * [`Self::seal_checked_payload_async`] for a payload that is a plain
    * object of string values, given as its keys and values: the JSON text
    * is written here (off the main thread) instead of by `JSON.stringify`,
    * which scans a megabyte prompt a character at a time.
    */
-  sealStringFieldsAsync(kind: unknown, keys: Array<ExactString>, values: Array<ExactString>, jobId: string, deadlineAt: number): Promise<SealedPayload>
+  sealStringFieldsAsync(kind: unknown, keys: Array<ExactString>, values: Array<ExactString>, jobId: string, deadlineAt: number): Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>
   /**
    * [`Self::seal_checked_payload_async`] for an enqueue on our
    * `NativeMemoryStore` whose records leave envelopes out: validated on
@@ -172,8 +172,8 @@ export declare class SiteKeyring {
   resealStoredForDeviceAsync(store: NativeMemoryStore, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
   resealForDeviceAsync(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
   /** Open a device's result envelope addressed to this site. */
-  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): OpenResult
-  openResultAsync(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): Promise<OpenResult>
+  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }
+  openResultAsync(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
   /** The site plane's request signature over `site/<endpoint>`. */
   signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string
 }
@@ -193,8 +193,9 @@ export interface AvailabilityCapability {
 export interface AvailabilityQuery {
   kind: string
   owner: string
-  audience?: "private" | "team"
-  audienceAllow?: Array<string>
+  /** Any spelling: an unknown one is matched as `private`, as the claim would. */
+  audience?: string
+  audienceAllow?: readonly string[]
 }
 
 export declare function canonicalRequest(endpoint: string, runnerId: string, issuedAt: number, body: string): string
@@ -210,6 +211,32 @@ export declare function capabilityFor(caps: readonly Capability[], kind: string)
  * Throws if the text is not JSON (the caller parsed it already).
  */
 export declare function checkProtocolVersion(jsonText: string): WireErrorBody | null
+
+/**
+ * The claim answer's JSON text for jobs a store just claimed, written by
+ * the function the fast path writes it with.
+ */
+export declare function claimAnswer(jobs: Array<ClaimedJob>, siteId: string, leaseMs: number, now: number): string
+
+/**
+ * A claimed job as the general path reads it from any store's record (see
+ * [`direct::Stub`]).
+ */
+export interface ClaimedJob {
+  id: string
+  kind: string
+  audience: string
+  owner: string
+  /** `JSON.stringify(purpose)`; absent when the job has none. */
+  purposeJson?: string
+  sizeClass: string
+  deadlineAt?: number
+  claimableAt?: number
+  ttlMs: number
+  leaseId: string
+  leaseRunnerId: string
+  leaseExpiresAt: number
+}
 
 /** The deadline a claim stub carries (`crate::direct::deadline_for`). */
 export declare function deadlineFor(deadlineAt: number | undefined | null, claimableAt: number | undefined | null, ttlMs: number, now: number): number
@@ -266,7 +293,7 @@ export declare function generateUserCode(): string
 export declare function hashSecret(secret: string): string
 
 /** One parse of the raw body: JSON, protocol version, strict schema. */
-export declare function inspectRequest(endpoint: string, rawBody: string): { stage: "ok"; body: object } | { stage: "json" | "version" | "schema"; status: number; error: WireErrorBody }
+export declare function inspectRequest(endpoint: string, rawBody: string): { stage: "ok"; body: Record<string, unknown> } | { stage: "json" | "version" | "schema"; status: number; error: WireErrorBody }
 
 /** Whether `text` is an audience a new job may have (`"private"`, `"team"`). */
 export declare function isAudience(text: string): boolean
@@ -278,6 +305,12 @@ export declare function isAudience(text: string): boolean
  * to build the object). False says nothing: call `inspectRequest`.
  */
 export declare function isCanonicalRequestBody(endpoint: string, rawBody: string): boolean
+
+/**
+ * The `x-byollm-issued-at` header as a timestamp (`Number(text)` when it
+ * is finite, else `null`), as the fast path reads it.
+ */
+export declare function issuedAtHeader(text: string): number | null
 
 export declare function keyId(identityPublic: string): string
 
@@ -304,7 +337,7 @@ export interface OfferedCapability {
 }
 
 /** Never throws for a bad envelope or bad keys: those are reasons. */
-export declare function open(opts: OpenOptions): OpenResult
+export declare function open(opts: OpenOptions): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }
 
 export interface OpenExpected {
   jobId: string
@@ -338,7 +371,7 @@ export interface OpenResult {
  * The plaintext of a result envelope: `{ok: true, outcome, ran}` or
  * `{ok: false, message}` with the reference's message.
  */
-export declare function parseSealedOutcome(plaintext: string): { ok: true; outcome: object; ran: object } | { ok: false; message: string }
+export declare function parseSealedOutcome(plaintext: string): { ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> } | { ok: false; message: string }
 
 export interface PayloadCheck {
   ok: boolean
@@ -351,6 +384,27 @@ export interface PayloadCheck {
 /** `enqueueDirect`'s refusal: the payload validator's message. */
 export interface PayloadRefusal {
   message: string
+}
+
+export declare function protocolConstants(): ProtocolConstants
+
+/** The protocol constants both paths use. */
+export interface ProtocolConstants {
+  /** The protocol version this server speaks. */
+  version: "2"
+  /** The six endpoints, in the reference's order. */
+  endpoints: Array<"pair" | "claim" | "fetch" | "heartbeat" | "result" | "release">
+  /** Largest request body in bytes. */
+  maxBodyBytes: number
+  /**
+   * Envelopes and bodies from this many characters are sealed and opened
+   * on the thread pool, off the event loop.
+   */
+  asyncCryptoThreshold: number
+  /** How long a sealed payload stays valid after its enqueue. */
+  envelopeMaxAgeMs: number
+  /** A job's time to live when the enqueue names none. */
+  defaultTtlMs: number
 }
 
 /** Provenance for a completed job; `untrusted` derived from the audience. */
@@ -387,6 +441,12 @@ export interface RequestToSign {
   issuedAt: number
   body: string
 }
+
+/**
+ * The result answer's JSON text, written by the function the fast path
+ * writes it with.
+ */
+export declare function resultAnswer(accepted: boolean, duplicate: boolean, state: string): string
 
 /**
  * Whether a result is refused before it is opened
@@ -490,7 +550,7 @@ export declare function validatePayload(kind: unknown, payloadJson: string | und
  * The strict schema alone, for `ByollmHandlers.handle(endpoint, body)`
  * callers that already hold JSON text.
  */
-export declare function validateRequestBody(endpointName: string, jsonText: string): { ok: true; body: object } | { ok: false }
+export declare function validateRequestBody(endpointName: string, jsonText: string): { ok: true; body: Record<string, unknown> } | { ok: false }
 
 /** Never throws: anything that is not an object of three strings is `false`. */
 export declare function verifyPublicIdentity(identity: unknown): boolean

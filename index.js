@@ -773,13 +773,14 @@ if (
   }
 }
 
-const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, deadlineFor, deviceIdentityRefusal, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, isCanonicalRequestBody, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, provenanceFor, publicIdentityOf, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, claimAnswer, deadlineFor, deviceIdentityRefusal, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, isCanonicalRequestBody, issuedAtHeader, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, resultAnswer, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { NativeMemoryStore }
 export { PreparedPayload }
 export { SiteKeyring }
 export { canonicalRequest }
 export { capabilityFor }
 export { checkProtocolVersion }
+export { claimAnswer }
 export { deadlineFor }
 export { deviceIdentityRefusal }
 export { fetchLeaseHeld }
@@ -794,6 +795,7 @@ export { hashSecret }
 export { inspectRequest }
 export { isAudience }
 export { isCanonicalRequestBody }
+export { issuedAtHeader }
 export { keyId }
 export { matchAudience }
 export { matchAudienceServer }
@@ -801,8 +803,10 @@ export { nativeVersion }
 export { normalizeUserCode }
 export { open }
 export { parseSealedOutcome }
+export { protocolConstants }
 export { provenanceFor }
 export { publicIdentityOf }
+export { resultAnswer }
 export { resultLeaseRefused }
 export { runnerAvailability }
 export { seal }

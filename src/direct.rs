@@ -349,7 +349,7 @@ pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> O
     if call.body.len() > ASYNC_CRYPTO_THRESHOLD {
         return None;
     }
-    let issued_at = plain_timestamp(call.issued_at)?;
+    let issued_at = wire::issued_at_header(call.issued_at)?;
     if call.runner_id.is_empty() || call.signature.is_empty() {
         return None;
     }
@@ -388,21 +388,6 @@ pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> O
         Endpoint::Fetch => fetch(store, site, &runner, &doc, now),
         _ => result(store, site, &runner, &doc, now),
     }
-}
-
-/// `issuedAt` when the header is a plain positive decimal that `Number()`
-/// reads exactly (at most 15 digits, no sign, no leading zero); any other
-/// spelling is left to the general path's reading.
-fn plain_timestamp(header: &str) -> Option<f64> {
-    let bytes = header.as_bytes();
-    if bytes.is_empty()
-        || bytes.len() > 15
-        || bytes.first() == Some(&b'0')
-        || !bytes.iter().all(u8::is_ascii_digit)
-    {
-        return None;
-    }
-    header.parse::<u64>().ok().map(|n| n as f64)
 }
 
 /// The string at `obj[key]`, when it is one without a lone surrogate.
@@ -469,29 +454,70 @@ fn claim(
         lease_ms: site.lease_ms,
         now,
     });
-    let site_id = site.keys.key_id();
-    let mut out = String::with_capacity(64 + claimed.len() * 320);
-    out.push_str("{\"jobs\":[");
-    let mut first = true;
+    let mut stubs = Vec::with_capacity(claimed.len());
     for r in claimed {
         // A job the store just handed out is live and holds its new lease.
         let Some(job) = store.view(r) else { continue };
         let Some(lease) = job.lease else { continue };
-        if !first {
+        stubs.push(Stub::of(&job, lease));
+    }
+    Some(claim_answer(&stubs, site.keys.key_id(), site.lease_ms, now))
+}
+
+/// What a claim stub is written from: the claimed job's fields and the
+/// lease it was just granted, as either path reads them from its record.
+#[derive(Debug, Clone, Copy)]
+pub struct Stub<'a> {
+    pub id: &'a str,
+    pub kind: &'a str,
+    pub audience: &'a str,
+    pub owner: &'a str,
+    /// JSON text of `purpose`; `None` when the job has none.
+    pub purpose_json: Option<&'a str>,
+    pub size_class: &'a str,
+    pub deadline_at: Option<f64>,
+    pub claimable_at: Option<f64>,
+    pub ttl_ms: f64,
+    pub lease: LeaseView<'a>,
+}
+
+impl<'a> Stub<'a> {
+    fn of(job: &JobView<'a>, lease: LeaseView<'a>) -> Stub<'a> {
+        Stub {
+            id: job.id,
+            kind: job.kind,
+            audience: job.audience,
+            owner: job.owner,
+            purpose_json: job.purpose_json,
+            size_class: job.size_class,
+            deadline_at: job.deadline_at,
+            claimable_at: job.claimable_at,
+            ttl_ms: job.ttl_ms,
+            lease,
+        }
+    }
+}
+
+/// The claim answer, `{"jobs":[stub…],"leaseMs":…}`, for both paths.
+pub fn claim_answer(stubs: &[Stub<'_>], site_id: &str, lease_ms: f64, now: f64) -> String {
+    let mut out = String::with_capacity(64 + stubs.len() * 320);
+    out.push_str("{\"jobs\":[");
+    for (at, stub) in stubs.iter().enumerate() {
+        if at > 0 {
             out.push(',');
         }
-        first = false;
-        write_stub(&mut out, &job, &lease, site_id, now);
+        write_stub(&mut out, stub, site_id, now);
     }
     out.push_str("],\"leaseMs\":");
-    json::push_json_number(&mut out, site.lease_ms);
+    json::push_json_number(&mut out, lease_ms);
     out.push('}');
-    Some(out)
+    out
 }
 
 /// A claim stub, exactly the fields the daemon parses (never
 /// `audienceAllow`), in the wire's key order.
-fn write_stub(out: &mut String, job: &JobView<'_>, lease: &LeaseView<'_>, site_id: &str, now: f64) {
+fn write_stub(out: &mut String, job: &Stub<'_>, site_id: &str, now: f64) {
+    let lease = &job.lease;
     out.push_str("{\"id\":");
     write_json_str(job.id, out);
     out.push_str(",\"kind\":");
@@ -691,19 +717,29 @@ fn result(
         .job
         .and_then(|r| store.view(r))
         .map_or(state_before, |j| j.state);
+    Some(result_answer(
+        done.accepted && !done.duplicate,
+        done.duplicate,
+        state.as_str(),
+    ))
+}
+
+/// The result answer, `{"accepted":…[,"duplicate":true],"state":…}`, for
+/// both paths.
+pub fn result_answer(accepted: bool, duplicate: bool, state: &str) -> String {
     let mut out = String::with_capacity(64);
-    out.push_str(if done.accepted && !done.duplicate {
+    out.push_str(if accepted {
         "{\"accepted\":true"
     } else {
         "{\"accepted\":false"
     });
-    if done.duplicate {
+    if duplicate {
         out.push_str(",\"duplicate\":true");
     }
     out.push_str(",\"state\":");
-    write_json_str(state.as_str(), &mut out);
+    write_json_str(state, &mut out);
     out.push('}');
-    Some(out)
+    out
 }
 
 #[cfg(test)]
@@ -1238,9 +1274,9 @@ mod tests {
             ),
             ("heartbeat", call(Endpoint::Heartbeat, claim, &good), NOW),
             (
-                "odd timestamp",
+                "unreadable timestamp",
                 Call {
-                    issued_at: "1764500000000.0",
+                    issued_at: "1764500000000abc",
                     ..call(Endpoint::Claim, claim, &good)
                 },
                 NOW,
@@ -1262,32 +1298,6 @@ mod tests {
             "revoked"
         );
         assert_eq!(all_jobs(&store), before);
-    }
-
-    #[test]
-    fn only_a_plain_decimal_timestamp_is_read_here() {
-        assert_eq!(plain_timestamp("1764500000000"), Some(1_764_500_000_000.0));
-        assert_eq!(plain_timestamp("1"), Some(1.0));
-        assert_eq!(
-            plain_timestamp("999999999999999"),
-            Some(999_999_999_999_999.0)
-        );
-        for other in [
-            "",
-            "0",
-            "01",
-            "1e3",
-            "0x10",
-            " 1",
-            "1 ",
-            "+1",
-            "-1",
-            "1.0",
-            "1234567890123456",
-            "١٢",
-        ] {
-            assert_eq!(plain_timestamp(other), None, "{other:?}");
-        }
     }
 
     #[test]

@@ -26,6 +26,15 @@ pub const MAX_ENVELOPE_BYTES: u64 = 6 * 1024 * 1024;
 /// Largest request body (an envelope plus room for the JSON around it).
 pub const MAX_BODY_BYTES: u64 = MAX_ENVELOPE_BYTES + 512 * 1024;
 
+/// The `x-byollm-issued-at` header as a timestamp, read as `Number(text)`
+/// reads it (white space trimmed, hex and exponents parse); `None` when
+/// that is not a finite number, which leaves the request unsigned. Both
+/// paths read it here; the signature check then wants a positive safe
+/// integer.
+pub fn issued_at_header(text: &str) -> Option<f64> {
+    Some(json::string_to_number(text)).filter(|n| n.is_finite())
+}
+
 /// The six protocol endpoints, in the reference's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -760,6 +769,25 @@ mod tests {
 
     fn inspect(endpoint: Endpoint, raw: &str) -> Inspection {
         inspect_request(endpoint, raw, &basic_url_ok)
+    }
+
+    #[test]
+    fn the_issued_at_header_is_read_as_number_reads_it() {
+        for (text, n) in [
+            ("1764500000000", 1_764_500_000_000.0),
+            (" 01\t", 1.0),
+            ("1e3", 1_000.0),
+            ("0x10", 16.0),
+            ("+1", 1.0),
+            ("-1", -1.0),
+            ("1.5", 1.5),
+            ("", 0.0),
+        ] {
+            assert_eq!(issued_at_header(text), Some(n), "{text:?}");
+        }
+        for other in ["Infinity", "1e400", "abc", "1 2", "١٢", "0x"] {
+            assert_eq!(issued_at_header(other), None, "{other:?}");
+        }
     }
 
     const CAP: &str = r#"{"kind":"llm.generate","service":"local","backendId":"ollama","backendClass":"http","model":"llama3.2","offerScope":"private"}"#;

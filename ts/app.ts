@@ -13,8 +13,8 @@ import {
 import { CloudLane } from "./cloud.js";
 import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
-import { enqueueDirect, enqueueLarge, servesDirectly, sweptResult } from "./memory.js";
-import { native, type SiteKeyringHandle } from "./native.js";
+import { enqueueDirect, servesDirectly, sweptResult, type PayloadSource } from "./memory.js";
+import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
 import { sqlStorePaths } from "./sql-store.js";
 import type {
   AvailabilityQuery,
@@ -40,9 +40,9 @@ export { normalizeUserCode };
 
 const DEFAULT_LIVENESS_MS = 35_000;
 /** How long a sealed payload is worth keeping; bound into its signature. */
-const ENVELOPE_MAX_AGE_MS = 86_400_000;
+const ENVELOPE_MAX_AGE_MS = PROTOCOL.envelopeMaxAgeMs;
 /** Payloads whose JSON is longer than this (UTF-16 units) are checked and sealed on the thread pool. */
-const ASYNC_SEAL_THRESHOLD = 64 * 1024;
+const ASYNC_SEAL_THRESHOLD = PROTOCOL.asyncCryptoThreshold;
 
 /**
  * Every option `enqueue` understands. Anything else is refused, because an
@@ -138,40 +138,28 @@ export class ByollmApp {
     // fields (a long prompt) goes over as its strings, and its JSON is
     // written on the thread pool.
     const fields = largeStringFields(input.payload);
-    let json: string | undefined;
+    const payload: PayloadSource = fields !== undefined ? { fields } : { json: payloadJson(input.payload) };
     if (this.cloud === undefined && servesDirectly(this.#store)) {
-      const { payload: _payload, ...job } = input;
-      if (fields === undefined) json = payloadJson(input.payload);
       // Our MemoryStore: validated, sealed and stored in one native call; a
       // large payload validated on the thread pool and sealed at rest on the
       // background thread, off the request's way.
-      const stored =
-        fields === undefined && (json === undefined || json.length <= ASYNC_SEAL_THRESHOLD)
-          ? enqueueDirect(this.#store, this.#keyring, input.kind, json, { ...job, id }, deadlineAt, createdAt)
-          : await enqueueLarge(
-              this.#store,
-              this.#keyring,
-              input.kind,
-              fields !== undefined ? { fields } : { json: json as string },
-              { ...job, id },
-              deadlineAt,
-              createdAt,
-            );
+      const { payload: _payload, ...job } = input;
+      const stored = await enqueueDirect(
+        this.#store,
+        this.#keyring,
+        input.kind,
+        payload,
+        { ...job, id },
+        deadlineAt,
+        createdAt,
+        ASYNC_SEAL_THRESHOLD,
+      );
       if (stored !== null) {
         if ("message" in stored) throw new Error(payloadError(String(input.kind), stored.message));
         return this.#handle(stored);
       }
     }
-    let checked;
-    if (fields !== undefined) {
-      checked = await this.#keyring.sealStringFieldsAsync(input.kind, fields[0], fields[1], id, deadlineAt);
-    } else {
-      json ??= payloadJson(input.payload);
-      checked =
-        json !== undefined && json.length > ASYNC_SEAL_THRESHOLD
-          ? await this.#keyring.sealCheckedPayloadAsync(input.kind, json, id, deadlineAt)
-          : this.#keyring.sealCheckedPayload(input.kind, json, id, deadlineAt);
-    }
+    const checked = await sealChecked(this.#keyring, input.kind, payload, id, deadlineAt);
     if (!checked.ok) throw new Error(payloadError(String(input.kind), checked.message));
     const envelope: SealedEnvelope = checked.envelope;
 
@@ -377,6 +365,15 @@ export function largeStringFields(payload: unknown): [string[], string[]] | unde
     units += held.value.length;
   }
   return units > ASYNC_SEAL_THRESHOLD ? [keys, values] : undefined;
+}
+
+/** Validate and seal a payload to the site at rest: inline, or on the thread pool when it is large. */
+function sealChecked(keyring: SiteKeyringHandle, kind: unknown, payload: PayloadSource, id: string, deadlineAt: number) {
+  if ("fields" in payload) return keyring.sealStringFieldsAsync(kind, payload.fields[0], payload.fields[1], id, deadlineAt);
+  const { json } = payload;
+  return json !== undefined && json.length > ASYNC_SEAL_THRESHOLD
+    ? keyring.sealCheckedPayloadAsync(kind, json, id, deadlineAt)
+    : keyring.sealCheckedPayload(kind, json, id, deadlineAt);
 }
 
 /** The core reports the issue list; the sentence around it names the kind. */

@@ -4,7 +4,7 @@
 // call with its identity key (`site/<endpoint>`).
 import { EnqueueRefused, RelayUnavailable } from "./errors.js";
 import { deadlineFor, openOutcome } from "./handlers.js";
-import { native, type SiteKeyringHandle } from "./native.js";
+import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
 import type {
   ByollmStore,
   CloudLaneOptions,
@@ -19,7 +19,7 @@ import type {
 export { EnqueueRefused, RelayUnavailable };
 export type { CloudLaneOptions, PumpReport };
 
-const PROTOCOL_VERSION = "2";
+const PROTOCOL_VERSION = PROTOCOL.version;
 
 interface PendingClaim {
   jobId: string;
@@ -138,26 +138,19 @@ export class CloudLane {
       const record = await this.#store.get(done.jobId);
       if (!record || record.state === "ok" || record.state === "error") continue;
       // The relay names the device; the device's signature has to agree.
-      const outcome = await openOutcome(this.#keyring, done.envelope, done.jobId, done.device.identity, done.disposition);
-      if (!outcome.ok) {
+      const source = { audience: record.audience, runnerId: done.runnerId, runnerOwner: done.runnerOwner };
+      const { envelope, jobId, device, disposition } = done;
+      const opened = await openOutcome(this.#keyring, envelope, jobId, device.identity, disposition, source);
+      if (!opened.ok) {
         refused.push(done.jobId);
         continue;
       }
-      const ran = outcome.ran;
       await this.#store.complete({
         jobId: done.jobId,
         runnerId: done.runnerId,
         holder: { by: "lease", leaseId: done.leaseId },
-        outcome: outcome.outcome as unknown as JobOutcome,
-        provenance: native.provenanceFor({
-          audience: record.audience,
-          runnerId: done.runnerId,
-          runnerOwner: done.runnerOwner,
-          backendClass: ran["backendClass"],
-          model: ran["model"],
-          ...(ran["stop"] === undefined ? {} : { stop: ran["stop"] }),
-          ...(ran["stopReported"] === undefined ? {} : { stopReported: ran["stopReported"] }),
-        }),
+        outcome: opened.outcome,
+        provenance: opened.provenance,
         now: this.#now(),
       });
       completed.push(done.jobId);

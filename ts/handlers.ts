@@ -1,7 +1,7 @@
 // The six protocol endpoints over any ByollmStore, without a transport.
 // Crypto, schemas and provenance are the core's; this file is the order of
 // operations and the wire answers.
-import { native, type SiteKeyringHandle } from "./native.js";
+import { native, PROTOCOL, type ProvenanceInput, type SiteKeyringHandle } from "./native.js";
 import { generateDeviceCode, generateUserCode, hashSecret } from "./ids.js";
 import { serveDirect, servesDirectly, unreadEnvelopeStore } from "./memory.js";
 import { sqlStorePaths } from "./sql-store.js";
@@ -24,13 +24,13 @@ import type {
 export type { AuthContext, HandlerConfig, HandlerResult };
 
 /** The protocol version this package serves. */
-export const SERVED_PROTOCOL_VERSION = "2" as const;
+export const SERVED_PROTOCOL_VERSION = PROTOCOL.version;
 
 const DEFAULT_LEASE_MS = 60_000;
 const DEFAULT_PAIRING_TTL_MS = 600_000;
 const DEFAULT_POLL_INTERVAL_MS = 2_000;
 /** Envelopes bigger than this are opened/sealed on the thread pool, off the event loop. */
-const ASYNC_CRYPTO_THRESHOLD = 64 * 1024;
+const ASYNC_CRYPTO_THRESHOLD = PROTOCOL.asyncCryptoThreshold;
 
 const INCONSISTENT_KEYS =
   "siteKeys are not internally consistent: the encryption key is not signed by the identity key. " +
@@ -70,6 +70,13 @@ function fail(error: WireCode, message: string): HandlerResult {
 
 function ok(body: unknown): HandlerResult {
   return { status: 200, body };
+}
+
+/** A 200 whose body the core wrote as JSON text: the object for `handle`'s callers, the same text for HTTP. */
+function prepared(text: string): HandlerResult {
+  const body = JSON.parse(text) as object;
+  preparedTexts.set(body, text);
+  return ok(body);
 }
 
 /**
@@ -197,21 +204,33 @@ function checkValue(endpoint: Endpoint, body: unknown): CheckedBody {
   return checked.ok ? { ok: true, body: checked.body } : { ok: false };
 }
 
-let serveDirectFor: (handlers: ByollmHandlers, endpoint: Endpoint, rawBody: string, headers: Headers) => string | null;
-
-let dispatchChecked: (
-  handlers: ByollmHandlers,
-  endpoint: Endpoint,
-  checked: CheckedBody,
-  auth: AuthContext,
-) => Promise<HandlerResult>;
-
 /**
  * The transport-free protocol handler. `handle` takes an already-parsed body;
  * the HTTP handler (`createFetchHandler`) adds the version check and parses
  * the body once in the core.
  */
 export class ByollmHandlers {
+  readonly #endpoints: Endpoints;
+
+  constructor(config: HandlerConfig) {
+    this.#endpoints = new Endpoints(config);
+  }
+
+  /**
+   * Serve one call. `body` is the parsed, untrusted JSON; `auth` carries the
+   * signature and the exact text it covers. No version check here: the
+   * endpoint schemas pin `protocolVersion: "2"`, so a wrong one is a schema failure.
+   */
+  async handle(endpoint: Endpoint, body: unknown, auth: AuthContext): Promise<HandlerResult> {
+    return this.#endpoints.dispatch(endpoint, checkValue(endpoint, body), auth);
+  }
+}
+
+/**
+ * The six endpoints over one store, behind `ByollmHandlers` and
+ * `createFetchHandler` (which hands it bodies it checked already).
+ */
+export class Endpoints {
   readonly #store: ByollmStore;
   readonly #verificationUrl: string;
   readonly #leaseMs: number;
@@ -221,11 +240,6 @@ export class ByollmHandlers {
   readonly #keyring: SiteKeyringHandle;
   readonly #siteKeyId: string;
   readonly #siteIdentity: PublicIdentity;
-
-  static {
-    dispatchChecked = (handlers, endpoint, checked, auth) => handlers.#dispatch(endpoint, checked, auth);
-    serveDirectFor = (handlers, endpoint, rawBody, headers) => handlers.#serveDirect(endpoint, rawBody, headers);
-  }
 
   constructor(config: HandlerConfig) {
     // Refuse to start with keys whose encryption half is not signed by the
@@ -249,16 +263,8 @@ export class ByollmHandlers {
     this.#now = config.now ?? Date.now;
   }
 
-  /**
-   * Serve one call. `body` is the parsed, untrusted JSON; `auth` carries the
-   * signature and the exact text it covers. No version check here: the
-   * endpoint schemas pin `protocolVersion: "2"`, so a wrong one is a schema failure.
-   */
-  async handle(endpoint: Endpoint, body: unknown, auth: AuthContext): Promise<HandlerResult> {
-    return this.#dispatch(endpoint, checkValue(endpoint, body), auth);
-  }
-
-  async #dispatch(endpoint: Endpoint, checked: CheckedBody, auth: AuthContext): Promise<HandlerResult> {
+  /** Serve one call whose body was checked against its endpoint's schema (one parse per request). */
+  async dispatch(endpoint: Endpoint, checked: CheckedBody, auth: AuthContext): Promise<HandlerResult> {
     switch (endpoint) {
       case "pair":
         if (!checked.ok) return fail("bad-request", "pair request failed schema validation");
@@ -310,6 +316,11 @@ export class ByollmHandlers {
     if (failure !== null) return fail("unauthorized", "this request's signature is not valid");
     if (runner.revokedAt !== null) return fail("revoked", "this runner has been revoked by its owner");
     if (!checked.ok) return fail("bad-request", "request body failed schema validation");
+    // Every signed body names its runner, which must be the signer (the
+    // reference skips this on fetch; a body naming someone else is never honest).
+    if (checked.body["runnerId"] !== runner.id) {
+      return fail("unauthorized", "runner id does not match the signing key");
+    }
     return run(checked.body, runner);
   }
 
@@ -319,7 +330,7 @@ export class ByollmHandlers {
    * the general path gives. Null when it does not apply or declines (any
    * error, refusal or unusual request), and the general path answers.
    */
-  #serveDirect(endpoint: Endpoint, rawBody: string, headers: Headers): string | null {
+  serveDirect(endpoint: Endpoint, rawBody: string, headers: Headers): string | null {
     const store = this.#store;
     if (!servesDirectly(store)) return null;
     if (endpoint !== "claim" && endpoint !== "fetch" && endpoint !== "result") return null;
@@ -402,7 +413,6 @@ export class ByollmHandlers {
   }
 
   async #claim(request: ClaimBody, runner: RunnerRecord): Promise<HandlerResult> {
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
     // The capabilities of this request, not the stored ones: a daemon that just
     // lost a backend must not be handed work for it.
@@ -417,36 +427,27 @@ export class ByollmHandlers {
     } else {
       jobs = await this.#store.claim({ ...claimArgs, runnerOwner: runner.owner });
     }
-    return ok({
-      jobs: jobs.map((job) => {
-        if (!job.lease) {
-          throw new Error(
-            `store returned job ${job.id} from claim with no lease; the store contract requires a claimed job to hold one`,
-          );
-        }
-        // Exactly the stub fields: the daemon parses strictly, and audienceAllow
-        // (who may run it) is never disclosed.
-        return {
-          id: job.id,
-          kind: job.kind,
-          audience: job.audience,
-          owner: job.owner,
-          site: this.#siteKeyId,
-          ...(job.purpose === undefined ? {} : { purpose: job.purpose }),
-          sizeClass: job.sizeClass,
-          streaming: false,
-          deadlineAt: deadlineFor(job, now),
-          lease: { id: job.lease.id, runnerId: job.lease.runnerId, expiresAt: job.lease.expiresAt },
-        };
-      }),
-      leaseMs: this.#leaseMs,
+    const claimed = jobs.map(({ id, kind, audience, owner, purpose, sizeClass, deadlineAt, claimableAt, ttlMs, lease }) => {
+      if (!lease) {
+        throw new Error(
+          `store returned job ${id} from claim with no lease; the store contract requires a claimed job to hold one`,
+        );
+      }
+      const purposeJson = purpose === undefined ? undefined : JSON.stringify(purpose);
+      return {
+        ...{ id, kind, audience, owner, purposeJson, sizeClass, ttlMs },
+        deadlineAt: deadlineAt ?? undefined,
+        claimableAt: claimableAt ?? undefined,
+        leaseId: lease.id,
+        leaseRunnerId: lease.runnerId,
+        leaseExpiresAt: lease.expiresAt,
+      };
     });
+    // The stubs are the core's (src/direct.rs, `claim_answer`), as on the fast path.
+    return prepared(native.claimAnswer(claimed, this.#siteKeyId, this.#leaseMs, now));
   }
 
   async #fetch(request: FetchBody, runner: RunnerRecord): Promise<HandlerResult> {
-    // The reference skips this comparison on fetch only; every other signed
-    // endpoint makes it, and a body naming someone else is never honest.
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const read = await this.#jobFor(runner.id, request.jobId);
     if ("refused" in read) return read.refused;
     const job = read.job;
@@ -497,7 +498,6 @@ export class ByollmHandlers {
   }
 
   async #heartbeat(request: HeartbeatBody, runner: RunnerRecord): Promise<HandlerResult> {
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
     const touch = { runnerId: runner.id, capabilities: request.capabilities, daemonVersion: request.daemonVersion, now };
     const paths = sqlStorePaths(this.#store);
@@ -528,7 +528,6 @@ export class ByollmHandlers {
   }
 
   async #result(request: ResultBody, runner: RunnerRecord): Promise<HandlerResult> {
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
     const paths = sqlStorePaths(this.#store);
     let opened: OpenedOutcome | undefined;
@@ -539,14 +538,18 @@ export class ByollmHandlers {
       // completes in one call when the request plainly holds the job. A
       // private job is the common case; any other answer comes back unwritten
       // and is decided below, as after a plain read.
-      opened = await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition);
+      opened = await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition, {
+        audience: "private",
+        runnerId: runner.id,
+        runnerOwner: runner.owner,
+      });
       if (opened.ok) {
         const out = await paths.resultFor({
           runnerId: runner.id,
           jobId: request.jobId,
           leaseId: request.leaseId,
-          outcome: opened.outcome as unknown as JobOutcome,
-          provenance: provenanceOf("private", runner, opened),
+          outcome: opened.outcome,
+          provenance: opened.provenance,
           now,
         });
         const refused = runnerRefusal(out.runner);
@@ -571,28 +574,34 @@ export class ByollmHandlers {
       lease &&
       native.resultLeaseRefused(lease.id, lease.runnerId, Number(lease.expiresAt), request.leaseId, runner.id, now)
     ) {
-      return ok({ accepted: false, state: job.state });
+      return prepared(native.resultAnswer(false, false, job.state));
     }
 
+    // The SQL path opened it as a private job's result; any other audience
+    // is opened again for its own provenance.
     const outcome =
-      opened ?? (await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition));
+      opened !== undefined && (!opened.ok || job.audience === "private")
+        ? opened
+        : await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition, {
+            audience: job.audience,
+            runnerId: runner.id,
+            runnerOwner: runner.owner,
+          });
     if (!outcome.ok) return fail("bad-request", outcome.why);
-
     const { accepted, duplicate, job: updated } = await this.#store.complete({
       jobId: request.jobId,
       runnerId: runner.id,
       // The holder is the grant: any paired runner presenting the live lease id
       // and a result sealed with its own key is accepted.
       holder: { by: "lease", leaseId: request.leaseId },
-      outcome: outcome.outcome as unknown as JobOutcome,
-      provenance: provenanceOf(job.audience, runner, outcome),
+      outcome: outcome.outcome,
+      provenance: outcome.provenance,
       now,
     });
-    return ok({ accepted, ...(duplicate === true ? { duplicate: true } : {}), state: updated?.state ?? job.state });
+    return prepared(native.resultAnswer(accepted, duplicate === true, updated?.state ?? job.state));
   }
 
   async #release(request: ReleaseBody, runner: RunnerRecord): Promise<HandlerResult> {
-    if (request.runnerId !== runner.id) return fail("unauthorized", "runner id does not match the signing key");
     const now = this.#now();
     // A cancel request outlives a release in the store (it is keyed by job,
     // and only a completion clears it), so the job would go back to the
@@ -616,53 +625,22 @@ export class ByollmHandlers {
   }
 }
 
-/** The handlers' direct-lane fast path (see `ByollmHandlers#serveDirect`): an answer text, or null. */
-export function serveDirectRequest(
-  handlers: ByollmHandlers,
-  endpoint: Endpoint,
-  rawBody: string,
-  headers: Headers,
-): string | null {
-  return serveDirectFor(handlers, endpoint, rawBody, headers);
-}
+export type OpenedOutcome = { ok: true; outcome: JobOutcome; provenance: ResultProvenance } | { ok: false; why: string };
 
-/** Dispatch a body the transport already checked against its schema (one parse per request). */
-export function handleChecked(
-  handlers: ByollmHandlers,
-  endpoint: Endpoint,
-  checked: CheckedBody,
-  auth: AuthContext,
-): Promise<HandlerResult> {
-  return dispatchChecked(handlers, endpoint, checked, auth);
-}
-
-export type OpenedOutcome =
-  | { ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> }
-  | { ok: false; why: string };
-
-/** Built from the job's audience and the authenticated runner, never from the daemon's word. */
-function provenanceOf(
-  audience: string,
-  runner: RunnerRecord,
-  opened: Extract<OpenedOutcome, { ok: true }>,
-): ResultProvenance {
-  const ran = opened.ran;
-  return native.provenanceFor({
-    audience,
-    runnerId: runner.id,
-    runnerOwner: runner.owner,
-    backendClass: ran["backendClass"],
-    model: ran["model"],
-    ...(ran["stop"] === undefined ? {} : { stop: ran["stop"] }),
-    ...(ran["stopReported"] === undefined ? {} : { stopReported: ran["stopReported"] }),
-  });
+/** Who a result is accepted from, as the site knows it: the job's audience and the authenticated runner. */
+export interface ResultSource {
+  audience: string;
+  runnerId: string;
+  runnerOwner: string;
 }
 
 /**
  * Open a sealed result from a device and check it: signature and context, a
  * SealedOutcome inside, and the clear-text disposition equal to the sealed one
  * (the disposition travels in the clear for routing, so it is checked, never
- * believed). Shared by the direct handler and the cloud lane.
+ * believed). The outcome and its provenance, built from the job and the
+ * authenticated runner, never from the daemon's word. Shared by the
+ * handlers and the cloud lane.
  */
 export async function openOutcome(
   keyring: SiteKeyringHandle,
@@ -670,6 +648,7 @@ export async function openOutcome(
   jobId: string,
   deviceIdentity: string,
   disposition: string,
+  source: ResultSource,
 ): Promise<OpenedOutcome> {
   const big = typeof envelope.ciphertext === "string" && envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
   const refused = { ok: false, why: "the result did not verify as coming from this device" } as const;
@@ -696,5 +675,14 @@ export async function openOutcome(
   if (outcome["outcome"] !== disposition) {
     return { ok: false, why: "the declared disposition is not the one that was sealed" };
   }
-  return { ok: true, outcome, ran };
+  // The sealed outcome's schema holds these to their types.
+  const { backendClass, model, stop, stopReported } = ran as Pick<ProvenanceInput, "backendClass" | "model" | "stop" | "stopReported">;
+  const provenance = native.provenanceFor({
+    ...source,
+    backendClass,
+    model,
+    ...(stop === undefined ? {} : { stop }),
+    ...(stopReported === undefined ? {} : { stopReported }),
+  }) as ResultProvenance;
+  return { ok: true, outcome: outcome as unknown as JobOutcome, provenance };
 }

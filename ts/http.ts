@@ -1,13 +1,10 @@
 // The web-standard Request → Response mount of the protocol: method, route,
 // size limits, one parse of the body in the core, then the handlers.
-import { ByollmHandlers, bodyText, handleChecked, serveDirectRequest, type CheckedBody } from "./handlers.js";
-import { native } from "./native.js";
+import { Endpoints, bodyText, type CheckedBody } from "./handlers.js";
+import { native, PROTOCOL } from "./native.js";
 import type { Endpoint, HandlerConfig } from "./types.js";
 
 const DEFAULT_BASE_PATH = "/byollm";
-const ENDPOINTS: readonly string[] = ["pair", "claim", "fetch", "heartbeat", "result", "release"];
-/** One envelope at its 6 MiB cap plus 512 KiB of JSON around it. */
-const MAX_BODY_BYTES = 6_291_456 + 524_288;
 
 const HEADERS = { "content-type": "application/json", "cache-control": "no-store" } as const;
 
@@ -36,22 +33,22 @@ function routeNormalized(pathname: string, base: string): Endpoint | null {
   const path = pathname.endsWith("/") ? pathname.slice(0, -1) : pathname;
   if (!path.startsWith(`${base}/`)) return null;
   const rest = path.slice(base.length + 1);
-  return ENDPOINTS.includes(rest) ? (rest as Endpoint) : null;
+  return (PROTOCOL.endpoints as string[]).includes(rest) ? (rest as Endpoint) : null;
 }
 
 /**
  * The request signature from the `x-byollm-*` headers, or undefined when any
- * is missing. The timestamp is read with `Number()` (so `""` is 0 and hex and
+ * is missing. The timestamp is read as `Number()` reads it, by the core (so `""` is 0 and hex and
  * exponents parse); a non-finite value means no signature.
  */
 export function signatureFrom(headers: Headers): unknown {
   const runnerId = headers.get("x-byollm-runner");
   const rawIssuedAt = headers.get("x-byollm-issued-at");
   const signature = headers.get("x-byollm-signature");
-  // Checked before Number(): Number(null) is 0, a plausible-looking timestamp.
+  // Checked first: Number(null) is 0, a plausible-looking timestamp.
   if (runnerId === null || rawIssuedAt === null || signature === null) return undefined;
-  const issuedAt = Number(rawIssuedAt);
-  if (!Number.isFinite(issuedAt)) return undefined;
+  const issuedAt = native.issuedAtHeader(rawIssuedAt);
+  if (issuedAt === null) return undefined;
   return { runnerId, issuedAt, signature };
 }
 
@@ -115,7 +112,7 @@ function json(status: number, body: unknown, retryAfterSeconds?: number): Respon
 export function createFetchHandler(
   config: HandlerConfig & { readonly basePath?: string },
 ): (request: Request) => Promise<Response> {
-  const handlers = new ByollmHandlers(config);
+  const endpoints = new Endpoints(config);
   const basePath = normalizeBasePath(config.basePath ?? DEFAULT_BASE_PATH);
 
   return async function handle(request: Request): Promise<Response> {
@@ -126,13 +123,13 @@ export function createFetchHandler(
     if (endpoint === null) return json(404, { error: "not-found", message: `not a ${basePath} endpoint` });
 
     const declared = request.headers.get("content-length");
-    if (declared !== null && Number(declared) > MAX_BODY_BYTES) {
+    if (declared !== null && Number(declared) > PROTOCOL.maxBodyBytes) {
       return json(400, { error: "bad-request", message: native.tooLargeMessage(Number(declared)) });
     }
 
     // Bytes are counted as they arrive, whatever content-length said (or
     // whether it was sent at all), and reading stops at the cap.
-    const read = await readBody(request, MAX_BODY_BYTES);
+    const read = await readBody(request, PROTOCOL.maxBodyBytes);
     if (read.failed) return json(400, { error: "bad-request", message: "request body is not valid JSON" });
     if (read.overBytes !== undefined) {
       return json(400, { error: "bad-request", message: native.tooLargeMessage(read.overBytes) });
@@ -141,7 +138,7 @@ export function createFetchHandler(
 
     // A daemon's ordinary claim, fetch or result on our MemoryStore: served
     // natively in one call, with the answer the path below would give.
-    const direct = serveDirectRequest(handlers, endpoint, rawBody, request.headers);
+    const direct = endpoints.serveDirect(endpoint, rawBody, request.headers);
     if (direct !== null) return new Response(direct, { status: 200, headers: { ...HEADERS } });
 
     // JSON, protocol version and the endpoint's schema in one pass. JSON and
@@ -160,7 +157,7 @@ export function createFetchHandler(
       else return json(inspected.status, inspected.error);
     }
 
-    const result = await handleChecked(handlers, endpoint, checked, {
+    const result = await endpoints.dispatch(endpoint, checked, {
       endpoint,
       rawBody,
       signature: signatureFrom(request.headers),

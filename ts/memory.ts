@@ -7,8 +7,7 @@
 // into strings and numbers, and turns the native JSON rows back into the
 // reference's record objects. Every rule lives in Rust.
 import { optionalNumber, optionalStrings, text } from "./args.js";
-import { binding as loaded } from "./native-loader.js";
-import type { EnqueuedJob, SiteKeyringHandle } from "./native.js";
+import { native, type EnqueuedJob, type NativeMemoryStoreHandle, type SiteKeyringHandle } from "./native.js";
 import type {
   AdoptArgs,
   DeliveredResult,
@@ -28,78 +27,6 @@ import type {
   StoredJobInput,
   TouchArgs,
 } from "./types.js";
-
-/** The native class as this wrapper uses it (see src/binding/store.rs). */
-export interface NativeMemoryStoreHandle {
-  readonly size: number;
-  create(
-    id: string,
-    kind: string,
-    sizeClass: string,
-    owner: string,
-    audience: string | undefined,
-    purposeJson: string | undefined,
-    audienceAllow: string[] | undefined,
-    dependsOn: string[] | undefined,
-    ttlMs: number | undefined,
-    deadlineAt: number | undefined,
-    envelopeParts: string[] | undefined,
-    envelopeDeadlineAt: number,
-    envelopeJson: string | undefined,
-    now: number,
-  ): string;
-  get(id: string): string | null | undefined;
-  omitEnvelopes(): void;
-  sealedEnvelope(id: string): object | null | undefined;
-  claim(runnerId: string, runnerOwner: string, capabilities: string[], max: number, leaseMs: number, now: number): string;
-  renewLeases(runnerId: string, leases: string[], leaseMs: number, now: number): (number | null | undefined)[];
-  adopt(jobId: string, leaseId: string, expiresAt: number, now: number): string | null | undefined;
-  complete(
-    jobId: string,
-    runnerId: string,
-    holderIsLease: boolean,
-    holder: string,
-    outcomeTag: string,
-    outcomeJson: string,
-    provenanceJson: string,
-    provenanceRunner: string | undefined,
-    now: number,
-  ): string;
-  release(runnerId: string, leases: string[], refused: boolean, now: number): number[];
-  /** One JSON array text, or several when the answer is too large for one JS string. */
-  expireDue(now: number): string | string[];
-  /** The sweep, then `ByollmApp.result`'s answer for `jobId` as JSON (null: unknown job). */
-  sweptResult(jobId: string, now: number): string | null | undefined;
-  cancel(jobId: string, now: number): string | null | undefined;
-  listClaimedBy(runnerId: string): string;
-  listCancelRequests(runnerId: string): string;
-  allJobs(): string | string[];
-  watch(jobId: string): void;
-  unwatch(jobId: string): void;
-  drainWrites(): string[];
-  createPairing(recordJson: string): void;
-  pairingByHash(hash: string): string | null | undefined;
-  pairingByCode(userCode: string): string | null | undefined;
-  approvePairing(userCode: string, owner: string, runnerId: string, now: number): string;
-  denyPairing(userCode: string): void;
-  consumePairing(hash: string): void;
-  runner(runnerId: string): string | null | undefined;
-  touchRunner(runnerId: string, capabilitiesJson: string, daemonVersionJson: string, now: number): string | null | undefined;
-  revokeRunner(runnerId: string, now: number): void;
-  listRunners(owner: string | undefined): string;
-  /** Whether the store is written through to a file (`path`). */
-  readonly durable?: boolean;
-  close?(): void;
-}
-
-const native = loaded as unknown as {
-  NativeMemoryStore?: new (
-    defaultTtlMs?: number,
-    retentionMs?: number,
-    path?: string,
-    fullSync?: boolean,
-  ) => NativeMemoryStoreHandle;
-};
 
 /** A record as the native side sends it (layout documented in src/store/out.rs). */
 export type JobRow = [
@@ -333,40 +260,17 @@ function jsonOf(value: unknown): string {
   return JSON.stringify(value) ?? "null";
 }
 
-/** The signed request a direct-lane call serves (see `serveDirect`). */
-export interface DirectCall {
-  readonly endpoint: string;
-  readonly body: string;
-  readonly runnerId: string;
-  readonly issuedAt: string;
-  readonly signature: string;
+/**
+ * What the direct lane uses of a MemoryStore: its native store, that store
+ * again when records read their envelope lazily, and the bell for its
+ * watchers. Set by the constructor; only our MemoryStores have one.
+ */
+interface Lane {
+  readonly native: NativeMemoryStoreHandle;
+  readonly lazy: NativeMemoryStoreHandle | undefined;
+  readonly notify: () => void;
 }
-
-let serveDirectOn: (store: MemoryStore, keyring: SiteKeyringHandle, call: DirectCall, leaseMs: number, now: number) => string | null;
-/** See `enqueueDirect`. */
-type EnqueueDirect = (
-  store: MemoryStore,
-  keyring: SiteKeyringHandle,
-  kind: unknown,
-  payloadJson: string | undefined,
-  job: DirectJob,
-  envelopeDeadlineAt: number,
-  now: number,
-) => JobRecord | { message: string } | null;
-let enqueueDirectOn: EnqueueDirect;
-/** See `enqueueLarge`. */
-type EnqueueLarge = (
-  store: MemoryStore,
-  keyring: SiteKeyringHandle,
-  kind: unknown,
-  payload: { readonly fields: readonly [string[], string[]] } | { readonly json: string },
-  job: DirectJob,
-  envelopeDeadlineAt: number,
-  now: number,
-) => Promise<JobRecord | { message: string }> | null;
-let enqueueLargeOn: EnqueueLarge;
-let ownsNative: (store: object) => boolean;
-let sweptResultOn: (store: MemoryStore, jobId: string, now: number) => DeliveredResult | null;
+const lanes = new WeakMap<object, Lane>();
 
 /**
  * `ByollmApp.result` on a store `servesDirectly` accepts, in one native call:
@@ -374,7 +278,10 @@ let sweptResultOn: (store: MemoryStore, jobId: string, now: number) => Delivered
  * the whole record. Watchers hear what the sweep changed.
  */
 export function sweptResult(store: MemoryStore, jobId: string, now: number): DeliveredResult | null {
-  return sweptResultOn(store, jobId, now);
+  const lane = lanes.get(store) as Lane;
+  const text = lane.native.sweptResult(jobId, now);
+  lane.notify();
+  return text == null ? null : (JSON.parse(text) as DeliveredResult);
 }
 
 /** The store methods whose work a direct-lane call does natively. */
@@ -387,7 +294,7 @@ const DIRECT_METHODS = ["getRunner", "get", "claim", "complete", "create", "expi
  * could change what those methods do) takes the general path.
  */
 export function servesDirectly(store: unknown): store is MemoryStore {
-  if (typeof store !== "object" || store === null || !ownsNative(store)) return false;
+  if (typeof store !== "object" || store === null || !lanes.has(store)) return false;
   if (Object.getPrototypeOf(store) !== MemoryStore.prototype || Reflect.ownKeys(store).length !== 0) return false;
   const proto = MemoryStore.prototype as unknown as Record<string, unknown>;
   for (let at = 0; at < DIRECT_METHODS.length; at += 1) {
@@ -395,6 +302,15 @@ export function servesDirectly(store: unknown): store is MemoryStore {
     if (proto[name] !== ORIGINAL_METHODS[at]) return false;
   }
   return true;
+}
+
+/** The signed request a direct-lane call serves: the endpoint, the body and the `x-byollm-*` header values. */
+export interface DirectCall {
+  readonly endpoint: string;
+  readonly body: string;
+  readonly runnerId: string;
+  readonly issuedAt: string;
+  readonly signature: string;
 }
 
 /**
@@ -410,7 +326,11 @@ export function serveDirect(
   leaseMs: number,
   now: number,
 ): string | null {
-  return serveDirectOn(store, keyring, call, leaseMs, now);
+  const lane = lanes.get(store) as Lane;
+  const { endpoint, body, runnerId, issuedAt, signature } = call;
+  const answer = keyring.serveDirect(lane.native, endpoint, body, runnerId, issuedAt, signature, leaseMs, now);
+  if (answer !== null) lane.notify();
+  return answer;
 }
 
 /** What an enqueue stores besides its envelope and size class (`StoredJobInput`'s other fields). */
@@ -425,25 +345,70 @@ export interface DirectJob {
   readonly deadlineAt?: unknown;
 }
 
+/** A payload as an enqueue hands it over: its JSON text (absent: no payload), or a large one's string fields. */
+export type PayloadSource = { readonly json: string | undefined } | { readonly fields: readonly [string[], string[]] };
+
 const isStrings = (value: unknown): value is string[] =>
   Array.isArray(value) && value.every((item) => typeof item === "string");
 
 /**
- * Validate, seal at rest and store a job in one native call, for an enqueue
- * on a store `servesDirectly` accepts: the new record, or the validator's
- * refusal (nothing stored). Null when a field is of a type only the general
- * path handles (it then fails the way it always has, in the same order).
+ * Validate, seal at rest and store a job, for an enqueue on a store
+ * `servesDirectly` accepts: the new record, or the validator's refusal
+ * (nothing stored). A payload up to `threshold` units is done in one native
+ * call; a larger one is validated on the thread pool, its at-rest seal left
+ * to the background thread (the store's records read it by id when someone
+ * asks). Null when it does not apply (a field of a type only the general
+ * path handles, which then fails the way it always has, in the same order;
+ * or a large payload on a store whose records carry their envelopes).
  */
-export const enqueueDirect: EnqueueDirect = (...args) => enqueueDirectOn(...args);
-
-/**
- * `enqueueDirect` for a large payload: validated on the thread pool, its
- * at-rest seal left to the background thread (the store's records read it
- * by id when someone asks). Null when it does not apply (a field of a type
- * only the general path handles, or a store whose records carry their
- * envelopes); otherwise the new record or the validator's refusal.
- */
-export const enqueueLarge: EnqueueLarge = (...args) => enqueueLargeOn(...args);
+export function enqueueDirect(
+  store: MemoryStore,
+  keyring: SiteKeyringHandle,
+  kind: unknown,
+  payload: PayloadSource,
+  job: DirectJob,
+  envelopeDeadlineAt: number,
+  now: number,
+  threshold: number,
+): JobRecord | { message: string } | null | Promise<JobRecord | { message: string } | null> {
+  // The shapes `create` hands the native side without a throw; anything
+  // else goes the general way, which validates the payload first.
+  const args = directJobArgs(job);
+  if (args === null) return null;
+  const { native, lazy, notify } = lanes.get(store) as Lane;
+  if ("json" in payload && (payload.json === undefined || payload.json.length <= threshold)) {
+    const answer = keyring.enqueueDirect(
+      native,
+      kind,
+      payload.json,
+      args.id,
+      envelopeDeadlineAt,
+      args.owner,
+      args.audience,
+      args.purposeJson,
+      args.audienceAllow,
+      args.dependsOn,
+      args.ttlMs,
+      args.deadlineAt,
+      now,
+    );
+    if (typeof answer !== "string") return answer;
+    const record = jobFromJson(answer, lazy) as JobRecord;
+    notify();
+    return record;
+  }
+  if (lazy === undefined) return null;
+  const prepared =
+    "fields" in payload
+      ? keyring.prepareStringFieldsAsync(kind, payload.fields[0], payload.fields[1], args.id, envelopeDeadlineAt)
+      : keyring.prepareCheckedPayloadAsync(kind, payload.json, args.id, envelopeDeadlineAt);
+  return prepared.then((ready) => {
+    if ("message" in ready) return ready;
+    const record = jobFromJson(keyring.enqueuePrepared(native, ready, String(kind), args, now), lazy) as JobRecord;
+    notify();
+    return record;
+  });
+}
 
 /** The job fields of an enqueue as the native calls take them, or null for types only the general path handles. */
 function directJobArgs(job: DirectJob): EnqueuedJob | null {
@@ -512,76 +477,8 @@ export class MemoryStore implements ByollmStore {
   readonly #lazy: NativeMemoryStoreHandle | undefined;
   readonly #watchers = new Map<string, Set<() => void>>();
 
-  static {
-    ownsNative = (store) => #native in store;
-    sweptResultOn = (store, jobId, now) => {
-      const text = store.#native.sweptResult(jobId, now);
-      store.#notify();
-      return text == null ? null : (JSON.parse(text) as DeliveredResult);
-    };
-    enqueueDirectOn = (store, keyring, kind, payloadJson, job, envelopeDeadlineAt, now) => {
-      // The shapes `create` hands the native side without a throw; anything
-      // else goes the general way, which validates the payload first.
-      const args = directJobArgs(job);
-      if (args === null) return null;
-      const answer = keyring.enqueueDirect(
-        store.#native,
-        kind,
-        payloadJson,
-        args.id,
-        envelopeDeadlineAt,
-        args.owner,
-        args.audience,
-        args.purposeJson,
-        args.audienceAllow,
-        args.dependsOn,
-        args.ttlMs,
-        args.deadlineAt,
-        now,
-      );
-      if (typeof answer !== "string") return answer;
-      const record = jobFromJson(answer, store.#lazy) as JobRecord;
-      store.#notify();
-      return record;
-    };
-    enqueueLargeOn = (store, keyring, kind, payload, job, envelopeDeadlineAt, now) => {
-      const args = directJobArgs(job);
-      const lazy = store.#lazy;
-      if (args === null || lazy === undefined || typeof keyring.enqueuePrepared !== "function") return null;
-      const prepared =
-        "fields" in payload
-          ? keyring.prepareStringFieldsAsync(kind, payload.fields[0], payload.fields[1], args.id, envelopeDeadlineAt)
-          : keyring.prepareCheckedPayloadAsync(kind, payload.json, args.id, envelopeDeadlineAt);
-      return prepared.then((ready) => {
-        if ("message" in ready) return ready as { message: string };
-        const answer = keyring.enqueuePrepared(store.#native, ready, String(kind), args, now);
-        const record = jobFromJson(answer, lazy) as JobRecord;
-        store.#notify();
-        return record;
-      });
-    };
-    serveDirectOn = (store, keyring, call, leaseMs, now) => {
-      const answer = keyring.serveDirect(
-        store.#native,
-        call.endpoint,
-        call.body,
-        call.runnerId,
-        call.issuedAt,
-        call.signature,
-        leaseMs,
-        now,
-      );
-      if (answer !== null) store.#notify();
-      return answer;
-    };
-  }
-
   constructor(options: NativeMemoryStoreOptions = {}) {
-    const Native = native.NativeMemoryStore;
-    if (Native === undefined) {
-      throw new Error("the native addon has no NativeMemoryStore: rebuild it with `npm run build:native`");
-    }
-    this.#native = new Native(
+    this.#native = new native.NativeMemoryStore(
       options.defaultTtlMs ?? undefined,
       options.retentionMs ?? undefined,
       options.path ?? undefined,
@@ -591,10 +488,11 @@ export class MemoryStore implements ByollmStore {
     // record may fetch a large envelope later, when (and if) it is read; with
     // retention the id could be dropped and reused in between, so records
     // carry it from the start.
-    if (options.retentionMs == null && typeof this.#native.omitEnvelopes === "function") {
+    if (options.retentionMs == null) {
       this.#native.omitEnvelopes();
       this.#lazy = this.#native;
     }
+    lanes.set(this, { native: this.#native, lazy: this.#lazy, notify: () => this.#notify() });
   }
 
   /**
@@ -602,7 +500,7 @@ export class MemoryStore implements ByollmStore {
    * another process; later changes throw. Nothing for a store without `path`.
    */
   close(): void {
-    this.#native.close?.();
+    this.#native.close();
   }
 
   /** The native store, for callers that want to skip the record objects. */

@@ -703,7 +703,10 @@ fn with_parsed<T>(work: impl FnOnce(&mut ParsedKeyCache) -> T) -> T {
 }
 
 /// Never throws for a bad envelope or bad keys: those are reasons.
-#[napi(catch_unwind)]
+#[napi(
+    catch_unwind,
+    ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
+)]
 pub fn open(opts: OpenOptions) -> JsOpenResult {
     let envelope = envelope::SealedEnvelope::from(opts.envelope);
     // Unusable recipient keys are just a box that does not open.
@@ -929,7 +932,10 @@ impl SiteKeyring {
     }
 
     /// `validatePayload` then `sealPayload` of its canonical text, in one call.
-    #[napi(catch_unwind)]
+    #[napi(
+        catch_unwind,
+        ts_return_type = "{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }"
+    )]
     pub fn seal_checked_payload(
         &self,
         kind: Unknown<'_>,
@@ -952,7 +958,10 @@ impl SiteKeyring {
 
     /// [`Self::seal_checked_payload`] on the thread pool (validation
     /// included: for a large payload it is milliseconds of parsing).
-    #[napi(catch_unwind, ts_return_type = "Promise<SealedPayload>")]
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
+    )]
     pub fn seal_checked_payload_async(
         &self,
         kind: Unknown<'_>,
@@ -968,7 +977,10 @@ impl SiteKeyring {
     /// object of string values, given as its keys and values: the JSON text
     /// is written here (off the main thread) instead of by `JSON.stringify`,
     /// which scans a megabyte prompt a character at a time.
-    #[napi(catch_unwind, ts_return_type = "Promise<SealedPayload>")]
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
+    )]
     pub fn seal_string_fields_async(
         &self,
         kind: Unknown<'_>,
@@ -1216,7 +1228,10 @@ impl SiteKeyring {
     }
 
     /// Open a device's result envelope addressed to this site.
-    #[napi(catch_unwind)]
+    #[napi(
+        catch_unwind,
+        ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
+    )]
     pub fn open_result(
         &self,
         envelope: JsSealedEnvelope,
@@ -1229,7 +1244,10 @@ impl SiteKeyring {
         open_result_with(opened, canonical)
     }
 
-    #[napi(catch_unwind, ts_return_type = "Promise<OpenResult>")]
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
+    )]
     pub fn open_result_async(
         &self,
         envelope: JsSealedEnvelope,

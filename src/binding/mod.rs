@@ -9,6 +9,7 @@
 //! export below and checks every export carries the attribute.
 
 mod crypto;
+mod protocol;
 mod requests;
 mod rules;
 mod store;

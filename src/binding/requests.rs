@@ -310,7 +310,7 @@ fn node_url_ok(env: &Env) -> impl Fn(&str) -> bool + '_ {
 #[napi(
     catch_unwind,
     ts_args_type = "endpoint: string, rawBody: string",
-    ts_return_type = "{ stage: \"ok\"; body: object } | { stage: \"json\" | \"version\" | \"schema\"; status: number; error: WireErrorBody }"
+    ts_return_type = "{ stage: \"ok\"; body: Record<string, unknown> } | { stage: \"json\" | \"version\" | \"schema\"; status: number; error: WireErrorBody }"
 )]
 pub fn inspect_request(
     env: Env,
@@ -428,7 +428,7 @@ fn inspect_slow(
 /// callers that already hold JSON text.
 #[napi(
     catch_unwind,
-    ts_return_type = "{ ok: true; body: object } | { ok: false }"
+    ts_return_type = "{ ok: true; body: Record<string, unknown> } | { ok: false }"
 )]
 pub fn validate_request_body(env: Env, endpoint_name: String, json_text: String) -> Result<Reply> {
     let ep = endpoint(&endpoint_name)?;
@@ -458,7 +458,7 @@ pub fn check_protocol_version(json_text: String) -> Result<Option<JsWireError>> 
 /// `{ok: false, message}` with the reference's message.
 #[napi(
     catch_unwind,
-    ts_return_type = "{ ok: true; outcome: object; ran: object } | { ok: false; message: string }"
+    ts_return_type = "{ ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> } | { ok: false; message: string }"
 )]
 pub fn parse_sealed_outcome(env: Env, plaintext: String) -> Result<Reply> {
     let url_ok = node_url_ok(&env);

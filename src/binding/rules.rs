@@ -317,8 +317,9 @@ fn read_runner(obj: &Object<'_>) -> Result<RunnerFields> {
 pub struct JsAvailabilityQuery {
     pub kind: String,
     pub owner: String,
-    #[napi(ts_type = "\"private\" | \"team\"")]
+    /// Any spelling: an unknown one is matched as `private`, as the claim would.
     pub audience: Option<String>,
+    #[napi(ts_type = "readonly string[]")]
     pub audience_allow: Option<Vec<String>>,
 }
 

@@ -1,0 +1,103 @@
+//! The protocol's constants and header readings as the shell needs them:
+//! the numbers the fast path uses, handed to the general path, so each is
+//! written once.
+
+use napi_derive::napi;
+
+use crate::{direct, envelope, store, wire};
+
+/// The protocol constants both paths use.
+#[napi(object, js_name = "ProtocolConstants")]
+pub struct JsProtocolConstants {
+    /// The protocol version this server speaks.
+    #[napi(ts_type = "\"2\"")]
+    pub version: String,
+    /// The six endpoints, in the reference's order.
+    #[napi(
+        ts_type = "Array<\"pair\" | \"claim\" | \"fetch\" | \"heartbeat\" | \"result\" | \"release\">"
+    )]
+    pub endpoints: Vec<String>,
+    /// Largest request body in bytes.
+    pub max_body_bytes: f64,
+    /// Envelopes and bodies from this many characters are sealed and opened
+    /// on the thread pool, off the event loop.
+    pub async_crypto_threshold: u32,
+    /// How long a sealed payload stays valid after its enqueue.
+    pub envelope_max_age_ms: f64,
+    /// A job's time to live when the enqueue names none.
+    pub default_ttl_ms: f64,
+}
+
+#[napi(catch_unwind)]
+pub fn protocol_constants() -> JsProtocolConstants {
+    JsProtocolConstants {
+        version: wire::PROTOCOL_VERSION.to_owned(),
+        endpoints: wire::Endpoint::ALL
+            .iter()
+            .map(|e| e.as_str().to_owned())
+            .collect(),
+        max_body_bytes: wire::MAX_BODY_BYTES as f64,
+        async_crypto_threshold: direct::ASYNC_CRYPTO_THRESHOLD as u32,
+        envelope_max_age_ms: envelope::ENVELOPE_MAX_AGE_MS,
+        default_ttl_ms: store::DEFAULT_TTL_MS,
+    }
+}
+
+/// The `x-byollm-issued-at` header as a timestamp (`Number(text)` when it
+/// is finite, else `null`), as the fast path reads it.
+#[napi(catch_unwind)]
+pub fn issued_at_header(text: String) -> Option<f64> {
+    wire::issued_at_header(&text)
+}
+
+/// A claimed job as the general path reads it from any store's record (see
+/// [`direct::Stub`]).
+#[napi(object, js_name = "ClaimedJob")]
+pub struct JsClaimedJob {
+    pub id: String,
+    pub kind: String,
+    pub audience: String,
+    pub owner: String,
+    /// `JSON.stringify(purpose)`; absent when the job has none.
+    pub purpose_json: Option<String>,
+    pub size_class: String,
+    pub deadline_at: Option<f64>,
+    pub claimable_at: Option<f64>,
+    pub ttl_ms: f64,
+    pub lease_id: String,
+    pub lease_runner_id: String,
+    pub lease_expires_at: f64,
+}
+
+/// The claim answer's JSON text for jobs a store just claimed, written by
+/// the function the fast path writes it with.
+#[napi(catch_unwind)]
+pub fn claim_answer(jobs: Vec<JsClaimedJob>, site_id: String, lease_ms: f64, now: f64) -> String {
+    let stubs: Vec<direct::Stub<'_>> = jobs
+        .iter()
+        .map(|job| direct::Stub {
+            id: &job.id,
+            kind: &job.kind,
+            audience: &job.audience,
+            owner: &job.owner,
+            purpose_json: job.purpose_json.as_deref(),
+            size_class: &job.size_class,
+            deadline_at: job.deadline_at,
+            claimable_at: job.claimable_at,
+            ttl_ms: job.ttl_ms,
+            lease: store::LeaseView {
+                id: &job.lease_id,
+                runner_id: &job.lease_runner_id,
+                expires_at: job.lease_expires_at,
+            },
+        })
+        .collect();
+    direct::claim_answer(&stubs, &site_id, lease_ms, now)
+}
+
+/// The result answer's JSON text, written by the function the fast path
+/// writes it with.
+#[napi(catch_unwind)]
+pub fn result_answer(accepted: bool, duplicate: bool, state: String) -> String {
+    direct::result_answer(accepted, duplicate, &state)
+}
