@@ -9,10 +9,13 @@
 //! export below and checks every export carries the attribute.
 
 mod crypto;
+mod keyring;
 mod protocol;
 mod requests;
 mod rules;
 mod store;
+mod strings;
+mod tasks;
 
 use napi_derive::napi;
 

@@ -1,0 +1,566 @@
+//! `SiteKeyring`, a site's key handle: its payload seals and result opens,
+//! inline and on the thread pool, its reseals for a claiming device, and
+//! the direct lane's enqueue and serve calls on our `NativeMemoryStore`.
+
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi::JsString;
+use napi_derive::napi;
+
+use super::crypto::{
+    canonical_outcome, invalid, open_result_with, seal_error, JsOpenResult, JsPublicIdentity,
+    JsSealedEnvelope, JsStoredKeys,
+};
+use super::store::NativeMemoryStore;
+use super::strings::ExactString;
+use super::tasks::{
+    OpenResultTask, PayloadSource, PrepareCheckedTask, PreparedPayload, ResealTask,
+    SealCheckedTask, SealPayloadTask,
+};
+use crate::envelope::{self, Text};
+use crate::keys::{KeyHandle, PublicIdentity};
+use crate::signing;
+use crate::wire;
+
+/// `sealCheckedPayload`'s answer: the at-rest envelope and the payload's
+/// size class, or the validator's message.
+#[napi(object, js_name = "SealedPayload")]
+pub struct JsSealedPayload {
+    pub ok: bool,
+    pub envelope: Option<JsSealedEnvelope>,
+    pub size_class: Option<String>,
+    pub message: Option<String>,
+}
+
+impl JsSealedPayload {
+    pub(super) fn from_core(
+        checked: std::result::Result<(envelope::SealedEnvelope, &'static str), String>,
+    ) -> Self {
+        match checked {
+            Ok((sealed, size_class)) => JsSealedPayload {
+                ok: true,
+                envelope: Some(sealed.into()),
+                size_class: Some(size_class.to_owned()),
+                message: None,
+            },
+            Err(message) => JsSealedPayload {
+                ok: false,
+                envelope: None,
+                size_class: None,
+                message: Some(message),
+            },
+        }
+    }
+}
+
+/// An enqueued job's fields besides its kind and payload, as our store's
+/// `create` takes them (`purposeJson`: `JSON.stringify` of `purpose`).
+#[napi(object, js_name = "EnqueuedJob")]
+pub struct JsEnqueuedJob {
+    pub id: String,
+    pub owner: String,
+    pub audience: Option<String>,
+    pub purpose_json: Option<String>,
+    pub audience_allow: Option<Vec<String>>,
+    pub depends_on: Option<Vec<String>>,
+    pub ttl_ms: Option<f64>,
+    pub deadline_at: Option<f64>,
+}
+
+/// Store an enqueued job with its at-rest envelope: the new record's row.
+fn create_enqueued<'env>(
+    env: &'env Env,
+    store: &mut NativeMemoryStore,
+    job: JsEnqueuedJob,
+    kind: &str,
+    at_rest: &crate::direct::AtRestSeal,
+    size_class: &'static str,
+    now: f64,
+) -> Result<JsString<'env>> {
+    let JsEnqueuedJob {
+        id,
+        owner,
+        audience,
+        purpose_json,
+        audience_allow,
+        depends_on,
+        ttl_ms,
+        deadline_at,
+    } = job;
+    store.create_job(
+        env,
+        crate::store::JobInput {
+            id: &id,
+            kind,
+            envelope: at_rest.as_input(),
+            size_class,
+            owner: &owner,
+            audience: audience.as_deref(),
+            purpose_json: purpose_json.as_deref(),
+            audience_allow,
+            depends_on,
+            ttl_ms,
+            deadline_at,
+        },
+        now,
+    )
+}
+
+/// `enqueueDirect`'s refusal: the payload validator's message.
+#[napi(object, js_name = "PayloadRefusal")]
+pub struct JsPayloadRefusal {
+    pub message: String,
+}
+
+// ---------------------------------------------------------------- SiteKeyring
+
+/// A site's keys, parsed once and shared with the thread pool.
+#[napi]
+pub struct SiteKeyring {
+    inner: Arc<KeyHandle>,
+}
+
+fn device_from_js(device: &JsPublicIdentity) -> PublicIdentity {
+    PublicIdentity {
+        identity: device.identity.clone(),
+        encryption: device.encryption.clone(),
+        encryption_sig: device.encryption_sig.clone(),
+    }
+}
+
+pub(super) fn seal_payload_core(
+    handle: &KeyHandle,
+    plaintext: &str,
+    job_id: &str,
+    deadline_at: f64,
+) -> std::result::Result<envelope::SealedEnvelope, envelope::SealError> {
+    let context = crate::direct::at_rest_context(handle, job_id, deadline_at);
+    envelope::seal_with_handle(
+        Text::Utf8(plaintext),
+        handle,
+        &handle.keys().encryption_public,
+        &context,
+    )
+}
+
+#[napi]
+impl SiteKeyring {
+    /// Parses both private keys; throws a clear error when they are not keys.
+    /// Consistency of the public half is a separate question: `isConsistent()`.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(keys: JsStoredKeys) -> Result<Self> {
+        let handle =
+            KeyHandle::new(keys.to_core()?).map_err(|e| invalid(format!("siteKeys: {e}")))?;
+        Ok(SiteKeyring {
+            inner: Arc::new(handle),
+        })
+    }
+
+    #[napi(getter, catch_unwind)]
+    pub fn key_id(&self) -> String {
+        self.inner.key_id().to_string()
+    }
+
+    #[napi(catch_unwind)]
+    pub fn public_identity(&self) -> JsPublicIdentity {
+        self.inner.public_identity().into()
+    }
+
+    #[napi(catch_unwind)]
+    pub fn is_consistent(&self) -> bool {
+        self.inner.is_consistent()
+    }
+
+    /// Seal a job payload to the site itself, for storage at rest.
+    #[napi(catch_unwind)]
+    pub fn seal_payload(
+        &self,
+        plaintext: String,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<JsSealedEnvelope> {
+        seal_payload_core(&self.inner, &plaintext, &job_id, deadline_at)
+            .map(JsSealedEnvelope::from)
+            .map_err(seal_error)
+    }
+
+    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope>")]
+    pub fn seal_payload_async(
+        &self,
+        plaintext: String,
+        job_id: String,
+        deadline_at: f64,
+    ) -> AsyncTask<SealPayloadTask> {
+        AsyncTask::new(SealPayloadTask {
+            handle: self.inner.clone(),
+            plaintext,
+            job_id,
+            deadline_at,
+        })
+    }
+
+    /// `validatePayload` then `sealPayload` of its canonical text, in one call.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }"
+    )]
+    pub fn seal_checked_payload(
+        &self,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<JsSealedPayload> {
+        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)?
+            .seal()
+            .map(JsSealedPayload::from_core)
+    }
+
+    /// [`Self::seal_checked_payload`] on the thread pool (validation
+    /// included: for a large payload it is milliseconds of parsing).
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
+    )]
+    pub fn seal_checked_payload_async(
+        &self,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<AsyncTask<SealCheckedTask>> {
+        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)
+            .map(AsyncTask::new)
+    }
+
+    /// [`Self::seal_checked_payload_async`] for a payload that is a plain
+    /// object of string values, given as its keys and values: the JSON text
+    /// is written here (off the main thread) instead of by `JSON.stringify`,
+    /// which scans a megabyte prompt a character at a time.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
+    )]
+    pub fn seal_string_fields_async(
+        &self,
+        kind: Unknown<'_>,
+        keys: Vec<ExactString>,
+        values: Vec<ExactString>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<AsyncTask<SealCheckedTask>> {
+        let payload = PayloadSource::fields("sealStringFieldsAsync", keys, values)?;
+        self.checked_task(kind, payload, job_id, deadline_at)
+            .map(AsyncTask::new)
+    }
+
+    /// [`Self::seal_checked_payload_async`] for an enqueue on our
+    /// `NativeMemoryStore` whose records leave envelopes out: validated on
+    /// the thread pool, the at-rest seal left to the background thread (see
+    /// `crate::envelope::deferred`), then stored by `enqueuePrepared`.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
+    )]
+    pub fn prepare_checked_payload_async(
+        &self,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<AsyncTask<PrepareCheckedTask>> {
+        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)
+            .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
+    }
+
+    /// [`Self::prepare_checked_payload_async`] for a plain object of string
+    /// values (see [`Self::seal_string_fields_async`]).
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
+    )]
+    pub fn prepare_string_fields_async(
+        &self,
+        kind: Unknown<'_>,
+        keys: Vec<ExactString>,
+        values: Vec<ExactString>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<AsyncTask<PrepareCheckedTask>> {
+        let payload = PayloadSource::fields("prepareStringFieldsAsync", keys, values)?;
+        self.checked_task(kind, payload, job_id, deadline_at)
+            .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
+    }
+
+    /// Store a payload `prepare…Async` validated, as `enqueueDirect` stores
+    /// one: the new record's row. `kind` is the one it was prepared with.
+    /// Throws if `prepared` was used already.
+    #[napi(catch_unwind)]
+    pub fn enqueue_prepared<'env>(
+        &self,
+        env: &'env Env,
+        store: &mut NativeMemoryStore,
+        prepared: &mut PreparedPayload,
+        kind: String,
+        job: JsEnqueuedJob,
+        now: f64,
+    ) -> Result<JsString<'env>> {
+        let Some((at_rest, size_class)) = prepared.prepared.take() else {
+            return Err(invalid("enqueuePrepared: this payload was stored already"));
+        };
+        // A job under this id already: `create` answers with it, and this
+        // payload's seal is never needed.
+        if store.core_mut().get(&job.id).is_none() {
+            crate::direct::seal_later(&at_rest);
+        }
+        create_enqueued(env, store, job, &kind, &at_rest, size_class, now)
+    }
+
+    /// Open the at-rest payload and seal it to the claiming device; `null`
+    /// when the at-rest envelope does not open.
+    #[napi(catch_unwind)]
+    pub fn reseal_for_device(
+        &self,
+        at_rest: JsSealedEnvelope,
+        job_id: String,
+        created_at: f64,
+        device: JsPublicIdentity,
+    ) -> Result<Option<JsSealedEnvelope>> {
+        crate::direct::reseal_for_device(
+            &self.inner,
+            &at_rest.into(),
+            &job_id,
+            created_at,
+            &device_from_js(&device),
+        )
+        .map(|o| o.map(JsSealedEnvelope::from))
+        .map_err(seal_error)
+    }
+
+    /// `sealCheckedPayload` and our store's `create` in one call, for an
+    /// enqueue on our `NativeMemoryStore`: the at-rest envelope never
+    /// becomes a JS object only to be handed back. The new record's row (see
+    /// `NativeMemoryStore.create`), or the validator's refusal (nothing
+    /// stored).
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind, ts_return_type = "string | { message: string }")]
+    pub fn enqueue_direct<'env>(
+        &self,
+        env: &'env Env,
+        store: &mut NativeMemoryStore,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        job_id: String,
+        envelope_deadline_at: f64,
+        owner: String,
+        audience: Option<String>,
+        purpose_json: Option<String>,
+        audience_allow: Option<Vec<String>>,
+        depends_on: Option<Vec<String>>,
+        ttl_ms: Option<f64>,
+        deadline_at: Option<f64>,
+        now: f64,
+    ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
+        let (kind_text, display) = super::rules::payload_kind(kind)?;
+        let valid = match crate::direct::validate_for_enqueue(
+            &self.inner,
+            kind_text.as_deref(),
+            &display,
+            payload_json.as_deref(),
+            &job_id,
+            envelope_deadline_at,
+        ) {
+            Ok(valid) => valid,
+            Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
+        };
+        let size_class = valid.size_class.as_str();
+        let at_rest = crate::direct::seal_at_rest(
+            &self.inner,
+            store.core_mut(),
+            valid.canonical,
+            &job_id,
+            envelope_deadline_at,
+        )
+        .map_err(seal_error)?;
+        // The validator accepted the kind, so it is a string.
+        let kind = kind_text.unwrap_or_default();
+        let job = JsEnqueuedJob {
+            id: job_id,
+            owner,
+            audience,
+            purpose_json,
+            audience_allow,
+            depends_on,
+            ttl_ms,
+            deadline_at,
+        };
+        create_enqueued(env, store, job, &kind, &at_rest, size_class, now).map(Either::A)
+    }
+
+    /// A signed `claim`, `fetch` or `result` served end to end on our
+    /// store (see `crate::direct::serve`): the answer's JSON text (status
+    /// 200), or `null` when the general path must answer, in which case
+    /// nothing has changed.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind)]
+    pub fn serve_direct<'env>(
+        &self,
+        env: &'env Env,
+        store: &mut NativeMemoryStore,
+        endpoint: String,
+        body: String,
+        runner_id: String,
+        issued_at: String,
+        signature: String,
+        lease_ms: f64,
+        now: f64,
+    ) -> Result<Option<JsString<'env>>> {
+        let Some(endpoint) = wire::Endpoint::parse(&endpoint) else {
+            return Ok(None);
+        };
+        let call = crate::direct::Call {
+            endpoint,
+            body: &body,
+            runner_id: &runner_id,
+            issued_at: &issued_at,
+            signature: &signature,
+        };
+        let site = crate::direct::Site {
+            keys: &self.inner,
+            lease_ms,
+        };
+        let answer = crate::direct::serve(store.core_mut(), &site, &call, now);
+        // What the request changed is on disk before the device hears of it.
+        store.persist()?;
+        match answer {
+            // Answers are ASCII but for the odd id or model name; V8 takes
+            // those as Latin-1 without a UTF-8 decoding pass.
+            Some(answer) if answer.is_ascii() => {
+                env.create_string_latin1(answer.as_bytes()).map(Some)
+            }
+            Some(answer) => env.create_string(&answer).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Self::reseal_for_device_async`] for a job whose envelope is in our
+    /// `NativeMemoryStore`: read there, so a megabyte ciphertext does not
+    /// become a JS string only to be read back. `null` when the store has no
+    /// sealed envelope under that id, as for one that does not open.
+    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
+    pub fn reseal_stored_for_device_async(
+        &self,
+        store: &mut NativeMemoryStore,
+        job_id: String,
+        created_at: f64,
+        device: JsPublicIdentity,
+    ) -> AsyncTask<ResealTask> {
+        AsyncTask::new(ResealTask {
+            inputs: store
+                .at_rest_core(&job_id)
+                .map(|at_rest| crate::direct::reseal::Inputs {
+                    site: self.inner.clone(),
+                    job_id,
+                    at_rest,
+                    created_at,
+                    device: device_from_js(&device),
+                }),
+        })
+    }
+
+    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
+    pub fn reseal_for_device_async(
+        &self,
+        at_rest: JsSealedEnvelope,
+        job_id: String,
+        created_at: f64,
+        device: JsPublicIdentity,
+    ) -> AsyncTask<ResealTask> {
+        AsyncTask::new(ResealTask {
+            inputs: Some(crate::direct::reseal::Inputs {
+                site: self.inner.clone(),
+                job_id,
+                at_rest: crate::direct::reseal::AtRest::Sealed(at_rest.into()),
+                created_at,
+                device: device_from_js(&device),
+            }),
+        })
+    }
+
+    /// Open a device's result envelope addressed to this site.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
+    )]
+    pub fn open_result(
+        &self,
+        envelope: JsSealedEnvelope,
+        job_id: String,
+        device_identity: String,
+    ) -> JsOpenResult {
+        let opened =
+            crate::direct::open_result(&self.inner, &envelope.into(), &job_id, &device_identity);
+        let canonical = canonical_outcome(&opened);
+        open_result_with(opened, canonical)
+    }
+
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
+    )]
+    pub fn open_result_async(
+        &self,
+        envelope: JsSealedEnvelope,
+        job_id: String,
+        device_identity: String,
+    ) -> AsyncTask<OpenResultTask> {
+        AsyncTask::new(OpenResultTask {
+            handle: self.inner.clone(),
+            envelope: envelope.into(),
+            job_id,
+            device_identity,
+        })
+    }
+
+    /// The site plane's request signature over `site/<endpoint>`.
+    #[napi(catch_unwind)]
+    pub fn sign_site_request(
+        &self,
+        endpoint: String,
+        site_id: String,
+        issued_at: f64,
+        body: String,
+    ) -> String {
+        signing::sign_request(
+            &self.inner,
+            &signing::site_endpoint(&endpoint),
+            &site_id,
+            issued_at,
+            &body,
+        )
+        .signature
+    }
+}
+
+impl SiteKeyring {
+    /// The validation-and-seal work for `payload` of `kind` (the async seals
+    /// and prepares share it).
+    fn checked_task(
+        &self,
+        kind: Unknown<'_>,
+        payload: PayloadSource,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<SealCheckedTask> {
+        let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
+        Ok(SealCheckedTask {
+            handle: self.inner.clone(),
+            kind_text,
+            kind_display,
+            payload,
+            job_id,
+            deadline_at,
+        })
+    }
+}

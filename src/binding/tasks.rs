@@ -1,0 +1,268 @@
+//! The thread-pool tasks behind `SiteKeyring`'s async methods: large
+//! payloads are validated, sealed, resealed and opened off the main thread.
+
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+use super::crypto::{
+    canonical_outcome, invalid, open_result_with, seal_error, JsOpenResult, JsSealedEnvelope,
+};
+use super::keyring::{seal_payload_core, JsPayloadRefusal, JsSealedPayload};
+use super::strings::ExactString;
+use crate::envelope::{self, OpenFailure};
+use crate::json::JsStr;
+use crate::keys::KeyHandle;
+
+pub struct SealPayloadTask {
+    pub(super) handle: Arc<KeyHandle>,
+    pub(super) plaintext: String,
+    pub(super) job_id: String,
+    pub(super) deadline_at: f64,
+}
+
+impl Task for SealPayloadTask {
+    type Output = envelope::SealedEnvelope;
+    type JsValue = JsSealedEnvelope;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        guard(|| {
+            seal_payload_core(
+                &self.handle,
+                &self.plaintext,
+                &self.job_id,
+                self.deadline_at,
+            )
+            .map_err(seal_error)
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
+        Ok(output.into())
+    }
+}
+
+/// An enqueue payload as it reaches the keyring.
+pub enum PayloadSource {
+    /// `JSON.stringify(payload)`, or `None` when there is none.
+    Json(Option<String>),
+    /// A plain object of string values, as keys and values.
+    Fields(Vec<ExactString>, Vec<ExactString>),
+}
+
+impl PayloadSource {
+    /// [`PayloadSource::Fields`], refused (for `method`) unless there are as
+    /// many values as keys.
+    pub(super) fn fields(
+        method: &str,
+        keys: Vec<ExactString>,
+        values: Vec<ExactString>,
+    ) -> Result<PayloadSource> {
+        if keys.len() != values.len() {
+            return Err(invalid(format!(
+                "{method}: keys and values differ in length"
+            )));
+        }
+        Ok(PayloadSource::Fields(keys, values))
+    }
+
+    /// `work` given the payload's JSON text (written here for fields).
+    fn with_json<T>(&self, work: impl FnOnce(Option<&str>) -> T) -> T {
+        match self {
+            PayloadSource::Json(json) => work(json.as_deref()),
+            PayloadSource::Fields(keys, values) => work(Some(&string_fields_json(keys, values))),
+        }
+    }
+}
+
+/// An enqueue payload of `kind`, validated and sealed at rest (or prepared)
+/// by the keyring that made it.
+pub struct SealCheckedTask {
+    pub(super) handle: Arc<KeyHandle>,
+    pub(super) kind_text: Option<String>,
+    pub(super) kind_display: String,
+    pub(super) payload: PayloadSource,
+    pub(super) job_id: String,
+    pub(super) deadline_at: f64,
+}
+
+impl SealCheckedTask {
+    /// The payload checked for an enqueue: its canonical text and size
+    /// class, or the validator's message.
+    fn validate(&self) -> std::result::Result<crate::kinds::ValidPayload, String> {
+        self.payload.with_json(|payload_json| {
+            crate::direct::validate_for_enqueue(
+                &self.handle,
+                self.kind_text.as_deref(),
+                &self.kind_display,
+                payload_json,
+                &self.job_id,
+                self.deadline_at,
+            )
+        })
+    }
+
+    /// Validate the payload, then seal its canonical text at rest in the
+    /// same step: the canonical text (as long as the payload) never crosses
+    /// to JavaScript and back. The validator's message is the inner `Err`.
+    pub(super) fn seal(
+        &self,
+    ) -> Result<std::result::Result<(envelope::SealedEnvelope, &'static str), String>> {
+        let valid = match self.validate() {
+            Ok(valid) => valid,
+            Err(message) => return Ok(Err(message)),
+        };
+        seal_payload_core(
+            &self.handle,
+            &valid.canonical,
+            &self.job_id,
+            self.deadline_at,
+        )
+        .map(|sealed| Ok((sealed, valid.size_class.as_str())))
+        .map_err(seal_error)
+    }
+}
+
+impl Task for SealCheckedTask {
+    type Output = std::result::Result<(envelope::SealedEnvelope, &'static str), String>;
+    type JsValue = JsSealedPayload;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        guard(|| self.seal())
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
+        Ok(JsSealedPayload::from_core(output))
+    }
+}
+
+/// A large payload validated on the thread pool, its at-rest seal left for
+/// later where it can be ([`crate::direct::prepare_at_rest`]), waiting to
+/// be stored by `SiteKeyring.enqueuePrepared`. Used once.
+#[napi]
+pub struct PreparedPayload {
+    pub(super) prepared: Option<(crate::direct::AtRestSeal, &'static str)>,
+}
+
+pub struct PrepareCheckedTask {
+    pub(super) checked: SealCheckedTask,
+}
+
+impl Task for PrepareCheckedTask {
+    type Output = std::result::Result<(crate::direct::AtRestSeal, &'static str), String>;
+    type JsValue = Either<PreparedPayload, JsPayloadRefusal>;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        let task = &self.checked;
+        guard(|| {
+            let valid = match task.validate() {
+                Ok(valid) => valid,
+                Err(message) => return Ok(Err(message)),
+            };
+            let size_class = valid.size_class.as_str();
+            crate::direct::prepare_at_rest(
+                &task.handle,
+                valid.canonical,
+                &task.job_id,
+                task.deadline_at,
+                true,
+            )
+            .map(|at_rest| Ok((at_rest, size_class)))
+            .map_err(seal_error)
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
+        Ok(match output {
+            Ok(prepared) => Either::A(PreparedPayload {
+                prepared: Some(prepared),
+            }),
+            Err(message) => Either::B(JsPayloadRefusal { message }),
+        })
+    }
+}
+
+pub struct ResealTask {
+    /// `None`: nothing to open (a stored job without a sealed envelope).
+    pub(super) inputs: Option<crate::direct::reseal::Inputs>,
+}
+
+impl Task for ResealTask {
+    type Output = Option<envelope::SealedEnvelope>;
+    type JsValue = Option<JsSealedEnvelope>;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        guard(|| match &self.inputs {
+            Some(inputs) => inputs.reseal().map_err(seal_error),
+            None => Ok(None),
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
+        Ok(output.map(JsSealedEnvelope::from))
+    }
+}
+
+pub struct OpenResultTask {
+    pub(super) handle: Arc<KeyHandle>,
+    pub(super) envelope: envelope::SealedEnvelope,
+    pub(super) job_id: String,
+    pub(super) device_identity: String,
+}
+
+impl Task for OpenResultTask {
+    type Output = (std::result::Result<JsStr, OpenFailure>, Option<bool>);
+    type JsValue = JsOpenResult;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        guard(|| {
+            let opened = crate::direct::open_result(
+                &self.handle,
+                &self.envelope,
+                &self.job_id,
+                &self.device_identity,
+            );
+            let canonical = canonical_outcome(&opened);
+            Ok((opened, canonical))
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, (opened, canonical): Self::Output) -> Result<Self::JsValue> {
+        Ok(open_result_with(opened, canonical))
+    }
+}
+
+/// `catch_unwind` for work on the thread pool, where the attribute does not
+/// reach: a panic becomes a rejected promise.
+fn guard<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|_| {
+        Err(Error::new(
+            Status::GenericFailure,
+            "byollm-server-native: internal error (panic) in a crypto task",
+        ))
+    })
+}
+
+/// `JSON.stringify` of an object whose own enumerable properties are these
+/// keys with these string values, in this order (the caller checked that
+/// shape, so nothing else can change the text).
+fn string_fields_json(keys: &[ExactString], values: &[ExactString]) -> String {
+    let size: usize = keys
+        .iter()
+        .chain(values)
+        .map(|s| s.0.as_str().len() + 3)
+        .sum();
+    let mut out = String::with_capacity(size + 2);
+    out.push('{');
+    for (at, (key, value)) in keys.iter().zip(values).enumerate() {
+        if at > 0 {
+            out.push(',');
+        }
+        key.0.write_json(&mut out);
+        out.push(':');
+        value.0.write_json(&mut out);
+    }
+    out.push('}');
+    out
+}
