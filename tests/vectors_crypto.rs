@@ -286,7 +286,7 @@ fn envelopes_base_cases_are_byte_exact() {
     let constants = &v["constants"];
     assert_eq!(
         s(constants, "ENVELOPE_BODY_VERSION"),
-        envelope::ENVELOPE_BODY_VERSION
+        envelope::signed::ENVELOPE_BODY_VERSION
     );
     assert_eq!(
         f(constants, "ENVELOPE_MAX_AGE_MS"),
@@ -294,7 +294,7 @@ fn envelopes_base_cases_are_byte_exact() {
     );
     assert_eq!(
         constants["sealedBoxOverheadBytes"].as_u64(),
-        Some(envelope::SEAL_OVERHEAD as u64)
+        Some(envelope::sealed_box::SEAL_OVERHEAD as u64)
     );
 
     let mut count = 0;
@@ -304,7 +304,7 @@ fn envelopes_base_cases_are_byte_exact() {
         let input = &case["sealInput"];
         let plaintext = seal_input_plaintext(input);
         let ctx = context(&input["context"]);
-        let body = envelope::signed_body(&ctx, Text::Utf8(&plaintext));
+        let body = envelope::signed::signed_body(&ctx, Text::Utf8(&plaintext));
         if let Some(want) = case.get("signedBody").and_then(Value::as_str) {
             assert_eq!(String::from_utf8_lossy(&body), want, "{name}");
         }
@@ -322,7 +322,7 @@ fn envelopes_base_cases_are_byte_exact() {
         let sender = party(s(input, "sender"));
         let signature = sender.sign_text(&body);
         assert_eq!(signature, s(case, "signatureB64url"), "{name}");
-        let inner = envelope::inner_json(&body, &signature);
+        let inner = envelope::signed::inner_json(&body, &signature);
         if let Some(want) = case.get("inner").and_then(Value::as_str) {
             assert_eq!(String::from_utf8_lossy(&inner), want, "{name}");
         }
@@ -412,7 +412,7 @@ fn envelopes_box_known_answers() {
             Some(secret) => {
                 // With the same ephemeral secret our box is libsodium's, byte for byte.
                 let ephemeral = StaticSecret::from(hex32(secret));
-                let sealed = envelope::seal_box_with_ephemeral(
+                let sealed = envelope::sealed_box::seal_box_with_ephemeral(
                     &ephemeral,
                     &hex32(s(kat, "recipientPublicHex")),
                     s(kat, "innerUtf8").as_bytes(),
@@ -489,7 +489,7 @@ fn envelopes_lone_surrogate_edge() {
         .unwrap_or(0.0);
     claims.insert("deadlineAt".into(), serde_json::json!(deadline));
     let claims = Value::Object(claims);
-    let body = envelope::signed_body(&context(&claims), Text::Utf16(&units));
+    let body = envelope::signed::signed_body(&context(&claims), Text::Utf16(&units));
     assert_eq!(String::from_utf8_lossy(&body), want);
     // And it survives a round trip exactly.
     let site = party("site");

@@ -167,7 +167,7 @@ impl OpenFixture {
     /// Box `inner` to the site with a fixed ephemeral key (reproducible).
     fn seal_inner(&self, inner: &[u8]) -> String {
         let eph = StaticSecret::from([7u8; 32]);
-        let sealed = envelope::seal_box_with_ephemeral(&eph, self.site.encryption_public(), inner)
+        let sealed = envelope::sealed_box::seal_box_with_ephemeral(&eph, self.site.encryption_public(), inner)
             .expect("site key is not small-order");
         b64::encode_url(&sealed)
     }
@@ -191,9 +191,9 @@ pub fn open() -> Target {
         &fx.context(),
     )
     .expect("seal");
-    let body = envelope::signed_body(&fx.context(), Text::Utf8(good_plain));
+    let body = envelope::signed::signed_body(&fx.context(), Text::Utf8(good_plain));
     let sig = b64::encode_url(&fx.device_key.sign(&body).to_bytes());
-    let inner = envelope::inner_json(&body, &sig);
+    let inner = envelope::signed::inner_json(&body, &sig);
     let mut seeds = Vec::new();
     for (mode, bytes) in [
         (0u8, good.ciphertext.as_bytes().to_vec()),
@@ -230,7 +230,7 @@ pub fn open() -> Target {
                 1 => fx.open(fx.seal_inner(rest)),
                 _ => {
                     let sig = b64::encode_url(&fx.device_key.sign(rest).to_bytes());
-                    fx.open(fx.seal_inner(&envelope::inner_json(rest, &sig)))
+                    fx.open(fx.seal_inner(&envelope::signed::inner_json(rest, &sig)))
                 }
             };
             if let Ok(plain) = result {
@@ -238,7 +238,7 @@ pub fn open() -> Target {
                 // plaintext in this context signs: the checks let nothing
                 // else through.
                 if mode == 2 {
-                    let again = envelope::signed_body(&fx.context(), Text::Utf8(plain.as_str()));
+                    let again = envelope::signed::signed_body(&fx.context(), Text::Utf8(plain.as_str()));
                     if !plain.has_lone_surrogate() {
                         let reparsed = json::parse(&String::from_utf8_lossy(&again));
                         assert!(reparsed.is_ok(), "re-signed body is not JSON");
