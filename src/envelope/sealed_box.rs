@@ -241,7 +241,7 @@ pub(super) fn seal_box_with_key_into(
     out.extend_from_slice(ephemeral_public);
     out.extend_from_slice(&[0u8; 16]);
     out.extend_from_slice(message);
-    // Through crate::secretbox (SSE2 Salsa20 on x86_64), as open does.
+    // Through crate::secretbox, as open does.
     let tag = crate::secretbox::seal_in_place(&key, &nonce, out.get_mut(SEAL_OVERHEAD..)?);
     out.get_mut(32..SEAL_OVERHEAD)?.copy_from_slice(&tag);
     Some(key)
