@@ -29,7 +29,7 @@
 //! equality and for handing the exact value back to JavaScript.
 
 mod coerce;
-mod parse;
+pub(crate) mod parse;
 #[cfg(test)]
 mod tests;
 mod write;

@@ -95,6 +95,22 @@ pub(super) fn plain_len(b: &[u8], at: usize) -> usize {
         .unwrap_or(rest.len())
 }
 
+/// The code unit spelled by the four hex digits a `\u` escape starts
+/// with (either case), read from the front of `bytes`.
+pub(crate) fn hex4(bytes: &[u8]) -> Option<u16> {
+    let mut v: u16 = 0;
+    for &b in bytes.get(..4)? {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | u16::from(d);
+    }
+    Some(v)
+}
+
 struct Parser<'a> {
     text: &'a str,
     bytes: &'a [u8],
@@ -304,20 +320,11 @@ impl Parser<'_> {
     }
 
     fn hex4(&mut self) -> Result<u16, ParseError> {
-        let chunk = self
+        let v = self
             .bytes
-            .get(self.pos..self.pos + 4)
+            .get(self.pos..)
+            .and_then(hex4)
             .ok_or_else(|| self.err())?;
-        let mut v: u16 = 0;
-        for &b in chunk {
-            let d = match b {
-                b'0'..=b'9' => b - b'0',
-                b'a'..=b'f' => b - b'a' + 10,
-                b'A'..=b'F' => b - b'A' + 10,
-                _ => return Err(self.err()),
-            };
-            v = (v << 4) | u16::from(d);
-        }
         self.pos += 4;
         Ok(v)
     }

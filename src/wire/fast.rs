@@ -167,18 +167,7 @@ impl<'a> Scan<'a> {
     }
 
     fn hex4(&self, at: usize) -> Option<u16> {
-        let chunk = self.b.get(at..at + 4)?;
-        let mut v: u16 = 0;
-        for &h in chunk {
-            let d = match h {
-                b'0'..=b'9' => h - b'0',
-                b'a'..=b'f' => h - b'a' + 10,
-                b'A'..=b'F' => h - b'A' + 10,
-                _ => return None,
-            };
-            v = (v << 4) | u16::from(d);
-        }
-        Some(v)
+        crate::json::parse::hex4(self.b.get(at..)?)
     }
 
     fn number(&mut self) -> Option<f64> {
