@@ -77,7 +77,7 @@ class NoRealtimeHere {
 
 // ------------------------------------------------------------------ PostgreSQL
 
-function startPostgres() {
+export function startPostgres() {
   const env = {
     ...process.env,
     BYOLLM_PG_DIR: process.env.BYOLLM_BENCH_PG_DIR ?? "/tmp/byollm-bench-pg",
@@ -128,7 +128,7 @@ function processCpu(pid) {
   }
 }
 
-async function createDatabase(adminUrl, name) {
+export async function createDatabase(adminUrl, name) {
   const c = new pg.Client({ connectionString: adminUrl });
   await c.connect();
   await c.query(`drop database if exists ${name} with (force)`);

@@ -12,6 +12,8 @@
 //                                 (only when named; --sizes=0,10000 and
 //                                 --populations=backlog|history narrow it,
 //                                 --concurrent-jobs=N sizes its concurrency part)
+//   npm run bench -- delivery     how soon handle.result() hears of a commit on
+//                                 PostgreSQL (only when named)
 //
 // The scripts name the Node binary: both devDependencies install a `node`
 // into node_modules/.bin, and which one a bare `node` finds there depends on
@@ -46,6 +48,7 @@ const sections = [
   { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
   // Minutes, a PostgreSQL and millions of rows: run only when asked for.
   { key: "stores", file: "bench/stores.mjs", title: "SQL stores against stored job count (ours vs reference supabaseStore)", onlyWhenNamed: true },
+  { key: "delivery", file: "bench/delivery.mjs", title: "Result delivery on PostgreSQL (ours postgresDelivery vs the reference's polling)", onlyWhenNamed: true },
 ];
 // Options a section takes from the command line (`--name=value`), passed to its run().
 const sectionOptions = {};
