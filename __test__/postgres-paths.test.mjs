@@ -225,7 +225,7 @@ test("job ids are any non-empty string on a plain PostgreSQL: a dependsOn chain 
   assert.equal(await store.get("order #8"), null);
 });
 
-test("runner ids are runner_<uuid>; a runner paired when the SQL stores handed out bare uuids keeps working with its bare id", async () => {
+test("runner ids are runner_<uuid>; a runner whose daemon holds a bare uuid id (as 0.1.1 paired them) keeps working with it", async () => {
   const { app, handler, store } = await site();
   const owner = randomUUID();
   const device = new Device(handler);
@@ -234,7 +234,7 @@ test("runner ids are runner_<uuid>; a runner paired when the SQL stores handed o
   assert.deepEqual((await app.runners(owner)).map((r) => r.id), [device.runnerId]);
   assert.equal((await store.getRunner(device.runnerId)).id, device.runnerId);
 
-  // A daemon paired before `runner_<uuid>` holds the bare uuid the row is
+  // A daemon paired by 0.1.1 holds the bare uuid the row is
   // stored under, and signs with it.
   const old = new Device(handler);
   await old.pair(app, owner);

@@ -2,7 +2,8 @@
 // pairing and notify files) left with data in it: the current files apply
 // on top, twice, and the rows keep working: job ids become text (plain
 // PostgreSQL) with the stored jobs, dependencies and cancel requests intact,
-// and the runner paired then, which signs with its bare uuid, keeps working.
+// and the runner paired by those files, which signs with its bare uuid,
+// keeps working.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";

@@ -129,7 +129,7 @@ test("supabaseStore: runner ids are runner_<uuid>; a runner signing with its bar
   assert.match(r.id, /^runner_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   assert.equal((await store.getPairingByUserCode("FORM-0001")).runnerId, r.id);
   assert.deepEqual((await store.listRunners(owner)).map((x) => x.id), [r.id]);
-  // Paired when the SQL stores handed out bare uuids: the daemon holds the uuid.
+  // A daemon paired by 0.1.1 holds the bare uuid.
   const bare = r.id.slice("runner_".length);
   assert.equal((await store.getRunner(bare)).id, bare);
   const id = "supabase-job/1";

@@ -44,7 +44,7 @@ $$;
 
 -- Runner ids: `runner_<uuid v4>`, as every store hands them out, stored as
 -- the uuid (byollm_runners.id, lease_runner, refused_by keep 0.1.1's uuid
--- columns). A runner paired while these stores handed out bare uuids signs
+-- columns). A runner whose id is a bare uuid (0.1.1 paired them so) signs
 -- with that spelling from its daemon's config: both spellings name the
 -- runner, and an answer about the caller's own runner spells it as the caller
 -- did (byollm_runner_json_as, byollm_job_json_as), since the handlers compare
