@@ -1,7 +1,8 @@
 // The store contract suite (./store-contract.mjs, every rule of store.md)
 // against postgresStore on a real PostgreSQL. Options name the documented
-// differences of the SQL stores (docs/stores.md): ids are uuids, so the suite
-// mints uuid runner ids and relay lease ids; approvePairing rejects (a promise)
+// differences of the SQL stores (docs/stores.md): runner ids are
+// `runner_<uuid>` (the form every store hands out) and relay lease ids uuids,
+// so the suite mints those; approvePairing rejects (a promise)
 // rather than throwing synchronously; subscribe hears this store's own writes.
 import { before, after } from "node:test";
 import { randomUUID } from "node:crypto";
@@ -28,7 +29,7 @@ storeContract(
   },
   {
     approveThrowsSync: false,
-    runnerId: () => randomUUID(),
+    runnerId: () => `runner_${randomUUID()}`,
     relayLeaseId: () => randomUUID(),
   },
 );

@@ -113,7 +113,7 @@ test("a runner revoked by another process is refused on its next request; no job
 
   // Removed altogether (an owner's account deleted): unknown, as before.
   await other.query("update byollm_jobs set lease_runner = null, lease_id = null, lease_expires_at = null, state = 'queued'");
-  await other.query("delete from byollm_runners where id = $1", [device.runnerId]);
+  await other.query("delete from byollm_runners where id = byollm_runner_key($1)", [device.runnerId]);
   const unknown = { error: "unauthorized", message: "this runner is not recognised" };
   for (const answer of [await device.claim(), await device.fetchJob(stub), await device.heartbeat(), await device.result(stub, "x")]) {
     assert.deepEqual([answer.status, answer.body], [401, unknown]);
@@ -125,7 +125,7 @@ test("a runner revoked by another process is refused on its next request; no job
   const live = new Device(handler);
   await live.pair(app, owner);
   assert.equal((await live.heartbeat()).status, 200);
-  await other.query("delete from byollm_runners where id = $1", [live.runnerId]);
+  await other.query("delete from byollm_runners where id = byollm_runner_key($1)", [live.runnerId]);
   for (const answer of [await live.claim(), await live.heartbeat()]) {
     assert.deepEqual([answer.status, answer.body], [401, unknown]);
   }
@@ -182,4 +182,80 @@ test("owners and audienceAllow entries are any non-empty string on a plain Postg
   assert.deepEqual((await other.claim()).body.jobs, []);
   assert.equal((await allowed.claim()).body.jobs[0].id, job.id);
   assert.deepEqual((await store.get(job.id)).audienceAllow, ["user_allowed"]);
+});
+
+const RUNNER_ID = /^runner_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+test("job ids are any non-empty string on a plain PostgreSQL: a dependsOn chain of such ids completes through claim, fetch and result", async () => {
+  const { app, handler, store } = await site();
+  const owner = "user_2abcChain";
+  const device = new Device(handler);
+  await device.pair(app, owner);
+  const ids = ["job-42", "user_2abc/req 7", "123"];
+  const first = await app.enqueue({ id: ids[0], kind: "llm.generate", payload: { prompt: "a" }, owner });
+  const second = await app.enqueue({ id: ids[1], kind: "llm.generate", payload: { prompt: "b" }, owner, dependsOn: [ids[0]] });
+  const third = await app.enqueue({ id: ids[2], kind: "llm.generate", payload: { prompt: "c" }, owner, dependsOn: [ids[1]] });
+  assert.deepEqual([first.id, second.id, third.id], ids);
+  assert.deepEqual([second.record.claimableAt, second.record.dependsOn], [null, [ids[0]]]);
+  assert.equal(third.record.claimableAt, null);
+  // The same id again: the stored job is returned unchanged, as in memory.
+  const again = await app.enqueue({ id: ids[0], kind: "llm.generate", payload: { prompt: "other" }, owner: "user_other", audience: "team" });
+  assert.deepEqual([again.record.owner, again.record.audience, again.record.envelope], [owner, "private", first.record.envelope]);
+  const { rows } = await pool.query("select count(*)::int as n from byollm_jobs where id = $1", [ids[0]]);
+  assert.equal(rows[0].n, 1);
+
+  for (const id of ids) {
+    const claim = await device.claim();
+    assert.equal(claim.status, 200);
+    assert.deepEqual(claim.body.jobs.map((j) => j.id), [id], "each job is claimable once the one before it is ok");
+    const [stub] = claim.body.jobs;
+    assert.equal((await device.fetchJob(stub)).status, 200);
+    const beat = await device.heartbeat([{ jobId: id, leaseId: stub.lease.id }]);
+    assert.deepEqual([beat.status, beat.body.lost], [200, []]);
+    assert.deepEqual((await device.result(stub, `done ${id}`)).body, { accepted: true, state: "ok" });
+    const done = await app.result(id);
+    assert.deepEqual([done.state, done.outcome.text], ["ok", `done ${id}`]);
+    assert.equal((await app.job(id)).id, id);
+  }
+  assert.deepEqual((await device.claim()).body.jobs, []);
+  // Cancel, job and listing by such an id.
+  const queued = await app.enqueue({ id: "order #7", kind: "llm.generate", payload: { prompt: "d" }, owner });
+  await app.cancel(queued.id);
+  assert.equal((await app.job("order #7")).state, "canceled");
+  assert.equal(await store.get("order #8"), null);
+});
+
+test("runner ids are runner_<uuid>; a runner whose daemon holds a bare uuid id (as 0.1.1 paired them) keeps working with it", async () => {
+  const { app, handler, store } = await site();
+  const owner = randomUUID();
+  const device = new Device(handler);
+  await device.pair(app, owner);
+  assert.match(device.runnerId, RUNNER_ID);
+  assert.deepEqual((await app.runners(owner)).map((r) => r.id), [device.runnerId]);
+  assert.equal((await store.getRunner(device.runnerId)).id, device.runnerId);
+
+  // A daemon paired by 0.1.1 holds the bare uuid the row is
+  // stored under, and signs with it.
+  const old = new Device(handler);
+  await old.pair(app, owner);
+  const uuid = old.runnerId.slice("runner_".length);
+  old.runnerId = uuid;
+  assert.equal((await store.getRunner(uuid)).id, uuid, "a lookup answers in the caller's spelling");
+  assert.equal((await old.heartbeat()).status, 200);
+  const handle = await app.enqueue({ kind: "llm.generate", payload: { prompt: "old" }, owner });
+  const claim = await old.claim();
+  assert.equal(claim.status, 200);
+  const [stub] = claim.body.jobs;
+  assert.equal(stub.id, handle.id);
+  assert.equal((await old.fetchJob(stub)).status, 200);
+  const beat = await old.heartbeat([{ jobId: stub.id, leaseId: stub.lease.id }]);
+  assert.deepEqual([beat.status, beat.body.lost], [200, []]);
+  // The app sees the one form.
+  assert.equal((await app.job(handle.id)).lease.runnerId, `runner_${uuid}`);
+  assert.deepEqual((await old.result(stub, "still here")).body, { accepted: true, state: "ok" });
+  assert.equal((await app.result(handle.id)).outcome.text, "still here");
+  // Revoked under either spelling, refused under both.
+  await app.revokeRunner(`runner_${uuid}`);
+  const revoked = { error: "revoked", message: "this runner has been revoked by its owner" };
+  assert.deepEqual([(await old.claim()).status, (await old.claim()).body], [403, revoked]);
 });

@@ -74,7 +74,7 @@ async function runner(owner, capabilities = [cap()], now = T0) {
     expiresAt: now + 600_000,
     createdAt: now,
   });
-  return store.approvePairing({ userCode, owner, runnerId: randomUUID(), now });
+  return store.approvePairing({ userCode, owner, runnerId: `runner_${randomUUID()}`, now });
 }
 
 const claim = (r, now, extra = {}) =>
@@ -177,7 +177,7 @@ test("create: defaults, idempotent by id, never stores the plaintext payload", a
   assert.equal(zero.deadlineAt, T0 + 5);
 });
 
-test("ids off the wire that are not uuids name nothing (no throw)", async () => {
+test("ids off the wire that name nothing answer missing (no throw); a job id is any non-empty string", async () => {
   await reset();
   assert.equal(await store.get("job-1"), null);
   assert.equal(await store.getRunner("runner_123"), null);
@@ -193,7 +193,12 @@ test("ids off the wire that are not uuids name nothing (no throw)", async () => 
   assert.deepEqual(await store.release({ runnerId: "r", leases: [{ jobId: "j", leaseId: "l" }], reason: "refused", now: T0 }), []);
   assert.deepEqual(await store.listCancelRequests("r"), []);
   assert.deepEqual(await store.listRunners("not-a-uuid"), []);
-  await assert.rejects(store.create({ id: "job-1", kind: KIND, envelope: ENVELOPE, sizeClass: "small", owner: randomUUID() }, T0), /uuid/i);
+  // On a plain PostgreSQL a job id is what the app gives, as in memory.
+  const named = await store.create({ id: "job-1", kind: KIND, envelope: ENVELOPE, sizeClass: "small", owner: randomUUID() }, T0);
+  assert.equal(named.id, "job-1");
+  assert.equal((await store.get("job-1")).id, "job-1");
+  assert.equal(await store.get("JOB-1"), null);
+  await assert.rejects(store.create({ id: "", kind: KIND, envelope: ENVELOPE, sizeClass: "small", owner: randomUUID() }, T0), /job ids are non-empty strings/);
 });
 
 // ---------------------------------------------------------------- claim --
@@ -256,7 +261,7 @@ test("claim: audience both sides, capabilities sent with the claim, refusal memo
   const unpaired = randomUUID();
   const extra = await job(bob);
   assert.deepEqual((await store.claim({ runnerId: unpaired, runnerOwner: bob, capabilities: [cap()], max: 1, leaseMs: 1, now: T0 + 5 })).map((j) => [j.id, j.lease.runnerId]), [[extra.id, unpaired]]);
-  await assert.rejects(store.claim({ runnerId: "runner-1", runnerOwner: bob, capabilities: [cap()], max: 1, leaseMs: 1, now: T0 }), /uuids/);
+  await assert.rejects(store.claim({ runnerId: "runner-1", runnerOwner: bob, capabilities: [cap()], max: 1, leaseMs: 1, now: T0 }), /runner ids are runner_<uuid>/);
 });
 
 // ------------------------------------------------------- leases, sweep --
@@ -400,7 +405,7 @@ test("dependencies: two dependencies completing at the same moment in two transa
     );
     assert.equal((await store.get(dep.id)).claimableAt, T0 + 2, `round ${round}`);
     await reset();
-    await pool.query("insert into byollm_runners (id, owner, label, platform, daemon_version, capabilities, device) values ($1, $2, 'l', 'linux', 'v', $3, $4)", [
+    await pool.query("insert into byollm_runners (id, owner, label, platform, daemon_version, capabilities, device) values (byollm_runner_key($1), $2, 'l', 'linux', 'v', $3, $4)", [
       r.id, owner, JSON.stringify([cap()]), JSON.stringify(DEVICE),
     ]);
   }
@@ -451,7 +456,7 @@ test("pairings and runners: approval errors, deny, deliver-once, touch, one-way 
   assert.equal(await store.getPairingByUserCode("NONE-NONE"), null);
   await assert.rejects(store.approvePairing({ userCode: "NONE-NONE", owner, runnerId: randomUUID(), now: T0 }), { message: "unknown pairing code: NONE-NONE" });
   await assert.rejects(store.approvePairing({ userCode: "EXPI-RED1", owner, runnerId: randomUUID(), now: T0 + 10 }), { message: "pairing code has expired" });
-  const wanted = randomUUID();
+  const wanted = `runner_${randomUUID()}`;
   const r = await store.approvePairing({ userCode: "GOOD-CODE", owner, runnerId: wanted, now: T0 + 1 });
   assert.deepEqual(Object.keys(r), ["id", "owner", "device", "label", "platform", "daemonVersion", "capabilities", "revokedAt", "lastHeartbeatAt", "createdAt"]);
   assert.deepEqual(r, { id: wanted, owner, device: DEVICE, label: "l", platform: "darwin", daemonVersion: "0.1.1", capabilities: [cap()], revokedAt: null, lastHeartbeatAt: T0 + 1, createdAt: T0 + 1 });
@@ -465,11 +470,16 @@ test("pairings and runners: approval errors, deny, deliver-once, touch, one-way 
   assert.notEqual(await store.getRunner(wanted), null);
   await store.denyPairing("NONE-NONE", T0 + 3);
 
-  // A suggested id that is not a uuid (ByollmApp's `runner_<uuid>`) gets a uuid.
+  // A suggestion that is not `runner_<uuid>` gets a fresh one; a bare uuid
+  // is taken as the runner's uuid. Either way the id is `runner_<uuid>`.
   await store.createPairing({ ...base, deviceCodeHash: "h-3", userCode: "THRE-E333", expiresAt: T0 + 600_000 });
   const minted = await store.approvePairing({ userCode: "THRE-E333", owner: randomUUID(), runnerId: "runner_abc", now: T0 + 4 });
-  assert.match(minted.id, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+  assert.match(minted.id, /^runner_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   assert.equal((await store.getPairingByDeviceCodeHash("h-3")).runnerId, minted.id);
+  await store.createPairing({ ...base, deviceCodeHash: "h-4", userCode: "FOUR-4444", expiresAt: T0 + 600_000 });
+  const bare = randomUUID();
+  const fromBare = await store.approvePairing({ userCode: "FOUR-4444", owner: randomUUID(), runnerId: bare, now: T0 + 4 });
+  assert.equal(fromBare.id, `runner_${bare}`);
 
   const touched = await store.touchRunner({ runnerId: wanted, capabilities: [cap("vllm", "team")], daemonVersion: "0.2.0", now: T0 + 9 });
   assert.deepEqual([touched.daemonVersion, touched.lastHeartbeatAt, touched.capabilities], ["0.2.0", T0 + 9, [cap("vllm", "team")]]);
@@ -477,7 +487,7 @@ test("pairings and runners: approval errors, deny, deliver-once, touch, one-way 
   await store.revokeRunner(wanted, T0 + 10);
   await store.revokeRunner(wanted, T0 + 20);
   assert.equal((await store.getRunner(wanted)).revokedAt, T0 + 10);
-  assert.deepEqual((await store.listRunners()).map((x) => x.id), [wanted, minted.id]);
+  assert.deepEqual((await store.listRunners()).map((x) => x.id), [wanted, minted.id, fromBare.id]);
   assert.deepEqual((await store.listRunners(owner)).map((x) => x.id), [wanted]);
 });
 
@@ -583,12 +593,14 @@ test("kept 0.1.1 RPCs: byollm_claim_jobs looks the runner up and refuses revoked
   const owner = randomUUID();
   const r = await runner(owner);
   const j = await job(owner, {}, T0);
+  // 0.1.1's RPC takes the runner's uuid (the id without `runner_`).
+  const uuid = r.id.slice("runner_".length);
   const { rows } = await pool.query("select id::text, state::text, lease_runner::text from byollm_claim_jobs($1, $2::jsonb, 5, 1000, byollm_at($3))", [
-    r.id, JSON.stringify([cap()]), T0 + 1,
+    uuid, JSON.stringify([cap()]), T0 + 1,
   ]);
-  assert.deepEqual(rows, [{ id: j.id, state: "claimed", lease_runner: r.id }]);
+  assert.deepEqual(rows, [{ id: j.id, state: "claimed", lease_runner: uuid }]);
   await store.revokeRunner(r.id, T0 + 2);
-  await assert.rejects(pool.query("select * from byollm_claim_jobs($1, '[]'::jsonb, 5, 1000)", [r.id]), /runner is revoked/);
+  await assert.rejects(pool.query("select * from byollm_claim_jobs($1, '[]'::jsonb, 5, 1000)", [uuid]), /runner is revoked/);
   await assert.rejects(pool.query("select * from byollm_claim_jobs($1, '[]'::jsonb, 5, 1000)", [randomUUID()]), /unknown runner/);
   // Its lease (1 s past T0) has long lapsed by the database clock: requeued,
   // with the TTL clock restarted at the database's now.
@@ -626,10 +638,16 @@ test("upgrade: a database migrated by @byollm/server 0.1.1 takes our migrations 
     for (const f of readdirSync(refDir).sort()) await up.query(readFileSync(`${refDir}/${f}`, "utf8"));
     const owner = randomUUID();
     const jobId = randomUUID();
+    const oldRunner = randomUUID();
     await up.query("insert into auth.users (id) values ($1)", [owner]);
     await up.query(
       "insert into byollm_jobs (id, kind, envelope, owner, audience, claimable_at, created_at, updated_at) values ($1, $2, $3, $4, 'team', $5, $5, $5)",
       [jobId, KIND, JSON.stringify(ENVELOPE), owner, new Date(T0)],
+    );
+    // A runner 0.1.1 paired: its daemon signs with the bare uuid.
+    await up.query(
+      "insert into byollm_runners (id, owner, label, platform, daemon_version, capabilities, device) values ($1, $2, 'l', 'linux', '0.1.1', $3, $4)",
+      [oldRunner, owner, JSON.stringify([cap()]), JSON.stringify(DEVICE)],
     );
     const ours = readdirSync(`${root}/supabase/migrations`).sort();
     for (const f of ours) await up.query(readFileSync(`${root}/supabase/migrations/${f}`, "utf8"));
@@ -641,6 +659,34 @@ test("upgrade: a database migrated by @byollm/server 0.1.1 takes our migrations 
       assert.deepEqual([j.id, j.audience, j.owner, j.claimableAt, j.state], [jobId, "team", owner, T0, "queued"]);
       const { rows } = await up.query("select conname from pg_constraint where conname = 'byollm_jobs_owner_fkey'");
       assert.equal(rows.length, 1, "the foreign key to auth.users is kept");
+      // On Supabase job ids stay uuids: anything else is refused clearly.
+      const { rows: types } = await up.query(
+        "select udt_name as t from information_schema.columns where (table_name, column_name) in (('byollm_jobs', 'id'), ('byollm_jobs', 'depends_on'), ('byollm_job_cancels', 'job_id')) order by 1",
+      );
+      assert.deepEqual(types.map((x) => x.t), ["_uuid", "uuid", "uuid"]);
+      const input = { kind: KIND, envelope: ENVELOPE, sizeClass: "small", owner };
+      await assert.rejects(s.create({ ...input, id: "job-42" }, T0), /job ids must be lowercase UUIDs/);
+      await assert.rejects(s.create({ ...input, id: jobId.toUpperCase() }, T0), /job ids must be lowercase UUIDs/);
+      await assert.rejects(s.create({ ...input, id: randomUUID(), dependsOn: ["job-42"] }, T0), /job ids must be lowercase UUIDs/);
+      assert.equal(await s.get("job-42"), null);
+      assert.equal(await s.get(jobId.toUpperCase()), null);
+      // The runner 0.1.1 paired claims with its bare uuid and is answered in it.
+      assert.equal((await s.getRunner(oldRunner)).id, oldRunner);
+      const [held] = await s.claim({ runnerId: oldRunner, runnerOwner: owner, capabilities: [cap()], max: 1, leaseMs: 10_000, now: T0 + 1 });
+      assert.deepEqual([held.id, held.lease.runnerId], [jobId, oldRunner]);
+      assert.equal((await s.get(jobId)).lease.runnerId, `runner_${oldRunner}`);
+      const done = await s.complete({ jobId, runnerId: oldRunner, holder: { by: "lease", leaseId: held.lease.id }, outcome: OK, provenance: { ...prov(oldRunner, owner), audience: "team" }, now: T0 + 2 });
+      assert.equal(done.accepted, true);
+      // A runner paired now gets `runner_<uuid>`.
+      await s.createPairing({
+        deviceCodeHash: "h-up", userCode: "UPGR-ADE1", state: "pending", owner: null, runnerId: null, collected: false, label: "l",
+        platform: "linux", daemonVersion: "0.1.1", capabilities: [cap()], device: DEVICE, expiresAt: T0 + 600_000, createdAt: T0,
+      });
+      const fresh = await s.approvePairing({ userCode: "UPGR-ADE1", owner, runnerId: `runner_${randomUUID()}`, now: T0 + 3 });
+      assert.match(fresh.id, /^runner_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      const next = await s.create({ ...input, id: randomUUID() }, T0 + 4);
+      const [mine] = await s.claim({ runnerId: fresh.id, runnerOwner: owner, capabilities: [cap()], max: 1, leaseMs: 10_000, now: T0 + 5 });
+      assert.deepEqual([mine.id, mine.lease.runnerId], [next.id, fresh.id]);
     } finally {
       await s.close();
     }

@@ -13,7 +13,7 @@
 //   keyOrder            records have the reference's key order
 //   subscribe           subscribe() notifies synchronously after writes
 //   approveUsesRunnerId approvePairing creates the runner under args.runnerId
-//   runnerId()          mints the runner ids the suite uses (default "runner-<uuid>"; SQL stores: uuids)
+//   runnerId()          mints the runner ids the suite uses (default "runner-<uuid>"; SQL stores: "runner_<uuid>")
 //   relayLeaseId()      mints the relay lease ids given to adopt (default "relay-…"; SQL stores: uuids)
 //   cleanup(store)      called after each test (e.g. to close a pool)
 import { describe, test } from "node:test";

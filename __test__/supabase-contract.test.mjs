@@ -1,7 +1,8 @@
 // The store contract suite against supabaseStore: supabase-js over the
 // PostgREST STAND-IN (./supabase-standin.mjs) on a real PostgreSQL. Options
-// name the documented differences (docs/stores.md): uuid runner and relay
-// lease ids, approvePairing rejects rather than throwing synchronously, and
+// name the documented differences (docs/stores.md): runner ids of the form
+// `runner_<uuid>` (the form every store hands out) and uuid relay lease ids,
+// approvePairing rejects rather than throwing synchronously, and
 // subscribe is Supabase Realtime (asynchronous, not served by the stand-in),
 // so the synchronous-subscribe tests do not apply.
 import { before, after } from "node:test";
@@ -48,7 +49,7 @@ storeContract(
   {
     approveThrowsSync: false,
     subscribe: false,
-    runnerId: () => randomUUID(),
+    runnerId: () => `runner_${randomUUID()}`,
     relayLeaseId: () => randomUUID(),
   },
 );

@@ -123,10 +123,33 @@ test("supabaseStore via supabase-js: a job's life, through /rpc calls only", asy
   assert.deepEqual(rows, [{ state: "ok", t: String(T0 + 4) }]);
 });
 
+test("supabaseStore: runner ids are runner_<uuid>; a runner signing with its bare uuid is answered in that spelling", async () => {
+  const owner = randomUUID();
+  const r = await pairRunner(owner, "FORM-0001");
+  assert.match(r.id, /^runner_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  assert.equal((await store.getPairingByUserCode("FORM-0001")).runnerId, r.id);
+  assert.deepEqual((await store.listRunners(owner)).map((x) => x.id), [r.id]);
+  // A daemon paired by 0.1.1 holds the bare uuid.
+  const bare = r.id.slice("runner_".length);
+  assert.equal((await store.getRunner(bare)).id, bare);
+  const id = "supabase-job/1";
+  await store.create({ id, kind: KIND, envelope: ENVELOPE, sizeClass: "small", owner }, T0);
+  const [claimed] = await store.claim({ runnerId: bare, runnerOwner: owner, capabilities: [CAP], max: 1, leaseMs: 1_000, now: T0 + 1 });
+  assert.deepEqual([claimed.id, claimed.lease.runnerId], [id, bare]);
+  assert.equal((await store.get(id)).lease.runnerId, r.id);
+  const lease = { jobId: id, leaseId: claimed.lease.id };
+  assert.deepEqual((await store.renewLeases({ runnerId: bare, leases: [lease], leaseMs: 1_000, now: T0 + 2 })).lost, []);
+  const done = await store.complete({
+    jobId: id, runnerId: bare, holder: { by: "runner", runnerId: bare }, outcome: OK,
+    provenance: { audience: "private", runnerId: bare, runnerOwner: owner, backendClass: "http", model: "m", untrusted: false }, now: T0 + 3,
+  });
+  assert.deepEqual([done.accepted, done.job.state], [true, "ok"]);
+});
+
 test("supabaseStore: a database error surfaces as an Error, not as data", async () => {
   await assert.rejects(
     store.claim({ runnerId: "runner-1", runnerOwner: randomUUID(), capabilities: [CAP], max: 1, leaseMs: 1, now: T0 }),
-    /runner ids are uuids/,
+    /runner ids are runner_<uuid>/,
   );
   const anonStore = supabaseStore({ client: clientFor({ role: "anon" }) });
   await assert.rejects(anonStore.get(randomUUID()), /supabase: permission denied/);
@@ -146,8 +169,9 @@ test("RLS through supabase-js: an authenticated session reads only its own rows;
   const jobs = await asAlice.from("byollm_jobs").select("*");
   assert.equal(jobs.error, null);
   assert.deepEqual(jobs.data.map((j) => j.id), [aliceJob.id]);
+  // A runner row holds the runner's uuid: its id without `runner_`.
   const runners = await asAlice.from("byollm_runners").select("*");
-  assert.deepEqual(runners.data.map((r) => r.id), [aliceRunner.id]);
+  assert.deepEqual(runners.data.map((r) => `runner_${r.id}`), [aliceRunner.id]);
   const pairings = await asAlice.from("byollm_pairings").select("*");
   assert.deepEqual(pairings.data.map((p) => p.user_code), ["RLSA-0001"]);
 
@@ -204,7 +228,7 @@ test("RLS in SQL directly: authenticated sees own rows of every table, anon is r
     assert.deepEqual(await as("authenticated", dave, "select auth.uid()::text as u"), [{ u: dave }]);
     assert.deepEqual(await as("authenticated", dave, "select id::text from byollm_jobs"), [{ id: j.id }]);
     assert.deepEqual(await as("authenticated", dave, "select job_id::text from byollm_job_cancels"), [{ job_id: j.id }]);
-    assert.deepEqual(await as("authenticated", dave, "select id::text from byollm_runners"), [{ id: r.id }]);
+    assert.deepEqual(await as("authenticated", dave, "select 'runner_' || id::text as id from byollm_runners"), [{ id: r.id }]);
     assert.deepEqual(await as("authenticated", randomUUID(), "select id from byollm_jobs"), []);
     assert.deepEqual(await as("authenticated", null, "select id from byollm_jobs"), []);
     // The server's role is not filtered (BYPASSRLS, as on Supabase).

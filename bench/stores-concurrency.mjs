@@ -35,7 +35,7 @@ export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons 
   const admin = new pg.Client({ connectionString: dbUrl });
   await admin.connect();
   await admin.query(`
-    create table if not exists bench_completions (job_id uuid not null, at timestamptz not null default clock_timestamp());
+    create table if not exists bench_completions (job_id text not null, at timestamptz not null default clock_timestamp());
     create or replace function bench_log_ok() returns trigger language plpgsql as $$
     begin insert into bench_completions (job_id) values (new.id); return null; end $$;
     drop trigger if exists bench_log_ok on byollm_jobs;

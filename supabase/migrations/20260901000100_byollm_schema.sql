@@ -9,12 +9,12 @@
 --     packages needs no data migration: every statement is `if not exists`,
 --     and existing rows keep their values.
 --
--- Ids, owners and runner ids are `uuid` columns, as in the existing schema.
--- The stores therefore need uuid job ids (ByollmApp mints them) and mint a
--- uuid for a runner whose suggested id is not one (see
--- byollm_approve_pairing_as in the rules file). Owners are uuids on Supabase
--- (Supabase Auth user ids are); on a plain PostgreSQL the scale file
--- turns the owner columns into text.
+-- Ids, owners and runner ids are created as `uuid` columns, as in the
+-- existing schema. On Supabase they stay so: job ids are lowercase uuids
+-- (ByollmApp mints them) and owners are Supabase Auth user ids. On a plain
+-- PostgreSQL (no `auth.users`) job ids are any string (the end of this file)
+-- and owners too (the scale file). Runner ids are `runner_<uuid>` everywhere,
+-- stored as the uuid (see byollm_runner_key in the rules file).
 
 -- ---------------------------------------------------------------------------
 -- Vocabularies
@@ -201,6 +201,38 @@ begin
       alter table byollm_jobs add constraint byollm_jobs_owner_fkey
         foreign key (owner) references auth.users (id) on delete cascade;
     end if;
+  end if;
+end
+$$;
+
+-- Job ids as the app has them. On a plain PostgreSQL (no `auth.users`) a job
+-- id is any non-empty string, as MemoryStore takes (`job-42`, the app's own
+-- request keys, a number): there the id, `depends_on` and the cancel
+-- requests' `job_id` are text. On Supabase they stay the uuids 0.1.1
+-- created. Settled here, before the rules file writes its functions against
+-- these columns (byollm_job_key there is written for the type found).
+do $$
+declare
+  r record;
+begin
+  if to_regclass('auth.users') is null
+     and (select data_type from information_schema.columns
+           where table_schema = 'public' and table_name = 'byollm_jobs' and column_name = 'id') = 'uuid' then
+    -- A column a policy reads cannot change type: drop them here; the access
+    -- file applies them again.
+    for r in select polname, polrelid::regclass as rel from pg_policy
+              where polrelid in ('byollm_jobs'::regclass, 'byollm_job_cancels'::regclass) loop
+      execute format('drop policy %I on %s', r.polname, r.rel);
+    end loop;
+    for r in select conname from pg_constraint
+              where conrelid = 'byollm_job_cancels'::regclass and contype = 'f' loop
+      execute format('alter table byollm_job_cancels drop constraint %I', r.conname);
+    end loop;
+    alter table byollm_jobs alter column id type text using id::text,
+                            alter column depends_on type text[] using depends_on::text[];
+    alter table byollm_job_cancels alter column job_id type text using job_id::text;
+    alter table byollm_job_cancels add constraint byollm_job_cancels_job_id_fkey
+      foreign key (job_id) references byollm_jobs (id) on delete cascade;
   end if;
 end
 $$;

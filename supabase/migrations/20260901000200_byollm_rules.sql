@@ -19,9 +19,11 @@
 -- record shapes of the contract (camelCase keys, epoch-ms numbers), so the two
 -- clients map nothing but key order.
 --
--- Ids: columns are uuids. An id argument arrives as text; one that is not a
--- canonical lowercase uuid names nothing (a lookup answers "missing", a lease
--- check fails) rather than raising, because most of them come off the wire.
+-- Ids: an id argument arrives as text; one the columns cannot hold names
+-- nothing (a lookup answers "missing", a lease check fails) rather than
+-- raising, because most of them come off the wire. Job ids are any string on
+-- a plain PostgreSQL and canonical lowercase uuids on Supabase
+-- (byollm_job_key); runner ids are `runner_<uuid>` (byollm_runner_key).
 
 -- ---------------------------------------------------------------------------
 -- Helpers
@@ -38,6 +40,54 @@ begin
   end if;
   return p::uuid;
 end;
+$$;
+
+-- Runner ids: `runner_<uuid v4>`, as every store hands them out, stored as
+-- the uuid (byollm_runners.id, lease_runner, refused_by keep 0.1.1's uuid
+-- columns). A runner whose id is a bare uuid (0.1.1 paired them so) signs
+-- with that spelling from its daemon's config: both spellings name the
+-- runner, and an answer about the caller's own runner spells it as the caller
+-- did (byollm_runner_json_as, byollm_job_json_as), since the handlers compare
+-- it with the id in the signed body. Anything else names no runner.
+create or replace function byollm_runner_key(p text) returns uuid
+language sql immutable parallel safe
+as $$
+  select case when p ~ '^(runner_)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+              then right(p, 36)::uuid end
+$$;
+
+-- A stored runner uuid as records spell it.
+create or replace function byollm_runner_text(p uuid) returns text
+language sql immutable parallel safe
+as $$ select 'runner_' || p::text $$;
+
+-- A job id argument as the id column holds it, or null when it can name no
+-- job: any string where job ids are text (a plain PostgreSQL, see the schema
+-- file), only the canonical lowercase spelling where they are uuids
+-- (Supabase). Written for the column's type, so that a lookup
+-- `id = byollm_job_key($1)` is inlined into a plain comparison of the
+-- column's own type (its index serves).
+do $$
+declare
+  v_type regtype := (select atttypid::regtype from pg_attribute
+                      where attrelid = 'public.byollm_jobs'::regclass and attname = 'id');
+  v_fn regprocedure := to_regprocedure('public.byollm_job_key(text)');
+begin
+  if v_fn is not null and (select prorettype from pg_proc where oid = v_fn) <> v_type then
+    drop function byollm_job_key(text);
+  end if;
+  if v_type = 'uuid'::regtype then
+    create or replace function byollm_job_key(p text) returns uuid
+    language sql immutable parallel safe
+    as $k$
+      select case when p ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' then p::uuid end
+    $k$;
+  else
+    create or replace function byollm_job_key(p text) returns text
+    language sql immutable parallel safe
+    as $k$ select p $k$;
+  end if;
+end
 $$;
 
 create or replace function byollm_at(p_ms bigint) returns timestamptz
@@ -66,14 +116,17 @@ as $$
     -- (relay-granted), which the contract spells `runnerId: ""`.
     'lease', case when j.lease_id is null or j.lease_expires_at is null then null
                   else jsonb_build_object('id', j.lease_id,
-                                          'runnerId', coalesce(j.lease_runner::text, ''),
+                                          'runnerId', coalesce(byollm_runner_text(j.lease_runner), ''),
                                           'expiresAt', byollm_ms(j.lease_expires_at)) end,
     'completedByLeaseId', j.completed_by_lease_id,
     'createdAt', byollm_ms(j.created_at),
     'claimableAt', byollm_ms(j.claimable_at),
     'ttlMs', j.ttl_ms,
     'deadlineAt', byollm_ms(j.deadline_at),
-    'refusedBy', to_jsonb(j.refused_by),
+    -- Each uuid as `runner_<uuid>`, without a subquery (which would keep
+    -- this function from being inlined into the queries that call it).
+    'refusedBy', case when cardinality(j.refused_by) = 0 then '[]'::jsonb
+                      else to_jsonb(string_to_array('runner_' || array_to_string(j.refused_by, ',runner_'), ',')) end,
     'attempts', j.attempts,
     'outcome', j.outcome,
     'provenance', j.provenance,
@@ -85,7 +138,7 @@ create or replace function byollm_runner_json(r byollm_runners) returns jsonb
 language sql stable
 as $$
   select case when r.id is null then null else jsonb_build_object(
-    'id', r.id,
+    'id', byollm_runner_text(r.id),
     'owner', r.owner,
     'device', r.device,
     'label', r.label,
@@ -106,7 +159,7 @@ as $$
     'userCode', p.user_code,
     'state', p.state,
     'owner', p.owner,
-    'runnerId', p.runner_id,
+    'runnerId', byollm_runner_text(p.runner_id),
     'collected', p.collected_at is not null,
     'label', p.label,
     'platform', p.platform,
@@ -116,6 +169,27 @@ as $$
     'expiresAt', byollm_ms(p.expires_at),
     'createdAt', byollm_ms(p.created_at)
   ) end
+$$;
+
+-- The caller's own runner, and a job whose lease it holds, with the runner id
+-- spelled as the caller spelled it (see byollm_runner_key): the same records
+-- for a `runner_<uuid>`, the bare uuid in place of it for a runner that signs
+-- with one.
+create or replace function byollm_runner_json_as(r byollm_runners, p_runner_id text) returns jsonb
+language sql stable
+as $$
+  select case when left(p_runner_id, 7) = 'runner_' then byollm_runner_json(r)
+              else byollm_runner_json(r) || jsonb_build_object('id', p_runner_id) end
+$$;
+
+create or replace function byollm_job_json_as(j byollm_jobs, p_runner_id text) returns jsonb
+language sql stable
+as $$
+  select case when left(p_runner_id, 7) <> 'runner_'
+                   and j.lease_id is not null and j.lease_expires_at is not null
+                   and j.lease_runner = byollm_runner_key(p_runner_id)
+              then jsonb_set(byollm_job_json(j), '{lease,runnerId}', to_jsonb(p_runner_id))
+              else byollm_job_json(j) end
 $$;
 
 -- ---------------------------------------------------------------------------
@@ -372,7 +446,7 @@ $$;
 
 create or replace function byollm_get_job(p_job_id text) returns jsonb
 language sql stable security definer set search_path = public
-as $$ select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id) $$;
+as $$ select byollm_job_json(j) from byollm_jobs j where j.id = byollm_job_key(p_job_id) $$;
 
 -- The atomic claim. One statement picks the oldest claimable jobs this
 -- runner may take (claimableAt ascending, ties in creation order), locks them
@@ -469,7 +543,7 @@ begin
   return query
     select j.* from byollm_jobs j
       join jsonb_array_elements(v_claimed) with ordinality as c(v, n)
-        on j.id = (c.v ->> 'id')::uuid
+        on j.id = byollm_job_key(c.v ->> 'id')
      order by c.n;
 end;
 $$;
@@ -487,9 +561,9 @@ language plpgsql volatile security definer set search_path = public
 as $$
 declare
   v_now timestamptz := byollm_at(p_now);
-  v_runner uuid := byollm_try_uuid(p_runner_id);
+  v_runner uuid := byollm_runner_key(p_runner_id);
   v_ref jsonb;
-  v_hit uuid;
+  v_hit byollm_jobs.id%type;
   v_renewed jsonb := '[]';
   v_lost jsonb := '[]';
 begin
@@ -500,7 +574,7 @@ begin
        set state = 'running',
            lease_expires_at = v_now + p_lease_ms * interval '1 millisecond',
            updated_at = v_now
-     where id = byollm_try_uuid(v_ref ->> 'jobId')
+     where id = byollm_job_key(v_ref ->> 'jobId')
        and lease_runner = v_runner
        and lease_id = byollm_try_uuid(v_ref ->> 'leaseId')
        and state in ('claimed', 'running')
@@ -535,7 +609,7 @@ declare
   v_row byollm_jobs;
   v_lease uuid := byollm_try_uuid(p_lease_id);
 begin
-  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  select * into v_row from byollm_jobs where id = byollm_job_key(p_job_id) for update;
   if not found or v_row.state not in ('queued', 'claimed') then
     return null;
   end if;
@@ -657,9 +731,9 @@ language plpgsql volatile security definer set search_path = public
 as $$
 declare
   v_now timestamptz := byollm_at(p_now);
-  v_runner uuid := byollm_try_uuid(p_runner_id);
+  v_runner uuid := byollm_runner_key(p_runner_id);
   v_ref jsonb;
-  v_hit uuid;
+  v_hit byollm_jobs.id%type;
   v_out jsonb := '[]';
 begin
   for v_ref in select value from jsonb_array_elements(coalesce(p_leases, '[]'::jsonb)) loop
@@ -671,7 +745,7 @@ begin
            refused_by = case when p_reason = 'refused' and not (v_runner = any (refused_by))
                              then refused_by || v_runner else refused_by end,
            updated_at = v_now
-     where id = byollm_try_uuid(v_ref ->> 'jobId')
+     where id = byollm_job_key(v_ref ->> 'jobId')
        and lease_runner = v_runner
        and lease_id = byollm_try_uuid(v_ref ->> 'leaseId')
     returning id into v_hit;
@@ -691,7 +765,7 @@ as $$
 declare
   v_row byollm_jobs;
 begin
-  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  select * into v_row from byollm_jobs where id = byollm_job_key(p_job_id) for update;
   if not found then
     return null;
   end if;
@@ -713,9 +787,9 @@ $$;
 create or replace function byollm_list_claimed_by(p_runner_id text) returns jsonb
 language sql stable security definer set search_path = public
 as $$
-  select coalesce(jsonb_agg(byollm_job_json(j) order by j.byollm_seq), '[]')
+  select coalesce(jsonb_agg(byollm_job_json_as(j, p_runner_id) order by j.byollm_seq), '[]')
     from byollm_jobs j
-   where j.lease_runner = byollm_try_uuid(p_runner_id) and j.lease_id is not null
+   where j.lease_runner = byollm_runner_key(p_runner_id) and j.lease_id is not null
 $$;
 
 -- A request lingers until a completion removes it, so after a release it is
@@ -727,7 +801,7 @@ as $$
                             order by c.byollm_seq), '[]')
     from byollm_job_cancels c
     join byollm_jobs j on j.id = c.job_id
-   where j.lease_runner = byollm_try_uuid(p_runner_id) and j.lease_id is not null
+   where j.lease_runner = byollm_runner_key(p_runner_id) and j.lease_id is not null
 $$;
 
 -- ---------------------------------------------------------------------------
@@ -830,7 +904,7 @@ begin
     raise exception 'approving a pairing requires an authenticated user';
   end if;
   v_runner := byollm_approve_pairing_as(p_user_code, v_owner::text, null, byollm_ms(now()));
-  select * into v_row from byollm_runners where id = (v_runner ->> 'id')::uuid;
+  select * into v_row from byollm_runners where id = byollm_runner_key(v_runner ->> 'id');
   return v_row;
 end;
 $$;
@@ -856,7 +930,9 @@ $$;
 
 create or replace function byollm_get_runner(p_runner_id text) returns jsonb
 language sql stable security definer set search_path = public
-as $$ select byollm_runner_json(r) from byollm_runners r where r.id = byollm_try_uuid(p_runner_id) $$;
+as $$
+  select byollm_runner_json_as(r, p_runner_id) from byollm_runners r where r.id = byollm_runner_key(p_runner_id)
+$$;
 
 create or replace function byollm_touch_runner(
   p_runner_id      text,
@@ -869,8 +945,8 @@ as $$
   update byollm_runners r
      set capabilities = p_capabilities, daemon_version = p_daemon_version,
          last_heartbeat_at = byollm_at(p_now)
-   where r.id = byollm_try_uuid(p_runner_id)
-  returning byollm_runner_json(r)
+   where r.id = byollm_runner_key(p_runner_id)
+  returning byollm_runner_json_as(r, p_runner_id)
 $$;
 
 -- One-way: the first revocation time is kept. Leases the runner holds lapse
@@ -879,7 +955,7 @@ create or replace function byollm_revoke_runner(p_runner_id text, p_now bigint) 
 language sql volatile security definer set search_path = public
 as $$
   update byollm_runners set revoked_at = byollm_at(p_now)
-   where id = byollm_try_uuid(p_runner_id) and revoked_at is null
+   where id = byollm_runner_key(p_runner_id) and revoked_at is null
 $$;
 
 -- All runners, or one owner's; revoked ones included; insertion order.

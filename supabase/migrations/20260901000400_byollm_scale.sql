@@ -160,7 +160,7 @@ language plpgsql volatile security definer
 as $$
 declare
   v_now timestamptz := byollm_at(p_now);
-  v_runner uuid := byollm_try_uuid(p_runner_id);
+  v_runner uuid := byollm_runner_key(p_runner_id);
   -- Null when the owner cannot be one (it then owns nothing).
   v_owner byollm_jobs.owner%type := case when byollm_owner_in(p_runner_owner) then p_runner_owner end;
   v_own text[];
@@ -172,7 +172,7 @@ begin
     return '[]'::jsonb;
   end if;
   if v_runner is null then
-    raise exception 'byollm: runner ids are uuids in this schema' using errcode = '22023';
+    raise exception 'byollm: runner ids are runner_<uuid> in this schema (or the bare uuid)' using errcode = '22023';
   end if;
 
   with first_cap as (
@@ -232,7 +232,7 @@ begin
      where j.id = p.id
     returning j
   )
-  select coalesce(jsonb_agg(byollm_job_json(c.j)
+  select coalesce(jsonb_agg(byollm_job_json_as(c.j, p_runner_id)
                             order by (c.j).claimable_at, (c.j).byollm_seq), '[]')
     into v_out
     from claimed c;
@@ -315,7 +315,7 @@ declare
   v_by text := p_holder ->> 'by';
   v_holds boolean;
 begin
-  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  select * into v_row from byollm_jobs where id = byollm_job_key(p_job_id) for update;
   if not found then
     return jsonb_build_object('accepted', false, 'job', null);
   end if;
@@ -328,29 +328,29 @@ begin
        and v_by = 'lease'
        and v_row.completed_by_lease_id is not null
        and v_row.completed_by_lease_id = p_holder ->> 'leaseId' then
-      return jsonb_build_object('accepted', false, 'duplicate', true, 'job', byollm_job_json(v_row));
+      return jsonb_build_object('accepted', false, 'duplicate', true, 'job', byollm_job_json_as(v_row, p_runner_id));
     end if;
-    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
+    return jsonb_build_object('accepted', false, 'job', byollm_job_json_as(v_row, p_runner_id));
   end if;
   if v_row.state = 'expired' then
-    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
+    return jsonb_build_object('accepted', false, 'job', byollm_job_json_as(v_row, p_runner_id));
   end if;
 
   -- The holder check ignores lease expiry on purpose: only the sweep ends a
   -- lease, so a late result that beats the sweep still counts.
   if v_by = 'runner' then
     v_holds := v_row.lease_id is not null and v_row.lease_expires_at is not null
-               and coalesce(v_row.lease_runner::text, '') = p_holder ->> 'runnerId';
+               and v_row.lease_runner = byollm_runner_key(p_holder ->> 'runnerId');
   else
     v_holds := v_row.lease_id is not null and v_row.lease_expires_at is not null
                and v_row.lease_id::text = p_holder ->> 'leaseId';
   end if;
   if not coalesce(v_holds, false) then
-    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
+    return jsonb_build_object('accepted', false, 'job', byollm_job_json_as(v_row, p_runner_id));
   end if;
 
   v_row := byollm_end_job(v_row, p_holder, p_outcome, p_provenance, p_now);
-  return jsonb_build_object('accepted', true, 'job', byollm_job_json(v_row));
+  return jsonb_build_object('accepted', true, 'job', byollm_job_json_as(v_row, p_runner_id));
 end;
 $$;
 
@@ -377,16 +377,16 @@ as $$
 declare
   v_runner byollm_runners;
 begin
-  select * into v_runner from byollm_runners where id = byollm_try_uuid(p_runner_id);
+  select * into v_runner from byollm_runners where id = byollm_runner_key(p_runner_id);
   if not found then
     return jsonb_build_object('runner', null, 'jobs', '[]'::jsonb);
   end if;
   if v_runner.revoked_at is not null then
-    return jsonb_build_object('runner', byollm_runner_json(v_runner), 'jobs', '[]'::jsonb);
+    return jsonb_build_object('runner', byollm_runner_json_as(v_runner, p_runner_id), 'jobs', '[]'::jsonb);
   end if;
   return jsonb_build_object(
-    'runner', byollm_runner_json(v_runner),
-    'jobs', byollm_claim(v_runner.id::text, v_runner.owner::text, p_capabilities, p_max, p_lease_ms, p_now));
+    'runner', byollm_runner_json_as(v_runner, p_runner_id),
+    'jobs', byollm_claim(p_runner_id, v_runner.owner::text, p_capabilities, p_max, p_lease_ms, p_now));
 end;
 $$;
 
@@ -403,7 +403,7 @@ declare
 begin
   return jsonb_build_object(
     'swept', v_swept,
-    'job', (select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id)));
+    'job', (select byollm_job_json(j) from byollm_jobs j where j.id = byollm_job_key(p_job_id)));
 end;
 $$;
 
@@ -419,8 +419,8 @@ language plpgsql stable security definer
 as $$
 begin
   return jsonb_build_object(
-    'runner', (select byollm_runner_json(r) from byollm_runners r where r.id = byollm_try_uuid(p_runner_id)),
-    'job', (select byollm_job_json(j) from byollm_jobs j where j.id = byollm_try_uuid(p_job_id)));
+    'runner', (select byollm_runner_json_as(r, p_runner_id) from byollm_runners r where r.id = byollm_runner_key(p_runner_id)),
+    'job', (select byollm_job_json_as(j, p_runner_id) from byollm_jobs j where j.id = byollm_job_key(p_job_id)));
 end;
 $$;
 
@@ -442,15 +442,15 @@ begin
   update byollm_runners
      set capabilities = p_capabilities, daemon_version = p_daemon_version,
          last_heartbeat_at = byollm_at(p_now)
-   where id = byollm_try_uuid(p_runner_id) and revoked_at is null
+   where id = byollm_runner_key(p_runner_id) and revoked_at is null
   returning * into v_runner;
   if not found then
     return jsonb_build_object(
-      'runner', (select byollm_runner_json(r) from byollm_runners r where r.id = byollm_try_uuid(p_runner_id)));
+      'runner', (select byollm_runner_json_as(r, p_runner_id) from byollm_runners r where r.id = byollm_runner_key(p_runner_id)));
   end if;
   v_renewal := byollm_renew_leases(p_runner_id, p_leases, p_lease_ms, p_now);
   return jsonb_build_object(
-    'runner', byollm_runner_json(v_runner),
+    'runner', byollm_runner_json_as(v_runner, p_runner_id),
     'renewed', v_renewal -> 'renewed',
     'lost', v_renewal -> 'lost',
     -- byollm_list_cancel_requests, for this runner.
@@ -482,14 +482,14 @@ declare
   v_runner byollm_runners;
   v_row byollm_jobs;
 begin
-  select * into v_runner from byollm_runners where id = byollm_try_uuid(p_runner_id);
+  select * into v_runner from byollm_runners where id = byollm_runner_key(p_runner_id);
   if not found then
     return jsonb_build_object('runner', null);
   end if;
   if v_runner.revoked_at is not null then
-    return jsonb_build_object('runner', byollm_runner_json(v_runner));
+    return jsonb_build_object('runner', byollm_runner_json_as(v_runner, p_runner_id));
   end if;
-  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
+  select * into v_row from byollm_jobs where id = byollm_job_key(p_job_id) for update;
   if v_row.state in ('claimed', 'running')
      and v_row.lease_id::text = p_lease_id
      and v_row.lease_runner = v_runner.id
@@ -497,9 +497,9 @@ begin
      and v_row.audience::text = p_provenance ->> 'audience' then
     v_row := byollm_end_job(v_row, jsonb_build_object('by', 'lease', 'leaseId', p_lease_id),
                             p_outcome, p_provenance, p_now);
-    return jsonb_build_object('runner', byollm_runner_json(v_runner), 'accepted', true, 'state', v_row.state);
+    return jsonb_build_object('runner', byollm_runner_json_as(v_runner, p_runner_id), 'accepted', true, 'state', v_row.state);
   end if;
-  return jsonb_build_object('runner', byollm_runner_json(v_runner), 'job', byollm_job_json(v_row));
+  return jsonb_build_object('runner', byollm_runner_json_as(v_runner, p_runner_id), 'job', byollm_job_json_as(v_row, p_runner_id));
 end;
 $$;
 
@@ -625,23 +625,27 @@ begin
 end;
 $$;
 
--- Same answers as before; one statement less for a new id (the insert
--- reports a conflict itself) and none for dependencies when there are none.
+-- One statement for a new id (the insert reports a conflict itself) and
+-- none for dependencies when there are none. Job ids (the job's own and its
+-- dependencies) are any non-empty string on a plain PostgreSQL; on Supabase,
+-- where the columns are uuids, anything but a lowercase uuid is refused.
 create or replace function byollm_create_job(p_job jsonb, p_now bigint) returns jsonb
 language plpgsql volatile security definer
 as $$
 declare
   v_now timestamptz := byollm_at(p_now);
-  v_id uuid := byollm_try_uuid(p_job ->> 'id');
-  v_deps uuid[] := '{}';
-  -- The columns' types: a non-uuid owner is refused on Supabase, kept elsewhere.
+  -- The columns' types (see byollm_job_key and the owners above).
+  v_id byollm_jobs.id%type := byollm_job_key(p_job ->> 'id');
+  v_deps byollm_jobs.depends_on%type := '{}';
   v_owner byollm_jobs.owner%type := p_job ->> 'owner';
   v_allow byollm_jobs.audience_allow%type;
   v_blocked boolean := false;
   v_row byollm_jobs;
 begin
-  if v_id is null then
-    raise exception 'byollm: job ids must be lowercase UUIDs (the id column is a uuid)'
+  if v_id is null or v_id::text = '' then
+    raise exception '%', case when pg_typeof(v_id) = 'uuid'::regtype
+                              then 'byollm: job ids must be lowercase UUIDs (the id column is a uuid)'
+                              else 'byollm: job ids are non-empty strings' end
       using errcode = '22023';
   end if;
 
@@ -652,7 +656,13 @@ begin
     if found then
       return jsonb_build_object('created', false, 'job', byollm_job_json(v_row));
     end if;
-    v_deps := array(select jsonb_array_elements_text(p_job -> 'dependsOn'))::uuid[];
+    v_deps := array(select byollm_job_key(d) from jsonb_array_elements_text(p_job -> 'dependsOn') d);
+    if array_position(v_deps, null) is not null then
+      raise exception '%', case when pg_typeof(v_id) = 'uuid'::regtype
+                                then 'byollm: job ids must be lowercase UUIDs (the id column is a uuid)'
+                                else 'byollm: job ids are non-empty strings' end
+        using errcode = '22023';
+    end if;
     -- Share-lock the dependencies while deciding: a dependency completing at
     -- the same moment then either commits first (and is seen as ok here) or
     -- waits for this insert (and its unblock step sees this job).

@@ -72,6 +72,10 @@ as $$
    limit 1
 $$;
 
+-- The runner is created under the suggested id (ByollmApp suggests
+-- `runner_<uuid v4>`; a bare uuid is taken as that runner's uuid), or a fresh
+-- one when the suggestion is neither; the record and the pairing spell it
+-- `runner_<uuid>` (see byollm_runner_key).
 create or replace function byollm_approve_pairing_as(
   p_user_code text,
   p_owner     text,
@@ -104,7 +108,7 @@ begin
 
   insert into byollm_runners (id, owner, device, label, platform, daemon_version, capabilities,
                               revoked_at, last_heartbeat_at, created_at)
-  values (coalesce(byollm_try_uuid(p_runner_id), gen_random_uuid()), v_owner,
+  values (coalesce(byollm_runner_key(p_runner_id), gen_random_uuid()), v_owner,
           v_pairing.device, v_pairing.label, v_pairing.platform, v_pairing.daemon_version,
           v_pairing.capabilities, null, v_now, v_now)
   returning * into v_runner;
@@ -136,12 +140,16 @@ language plpgsql volatile security definer
 as $$
 declare
   v_owner byollm_pairings.owner%type := p_pairing ->> 'owner';
+  v_runner uuid := byollm_runner_key(p_pairing ->> 'runnerId');
 begin
+  if v_runner is null and p_pairing ->> 'runnerId' is not null then
+    raise exception 'byollm: runner ids are runner_<uuid> in this schema (or the bare uuid)' using errcode = '22023';
+  end if;
   insert into byollm_pairings as p (device_code_hash, user_code, state, owner, runner_id,
                                     collected_at, label, platform, daemon_version,
                                     capabilities, device, expires_at, created_at)
   values (p_pairing ->> 'deviceCodeHash', p_pairing ->> 'userCode', p_pairing ->> 'state',
-          v_owner, (p_pairing ->> 'runnerId')::uuid,
+          v_owner, v_runner,
           case when (p_pairing ->> 'collected')::boolean then now() end,
           p_pairing ->> 'label', p_pairing ->> 'platform', p_pairing ->> 'daemonVersion',
           coalesce(p_pairing -> 'capabilities', '[]'::jsonb), p_pairing -> 'device',
