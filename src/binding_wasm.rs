@@ -6,7 +6,9 @@
 //! wasm32-unknown-unknown` (no `wasm-bindgen-cli` pinned to the crate version,
 //! which would have to be compiled in CI on every fresh machine) and the JS
 //! glue to one small, dependency-free file that runs in Deno, Workers and
-//! browsers alike.
+//! browsers alike. A wasm-bindgen build of the same operations measured no
+//! smaller (`.wasm` gzipped +1.3 %, glue 4.2 against 2.3 KB gzipped) and no
+//! faster to start (1.01–1.16x the cold start); docs/edge.md has the table.
 //!
 //! The ABI (all lengths in bytes):
 //!
