@@ -90,9 +90,8 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
       const values = c.args.map(([, value, type]) => sqlValue(value, type));
       // A function's statement text is the same on every call (its argument
       // list is fixed in sql-store.ts), so its name can be the function's.
-      const result = await pool.query<{ r: unknown; changed: string | null }>(
-        prepared ? { name: c.fn, text, values } : { text, values },
-      );
+      type Row = { r: unknown; changed: string | null };
+      const result = prepared ? await pool.query<Row>({ name: c.fn, text, values }) : await pool.query<Row>(text, values);
       const row = result.rows[0];
       const changed = (row?.changed ?? "").split(",").filter((id) => id !== "");
       if (changed.length > 0) watchers.notify(changed);
