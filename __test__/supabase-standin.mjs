@@ -24,7 +24,10 @@
 // else is 404: it is not a general PostgREST.
 import { createServer } from "node:http";
 import { createHmac, timingSafeEqual } from "node:crypto";
+import pg from "pg";
 import { testPool } from "./postgres-db.mjs";
+
+const { escapeLiteral } = pg;
 
 const b64url = (buf) => Buffer.from(buf).toString("base64url");
 
@@ -88,6 +91,13 @@ function splitTop(text) {
   return out;
 }
 
+/**
+ * A value as a SQL literal: requests are sent as one simple-protocol message
+ * (see `handle`), which takes no parameters.
+ */
+const literal = (v) =>
+  v === null || v === undefined ? "null" : Array.isArray(v) ? `array[${v.map(literal).join(", ")}]` : escapeLiteral(String(v));
+
 const unquote = (v) => (v.length >= 2 && v.startsWith('"') && v.endsWith('"') ? v.slice(1, -1) : v);
 
 /**
@@ -96,11 +106,7 @@ const unquote = (v) => (v.length >= 2 && v.startsWith('"') && v.endsWith('"') ? 
  * so a filter value is cast to the column's type (and indexes apply).
  */
 function tableSql({ method, table, params, body, prefer, types }) {
-  const values = [];
-  const param = (v, type) => {
-    values.push(v);
-    return `$${values.length}::${type}`;
-  };
+  const param = (v, type) => `${literal(v)}::${type}`;
   const colType = (tbl, col) => {
     const t = types.get(tbl)?.get(col);
     if (t === undefined) throw new ApiError(400, "42703", `column ${tbl}.${col} does not exist`);
@@ -176,7 +182,6 @@ function tableSql({ method, table, params, body, prefer, types }) {
   if (method === "GET") {
     return {
       sql: `select coalesce(jsonb_agg(${projection("t")}), '[]'::jsonb) as r from ${table} t ${joins.join(" ")}${whereSql}`,
-      values,
     };
   }
   if (joins.length > 0) throw new ApiError(400, "PGRST100", "embedding is served on reads only");
@@ -206,7 +211,6 @@ function tableSql({ method, table, params, body, prefer, types }) {
   }
   return {
     sql: `with w as (${write}) select ${returning ? `coalesce(jsonb_agg(${projection("w")}), '[]'::jsonb)` : "null::jsonb"} as r, count(*) as n from w`,
-    values,
     returning,
   };
 }
@@ -215,6 +219,7 @@ function tableSql({ method, table, params, body, prefer, types }) {
 export async function startPostgrestStandIn({ connectionString, jwtSecret }) {
   const pool = testPool(connectionString, 4);
   const signatures = new Map();
+  const verified = new Map();
   const requests = [];
   let columnTypes;
 
@@ -251,16 +256,23 @@ export async function startPostgrestStandIn({ connectionString, jwtSecret }) {
     return sig;
   }
 
-  function send(res, status, body) {
+  function sendText(res, status, text = "") {
     res.writeHead(status, { "content-type": "application/json; charset=utf-8" });
-    res.end(body === undefined ? "" : JSON.stringify(body));
+    res.end(text);
   }
+
+  const send = (res, status, body) => sendText(res, status, body === undefined ? "" : JSON.stringify(body));
 
   async function handle(req, res) {
     const url = new URL(req.url, "http://standin");
     requests.push(`${req.method} ${url.pathname}`);
     const auth = req.headers.authorization ?? "";
-    const claims = auth.startsWith("Bearer ") ? verifyJwt(auth.slice(7), jwtSecret) : null;
+    // Verified once per token, as PostgREST's JWT cache does.
+    let claims = verified.get(auth);
+    if (claims === undefined) {
+      claims = auth.startsWith("Bearer ") ? verifyJwt(auth.slice(7), jwtSecret) : null;
+      if (claims !== null) verified.set(auth, claims);
+    }
     if (!claims || !ROLES.has(claims.role)) return send(res, 401, { code: "PGRST301", message: "JWT invalid", details: null, hint: null });
 
     let text = "";
@@ -275,41 +287,46 @@ export async function startPostgrestStandIn({ connectionString, jwtSecret }) {
 
     const client = await pool.connect();
     try {
-      // One round trip to open the transaction as the caller (the role is
-      // one of ROLES, the claims a quoted literal).
-      await client.query(
-        `begin; set local role ${claims.role}; select set_config('request.jwt.claims', ${client.escapeLiteral(JSON.stringify(claims))}, true)`,
-      );
+      // One round trip per request, as PostgREST pipelines its own: the
+      // statements go in one simple-protocol message, which PostgreSQL runs
+      // as one transaction (rolled back whole on an error). The role is one
+      // of ROLES, every value a quoted literal.
+      const run = async (statement) => {
+        const results = await client.query(
+          `set local role ${claims.role}; select set_config('request.jwt.claims', ${escapeLiteral(JSON.stringify(claims))}, true); ${statement}`,
+        );
+        return results[results.length - 1].rows;
+      };
       let status = 200;
       let body;
       if (rpc) {
         const fn = rpc[1];
         const sig = await signature(client, fn);
         if (!sig) {
-          await client.query("rollback");
           return send(res, 404, { code: "PGRST202", message: `Could not find the function public.${fn}`, details: null, hint: null });
         }
         const args = text === "" ? {} : JSON.parse(text);
         // Arguments by name, converted from JSON to the declared type, the
         // way PostgREST does; omitted ones take their defaults.
+        const doc = `${escapeLiteral(text === "" ? "{}" : text)}::jsonb`;
         const parts = [];
         sig.names.forEach((name, i) => {
           if (!(name in args)) return;
           const type = sig.types[i];
           const expr =
-            type === "jsonb" ? `($1::jsonb -> '${name}')` : type === "text" ? `($1::jsonb ->> '${name}')` : `($1::jsonb ->> '${name}')::${type}`;
+            type === "jsonb" ? `(${doc} -> '${name}')` : type === "text" ? `(${doc} ->> '${name}')` : `(${doc} ->> '${name}')::${type}`;
           parts.push(`${name} => ${expr}`);
         });
         const callSql = `${fn}(${parts.join(", ")})`;
         const sql = sig.void
           ? `select ${callSql}`
           : sig.set
-            ? `select coalesce(jsonb_agg(to_jsonb(t)), '[]'::jsonb) as r from ${callSql} t`
-            : `select to_jsonb(${callSql}) as r`;
-        // A function without arguments binds none (`$1` appears only in them).
-        const { rows } = await client.query(sql, parts.length === 0 ? [] : [JSON.stringify(args)]);
+            ? `select coalesce(jsonb_agg(to_jsonb(t)), '[]'::jsonb)::text as r from ${callSql} t`
+            : `select to_jsonb(${callSql})::text as r`;
+        const rows = await run(sql);
         if (sig.void) status = 204;
-        else body = rows[0]?.r ?? null;
+        // The JSON text as PostgreSQL wrote it, passed on without a parse.
+        else body = rows[0]?.r ?? "null";
       } else {
         const prefer = req.headers.prefer ?? "";
         const built = tableSql({
@@ -320,7 +337,7 @@ export async function startPostgrestStandIn({ connectionString, jwtSecret }) {
           prefer,
           types: await types(client),
         });
-        const { rows } = await client.query(built.sql, built.values);
+        const rows = await run(built.sql);
         body = rows[0].r;
         if (req.method !== "GET") {
           status = built.returning ? (req.method === "POST" ? 201 : 200) : req.method === "POST" ? 201 : 204;
@@ -332,12 +349,11 @@ export async function startPostgrestStandIn({ connectionString, jwtSecret }) {
           }
           body = body[0];
         }
+        if (body !== undefined) body = JSON.stringify(body);
       }
-      await client.query("commit");
-      if (status === 204 || body === undefined) return send(res, status);
-      return send(res, status, body);
+      if (status === 204 || body === undefined) return sendText(res, status);
+      return sendText(res, status, body);
     } catch (error) {
-      await client.query("rollback").catch(() => undefined);
       const status = error instanceof ApiError ? error.status : error.code === "42501" ? 403 : 400;
       return send(res, status, { code: error.code ?? "", message: error.message, details: error.detail ?? null, hint: error.hint ?? null });
     } finally {

@@ -29,7 +29,7 @@ function cpuOf(pid) {
 }
 
 /** The section: returns {jobs, jobsPerSec, lost, doublyCompleted, cpuMsPerJob: {apps, postgres, daemons}}. */
-export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons = 16 }) {
+export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons = 16, preparedStatements = true }) {
   const { migratePostgres } = await import("../dist/postgres.js");
   await migratePostgres({ connectionString: dbUrl, createRoles: true });
   const admin = new pg.Client({ connectionString: dbUrl });
@@ -48,7 +48,7 @@ export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons 
   const children = [];
   const origins = [];
   for (let i = 0; i < apps; i++) {
-    const child = fork(SELF, ["app", dbUrl, JSON.stringify(siteKeys)], { stdio: "inherit" });
+    const child = fork(SELF, ["app", dbUrl, JSON.stringify(siteKeys), String(preparedStatements)], { stdio: "inherit" });
     children.push(child);
     origins.push(await new Promise((resolve, reject) => {
       child.once("message", (m) => resolve(m.origin));
@@ -103,11 +103,11 @@ export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons 
 
 // ------------------------------------------------------------------ an app process
 
-async function appProcess(dbUrl, keysJson) {
+async function appProcess(dbUrl, keysJson, prepared) {
   const { ByollmApp, createFetchHandler } = await import("../dist/index.js");
   const { postgresStore } = await import("../dist/postgres.js");
   const siteKeys = JSON.parse(keysJson);
-  const store = postgresStore({ connectionString: dbUrl, poolConfig: { max: 8 } });
+  const store = postgresStore({ connectionString: dbUrl, poolConfig: { max: 8 }, preparedStatements: prepared === "true" });
   const app = new ByollmApp({ store, siteKeys });
   const handler = createFetchHandler({ store, siteKeys, verificationUrl: "http://127.0.0.1/pair" });
   const server = createServer(async (req, res) => {
@@ -203,5 +203,5 @@ async function daemonsProcess(originsJson, owner, count) {
   process.send({ count: completed });
 }
 
-if (process.argv[1] === SELF && process.argv[2] === "app") await appProcess(process.argv[3], process.argv[4]);
+if (process.argv[1] === SELF && process.argv[2] === "app") await appProcess(process.argv[3], process.argv[4], process.argv[5]);
 if (process.argv[1] === SELF && process.argv[2] === "daemons") await daemonsProcess(process.argv[3], process.argv[4], process.argv[5]);

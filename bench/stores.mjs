@@ -6,11 +6,13 @@
 //   npm run bench -- stores --budget-ms=4000         time per store per point
 //   npm run bench -- stores --concurrent-jobs=2000   the concurrency section's size (0: skip it)
 //   npm run bench -- stores --stores=postgres        only some stores (postgres, supabase, reference)
+//   npm run bench -- stores --prepared-statements=off  postgresStore without named prepared statements
 //
 // Three stores side by side, each running full job cycles in-process through
 // its app's createFetchHandler with a simulated daemon (@byollm/protocol):
 //
-//   ours postgresStore          node-postgres, our migrations
+//   ours postgresStore          node-postgres, our migrations; a direct
+//                               connection, so with preparedStatements
 //   ours supabaseStore          supabase-js → PostgREST stand-in → our migrations
 //   reference supabaseStore     @byollm/server 0.1.1's own app, handlers and
 //                               store, supabase-js → the same stand-in → the
@@ -320,6 +322,7 @@ export async function run({
   minJobs = 3,
   concurrentJobs = quick ? 500 : 20_000,
   stores = STORES,
+  preparedStatements = true,
   log = console.log,
 } = {}) {
   const { url: adminUrl, dataDir } = startPostgres();
@@ -356,7 +359,7 @@ export async function run({
           let standInPid = null;
           if (name === "ours postgresStore") {
             const pool = countedPool(oursUrl, counter);
-            site = { impl: ours, store: postgresStore({ pool }), counter, owner };
+            site = { impl: ours, store: postgresStore({ pool, preparedStatements }), counter, owner };
             close = () => pool.end();
           } else if (name === "ours supabaseStore") {
             site = { impl: ours, store: supabaseStore({ client: countedClient(oursStandIn.url, counter) }), counter, owner };
@@ -386,7 +389,7 @@ export async function run({
   log(summary(rows));
   if (concurrentJobs > 0) {
     const dbUrl = await createDatabase(adminUrl, "byollm_bench_conc");
-    const c = await concurrency({ dbUrl, postgresCpu: () => postgresCpu(dataDir), jobs: concurrentJobs });
+    const c = await concurrency({ dbUrl, postgresCpu: () => postgresCpu(dataDir), jobs: concurrentJobs, preparedStatements });
     log(
       `\n  ${c.apps} app processes × ${c.daemons} daemons, ours postgresStore, ${c.jobs.toLocaleString("en")} jobs: ` +
         `${f(c.jobsPerSec)} jobs/s drained; CPU ms/job apps ${f(c.cpuMsPerJob.apps, 2)}, PostgreSQL ${f(c.cpuMsPerJob.postgres, 2)}, ` +
@@ -449,5 +452,6 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     ...(arg("budget-ms") ? { budgetMs: Number(arg("budget-ms")) } : {}),
     ...(arg("concurrent-jobs") ? { concurrentJobs: Number(arg("concurrent-jobs")) } : {}),
     ...(arg("stores") ? { stores: storesNamed(arg("stores")) } : {}),
+    ...(arg("prepared-statements") ? { preparedStatements: arg("prepared-statements") !== "off" } : {}),
   });
 }
