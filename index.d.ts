@@ -111,34 +111,29 @@ export declare class SiteKeyring {
   /** Seal a job payload to the site itself, for storage at rest. */
   sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope
   sealPayloadAsync(plaintext: string, jobId: string, deadlineAt: number): Promise<SealedEnvelope>
-  /** `validatePayload` then `sealPayload` of its canonical text, in one call. */
-  sealCheckedPayload(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): { ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }
   /**
-   * [`Self::seal_checked_payload`] on the thread pool (validation
-   * included: for a large payload it is milliseconds of parsing).
+   * `validatePayload` then `sealPayload` of its canonical text, in one
+   * call: the canonical text (as long as the payload) never crosses to
+   * JavaScript. Inline for a payload up to
+   * [`crate::direct::ASYNC_CRYPTO_THRESHOLD`]
+   * bytes, on the thread pool above (validation included: for a large
+   * payload it is milliseconds of parsing). A payload that is a plain
+   * object of string values may come as its `keys` and `values` instead
+   * of `payloadJson`: its JSON text is then written on the thread pool
+   * rather than by `JSON.stringify`, which scans a megabyte prompt a
+   * character at a time.
    */
-  sealCheckedPayloadAsync(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>
+  sealChecked(kind: unknown, payloadJson: string | undefined | null, keys: Array<ExactString> | undefined | null, values: Array<ExactString> | undefined | null, jobId: string, deadlineAt: number): { ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string } | Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>
   /**
-   * [`Self::seal_checked_payload_async`] for a payload that is a plain
-   * object of string values, given as its keys and values: the JSON text
-   * is written here (off the main thread) instead of by `JSON.stringify`,
-   * which scans a megabyte prompt a character at a time.
+   * [`Self::seal_checked`] on the thread pool for an enqueue on our
+   * `NativeMemoryStore` whose records leave envelopes out: the at-rest
+   * seal is left to the background thread (see
+   * `crate::envelope::deferred`), then the job is stored by
+   * `enqueuePrepared`.
    */
-  sealStringFieldsAsync(kind: unknown, keys: Array<ExactString>, values: Array<ExactString>, jobId: string, deadlineAt: number): Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>
+  prepareCheckedAsync(kind: unknown, payloadJson: string | undefined | null, keys: Array<ExactString> | undefined | null, values: Array<ExactString> | undefined | null, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
   /**
-   * [`Self::seal_checked_payload_async`] for an enqueue on our
-   * `NativeMemoryStore` whose records leave envelopes out: validated on
-   * the thread pool, the at-rest seal left to the background thread (see
-   * `crate::envelope::deferred`), then stored by `enqueuePrepared`.
-   */
-  prepareCheckedPayloadAsync(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
-  /**
-   * [`Self::prepare_checked_payload_async`] for a plain object of string
-   * values (see [`Self::seal_string_fields_async`]).
-   */
-  prepareStringFieldsAsync(kind: unknown, keys: Array<ExactString>, values: Array<ExactString>, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
-  /**
-   * Store a payload `prepare…Async` validated, as `enqueueDirect` stores
+   * Store a payload `prepareCheckedAsync` validated, as `enqueueDirect` stores
    * one: the new record's row. `kind` is the one it was prepared with.
    * Throws if `prepared` was used already.
    */
@@ -149,7 +144,7 @@ export declare class SiteKeyring {
    */
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null
   /**
-   * `sealCheckedPayload` and our store's `create` in one call, for an
+   * `sealChecked` and our store's `create` in one call, for an
    * enqueue on our `NativeMemoryStore`: the at-rest envelope never
    * becomes a JS object only to be handed back. The new record's row (see
    * `NativeMemoryStore.create`), or the validator's refusal (nothing
@@ -488,8 +483,8 @@ export interface SealedEnvelope {
 }
 
 /**
- * `sealCheckedPayload`'s answer: the at-rest envelope and the payload's
- * size class, or the validator's message.
+ * `sealChecked`'s answer: the at-rest envelope and the payload's size
+ * class, or the validator's message.
  */
 export interface SealedPayload {
   ok: boolean

@@ -398,10 +398,9 @@ export function enqueueDirect(
     return record;
   }
   if (lazy === undefined) return null;
-  const prepared =
-    "fields" in payload
-      ? keyring.prepareStringFieldsAsync(kind, payload.fields[0], payload.fields[1], args.id, envelopeDeadlineAt)
-      : keyring.prepareCheckedPayloadAsync(kind, payload.json, args.id, envelopeDeadlineAt);
+  const fields = "fields" in payload ? payload.fields : undefined;
+  const json = "json" in payload ? payload.json : undefined;
+  const prepared = keyring.prepareCheckedAsync(kind, json, fields?.[0], fields?.[1], args.id, envelopeDeadlineAt);
   return prepared.then((ready) => {
     if ("message" in ready) return ready;
     const record = jobFromJson(keyring.enqueuePrepared(native, ready, String(kind), args, now), lazy) as JobRecord;

@@ -23,8 +23,8 @@ use crate::keys::{KeyHandle, PublicIdentity};
 use crate::signing;
 use crate::wire;
 
-/// `sealCheckedPayload`'s answer: the at-rest envelope and the payload's
-/// size class, or the validator's message.
+/// `sealChecked`'s answer: the at-rest envelope and the payload's size
+/// class, or the validator's message.
 #[napi(object, js_name = "SealedPayload")]
 pub struct JsSealedPayload {
     pub ok: bool,
@@ -200,100 +200,63 @@ impl SiteKeyring {
         })
     }
 
-    /// `validatePayload` then `sealPayload` of its canonical text, in one call.
+    /// `validatePayload` then `sealPayload` of its canonical text, in one
+    /// call: the canonical text (as long as the payload) never crosses to
+    /// JavaScript. Inline for a payload up to
+    /// [`crate::direct::ASYNC_CRYPTO_THRESHOLD`]
+    /// bytes, on the thread pool above (validation included: for a large
+    /// payload it is milliseconds of parsing). A payload that is a plain
+    /// object of string values may come as its `keys` and `values` instead
+    /// of `payloadJson`: its JSON text is then written on the thread pool
+    /// rather than by `JSON.stringify`, which scans a megabyte prompt a
+    /// character at a time.
     #[napi(
         catch_unwind,
-        ts_return_type = "{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }"
+        ts_return_type = "{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string } | Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
     )]
-    pub fn seal_checked_payload(
+    pub fn seal_checked(
         &self,
         kind: Unknown<'_>,
         payload_json: Option<String>,
+        keys: Option<Vec<ExactString>>,
+        values: Option<Vec<ExactString>>,
         job_id: String,
         deadline_at: f64,
-    ) -> Result<JsSealedPayload> {
-        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)?
-            .seal()
-            .map(JsSealedPayload::from_core)
+    ) -> Result<Either<JsSealedPayload, AsyncTask<SealCheckedTask>>> {
+        let payload = PayloadSource::new("sealChecked", payload_json, keys, values)?;
+        let task = self.checked_task(kind, payload, job_id, deadline_at)?;
+        if task.payload.is_large() {
+            Ok(Either::B(AsyncTask::new(task)))
+        } else {
+            task.seal()
+                .map(|sealed| Either::A(JsSealedPayload::from_core(sealed)))
+        }
     }
 
-    /// [`Self::seal_checked_payload`] on the thread pool (validation
-    /// included: for a large payload it is milliseconds of parsing).
-    #[napi(
-        catch_unwind,
-        ts_return_type = "Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
-    )]
-    pub fn seal_checked_payload_async(
-        &self,
-        kind: Unknown<'_>,
-        payload_json: Option<String>,
-        job_id: String,
-        deadline_at: f64,
-    ) -> Result<AsyncTask<SealCheckedTask>> {
-        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)
-            .map(AsyncTask::new)
-    }
-
-    /// [`Self::seal_checked_payload_async`] for a payload that is a plain
-    /// object of string values, given as its keys and values: the JSON text
-    /// is written here (off the main thread) instead of by `JSON.stringify`,
-    /// which scans a megabyte prompt a character at a time.
-    #[napi(
-        catch_unwind,
-        ts_return_type = "Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
-    )]
-    pub fn seal_string_fields_async(
-        &self,
-        kind: Unknown<'_>,
-        keys: Vec<ExactString>,
-        values: Vec<ExactString>,
-        job_id: String,
-        deadline_at: f64,
-    ) -> Result<AsyncTask<SealCheckedTask>> {
-        let payload = PayloadSource::fields("sealStringFieldsAsync", keys, values)?;
-        self.checked_task(kind, payload, job_id, deadline_at)
-            .map(AsyncTask::new)
-    }
-
-    /// [`Self::seal_checked_payload_async`] for an enqueue on our
-    /// `NativeMemoryStore` whose records leave envelopes out: validated on
-    /// the thread pool, the at-rest seal left to the background thread (see
-    /// `crate::envelope::deferred`), then stored by `enqueuePrepared`.
+    /// [`Self::seal_checked`] on the thread pool for an enqueue on our
+    /// `NativeMemoryStore` whose records leave envelopes out: the at-rest
+    /// seal is left to the background thread (see
+    /// `crate::envelope::deferred`), then the job is stored by
+    /// `enqueuePrepared`.
     #[napi(
         catch_unwind,
         ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
     )]
-    pub fn prepare_checked_payload_async(
+    pub fn prepare_checked_async(
         &self,
         kind: Unknown<'_>,
         payload_json: Option<String>,
+        keys: Option<Vec<ExactString>>,
+        values: Option<Vec<ExactString>>,
         job_id: String,
         deadline_at: f64,
     ) -> Result<AsyncTask<PrepareCheckedTask>> {
-        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)
-            .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
-    }
-
-    /// [`Self::prepare_checked_payload_async`] for a plain object of string
-    /// values (see [`Self::seal_string_fields_async`]).
-    #[napi(
-        catch_unwind,
-        ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
-    )]
-    pub fn prepare_string_fields_async(
-        &self,
-        kind: Unknown<'_>,
-        keys: Vec<ExactString>,
-        values: Vec<ExactString>,
-        job_id: String,
-        deadline_at: f64,
-    ) -> Result<AsyncTask<PrepareCheckedTask>> {
-        let payload = PayloadSource::fields("prepareStringFieldsAsync", keys, values)?;
+        let payload = PayloadSource::new("prepareCheckedAsync", payload_json, keys, values)?;
         self.checked_task(kind, payload, job_id, deadline_at)
             .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
     }
 
-    /// Store a payload `prepare…Async` validated, as `enqueueDirect` stores
+    /// Store a payload `prepareCheckedAsync` validated, as `enqueueDirect` stores
     /// one: the new record's row. `kind` is the one it was prepared with.
     /// Throws if `prepared` was used already.
     #[napi(catch_unwind)]
@@ -338,7 +301,7 @@ impl SiteKeyring {
         .map_err(seal_error)
     }
 
-    /// `sealCheckedPayload` and our store's `create` in one call, for an
+    /// `sealChecked` and our store's `create` in one call, for an
     /// enqueue on our `NativeMemoryStore`: the at-rest envelope never
     /// becomes a JS object only to be handed back. The new record's row (see
     /// `NativeMemoryStore.create`), or the validator's refusal (nothing

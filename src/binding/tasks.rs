@@ -52,19 +52,35 @@ pub enum PayloadSource {
 }
 
 impl PayloadSource {
-    /// [`PayloadSource::Fields`], refused (for `method`) unless there are as
-    /// many values as keys.
-    pub(super) fn fields(
+    /// The payload as its JSON text, or as `keys` and `values` when given
+    /// (refused, for `method`, unless there are as many values as keys).
+    pub(super) fn new(
         method: &str,
-        keys: Vec<ExactString>,
-        values: Vec<ExactString>,
+        json: Option<String>,
+        keys: Option<Vec<ExactString>>,
+        values: Option<Vec<ExactString>>,
     ) -> Result<PayloadSource> {
-        if keys.len() != values.len() {
-            return Err(invalid(format!(
+        match (keys, values) {
+            (None, None) => Ok(PayloadSource::Json(json)),
+            (Some(keys), Some(values)) if keys.len() == values.len() => {
+                Ok(PayloadSource::Fields(keys, values))
+            }
+            _ => Err(invalid(format!(
                 "{method}: keys and values differ in length"
-            )));
+            ))),
         }
-        Ok(PayloadSource::Fields(keys, values))
+    }
+
+    /// Worth the thread pool: JSON text over
+    /// [`crate::direct::ASYNC_CRYPTO_THRESHOLD`] bytes, or fields (only a
+    /// large payload is handed over as its fields).
+    pub(super) fn is_large(&self) -> bool {
+        match self {
+            PayloadSource::Json(json) => json
+                .as_ref()
+                .is_some_and(|json| json.len() > crate::direct::ASYNC_CRYPTO_THRESHOLD),
+            PayloadSource::Fields(..) => true,
+        }
     }
 
     /// `work` given the payload's JSON text (written here for fields).
