@@ -108,14 +108,15 @@ export declare class SiteKeyring {
   get keyId(): string
   publicIdentity(): PublicIdentity
   isConsistent(): boolean
-  /** Seal a job payload to the site itself, for storage at rest. */
-  sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope
-  sealPayloadAsync(plaintext: string, jobId: string, deadlineAt: number): Promise<SealedEnvelope>
+  /**
+   * Seal a job payload to the site itself, for storage at rest (on the
+   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
+   */
+  sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope | Promise<SealedEnvelope>
   /**
    * `validatePayload` then `sealPayload` of its canonical text, in one
    * call: the canonical text (as long as the payload) never crosses to
-   * JavaScript. Inline for a payload up to
-   * [`crate::direct::ASYNC_CRYPTO_THRESHOLD`]
+   * JavaScript. Inline for a payload up to [`ASYNC_CRYPTO_THRESHOLD`]
    * bytes, on the thread pool above (validation included: for a large
    * payload it is milliseconds of parsing). A payload that is a plain
    * object of string values may come as its `keys` and `values` instead
@@ -139,10 +140,11 @@ export declare class SiteKeyring {
    */
   enqueuePrepared(store: NativeMemoryStore, prepared: PreparedPayload, kind: string, job: EnqueuedJob, now: number): string
   /**
-   * Open the at-rest payload and seal it to the claiming device; `null`
-   * when the at-rest envelope does not open.
+   * Open the at-rest payload and seal it to the claiming device (on the
+   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes);
+   * `null` when the at-rest envelope does not open.
    */
-  resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null
+  resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null | Promise<SealedEnvelope | null>
   /**
    * `sealChecked` and our store's `create` in one call, for an
    * enqueue on our `NativeMemoryStore`: the at-rest envelope never
@@ -165,10 +167,11 @@ export declare class SiteKeyring {
    * sealed envelope under that id, as for one that does not open.
    */
   resealStoredForDeviceAsync(store: NativeMemoryStore, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
-  resealForDeviceAsync(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
-  /** Open a device's result envelope addressed to this site. */
-  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }
-  openResultAsync(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
+  /**
+   * Open a device's result envelope addressed to this site (on the
+   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
+   */
+  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
   /** The site plane's request signature over `site/<endpoint>`. */
   signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string
 }

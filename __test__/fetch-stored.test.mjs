@@ -43,7 +43,7 @@ test("unreadEnvelopeStore: a large envelope not yet read names our store; readin
 });
 
 for (const chars of [40_000, 100]) {
-  test(`resealStoredForDeviceAsync seals what resealForDeviceAsync seals from the same record (${chars}-char prompt)`, async () => {
+  test(`resealStoredForDeviceAsync seals what resealForDevice seals from the same record (${chars}-char prompt)`, async () => {
     // 100 chars: a small payload whose at-rest seal may not be made yet.
     const { store, id } = await setup(chars);
     const ring = new native.SiteKeyring(SITE);
@@ -52,7 +52,7 @@ for (const chars of [40_000, 100]) {
     const record = await store.get(id);
 
     const fromStore = await ring.resealStoredForDeviceAsync(store.native, id, record.createdAt, identity);
-    const fromRecord = await ring.resealForDeviceAsync(record.envelope, id, record.createdAt, identity);
+    const fromRecord = await ring.resealForDevice(record.envelope, id, record.createdAt, identity);
     const openAsDevice = (envelope) =>
       native.open({
         envelope,

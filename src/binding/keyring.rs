@@ -9,15 +9,15 @@ use napi::JsString;
 use napi_derive::napi;
 
 use super::crypto::{
-    canonical_outcome, invalid, open_result_with, seal_error, JsOpenResult, JsPublicIdentity,
-    JsSealedEnvelope, JsStoredKeys,
+    invalid, seal_error, JsOpenResult, JsPublicIdentity, JsSealedEnvelope, JsStoredKeys,
 };
 use super::store::NativeMemoryStore;
 use super::strings::ExactString;
 use super::tasks::{
-    OpenResultTask, PayloadSource, PrepareCheckedTask, PreparedPayload, ResealTask,
+    now_or_pooled, OpenResultTask, PayloadSource, PrepareCheckedTask, PreparedPayload, ResealTask,
     SealCheckedTask, SealPayloadTask,
 };
+use crate::direct::ASYNC_CRYPTO_THRESHOLD;
 use crate::envelope::{self, Text};
 use crate::keys::{KeyHandle, PublicIdentity};
 use crate::signing;
@@ -172,50 +172,46 @@ impl SiteKeyring {
         self.inner.is_consistent()
     }
 
-    /// Seal a job payload to the site itself, for storage at rest.
-    #[napi(catch_unwind)]
+    /// Seal a job payload to the site itself, for storage at rest (on the
+    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
+    #[napi(
+        catch_unwind,
+        ts_return_type = "SealedEnvelope | Promise<SealedEnvelope>"
+    )]
     pub fn seal_payload(
         &self,
+        env: Env,
         plaintext: String,
         job_id: String,
         deadline_at: f64,
-    ) -> Result<JsSealedEnvelope> {
-        seal_payload_core(&self.inner, &plaintext, &job_id, deadline_at)
-            .map(JsSealedEnvelope::from)
-            .map_err(seal_error)
-    }
-
-    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope>")]
-    pub fn seal_payload_async(
-        &self,
-        plaintext: String,
-        job_id: String,
-        deadline_at: f64,
-    ) -> AsyncTask<SealPayloadTask> {
-        AsyncTask::new(SealPayloadTask {
+    ) -> Result<Either<JsSealedEnvelope, AsyncTask<SealPayloadTask>>> {
+        let large = plaintext.len() > ASYNC_CRYPTO_THRESHOLD;
+        let task = SealPayloadTask {
             handle: self.inner.clone(),
             plaintext,
             job_id,
             deadline_at,
-        })
+        };
+        now_or_pooled(env, task, large)
     }
 
     /// `validatePayload` then `sealPayload` of its canonical text, in one
     /// call: the canonical text (as long as the payload) never crosses to
-    /// JavaScript. Inline for a payload up to
-    /// [`crate::direct::ASYNC_CRYPTO_THRESHOLD`]
+    /// JavaScript. Inline for a payload up to [`ASYNC_CRYPTO_THRESHOLD`]
     /// bytes, on the thread pool above (validation included: for a large
     /// payload it is milliseconds of parsing). A payload that is a plain
     /// object of string values may come as its `keys` and `values` instead
     /// of `payloadJson`: its JSON text is then written on the thread pool
     /// rather than by `JSON.stringify`, which scans a megabyte prompt a
     /// character at a time.
+    #[allow(clippy::too_many_arguments)]
     #[napi(
         catch_unwind,
         ts_return_type = "{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string } | Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
     )]
     pub fn seal_checked(
         &self,
+        env: Env,
         kind: Unknown<'_>,
         payload_json: Option<String>,
         keys: Option<Vec<ExactString>>,
@@ -225,12 +221,8 @@ impl SiteKeyring {
     ) -> Result<Either<JsSealedPayload, AsyncTask<SealCheckedTask>>> {
         let payload = PayloadSource::new("sealChecked", payload_json, keys, values)?;
         let task = self.checked_task(kind, payload, job_id, deadline_at)?;
-        if task.payload.is_large() {
-            Ok(Either::B(AsyncTask::new(task)))
-        } else {
-            task.seal()
-                .map(|sealed| Either::A(JsSealedPayload::from_core(sealed)))
-        }
+        let large = task.payload.is_large();
+        now_or_pooled(env, task, large)
     }
 
     /// [`Self::seal_checked`] on the thread pool for an enqueue on our
@@ -280,25 +272,32 @@ impl SiteKeyring {
         create_enqueued(env, store, job, &kind, &at_rest, size_class, now)
     }
 
-    /// Open the at-rest payload and seal it to the claiming device; `null`
-    /// when the at-rest envelope does not open.
-    #[napi(catch_unwind)]
+    /// Open the at-rest payload and seal it to the claiming device (on the
+    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes);
+    /// `null` when the at-rest envelope does not open.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "SealedEnvelope | null | Promise<SealedEnvelope | null>"
+    )]
     pub fn reseal_for_device(
         &self,
+        env: Env,
         at_rest: JsSealedEnvelope,
         job_id: String,
         created_at: f64,
         device: JsPublicIdentity,
-    ) -> Result<Option<JsSealedEnvelope>> {
-        crate::direct::reseal_for_device(
-            &self.inner,
-            &at_rest.into(),
-            &job_id,
-            created_at,
-            &device_from_js(&device),
-        )
-        .map(|o| o.map(JsSealedEnvelope::from))
-        .map_err(seal_error)
+    ) -> Result<Either<Option<JsSealedEnvelope>, AsyncTask<ResealTask>>> {
+        let large = at_rest.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
+        let task = ResealTask {
+            inputs: Some(crate::direct::reseal::Inputs {
+                site: self.inner.clone(),
+                job_id,
+                at_rest: crate::direct::reseal::AtRest::Sealed(at_rest.into()),
+                created_at,
+                device: device_from_js(&device),
+            }),
+        };
+        now_or_pooled(env, task, large)
     }
 
     /// `sealChecked` and our store's `create` in one call, for an
@@ -432,58 +431,27 @@ impl SiteKeyring {
         })
     }
 
-    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
-    pub fn reseal_for_device_async(
-        &self,
-        at_rest: JsSealedEnvelope,
-        job_id: String,
-        created_at: f64,
-        device: JsPublicIdentity,
-    ) -> AsyncTask<ResealTask> {
-        AsyncTask::new(ResealTask {
-            inputs: Some(crate::direct::reseal::Inputs {
-                site: self.inner.clone(),
-                job_id,
-                at_rest: crate::direct::reseal::AtRest::Sealed(at_rest.into()),
-                created_at,
-                device: device_from_js(&device),
-            }),
-        })
-    }
-
-    /// Open a device's result envelope addressed to this site.
+    /// Open a device's result envelope addressed to this site (on the
+    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
     #[napi(
         catch_unwind,
-        ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
+        ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" } | Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
     )]
     pub fn open_result(
         &self,
+        env: Env,
         envelope: JsSealedEnvelope,
         job_id: String,
         device_identity: String,
-    ) -> JsOpenResult {
-        let opened =
-            crate::direct::open_result(&self.inner, &envelope.into(), &job_id, &device_identity);
-        let canonical = canonical_outcome(&opened);
-        open_result_with(opened, canonical)
-    }
-
-    #[napi(
-        catch_unwind,
-        ts_return_type = "Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
-    )]
-    pub fn open_result_async(
-        &self,
-        envelope: JsSealedEnvelope,
-        job_id: String,
-        device_identity: String,
-    ) -> AsyncTask<OpenResultTask> {
-        AsyncTask::new(OpenResultTask {
+    ) -> Result<Either<JsOpenResult, AsyncTask<OpenResultTask>>> {
+        let large = envelope.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
+        let task = OpenResultTask {
             handle: self.inner.clone(),
             envelope: envelope.into(),
             job_id,
             device_identity,
-        })
+        };
+        now_or_pooled(env, task, large)
     }
 
     /// The site plane's request signature over `site/<endpoint>`.

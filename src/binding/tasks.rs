@@ -249,6 +249,20 @@ impl Task for OpenResultTask {
     }
 }
 
+/// `task` done now, on the main thread, or on the thread pool when `large`:
+/// each keyring call has one entry point, which picks by the size it knows.
+pub(super) fn now_or_pooled<T: Task>(
+    env: Env,
+    mut task: T,
+    large: bool,
+) -> Result<Either<T::JsValue, AsyncTask<T>>> {
+    if large {
+        return Ok(Either::B(AsyncTask::new(task)));
+    }
+    let output = task.compute()?;
+    task.resolve(env, output).map(Either::A)
+}
+
 /// `catch_unwind` for work on the thread pool, where the attribute does not
 /// reach: a panic becomes a rejected promise.
 fn guard<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
