@@ -89,6 +89,33 @@ export declare class NativeMemoryStore {
   touchRunner(runnerId: string, capabilitiesJson: string, daemonVersionJson: string, now: number): string | null
   revokeRunner(runnerId: string, now: number): void
   listRunners(owner?: string | undefined | null): string
+  /**
+   * `sealChecked` and `create` in one call, for an enqueue: the at-rest
+   * envelope never becomes a JS object only to be handed back. The new
+   * record's row (see `create`), or the validator's refusal (nothing
+   * stored).
+   */
+  enqueue(keyring: SiteKeyring, kind: unknown, payloadJson: string | undefined | null, jobId: string, envelopeDeadlineAt: number, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, now: number): string | { message: string }
+  /**
+   * Store a payload `SiteKeyring.prepareCheckedAsync` validated, as
+   * `enqueue` stores one: the new record's row. `kind` is the one it was
+   * prepared with. Throws if `prepared` was used already.
+   */
+  enqueuePrepared(prepared: PreparedPayload, kind: string, job: EnqueuedJob, now: number): string
+  /**
+   * A signed `claim`, `fetch` or `result` served end to end on this
+   * store (see `crate::direct::serve`): the answer's JSON text (status
+   * 200), or `null` when the general path must answer, in which case
+   * nothing has changed.
+   */
+  serve(keyring: SiteKeyring, endpoint: string, body: string, runnerId: string, issuedAt: string, signature: string, leaseMs: number, now: number): string | null
+  /**
+   * `SiteKeyring.resealForDevice` for a job whose envelope is in this
+   * store, on the thread pool: read here, so a megabyte ciphertext does
+   * not become a JS string only to be read back. `null` when the store
+   * has no sealed envelope under that id, as for one that does not open.
+   */
+  resealForDeviceAsync(keyring: SiteKeyring, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
 }
 
 /**
@@ -134,39 +161,11 @@ export declare class SiteKeyring {
    */
   prepareCheckedAsync(kind: unknown, payloadJson: string | undefined | null, keys: Array<ExactString> | undefined | null, values: Array<ExactString> | undefined | null, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
   /**
-   * Store a payload `prepareCheckedAsync` validated, as `enqueueDirect` stores
-   * one: the new record's row. `kind` is the one it was prepared with.
-   * Throws if `prepared` was used already.
-   */
-  enqueuePrepared(store: NativeMemoryStore, prepared: PreparedPayload, kind: string, job: EnqueuedJob, now: number): string
-  /**
    * Open the at-rest payload and seal it to the claiming device (on the
    * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes);
    * `null` when the at-rest envelope does not open.
    */
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null | Promise<SealedEnvelope | null>
-  /**
-   * `sealChecked` and our store's `create` in one call, for an
-   * enqueue on our `NativeMemoryStore`: the at-rest envelope never
-   * becomes a JS object only to be handed back. The new record's row (see
-   * `NativeMemoryStore.create`), or the validator's refusal (nothing
-   * stored).
-   */
-  enqueueDirect(store: NativeMemoryStore, kind: unknown, payloadJson: string | undefined | null, jobId: string, envelopeDeadlineAt: number, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, now: number): string | { message: string }
-  /**
-   * A signed `claim`, `fetch` or `result` served end to end on our
-   * store (see `crate::direct::serve`): the answer's JSON text (status
-   * 200), or `null` when the general path must answer, in which case
-   * nothing has changed.
-   */
-  serveDirect(store: NativeMemoryStore, endpoint: string, body: string, runnerId: string, issuedAt: string, signature: string, leaseMs: number, now: number): string | null
-  /**
-   * [`Self::reseal_for_device_async`] for a job whose envelope is in our
-   * `NativeMemoryStore`: read there, so a megabyte ciphertext does not
-   * become a JS string only to be read back. `null` when the store has no
-   * sealed envelope under that id, as for one that does not open.
-   */
-  resealStoredForDeviceAsync(store: NativeMemoryStore, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
   /**
    * Open a device's result envelope addressed to this site (on the
    * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
@@ -248,8 +247,8 @@ export declare function deadlineFor(deadlineAt: number | undefined | null, claim
 export declare function deviceIdentityRefusal(identity: unknown): string | null
 
 /**
- * An enqueued job's fields besides its kind and payload, as our store's
- * `create` takes them (`purposeJson`: `JSON.stringify` of `purpose`).
+ * An enqueued job's fields besides its kind and payload, as `create` takes
+ * them (`purposeJson`: `JSON.stringify` of `purpose`).
  */
 export interface EnqueuedJob {
   id: string
@@ -379,7 +378,7 @@ export interface PayloadCheck {
   message?: string
 }
 
-/** `enqueueDirect`'s refusal: the payload validator's message. */
+/** `NativeMemoryStore.enqueue`'s refusal: the payload validator's message. */
 export interface PayloadRefusal {
   message: string
 }

@@ -468,7 +468,7 @@ export class Endpoints {
     try {
       envelope =
         stored !== undefined
-          ? await this.#keyring.resealStoredForDeviceAsync(stored, job.id, job.createdAt, runner.device)
+          ? await stored.resealForDeviceAsync(this.#keyring, job.id, job.createdAt, runner.device)
           : await this.#keyring.resealForDevice(job.envelope, job.id, job.createdAt, runner.device);
     } catch {
       // Opening failures come back as null; a throw here means the device's

@@ -1,27 +1,23 @@
 //! `SiteKeyring`, a site's key handle: its payload seals and result opens,
-//! inline and on the thread pool, its reseals for a claiming device, and
-//! the direct lane's enqueue and serve calls on our `NativeMemoryStore`.
+//! inline and on the thread pool, and its reseals for a claiming device.
+//! The calls that also act on our store are `NativeMemoryStore`'s
+//! (`enqueue`, `serve`, …), which take the keyring.
 
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
-use napi::JsString;
 use napi_derive::napi;
 
-use super::crypto::{
-    invalid, seal_error, JsOpenResult, JsPublicIdentity, JsSealedEnvelope, JsStoredKeys,
-};
-use super::store::NativeMemoryStore;
+use super::crypto::{invalid, JsOpenResult, JsPublicIdentity, JsSealedEnvelope, JsStoredKeys};
 use super::strings::ExactString;
 use super::tasks::{
-    now_or_pooled, OpenResultTask, PayloadSource, PrepareCheckedTask, PreparedPayload, ResealTask,
-    SealCheckedTask, SealPayloadTask,
+    now_or_pooled, OpenResultTask, PayloadSource, PrepareCheckedTask, ResealTask, SealCheckedTask,
+    SealPayloadTask,
 };
 use crate::direct::ASYNC_CRYPTO_THRESHOLD;
 use crate::envelope::{self, Text};
 use crate::keys::{KeyHandle, PublicIdentity};
 use crate::signing;
-use crate::wire;
 
 /// `sealChecked`'s answer: the at-rest envelope and the payload's size
 /// class, or the validator's message.
@@ -54,60 +50,7 @@ impl JsSealedPayload {
     }
 }
 
-/// An enqueued job's fields besides its kind and payload, as our store's
-/// `create` takes them (`purposeJson`: `JSON.stringify` of `purpose`).
-#[napi(object, js_name = "EnqueuedJob")]
-pub struct JsEnqueuedJob {
-    pub id: String,
-    pub owner: String,
-    pub audience: Option<String>,
-    pub purpose_json: Option<String>,
-    pub audience_allow: Option<Vec<String>>,
-    pub depends_on: Option<Vec<String>>,
-    pub ttl_ms: Option<f64>,
-    pub deadline_at: Option<f64>,
-}
-
-/// Store an enqueued job with its at-rest envelope: the new record's row.
-fn create_enqueued<'env>(
-    env: &'env Env,
-    store: &mut NativeMemoryStore,
-    job: JsEnqueuedJob,
-    kind: &str,
-    at_rest: &crate::direct::AtRestSeal,
-    size_class: &'static str,
-    now: f64,
-) -> Result<JsString<'env>> {
-    let JsEnqueuedJob {
-        id,
-        owner,
-        audience,
-        purpose_json,
-        audience_allow,
-        depends_on,
-        ttl_ms,
-        deadline_at,
-    } = job;
-    store.create_job(
-        env,
-        crate::store::JobInput {
-            id: &id,
-            kind,
-            envelope: at_rest.as_input(),
-            size_class,
-            owner: &owner,
-            audience: audience.as_deref(),
-            purpose_json: purpose_json.as_deref(),
-            audience_allow,
-            depends_on,
-            ttl_ms,
-            deadline_at,
-        },
-        now,
-    )
-}
-
-/// `enqueueDirect`'s refusal: the payload validator's message.
+/// `NativeMemoryStore.enqueue`'s refusal: the payload validator's message.
 #[napi(object, js_name = "PayloadRefusal")]
 pub struct JsPayloadRefusal {
     pub message: String,
@@ -121,7 +64,7 @@ pub struct SiteKeyring {
     inner: Arc<KeyHandle>,
 }
 
-fn device_from_js(device: &JsPublicIdentity) -> PublicIdentity {
+pub(super) fn device_from_js(device: &JsPublicIdentity) -> PublicIdentity {
     PublicIdentity {
         identity: device.identity.clone(),
         encryption: device.encryption.clone(),
@@ -248,30 +191,6 @@ impl SiteKeyring {
             .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
     }
 
-    /// Store a payload `prepareCheckedAsync` validated, as `enqueueDirect` stores
-    /// one: the new record's row. `kind` is the one it was prepared with.
-    /// Throws if `prepared` was used already.
-    #[napi(catch_unwind)]
-    pub fn enqueue_prepared<'env>(
-        &self,
-        env: &'env Env,
-        store: &mut NativeMemoryStore,
-        prepared: &mut PreparedPayload,
-        kind: String,
-        job: JsEnqueuedJob,
-        now: f64,
-    ) -> Result<JsString<'env>> {
-        let Some((at_rest, size_class)) = prepared.prepared.take() else {
-            return Err(invalid("enqueuePrepared: this payload was stored already"));
-        };
-        // A job under this id already: `create` answers with it, and this
-        // payload's seal is never needed.
-        if store.core_mut().get(&job.id).is_none() {
-            crate::direct::seal_later(&at_rest);
-        }
-        create_enqueued(env, store, job, &kind, &at_rest, size_class, now)
-    }
-
     /// Open the at-rest payload and seal it to the claiming device (on the
     /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes);
     /// `null` when the at-rest envelope does not open.
@@ -298,137 +217,6 @@ impl SiteKeyring {
             }),
         };
         now_or_pooled(env, task, large)
-    }
-
-    /// `sealChecked` and our store's `create` in one call, for an
-    /// enqueue on our `NativeMemoryStore`: the at-rest envelope never
-    /// becomes a JS object only to be handed back. The new record's row (see
-    /// `NativeMemoryStore.create`), or the validator's refusal (nothing
-    /// stored).
-    #[allow(clippy::too_many_arguments)]
-    #[napi(catch_unwind, ts_return_type = "string | { message: string }")]
-    pub fn enqueue_direct<'env>(
-        &self,
-        env: &'env Env,
-        store: &mut NativeMemoryStore,
-        kind: Unknown<'_>,
-        payload_json: Option<String>,
-        job_id: String,
-        envelope_deadline_at: f64,
-        owner: String,
-        audience: Option<String>,
-        purpose_json: Option<String>,
-        audience_allow: Option<Vec<String>>,
-        depends_on: Option<Vec<String>>,
-        ttl_ms: Option<f64>,
-        deadline_at: Option<f64>,
-        now: f64,
-    ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
-        let (kind_text, display) = super::rules::payload_kind(kind)?;
-        let valid = match crate::direct::validate_for_enqueue(
-            &self.inner,
-            kind_text.as_deref(),
-            &display,
-            payload_json.as_deref(),
-            &job_id,
-            envelope_deadline_at,
-        ) {
-            Ok(valid) => valid,
-            Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
-        };
-        let size_class = valid.size_class.as_str();
-        let at_rest = crate::direct::seal_at_rest(
-            &self.inner,
-            store.core_mut(),
-            valid.canonical,
-            &job_id,
-            envelope_deadline_at,
-        )
-        .map_err(seal_error)?;
-        // The validator accepted the kind, so it is a string.
-        let kind = kind_text.unwrap_or_default();
-        let job = JsEnqueuedJob {
-            id: job_id,
-            owner,
-            audience,
-            purpose_json,
-            audience_allow,
-            depends_on,
-            ttl_ms,
-            deadline_at,
-        };
-        create_enqueued(env, store, job, &kind, &at_rest, size_class, now).map(Either::A)
-    }
-
-    /// A signed `claim`, `fetch` or `result` served end to end on our
-    /// store (see `crate::direct::serve`): the answer's JSON text (status
-    /// 200), or `null` when the general path must answer, in which case
-    /// nothing has changed.
-    #[allow(clippy::too_many_arguments)]
-    #[napi(catch_unwind)]
-    pub fn serve_direct<'env>(
-        &self,
-        env: &'env Env,
-        store: &mut NativeMemoryStore,
-        endpoint: String,
-        body: String,
-        runner_id: String,
-        issued_at: String,
-        signature: String,
-        lease_ms: f64,
-        now: f64,
-    ) -> Result<Option<JsString<'env>>> {
-        let Some(endpoint) = wire::Endpoint::parse(&endpoint) else {
-            return Ok(None);
-        };
-        let call = crate::direct::Call {
-            endpoint,
-            body: &body,
-            runner_id: &runner_id,
-            issued_at: &issued_at,
-            signature: &signature,
-        };
-        let site = crate::direct::Site {
-            keys: &self.inner,
-            lease_ms,
-        };
-        let answer = crate::direct::serve(store.core_mut(), &site, &call, now);
-        // What the request changed is on disk before the device hears of it.
-        store.persist()?;
-        match answer {
-            // Answers are ASCII but for the odd id or model name; V8 takes
-            // those as Latin-1 without a UTF-8 decoding pass.
-            Some(answer) if answer.is_ascii() => {
-                env.create_string_latin1(answer.as_bytes()).map(Some)
-            }
-            Some(answer) => env.create_string(&answer).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// [`Self::reseal_for_device_async`] for a job whose envelope is in our
-    /// `NativeMemoryStore`: read there, so a megabyte ciphertext does not
-    /// become a JS string only to be read back. `null` when the store has no
-    /// sealed envelope under that id, as for one that does not open.
-    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
-    pub fn reseal_stored_for_device_async(
-        &self,
-        store: &mut NativeMemoryStore,
-        job_id: String,
-        created_at: f64,
-        device: JsPublicIdentity,
-    ) -> AsyncTask<ResealTask> {
-        AsyncTask::new(ResealTask {
-            inputs: store
-                .at_rest_core(&job_id)
-                .map(|at_rest| crate::direct::reseal::Inputs {
-                    site: self.inner.clone(),
-                    job_id,
-                    at_rest,
-                    created_at,
-                    device: device_from_js(&device),
-                }),
-        })
     }
 
     /// Open a device's result envelope addressed to this site (on the
@@ -475,6 +263,11 @@ impl SiteKeyring {
 }
 
 impl SiteKeyring {
+    /// The parsed keys (for the store's direct-lane calls).
+    pub(super) fn handle(&self) -> &Arc<KeyHandle> {
+        &self.inner
+    }
+
     /// The validation-and-seal work for `payload` of `kind` (the async seals
     /// and prepares share it).
     fn checked_task(
