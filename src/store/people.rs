@@ -304,12 +304,6 @@ impl PairingStore {
         gone.len()
     }
 
-    /// How many pairings are kept, and the bytes of their records.
-    pub fn pairing_footprint(&self) -> (usize, usize) {
-        let bytes = self.pairings.values().map(|p| p.json.len()).sum();
-        (self.pairings.len(), bytes)
-    }
-
     /// Over [`MAX_PAIRINGS`]: drop the oldest pairings but `keep` and those
     /// awaiting collection.
     fn evict_oldest(&mut self, keep: u64) {
@@ -527,9 +521,15 @@ impl PairingStore {
     }
 }
 
-/// Pairings as values, for the tests.
+/// Pairings as values, and what they hold, for the tests.
 #[cfg(test)]
 impl PairingStore {
+    /// How many pairings are kept, and the bytes of their records.
+    pub fn pairing_footprint(&self) -> (usize, usize) {
+        let bytes = self.pairings.values().map(|p| p.json.len()).sum();
+        (self.pairings.len(), bytes)
+    }
+
     pub fn pairing_by_hash(&self, hash: &str) -> Option<Record> {
         self.by_hash
             .get(hash)
