@@ -89,6 +89,33 @@ export declare class NativeMemoryStore {
   touchRunner(runnerId: string, capabilitiesJson: string, daemonVersionJson: string, now: number): string | null
   revokeRunner(runnerId: string, now: number): void
   listRunners(owner?: string | undefined | null): string
+  /**
+   * `sealChecked` and `create` in one call, for an enqueue: the at-rest
+   * envelope never becomes a JS object only to be handed back. The new
+   * record's row (see `create`), or the validator's refusal (nothing
+   * stored).
+   */
+  enqueue(keyring: SiteKeyring, kind: unknown, payloadJson: string | undefined | null, jobId: string, envelopeDeadlineAt: number, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, now: number): string | { message: string }
+  /**
+   * Store a payload `SiteKeyring.prepareCheckedAsync` validated, as
+   * `enqueue` stores one: the new record's row. `kind` is the one it was
+   * prepared with. Throws if `prepared` was used already.
+   */
+  enqueuePrepared(prepared: PreparedPayload, kind: string, job: EnqueuedJob, now: number): string
+  /**
+   * A signed `claim`, `fetch` or `result` served end to end on this
+   * store (see `crate::direct::serve`): the answer's JSON text (status
+   * 200), or `null` when the general path must answer, in which case
+   * nothing has changed.
+   */
+  serve(keyring: SiteKeyring, endpoint: string, body: string, runnerId: string, issuedAt: string, signature: string, leaseMs: number, now: number): string | null
+  /**
+   * `SiteKeyring.resealForDevice` for a job whose envelope is in this
+   * store, on the thread pool: read here, so a megabyte ciphertext does
+   * not become a JS string only to be read back. `null` when the store
+   * has no sealed envelope under that id, as for one that does not open.
+   */
+  resealForDeviceAsync(keyring: SiteKeyring, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
 }
 
 /**
@@ -108,72 +135,42 @@ export declare class SiteKeyring {
   get keyId(): string
   publicIdentity(): PublicIdentity
   isConsistent(): boolean
-  /** Seal a job payload to the site itself, for storage at rest. */
-  sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope
-  sealPayloadAsync(plaintext: string, jobId: string, deadlineAt: number): Promise<SealedEnvelope>
-  /** `validatePayload` then `sealPayload` of its canonical text, in one call. */
-  sealCheckedPayload(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): { ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }
   /**
-   * [`Self::seal_checked_payload`] on the thread pool (validation
-   * included: for a large payload it is milliseconds of parsing).
+   * Seal a job payload to the site itself, for storage at rest (on the
+   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
    */
-  sealCheckedPayloadAsync(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>
+  sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope | Promise<SealedEnvelope>
   /**
-   * [`Self::seal_checked_payload_async`] for a payload that is a plain
-   * object of string values, given as its keys and values: the JSON text
-   * is written here (off the main thread) instead of by `JSON.stringify`,
-   * which scans a megabyte prompt a character at a time.
+   * `validatePayload` then `sealPayload` of its canonical text, in one
+   * call: the canonical text (as long as the payload) never crosses to
+   * JavaScript. Inline for a payload up to [`ASYNC_CRYPTO_THRESHOLD`]
+   * bytes, on the thread pool above (validation included: for a large
+   * payload it is milliseconds of parsing). A payload that is a plain
+   * object of string values may come as its `keys` and `values` instead
+   * of `payloadJson`: its JSON text is then written on the thread pool
+   * rather than by `JSON.stringify`, which scans a megabyte prompt a
+   * character at a time.
    */
-  sealStringFieldsAsync(kind: unknown, keys: Array<ExactString>, values: Array<ExactString>, jobId: string, deadlineAt: number): Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>
+  sealChecked(kind: unknown, payloadJson: string | undefined | null, keys: Array<ExactString> | undefined | null, values: Array<ExactString> | undefined | null, jobId: string, deadlineAt: number): { ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string } | Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>
   /**
-   * [`Self::seal_checked_payload_async`] for an enqueue on our
-   * `NativeMemoryStore` whose records leave envelopes out: validated on
-   * the thread pool, the at-rest seal left to the background thread (see
-   * `crate::envelope::deferred`), then stored by `enqueuePrepared`.
+   * [`Self::seal_checked`] on the thread pool for an enqueue on our
+   * `NativeMemoryStore` whose records leave envelopes out: the at-rest
+   * seal is left to the background thread (see
+   * `crate::envelope::deferred`), then the job is stored by
+   * `enqueuePrepared`.
    */
-  prepareCheckedPayloadAsync(kind: unknown, payloadJson: string | undefined | null, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
+  prepareCheckedAsync(kind: unknown, payloadJson: string | undefined | null, keys: Array<ExactString> | undefined | null, values: Array<ExactString> | undefined | null, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
   /**
-   * [`Self::prepare_checked_payload_async`] for a plain object of string
-   * values (see [`Self::seal_string_fields_async`]).
+   * Open the at-rest payload and seal it to the claiming device (on the
+   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes);
+   * `null` when the at-rest envelope does not open.
    */
-  prepareStringFieldsAsync(kind: unknown, keys: Array<ExactString>, values: Array<ExactString>, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
+  resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null | Promise<SealedEnvelope | null>
   /**
-   * Store a payload `prepare…Async` validated, as `enqueueDirect` stores
-   * one: the new record's row. `kind` is the one it was prepared with.
-   * Throws if `prepared` was used already.
+   * Open a device's result envelope addressed to this site (on the
+   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
    */
-  enqueuePrepared(store: NativeMemoryStore, prepared: PreparedPayload, kind: string, job: EnqueuedJob, now: number): string
-  /**
-   * Open the at-rest payload and seal it to the claiming device; `null`
-   * when the at-rest envelope does not open.
-   */
-  resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null
-  /**
-   * `sealCheckedPayload` and our store's `create` in one call, for an
-   * enqueue on our `NativeMemoryStore`: the at-rest envelope never
-   * becomes a JS object only to be handed back. The new record's row (see
-   * `NativeMemoryStore.create`), or the validator's refusal (nothing
-   * stored).
-   */
-  enqueueDirect(store: NativeMemoryStore, kind: unknown, payloadJson: string | undefined | null, jobId: string, envelopeDeadlineAt: number, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, now: number): string | { message: string }
-  /**
-   * A signed `claim`, `fetch` or `result` served end to end on our
-   * store (see `crate::direct::serve`): the answer's JSON text (status
-   * 200), or `null` when the general path must answer, in which case
-   * nothing has changed.
-   */
-  serveDirect(store: NativeMemoryStore, endpoint: string, body: string, runnerId: string, issuedAt: string, signature: string, leaseMs: number, now: number): string | null
-  /**
-   * [`Self::reseal_for_device_async`] for a job whose envelope is in our
-   * `NativeMemoryStore`: read there, so a megabyte ciphertext does not
-   * become a JS string only to be read back. `null` when the store has no
-   * sealed envelope under that id, as for one that does not open.
-   */
-  resealStoredForDeviceAsync(store: NativeMemoryStore, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
-  resealForDeviceAsync(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
-  /** Open a device's result envelope addressed to this site. */
-  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }
-  openResultAsync(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
+  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
   /** The site plane's request signature over `site/<endpoint>`. */
   signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string
 }
@@ -250,8 +247,8 @@ export declare function deadlineFor(deadlineAt: number | undefined | null, claim
 export declare function deviceIdentityRefusal(identity: unknown): string | null
 
 /**
- * An enqueued job's fields besides its kind and payload, as our store's
- * `create` takes them (`purposeJson`: `JSON.stringify` of `purpose`).
+ * An enqueued job's fields besides its kind and payload, as `create` takes
+ * them (`purposeJson`: `JSON.stringify` of `purpose`).
  */
 export interface EnqueuedJob {
   id: string
@@ -381,7 +378,7 @@ export interface PayloadCheck {
   message?: string
 }
 
-/** `enqueueDirect`'s refusal: the payload validator's message. */
+/** `NativeMemoryStore.enqueue`'s refusal: the payload validator's message. */
 export interface PayloadRefusal {
   message: string
 }
@@ -488,8 +485,8 @@ export interface SealedEnvelope {
 }
 
 /**
- * `sealCheckedPayload`'s answer: the at-rest envelope and the payload's
- * size class, or the validator's message.
+ * `sealChecked`'s answer: the at-rest envelope and the payload's size
+ * class, or the validator's message.
  */
 export interface SealedPayload {
   ok: boolean

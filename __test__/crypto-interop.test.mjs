@@ -151,7 +151,7 @@ test(`SiteKeyring reseal and result round trips against the reference (${CASES /
       recipientEncryptionPublic: site.encryptionPublic,
       context: { jobId, senderKeyId: ring.keyId, recipientKeyId: ring.keyId, deadlineAt: createdAt + 86_400_000, direction: "payload" },
     });
-    const toDevice = i % 2 ? ring.resealForDevice(atRest, jobId, createdAt, ref.publicIdentityOf(device)) : await ring.resealForDeviceAsync(atRest, jobId, createdAt, ref.publicIdentityOf(device));
+    const toDevice = await ring.resealForDevice(atRest, jobId, createdAt, ref.publicIdentityOf(device));
     const opened = await refOpen(toDevice, device, site.identityPublic, {
       jobId,
       senderKeyId: ring.keyId,
@@ -167,7 +167,7 @@ test(`SiteKeyring reseal and result round trips against the reference (${CASES /
       recipientEncryptionPublic: site.encryptionPublic,
       context: { jobId, senderKeyId: ref.keyId(device.identityPublic), recipientKeyId: ring.keyId, deadlineAt: T0, direction: "result" },
     });
-    const got = i % 2 ? ring.openResult(result, jobId, device.identityPublic) : await ring.openResultAsync(result, jobId, device.identityPublic);
+    const got = await ring.openResult(result, jobId, device.identityPublic);
     assert.deepEqual(got, { ok: true, plaintext: outcome });
   }
 });

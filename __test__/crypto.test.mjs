@@ -197,7 +197,7 @@ test("ids, codes and secrets", () => {
   assert.ok(native.generateRunnerId().startsWith("runner_"));
 });
 
-test("SiteKeyring: seal at rest, reseal to a device, open its result (sync and async)", async () => {
+test("SiteKeyring: seal at rest, reseal to a device, open its result (inline when small)", async () => {
   const ring = new native.SiteKeyring(fx.site);
   assert.equal(ring.keyId, keysJson.parties.site.keyId);
   assert.deepEqual(ring.publicIdentity(), keysJson.parties.site.publicIdentity);
@@ -208,28 +208,21 @@ test("SiteKeyring: seal at rest, reseal to a device, open its result (sync and a
   assert.equal(atRest.senderKeyId, ring.keyId);
   assert.equal(atRest.recipientKeyId, ring.keyId);
   assert.equal(atRest.direction, "payload");
-  const atRestAsync = await ring.sealPayloadAsync('{"prompt":"hi"}', jobId, T0 + 86_400_000);
-  assert.equal(atRestAsync.recipientKeyId, ring.keyId);
 
   const device = native.publicIdentityOf(fx.device);
-  for (const sealed of [atRest, atRestAsync]) {
-    const toDevice = ring.resealForDevice(sealed, jobId, T0, device);
-    const toDeviceAsync = await ring.resealForDeviceAsync(sealed, jobId, T0, device);
-    for (const env of [toDevice, toDeviceAsync]) {
-      assert.equal(env.recipientKeyId, native.keyId(fx.device.identityPublic));
-      assert.equal(env.deadlineAt, T0 + 86_400_000);
-      const opened = native.open({
-        envelope: env,
-        recipientKeys: fx.device,
-        senderIdentityPublic: fx.site.identityPublic,
-        expected: { jobId, senderKeyId: ring.keyId, recipientKeyId: env.recipientKeyId, direction: "payload" },
-      });
-      assert.deepEqual(opened, { ok: true, plaintext: '{"prompt":"hi"}' });
-    }
-  }
+  const env = ring.resealForDevice(atRest, jobId, T0, device);
+  assert.equal(env instanceof Promise, false, "a small envelope is resealed inline");
+  assert.equal(env.recipientKeyId, native.keyId(fx.device.identityPublic));
+  assert.equal(env.deadlineAt, T0 + 86_400_000);
+  const opened = native.open({
+    envelope: env,
+    recipientKeys: fx.device,
+    senderIdentityPublic: fx.site.identityPublic,
+    expected: { jobId, senderKeyId: ring.keyId, recipientKeyId: env.recipientKeyId, direction: "payload" },
+  });
+  assert.deepEqual(opened, { ok: true, plaintext: '{"prompt":"hi"}' });
   // An at-rest envelope for another job does not open: null, not a throw.
   assert.equal(ring.resealForDevice(atRest, "other-job", T0, device), null);
-  assert.equal(await ring.resealForDeviceAsync(atRest, "other-job", T0, device), null);
 
   const result = native.seal({
     plaintext: "the outcome",
@@ -238,7 +231,6 @@ test("SiteKeyring: seal at rest, reseal to a device, open its result (sync and a
     context: { jobId, senderKeyId: native.keyId(fx.device.identityPublic), recipientKeyId: ring.keyId, deadlineAt: T0 + 5, direction: "result" },
   });
   assert.deepEqual(ring.openResult(result, jobId, fx.device.identityPublic), { ok: true, plaintext: "the outcome" });
-  assert.deepEqual(await ring.openResultAsync(result, jobId, fx.device.identityPublic), { ok: true, plaintext: "the outcome" });
   assert.deepEqual(ring.openResult(result, jobId, fx.stranger.identityPublic), { ok: false, reason: "not-for-us" });
   assert.deepEqual(ring.openResult(result, "other", fx.device.identityPublic), { ok: false, reason: "context-mismatch" });
 
@@ -253,11 +245,8 @@ test("SiteKeyring: seal at rest, reseal to a device, open its result (sync and a
       context: { jobId, senderKeyId: native.keyId(fx.device.identityPublic), recipientKeyId: ring.keyId, deadlineAt: T0 + 5, direction: "result" },
     });
   const daemonText = JSON.stringify({ outcome: { outcome: "ok", text: "done é \"x\"" }, ran: { model: "m", backendClass: "http", durationMs: 3 } });
-  for (const opened of [ring.openResult(sealOutcome(daemonText), jobId, fx.device.identityPublic), await ring.openResultAsync(sealOutcome(daemonText), jobId, fx.device.identityPublic)]) {
-    assert.deepEqual(opened, { ok: true, plaintext: daemonText, canonicalOutcome: true });
-    const parsed = native.parseSealedOutcome(daemonText);
-    assert.deepEqual({ ok: true, ...JSON.parse(daemonText) }, parsed);
-  }
+  assert.deepEqual(ring.openResult(sealOutcome(daemonText), jobId, fx.device.identityPublic), { ok: true, plaintext: daemonText, canonicalOutcome: true });
+  assert.deepEqual({ ok: true, ...JSON.parse(daemonText) }, native.parseSealedOutcome(daemonText));
   // Valid but not canonical (keys out of order, an artifact URL left to the full check): no flag.
   for (const text of [
     JSON.stringify({ ran: { model: "m", backendClass: "http", durationMs: 3 }, outcome: { outcome: "canceled" } }),
@@ -278,11 +267,15 @@ test("SiteKeyring: malformed keys throw clear errors; inconsistent keys construc
   assert.equal(mixed.isConsistent(), false);
 });
 
-test("large payloads go through the async variants", async () => {
+test("large payloads go through the thread pool", async () => {
   const ring = new native.SiteKeyring(fx.site);
   const big = "x".repeat(1_000_000) + "🙂";
-  const env = await ring.sealPayloadAsync(big, "job", T0);
-  const toDevice = await ring.resealForDeviceAsync(env, "job", T0, native.publicIdentityOf(fx.device));
+  const sealing = ring.sealPayload(big, "job", T0);
+  assert.ok(sealing instanceof Promise);
+  const env = await sealing;
+  const resealing = ring.resealForDevice(env, "job", T0, native.publicIdentityOf(fx.device));
+  assert.ok(resealing instanceof Promise);
+  const toDevice = await resealing;
   const opened = native.open({
     envelope: toDevice,
     recipientKeys: fx.device,

@@ -28,11 +28,11 @@ const RUNNER = "runner-direct-1";
 const CAP = { kind: "llm.generate", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "team" };
 const keyring = new native.SiteKeyring(SITE);
 
-/** Requests the native fast path answered, by endpoint (it answers through SiteKeyring#serveDirect). */
+/** Requests the native fast path answered, by endpoint (it answers through NativeMemoryStore#serve). */
 const servedNatively = {};
-const nativeServe = native.SiteKeyring.prototype.serveDirect;
-native.SiteKeyring.prototype.serveDirect = function (store, endpoint, ...rest) {
-  const answer = nativeServe.call(this, store, endpoint, ...rest);
+const nativeServe = binding.NativeMemoryStore.prototype.serve;
+binding.NativeMemoryStore.prototype.serve = function (keyring, endpoint, ...rest) {
+  const answer = nativeServe.call(this, keyring, endpoint, ...rest);
   if (answer !== null) servedNatively[endpoint] = (servedNatively[endpoint] ?? 0) + 1;
   return answer;
 };
@@ -41,8 +41,8 @@ binding.NativeMemoryStore.prototype.sweptResult = function (...args) {
   servedNatively.result = (servedNatively.result ?? 0) + 1;
   return nativeResult.apply(this, args);
 };
-const nativeEnqueue = native.SiteKeyring.prototype.enqueueDirect;
-native.SiteKeyring.prototype.enqueueDirect = function (...args) {
+const nativeEnqueue = binding.NativeMemoryStore.prototype.enqueue;
+binding.NativeMemoryStore.prototype.enqueue = function (...args) {
   servedNatively.enqueue = (servedNatively.enqueue ?? 0) + 1;
   return nativeEnqueue.apply(this, args);
 };

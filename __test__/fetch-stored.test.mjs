@@ -1,5 +1,5 @@
 // The fetch handler's reseal of a large envelope where our MemoryStore keeps
-// it (SiteKeyring.resealStoredForDeviceAsync), and which records qualify
+// it (NativeMemoryStore.resealForDeviceAsync), and which records qualify
 // (unreadEnvelopeStore). The end-to-end bytes are held by
 // large-fetch.test.mjs; this pins the pieces. No reference package: runs on
 // Node 20 too.
@@ -43,7 +43,7 @@ test("unreadEnvelopeStore: a large envelope not yet read names our store; readin
 });
 
 for (const chars of [40_000, 100]) {
-  test(`resealStoredForDeviceAsync seals what resealForDeviceAsync seals from the same record (${chars}-char prompt)`, async () => {
+  test(`the store's resealForDeviceAsync seals what resealForDevice seals from the same record (${chars}-char prompt)`, async () => {
     // 100 chars: a small payload whose at-rest seal may not be made yet.
     const { store, id } = await setup(chars);
     const ring = new native.SiteKeyring(SITE);
@@ -51,8 +51,8 @@ for (const chars of [40_000, 100]) {
     const identity = native.publicIdentityOf(device);
     const record = await store.get(id);
 
-    const fromStore = await ring.resealStoredForDeviceAsync(store.native, id, record.createdAt, identity);
-    const fromRecord = await ring.resealForDeviceAsync(record.envelope, id, record.createdAt, identity);
+    const fromStore = await store.native.resealForDeviceAsync(ring, id, record.createdAt, identity);
+    const fromRecord = await ring.resealForDevice(record.envelope, id, record.createdAt, identity);
     const openAsDevice = (envelope) =>
       native.open({
         envelope,
@@ -69,12 +69,12 @@ for (const chars of [40_000, 100]) {
     const { ciphertext: _y, ...restB } = fromRecord;
     assert.deepEqual(restA, restB);
 
-    assert.equal(await ring.resealStoredForDeviceAsync(store.native, "no-such-job", record.createdAt, identity), null);
+    assert.equal(await store.native.resealForDeviceAsync(ring, "no-such-job", record.createdAt, identity), null);
     // Another store does not hold this id.
     const other = await setup(40_000);
-    assert.equal(await ring.resealStoredForDeviceAsync(other.store.native, id, record.createdAt, identity), null);
+    assert.equal(await other.store.native.resealForDeviceAsync(ring, id, record.createdAt, identity), null);
     // A device key nothing can be sealed to rejects, as the record path does.
-    assert.equal(await ring.resealStoredForDeviceAsync(store.native, id, record.createdAt, { ...identity, encryption: "AAAA" }).catch(() => "threw"), "threw");
+    assert.equal(await store.native.resealForDeviceAsync(ring, id, record.createdAt, { ...identity, encryption: "AAAA" }).catch(() => "threw"), "threw");
   });
 }
 

@@ -1,5 +1,5 @@
-// SiteKeyring.sealCheckedPayload(Async): enqueue's validation and at-rest seal
-// in one native call. It must answer exactly what validatePayload followed by
+// SiteKeyring.sealChecked: enqueue's validation and at-rest seal in one
+// native call, inline or on the thread pool by the payload's size. It must answer exactly what validatePayload followed by
 // sealPayload of the canonical text would: the same refusal messages, the same
 // size class, and an envelope that opens to the canonical text. No reference
 // package, so it also runs on Node 20.
@@ -38,21 +38,19 @@ const cases = [
   ["llm.generate", undefined],
 ];
 
-test("sealCheckedPayload answers as validatePayload + sealPayload", async () => {
+test("sealChecked answers as validatePayload + sealPayload, on the thread pool past 64 KiB", async () => {
   let n = 0;
   for (const [kind, payload] of cases) {
     const json = payload === undefined ? undefined : JSON.stringify(payload);
     const separate = native.validatePayload(kind, json);
-    for (const fused of [
-      ring.sealCheckedPayload(kind, json, `job-${n}`, T0 + 86_400_000),
-      await ring.sealCheckedPayloadAsync(kind, json, `job-${n}`, T0 + 86_400_000),
-    ]) {
-      assert.equal(fused.ok, separate.ok, `verdict for ${String(kind)} ${json?.slice(0, 40)}`);
-      if (!separate.ok) {
-        assert.equal(fused.message, separate.message);
-        assert.equal(fused.envelope, undefined);
-        continue;
-      }
+    const answer = ring.sealChecked(kind, json, undefined, undefined, `job-${n}`, T0 + 86_400_000);
+    assert.equal(answer instanceof Promise, (json?.length ?? 0) > 64 * 1024, `inline or pooled for ${json?.length} units`);
+    const fused = await answer;
+    assert.equal(fused.ok, separate.ok, `verdict for ${String(kind)} ${json?.slice(0, 40)}`);
+    if (!separate.ok) {
+      assert.equal(fused.message, separate.message);
+      assert.equal(fused.envelope, undefined);
+    } else {
       assert.equal(fused.sizeClass, separate.sizeClass);
       assert.deepEqual(Object.keys(fused.envelope), ["ciphertext", "recipientKeyId", "senderKeyId", "direction", "deadlineAt"]);
       assert.equal(fused.envelope.deadlineAt, T0 + 86_400_000);
@@ -63,9 +61,9 @@ test("sealCheckedPayload answers as validatePayload + sealPayload", async () => 
   assert.ok(n === cases.length);
 });
 
-test("sealCheckedPayload: a kind that cannot become a string throws like validatePayload", () => {
+test("sealChecked: a kind that cannot become a string throws like validatePayload", () => {
   assert.throws(() => native.validatePayload(Symbol("k"), "{}"));
-  assert.throws(() => ring.sealCheckedPayload(Symbol("k"), "{}", "job", T0));
+  assert.throws(() => ring.sealChecked(Symbol("k"), "{}", undefined, undefined, "job", T0));
 });
 
 
@@ -77,7 +75,7 @@ function awkwardText(next, length) {
   return out;
 }
 
-test("sealStringFieldsAsync seals exactly what JSON.stringify of the same object would", async () => {
+test("sealChecked of keys and values seals exactly what JSON.stringify of the same object would", async () => {
   const next = xorshift32(6);
   const payloads = [
     { prompt: "p".repeat(70_000) },
@@ -89,8 +87,8 @@ test("sealStringFieldsAsync seals exactly what JSON.stringify of the same object
   for (const [n, payload] of payloads.entries()) {
     const keys = Object.keys(payload);
     const values = keys.map((k) => payload[k]);
-    const viaJson = await ring.sealCheckedPayloadAsync("llm.generate", JSON.stringify(payload), `job-${n}`, T0);
-    const viaFields = await ring.sealStringFieldsAsync("llm.generate", keys, values, `job-${n}`, T0);
+    const viaJson = await ring.sealChecked("llm.generate", JSON.stringify(payload), undefined, undefined, `job-${n}`, T0);
+    const viaFields = await ring.sealChecked("llm.generate", undefined, keys, values, `job-${n}`, T0);
     assert.equal(viaFields.ok, viaJson.ok, `verdict ${n}`);
     if (!viaJson.ok) {
       assert.equal(viaFields.message, viaJson.message);
@@ -99,7 +97,7 @@ test("sealStringFieldsAsync seals exactly what JSON.stringify of the same object
     assert.equal(viaFields.sizeClass, viaJson.sizeClass);
     assert.equal(openAtRest(viaFields.envelope, `job-${n}`), openAtRest(viaJson.envelope, `job-${n}`), `payload ${n}`);
   }
-  await assert.rejects(async () => ring.sealStringFieldsAsync("llm.generate", ["a"], [], "job", T0), /differ in length/);
+  assert.throws(() => ring.sealChecked("llm.generate", undefined, ["a"], [], "job", T0), /differ in length/);
 });
 
 test("largeStringFields takes only plain objects of string data properties, large enough", async () => {

@@ -33,8 +33,8 @@ function wrap(proto, prefix, keyOf) {
     };
   }
 }
-wrap(SiteKeyring.prototype, "", (name, a) => (name === "serveDirect" ? `serveDirect ${a[1]}` : undefined));
-wrap(NativeMemoryStore.prototype, "store.");
+wrap(SiteKeyring.prototype, "");
+wrap(NativeMemoryStore.prototype, "store.", (name, a) => (name === "serve" ? `store.serve ${a[1]}` : undefined));
 
 const { ours } = await loadImpls();
 await cycles(ours, { jobs: Math.min(500, jobs), promptChars: 1000, fill, population });

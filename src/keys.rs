@@ -7,6 +7,7 @@
 //! also take other valid PKCS#8 encodings, which keygen never writes.
 
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use hashlink::LruCache;
 use rand_core::{OsRng, RngCore};
 use serde::Serialize;
 use x25519_dalek::{PublicKey as XPublicKey, StaticSecret};
@@ -351,19 +352,17 @@ pub fn device_identity_refusal(identity: &PublicIdentity) -> Option<&'static str
 /// every call (`seal`, `open`, `signRequest` with a `StoredKeys` object):
 /// parsing costs a hash and a scalar multiplication, a lookup costs one
 /// SHA-256 of the text. Keyed by that digest, so the cache holds no key text;
-/// a handful of entries, most recent first.
+/// a handful of entries, the least recently used going first.
 pub struct ParsedKeyCache {
-    capacity: usize,
-    signing: Vec<([u8; 32], SigningKey)>,
-    encryption: Vec<([u8; 32], StaticSecret, [u8; 32])>,
+    signing: LruCache<[u8; 32], SigningKey>,
+    encryption: LruCache<[u8; 32], (StaticSecret, [u8; 32])>,
 }
 
 impl ParsedKeyCache {
     pub fn new(capacity: usize) -> ParsedKeyCache {
         ParsedKeyCache {
-            capacity: capacity.max(1),
-            signing: Vec::new(),
-            encryption: Vec::new(),
+            signing: LruCache::new(capacity.max(1)),
+            encryption: LruCache::new(capacity.max(1)),
         }
     }
 
@@ -375,15 +374,11 @@ impl ParsedKeyCache {
     /// `identityPrivate` parsed, from the cache when seen recently.
     pub fn signing_key(&mut self, identity_private: &str) -> Result<SigningKey, KeyError> {
         let digest = Self::digest(identity_private);
-        if let Some(at) = self.signing.iter().position(|(d, _)| *d == digest) {
-            let entry = self.signing.remove(at);
-            let key = entry.1.clone();
-            self.signing.insert(0, entry);
-            return Ok(key);
+        if let Some(key) = self.signing.get(&digest) {
+            return Ok(key.clone());
         }
         let key = parse_signing_key(identity_private)?;
-        self.signing.insert(0, (digest, key.clone()));
-        self.signing.truncate(self.capacity);
+        self.signing.insert(digest, key.clone());
         Ok(key)
     }
 
@@ -393,16 +388,12 @@ impl ParsedKeyCache {
         encryption_private: &str,
     ) -> Result<(StaticSecret, [u8; 32]), KeyError> {
         let digest = Self::digest(encryption_private);
-        if let Some(at) = self.encryption.iter().position(|(d, _, _)| *d == digest) {
-            let entry = self.encryption.remove(at);
-            let found = (entry.1.clone(), entry.2);
-            self.encryption.insert(0, entry);
-            return Ok(found);
+        if let Some(found) = self.encryption.get(&digest) {
+            return Ok(found.clone());
         }
         let secret = parse_encryption_secret(encryption_private)?;
         let public = *XPublicKey::from(&secret).as_bytes();
-        self.encryption.insert(0, (digest, secret.clone(), public));
-        self.encryption.truncate(self.capacity);
+        self.encryption.insert(digest, (secret.clone(), public));
         Ok((secret, public))
     }
 }

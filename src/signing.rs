@@ -1,10 +1,10 @@
 //! Request signatures: Ed25519 over five canonical lines, with a freshness
 //! window checked before the signature.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use ed25519_dalek::VerifyingKey;
+use hashlink::LruCache;
 use sha2::{Digest, Sha256};
 
 use crate::b64;
@@ -119,65 +119,24 @@ pub fn verify_request(
     }
 }
 
-/// The process's cache of pinned identity keys (see [`VerifyingKeyCache`]):
-/// `None` when `identity_public` is not a key.
-pub fn pinned_key(identity_public: &str) -> Option<VerifyingKey> {
-    static CACHE: OnceLock<Mutex<VerifyingKeyCache>> = OnceLock::new();
-    match CACHE
-        .get_or_init(|| Mutex::new(VerifyingKeyCache::new(4096)))
-        .lock()
-    {
-        Ok(mut cache) => cache.get(identity_public),
-        // A poisoned lock only means another call panicked mid-update; decode
-        // directly rather than fail this request.
-        Err(_) => keys::verifying_key(identity_public),
-    }
-}
-
 /// Decoded identity keys by their base64url text, so a runner's pinned key is
-/// not decoded (a point decompression) on every request. Bounded: two
-/// generations of at most `capacity / 2` entries each; a hit in the older one
-/// is promoted, and when the young one fills, the old one is dropped. Keys that
-/// do not decode are remembered as such too.
-pub struct VerifyingKeyCache {
-    capacity: usize,
-    young: HashMap<String, Option<VerifyingKey>>,
-    old: HashMap<String, Option<VerifyingKey>>,
-}
-
-impl VerifyingKeyCache {
-    pub fn new(capacity: usize) -> VerifyingKeyCache {
-        VerifyingKeyCache {
-            capacity: capacity.max(2),
-            young: HashMap::new(),
-            old: HashMap::new(),
-        }
+/// not decoded (a point decompression) on every request; keys that do not
+/// decode are remembered as such too. `None` when `identity_public` is not a
+/// key.
+pub fn pinned_key(identity_public: &str) -> Option<VerifyingKey> {
+    static CACHE: OnceLock<Mutex<LruCache<String, Option<VerifyingKey>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(LruCache::new(4096)));
+    // A poisoned lock only means another call panicked mid-update; decode
+    // directly rather than fail this request.
+    let Ok(mut cache) = cache.lock() else {
+        return keys::verifying_key(identity_public);
+    };
+    if let Some(hit) = cache.get(identity_public) {
+        return *hit;
     }
-
-    /// The decoded key for `identity_public`, `None` if it is not a key.
-    pub fn get(&mut self, identity_public: &str) -> Option<VerifyingKey> {
-        if let Some(hit) = self.young.get(identity_public) {
-            return *hit;
-        }
-        let value = match self.old.remove(identity_public) {
-            Some(hit) => hit,
-            None => keys::verifying_key(identity_public),
-        };
-        if self.young.len() >= self.capacity / 2 {
-            self.old = std::mem::take(&mut self.young);
-        }
-        self.young.insert(identity_public.to_string(), value);
-        value
-    }
-
-    /// Entries held (both generations).
-    pub fn len(&self) -> usize {
-        self.young.len() + self.old.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    let key = keys::verifying_key(identity_public);
+    cache.insert(identity_public.to_owned(), key);
+    key
 }
 
 #[cfg(test)]
@@ -289,19 +248,15 @@ mod tests {
     }
 
     #[test]
-    fn cache_is_bounded_and_correct() {
+    fn pinned_key_is_the_decoded_key() {
         let d = device();
         let id = d.keys().identity_public.clone();
-        let mut cache = VerifyingKeyCache::new(8);
-        assert_eq!(
-            cache.get(&id).map(|k| k.to_bytes()),
-            keys::verifying_key(&id).map(|k| k.to_bytes())
-        );
-        assert!(cache.get("nope").is_none());
-        for i in 0..100 {
-            cache.get(&format!("junk{i}"));
-            assert!(cache.len() <= 8);
+        for _ in 0..2 {
+            assert_eq!(
+                pinned_key(&id).map(|k| k.to_bytes()),
+                keys::verifying_key(&id).map(|k| k.to_bytes())
+            );
+            assert!(pinned_key("nope").is_none());
         }
-        assert!(cache.get(&id).is_some());
     }
 }

@@ -624,7 +624,6 @@ fn signatures_verify_cases() {
     let v = vectors("signatures.json");
     let cases = arr(&v, "verify");
     assert_eq!(cases.len(), 18);
-    let mut cache = signing::VerifyingKeyCache::new(16);
     for case in cases {
         let name = s(case, "name");
         let args = &case["args"];
@@ -638,7 +637,7 @@ fn signatures_verify_cases() {
             .get("maxSkewMs")
             .and_then(Value::as_f64)
             .unwrap_or(signing::MAX_CLOCK_SKEW_MS);
-        let key = cache.get(s(args, "identityPublic"));
+        let key = signing::pinned_key(s(args, "identityPublic"));
         let got = signing::verify_request(
             key.as_ref(),
             s(args, "endpoint"),

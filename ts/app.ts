@@ -367,13 +367,11 @@ export function largeStringFields(payload: unknown): [string[], string[]] | unde
   return units > ASYNC_SEAL_THRESHOLD ? [keys, values] : undefined;
 }
 
-/** Validate and seal a payload to the site at rest: inline, or on the thread pool when it is large. */
+/** Validate and seal a payload to the site at rest (the core picks inline or the thread pool by its size). */
 function sealChecked(keyring: SiteKeyringHandle, kind: unknown, payload: PayloadSource, id: string, deadlineAt: number) {
-  if ("fields" in payload) return keyring.sealStringFieldsAsync(kind, payload.fields[0], payload.fields[1], id, deadlineAt);
-  const { json } = payload;
-  return json !== undefined && json.length > ASYNC_SEAL_THRESHOLD
-    ? keyring.sealCheckedPayloadAsync(kind, json, id, deadlineAt)
-    : keyring.sealCheckedPayload(kind, json, id, deadlineAt);
+  return "fields" in payload
+    ? keyring.sealChecked(kind, undefined, payload.fields[0], payload.fields[1], id, deadlineAt)
+    : keyring.sealChecked(kind, payload.json, undefined, undefined, id, deadlineAt);
 }
 
 /** The core reports the issue list; the sentence around it names the kind. */

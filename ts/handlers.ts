@@ -468,10 +468,8 @@ export class Endpoints {
     try {
       envelope =
         stored !== undefined
-          ? await this.#keyring.resealStoredForDeviceAsync(stored, job.id, job.createdAt, runner.device)
-          : big
-            ? await this.#keyring.resealForDeviceAsync(job.envelope, job.id, job.createdAt, runner.device)
-            : this.#keyring.resealForDevice(job.envelope, job.id, job.createdAt, runner.device);
+          ? await stored.resealForDeviceAsync(this.#keyring, job.id, job.createdAt, runner.device)
+          : await this.#keyring.resealForDevice(job.envelope, job.id, job.createdAt, runner.device);
     } catch {
       // Opening failures come back as null; a throw here means the device's
       // pinned encryption key is not a 32-byte X25519 key (signed, so it passed
@@ -650,13 +648,10 @@ export async function openOutcome(
   disposition: string,
   source: ResultSource,
 ): Promise<OpenedOutcome> {
-  const big = typeof envelope.ciphertext === "string" && envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
   const refused = { ok: false, why: "the result did not verify as coming from this device" } as const;
   let opened;
   try {
-    opened = big
-      ? await keyring.openResultAsync(envelope, jobId, deviceIdentity)
-      : keyring.openResult(envelope, jobId, deviceIdentity);
+    opened = await keyring.openResult(envelope, jobId, deviceIdentity);
   } catch {
     // Only reachable with values a relay sent that are not even strings.
     return refused;

@@ -328,7 +328,7 @@ export function serveDirect(
 ): string | null {
   const lane = lanes.get(store) as Lane;
   const { endpoint, body, runnerId, issuedAt, signature } = call;
-  const answer = keyring.serveDirect(lane.native, endpoint, body, runnerId, issuedAt, signature, leaseMs, now);
+  const answer = lane.native.serve(keyring, endpoint, body, runnerId, issuedAt, signature, leaseMs, now);
   if (answer !== null) lane.notify();
   return answer;
 }
@@ -377,8 +377,8 @@ export function enqueueDirect(
   if (args === null) return null;
   const { native, lazy, notify } = lanes.get(store) as Lane;
   if ("json" in payload && (payload.json === undefined || payload.json.length <= threshold)) {
-    const answer = keyring.enqueueDirect(
-      native,
+    const answer = native.enqueue(
+      keyring,
       kind,
       payload.json,
       args.id,
@@ -398,13 +398,12 @@ export function enqueueDirect(
     return record;
   }
   if (lazy === undefined) return null;
-  const prepared =
-    "fields" in payload
-      ? keyring.prepareStringFieldsAsync(kind, payload.fields[0], payload.fields[1], args.id, envelopeDeadlineAt)
-      : keyring.prepareCheckedPayloadAsync(kind, payload.json, args.id, envelopeDeadlineAt);
+  const fields = "fields" in payload ? payload.fields : undefined;
+  const json = "json" in payload ? payload.json : undefined;
+  const prepared = keyring.prepareCheckedAsync(kind, json, fields?.[0], fields?.[1], args.id, envelopeDeadlineAt);
   return prepared.then((ready) => {
     if ("message" in ready) return ready;
-    const record = jobFromJson(keyring.enqueuePrepared(native, ready, String(kind), args, now), lazy) as JobRecord;
+    const record = jobFromJson(native.enqueuePrepared(ready, String(kind), args, now), lazy) as JobRecord;
     notify();
     return record;
   });

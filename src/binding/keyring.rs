@@ -1,30 +1,26 @@
 //! `SiteKeyring`, a site's key handle: its payload seals and result opens,
-//! inline and on the thread pool, its reseals for a claiming device, and
-//! the direct lane's enqueue and serve calls on our `NativeMemoryStore`.
+//! inline and on the thread pool, and its reseals for a claiming device.
+//! The calls that also act on our store are `NativeMemoryStore`'s
+//! (`enqueue`, `serve`, …), which take the keyring.
 
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
-use napi::JsString;
 use napi_derive::napi;
 
-use super::crypto::{
-    canonical_outcome, invalid, open_result_with, seal_error, JsOpenResult, JsPublicIdentity,
-    JsSealedEnvelope, JsStoredKeys,
-};
-use super::store::NativeMemoryStore;
+use super::crypto::{invalid, JsOpenResult, JsPublicIdentity, JsSealedEnvelope, JsStoredKeys};
 use super::strings::ExactString;
 use super::tasks::{
-    OpenResultTask, PayloadSource, PrepareCheckedTask, PreparedPayload, ResealTask,
-    SealCheckedTask, SealPayloadTask,
+    now_or_pooled, OpenResultTask, PayloadSource, PrepareCheckedTask, ResealTask, SealCheckedTask,
+    SealPayloadTask,
 };
+use crate::direct::ASYNC_CRYPTO_THRESHOLD;
 use crate::envelope::{self, Text};
 use crate::keys::{KeyHandle, PublicIdentity};
 use crate::signing;
-use crate::wire;
 
-/// `sealCheckedPayload`'s answer: the at-rest envelope and the payload's
-/// size class, or the validator's message.
+/// `sealChecked`'s answer: the at-rest envelope and the payload's size
+/// class, or the validator's message.
 #[napi(object, js_name = "SealedPayload")]
 pub struct JsSealedPayload {
     pub ok: bool,
@@ -54,60 +50,7 @@ impl JsSealedPayload {
     }
 }
 
-/// An enqueued job's fields besides its kind and payload, as our store's
-/// `create` takes them (`purposeJson`: `JSON.stringify` of `purpose`).
-#[napi(object, js_name = "EnqueuedJob")]
-pub struct JsEnqueuedJob {
-    pub id: String,
-    pub owner: String,
-    pub audience: Option<String>,
-    pub purpose_json: Option<String>,
-    pub audience_allow: Option<Vec<String>>,
-    pub depends_on: Option<Vec<String>>,
-    pub ttl_ms: Option<f64>,
-    pub deadline_at: Option<f64>,
-}
-
-/// Store an enqueued job with its at-rest envelope: the new record's row.
-fn create_enqueued<'env>(
-    env: &'env Env,
-    store: &mut NativeMemoryStore,
-    job: JsEnqueuedJob,
-    kind: &str,
-    at_rest: &crate::direct::AtRestSeal,
-    size_class: &'static str,
-    now: f64,
-) -> Result<JsString<'env>> {
-    let JsEnqueuedJob {
-        id,
-        owner,
-        audience,
-        purpose_json,
-        audience_allow,
-        depends_on,
-        ttl_ms,
-        deadline_at,
-    } = job;
-    store.create_job(
-        env,
-        crate::store::JobInput {
-            id: &id,
-            kind,
-            envelope: at_rest.as_input(),
-            size_class,
-            owner: &owner,
-            audience: audience.as_deref(),
-            purpose_json: purpose_json.as_deref(),
-            audience_allow,
-            depends_on,
-            ttl_ms,
-            deadline_at,
-        },
-        now,
-    )
-}
-
-/// `enqueueDirect`'s refusal: the payload validator's message.
+/// `NativeMemoryStore.enqueue`'s refusal: the payload validator's message.
 #[napi(object, js_name = "PayloadRefusal")]
 pub struct JsPayloadRefusal {
     pub message: String,
@@ -121,7 +64,7 @@ pub struct SiteKeyring {
     inner: Arc<KeyHandle>,
 }
 
-fn device_from_js(device: &JsPublicIdentity) -> PublicIdentity {
+pub(super) fn device_from_js(device: &JsPublicIdentity) -> PublicIdentity {
     PublicIdentity {
         identity: device.identity.clone(),
         encryption: device.encryption.clone(),
@@ -172,312 +115,99 @@ impl SiteKeyring {
         self.inner.is_consistent()
     }
 
-    /// Seal a job payload to the site itself, for storage at rest.
-    #[napi(catch_unwind)]
+    /// Seal a job payload to the site itself, for storage at rest (on the
+    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
+    #[napi(
+        catch_unwind,
+        ts_return_type = "SealedEnvelope | Promise<SealedEnvelope>"
+    )]
     pub fn seal_payload(
         &self,
+        env: Env,
         plaintext: String,
         job_id: String,
         deadline_at: f64,
-    ) -> Result<JsSealedEnvelope> {
-        seal_payload_core(&self.inner, &plaintext, &job_id, deadline_at)
-            .map(JsSealedEnvelope::from)
-            .map_err(seal_error)
-    }
-
-    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope>")]
-    pub fn seal_payload_async(
-        &self,
-        plaintext: String,
-        job_id: String,
-        deadline_at: f64,
-    ) -> AsyncTask<SealPayloadTask> {
-        AsyncTask::new(SealPayloadTask {
+    ) -> Result<Either<JsSealedEnvelope, AsyncTask<SealPayloadTask>>> {
+        let large = plaintext.len() > ASYNC_CRYPTO_THRESHOLD;
+        let task = SealPayloadTask {
             handle: self.inner.clone(),
             plaintext,
             job_id,
             deadline_at,
-        })
-    }
-
-    /// `validatePayload` then `sealPayload` of its canonical text, in one call.
-    #[napi(
-        catch_unwind,
-        ts_return_type = "{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }"
-    )]
-    pub fn seal_checked_payload(
-        &self,
-        kind: Unknown<'_>,
-        payload_json: Option<String>,
-        job_id: String,
-        deadline_at: f64,
-    ) -> Result<JsSealedPayload> {
-        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)?
-            .seal()
-            .map(JsSealedPayload::from_core)
-    }
-
-    /// [`Self::seal_checked_payload`] on the thread pool (validation
-    /// included: for a large payload it is milliseconds of parsing).
-    #[napi(
-        catch_unwind,
-        ts_return_type = "Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
-    )]
-    pub fn seal_checked_payload_async(
-        &self,
-        kind: Unknown<'_>,
-        payload_json: Option<String>,
-        job_id: String,
-        deadline_at: f64,
-    ) -> Result<AsyncTask<SealCheckedTask>> {
-        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)
-            .map(AsyncTask::new)
-    }
-
-    /// [`Self::seal_checked_payload_async`] for a payload that is a plain
-    /// object of string values, given as its keys and values: the JSON text
-    /// is written here (off the main thread) instead of by `JSON.stringify`,
-    /// which scans a megabyte prompt a character at a time.
-    #[napi(
-        catch_unwind,
-        ts_return_type = "Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
-    )]
-    pub fn seal_string_fields_async(
-        &self,
-        kind: Unknown<'_>,
-        keys: Vec<ExactString>,
-        values: Vec<ExactString>,
-        job_id: String,
-        deadline_at: f64,
-    ) -> Result<AsyncTask<SealCheckedTask>> {
-        let payload = PayloadSource::fields("sealStringFieldsAsync", keys, values)?;
-        self.checked_task(kind, payload, job_id, deadline_at)
-            .map(AsyncTask::new)
-    }
-
-    /// [`Self::seal_checked_payload_async`] for an enqueue on our
-    /// `NativeMemoryStore` whose records leave envelopes out: validated on
-    /// the thread pool, the at-rest seal left to the background thread (see
-    /// `crate::envelope::deferred`), then stored by `enqueuePrepared`.
-    #[napi(
-        catch_unwind,
-        ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
-    )]
-    pub fn prepare_checked_payload_async(
-        &self,
-        kind: Unknown<'_>,
-        payload_json: Option<String>,
-        job_id: String,
-        deadline_at: f64,
-    ) -> Result<AsyncTask<PrepareCheckedTask>> {
-        self.checked_task(kind, PayloadSource::Json(payload_json), job_id, deadline_at)
-            .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
-    }
-
-    /// [`Self::prepare_checked_payload_async`] for a plain object of string
-    /// values (see [`Self::seal_string_fields_async`]).
-    #[napi(
-        catch_unwind,
-        ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
-    )]
-    pub fn prepare_string_fields_async(
-        &self,
-        kind: Unknown<'_>,
-        keys: Vec<ExactString>,
-        values: Vec<ExactString>,
-        job_id: String,
-        deadline_at: f64,
-    ) -> Result<AsyncTask<PrepareCheckedTask>> {
-        let payload = PayloadSource::fields("prepareStringFieldsAsync", keys, values)?;
-        self.checked_task(kind, payload, job_id, deadline_at)
-            .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
-    }
-
-    /// Store a payload `prepare…Async` validated, as `enqueueDirect` stores
-    /// one: the new record's row. `kind` is the one it was prepared with.
-    /// Throws if `prepared` was used already.
-    #[napi(catch_unwind)]
-    pub fn enqueue_prepared<'env>(
-        &self,
-        env: &'env Env,
-        store: &mut NativeMemoryStore,
-        prepared: &mut PreparedPayload,
-        kind: String,
-        job: JsEnqueuedJob,
-        now: f64,
-    ) -> Result<JsString<'env>> {
-        let Some((at_rest, size_class)) = prepared.prepared.take() else {
-            return Err(invalid("enqueuePrepared: this payload was stored already"));
         };
-        // A job under this id already: `create` answers with it, and this
-        // payload's seal is never needed.
-        if store.core_mut().get(&job.id).is_none() {
-            crate::direct::seal_later(&at_rest);
-        }
-        create_enqueued(env, store, job, &kind, &at_rest, size_class, now)
+        now_or_pooled(env, task, large)
     }
 
-    /// Open the at-rest payload and seal it to the claiming device; `null`
-    /// when the at-rest envelope does not open.
-    #[napi(catch_unwind)]
+    /// `validatePayload` then `sealPayload` of its canonical text, in one
+    /// call: the canonical text (as long as the payload) never crosses to
+    /// JavaScript. Inline for a payload up to [`ASYNC_CRYPTO_THRESHOLD`]
+    /// bytes, on the thread pool above (validation included: for a large
+    /// payload it is milliseconds of parsing). A payload that is a plain
+    /// object of string values may come as its `keys` and `values` instead
+    /// of `payloadJson`: its JSON text is then written on the thread pool
+    /// rather than by `JSON.stringify`, which scans a megabyte prompt a
+    /// character at a time.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(
+        catch_unwind,
+        ts_return_type = "{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string } | Promise<{ ok: true; envelope: SealedEnvelope; sizeClass: string } | { ok: false; message: string }>"
+    )]
+    pub fn seal_checked(
+        &self,
+        env: Env,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        keys: Option<Vec<ExactString>>,
+        values: Option<Vec<ExactString>>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<Either<JsSealedPayload, AsyncTask<SealCheckedTask>>> {
+        let payload = PayloadSource::new("sealChecked", payload_json, keys, values)?;
+        let task = self.checked_task(kind, payload, job_id, deadline_at)?;
+        let large = task.payload.is_large();
+        now_or_pooled(env, task, large)
+    }
+
+    /// [`Self::seal_checked`] on the thread pool for an enqueue on our
+    /// `NativeMemoryStore` whose records leave envelopes out: the at-rest
+    /// seal is left to the background thread (see
+    /// `crate::envelope::deferred`), then the job is stored by
+    /// `enqueuePrepared`.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
+    )]
+    pub fn prepare_checked_async(
+        &self,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        keys: Option<Vec<ExactString>>,
+        values: Option<Vec<ExactString>>,
+        job_id: String,
+        deadline_at: f64,
+    ) -> Result<AsyncTask<PrepareCheckedTask>> {
+        let payload = PayloadSource::new("prepareCheckedAsync", payload_json, keys, values)?;
+        self.checked_task(kind, payload, job_id, deadline_at)
+            .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
+    }
+
+    /// Open the at-rest payload and seal it to the claiming device (on the
+    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes);
+    /// `null` when the at-rest envelope does not open.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "SealedEnvelope | null | Promise<SealedEnvelope | null>"
+    )]
     pub fn reseal_for_device(
         &self,
+        env: Env,
         at_rest: JsSealedEnvelope,
         job_id: String,
         created_at: f64,
         device: JsPublicIdentity,
-    ) -> Result<Option<JsSealedEnvelope>> {
-        crate::direct::reseal_for_device(
-            &self.inner,
-            &at_rest.into(),
-            &job_id,
-            created_at,
-            &device_from_js(&device),
-        )
-        .map(|o| o.map(JsSealedEnvelope::from))
-        .map_err(seal_error)
-    }
-
-    /// `sealCheckedPayload` and our store's `create` in one call, for an
-    /// enqueue on our `NativeMemoryStore`: the at-rest envelope never
-    /// becomes a JS object only to be handed back. The new record's row (see
-    /// `NativeMemoryStore.create`), or the validator's refusal (nothing
-    /// stored).
-    #[allow(clippy::too_many_arguments)]
-    #[napi(catch_unwind, ts_return_type = "string | { message: string }")]
-    pub fn enqueue_direct<'env>(
-        &self,
-        env: &'env Env,
-        store: &mut NativeMemoryStore,
-        kind: Unknown<'_>,
-        payload_json: Option<String>,
-        job_id: String,
-        envelope_deadline_at: f64,
-        owner: String,
-        audience: Option<String>,
-        purpose_json: Option<String>,
-        audience_allow: Option<Vec<String>>,
-        depends_on: Option<Vec<String>>,
-        ttl_ms: Option<f64>,
-        deadline_at: Option<f64>,
-        now: f64,
-    ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
-        let (kind_text, display) = super::rules::payload_kind(kind)?;
-        let valid = match crate::direct::validate_for_enqueue(
-            &self.inner,
-            kind_text.as_deref(),
-            &display,
-            payload_json.as_deref(),
-            &job_id,
-            envelope_deadline_at,
-        ) {
-            Ok(valid) => valid,
-            Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
-        };
-        let size_class = valid.size_class.as_str();
-        let at_rest = crate::direct::seal_at_rest(
-            &self.inner,
-            store.core_mut(),
-            valid.canonical,
-            &job_id,
-            envelope_deadline_at,
-        )
-        .map_err(seal_error)?;
-        // The validator accepted the kind, so it is a string.
-        let kind = kind_text.unwrap_or_default();
-        let job = JsEnqueuedJob {
-            id: job_id,
-            owner,
-            audience,
-            purpose_json,
-            audience_allow,
-            depends_on,
-            ttl_ms,
-            deadline_at,
-        };
-        create_enqueued(env, store, job, &kind, &at_rest, size_class, now).map(Either::A)
-    }
-
-    /// A signed `claim`, `fetch` or `result` served end to end on our
-    /// store (see `crate::direct::serve`): the answer's JSON text (status
-    /// 200), or `null` when the general path must answer, in which case
-    /// nothing has changed.
-    #[allow(clippy::too_many_arguments)]
-    #[napi(catch_unwind)]
-    pub fn serve_direct<'env>(
-        &self,
-        env: &'env Env,
-        store: &mut NativeMemoryStore,
-        endpoint: String,
-        body: String,
-        runner_id: String,
-        issued_at: String,
-        signature: String,
-        lease_ms: f64,
-        now: f64,
-    ) -> Result<Option<JsString<'env>>> {
-        let Some(endpoint) = wire::Endpoint::parse(&endpoint) else {
-            return Ok(None);
-        };
-        let call = crate::direct::Call {
-            endpoint,
-            body: &body,
-            runner_id: &runner_id,
-            issued_at: &issued_at,
-            signature: &signature,
-        };
-        let site = crate::direct::Site {
-            keys: &self.inner,
-            lease_ms,
-        };
-        let answer = crate::direct::serve(store.core_mut(), &site, &call, now);
-        // What the request changed is on disk before the device hears of it.
-        store.persist()?;
-        match answer {
-            // Answers are ASCII but for the odd id or model name; V8 takes
-            // those as Latin-1 without a UTF-8 decoding pass.
-            Some(answer) if answer.is_ascii() => {
-                env.create_string_latin1(answer.as_bytes()).map(Some)
-            }
-            Some(answer) => env.create_string(&answer).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// [`Self::reseal_for_device_async`] for a job whose envelope is in our
-    /// `NativeMemoryStore`: read there, so a megabyte ciphertext does not
-    /// become a JS string only to be read back. `null` when the store has no
-    /// sealed envelope under that id, as for one that does not open.
-    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
-    pub fn reseal_stored_for_device_async(
-        &self,
-        store: &mut NativeMemoryStore,
-        job_id: String,
-        created_at: f64,
-        device: JsPublicIdentity,
-    ) -> AsyncTask<ResealTask> {
-        AsyncTask::new(ResealTask {
-            inputs: store
-                .at_rest_core(&job_id)
-                .map(|at_rest| crate::direct::reseal::Inputs {
-                    site: self.inner.clone(),
-                    job_id,
-                    at_rest,
-                    created_at,
-                    device: device_from_js(&device),
-                }),
-        })
-    }
-
-    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
-    pub fn reseal_for_device_async(
-        &self,
-        at_rest: JsSealedEnvelope,
-        job_id: String,
-        created_at: f64,
-        device: JsPublicIdentity,
-    ) -> AsyncTask<ResealTask> {
-        AsyncTask::new(ResealTask {
+    ) -> Result<Either<Option<JsSealedEnvelope>, AsyncTask<ResealTask>>> {
+        let large = at_rest.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
+        let task = ResealTask {
             inputs: Some(crate::direct::reseal::Inputs {
                 site: self.inner.clone(),
                 job_id,
@@ -485,42 +215,31 @@ impl SiteKeyring {
                 created_at,
                 device: device_from_js(&device),
             }),
-        })
+        };
+        now_or_pooled(env, task, large)
     }
 
-    /// Open a device's result envelope addressed to this site.
+    /// Open a device's result envelope addressed to this site (on the
+    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
     #[napi(
         catch_unwind,
-        ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
+        ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" } | Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
     )]
     pub fn open_result(
         &self,
+        env: Env,
         envelope: JsSealedEnvelope,
         job_id: String,
         device_identity: String,
-    ) -> JsOpenResult {
-        let opened =
-            crate::direct::open_result(&self.inner, &envelope.into(), &job_id, &device_identity);
-        let canonical = canonical_outcome(&opened);
-        open_result_with(opened, canonical)
-    }
-
-    #[napi(
-        catch_unwind,
-        ts_return_type = "Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
-    )]
-    pub fn open_result_async(
-        &self,
-        envelope: JsSealedEnvelope,
-        job_id: String,
-        device_identity: String,
-    ) -> AsyncTask<OpenResultTask> {
-        AsyncTask::new(OpenResultTask {
+    ) -> Result<Either<JsOpenResult, AsyncTask<OpenResultTask>>> {
+        let large = envelope.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
+        let task = OpenResultTask {
             handle: self.inner.clone(),
             envelope: envelope.into(),
             job_id,
             device_identity,
-        })
+        };
+        now_or_pooled(env, task, large)
     }
 
     /// The site plane's request signature over `site/<endpoint>`.
@@ -544,6 +263,11 @@ impl SiteKeyring {
 }
 
 impl SiteKeyring {
+    /// The parsed keys (for the store's direct-lane calls).
+    pub(super) fn handle(&self) -> &Arc<KeyHandle> {
+        &self.inner
+    }
+
     /// The validation-and-seal work for `payload` of `kind` (the async seals
     /// and prepares share it).
     fn checked_task(

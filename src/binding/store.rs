@@ -11,6 +11,9 @@ use napi::bindgen_prelude::*;
 use napi::JsString;
 use napi_derive::napi;
 
+use super::crypto::{invalid, seal_error, JsPublicIdentity};
+use super::keyring::{device_from_js, JsPayloadRefusal, SiteKeyring};
+use super::tasks::{PreparedPayload, ResealTask};
 use crate::store::durable::{Durable, Sync};
 use crate::store::{
     split_json_array, ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput,
@@ -114,7 +117,7 @@ impl NativeMemoryStore {
 }
 
 impl NativeMemoryStore {
-    /// `create`, answering the new record's row (also the keyring's direct enqueue).
+    /// `create`, answering the new record's row (also `enqueue`'s).
     pub(super) fn create_job<'env>(
         &mut self,
         env: &'env Env,
@@ -128,15 +131,10 @@ impl NativeMemoryStore {
         self.send(env)
     }
 
-    /// The core store, for the keyring's direct-lane requests.
-    pub(super) fn core_mut(&mut self) -> &mut Store {
-        &mut self.inner
-    }
-
     /// A job's payload as the core holds it: its sealed envelope, ciphertext
-    /// re-encoded, or its at-rest seal still to be made (for the keyring's
-    /// reseal, which then needs no JS string of it).
-    pub(super) fn at_rest_core(&mut self, id: &str) -> Option<crate::direct::reseal::AtRest> {
+    /// re-encoded, or its at-rest seal still to be made (for
+    /// `resealForDeviceAsync`, which then needs no JS string of it).
+    fn at_rest_core(&mut self, id: &str) -> Option<crate::direct::reseal::AtRest> {
         use crate::direct::reseal::AtRest;
         let r = self.inner.get(id)?;
         if let Some(deferred) = self.inner.deferred_seal(r) {
@@ -630,5 +628,191 @@ impl NativeMemoryStore {
     #[napi(catch_unwind)]
     pub fn list_runners(&self, owner: Option<String>) -> String {
         to_json(&self.inner.people.list_runners(owner.as_deref()))
+    }
+}
+
+/// An enqueued job's fields besides its kind and payload, as `create` takes
+/// them (`purposeJson`: `JSON.stringify` of `purpose`).
+#[napi(object, js_name = "EnqueuedJob")]
+pub struct JsEnqueuedJob {
+    pub id: String,
+    pub owner: String,
+    pub audience: Option<String>,
+    pub purpose_json: Option<String>,
+    pub audience_allow: Option<Vec<String>>,
+    pub depends_on: Option<Vec<String>>,
+    pub ttl_ms: Option<f64>,
+    pub deadline_at: Option<f64>,
+}
+
+// -- the direct lane: calls that also need the site's keys ------------------
+
+#[napi]
+impl NativeMemoryStore {
+    /// `sealChecked` and `create` in one call, for an enqueue: the at-rest
+    /// envelope never becomes a JS object only to be handed back. The new
+    /// record's row (see `create`), or the validator's refusal (nothing
+    /// stored).
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind, ts_return_type = "string | { message: string }")]
+    pub fn enqueue<'env>(
+        &mut self,
+        env: &'env Env,
+        keyring: &SiteKeyring,
+        kind: Unknown<'_>,
+        payload_json: Option<String>,
+        job_id: String,
+        envelope_deadline_at: f64,
+        owner: String,
+        audience: Option<String>,
+        purpose_json: Option<String>,
+        audience_allow: Option<Vec<String>>,
+        depends_on: Option<Vec<String>>,
+        ttl_ms: Option<f64>,
+        deadline_at: Option<f64>,
+        now: f64,
+    ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
+        let (kind_text, display) = super::rules::payload_kind(kind)?;
+        let valid = match crate::direct::validate_for_enqueue(
+            keyring.handle(),
+            kind_text.as_deref(),
+            &display,
+            payload_json.as_deref(),
+            &job_id,
+            envelope_deadline_at,
+        ) {
+            Ok(valid) => valid,
+            Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
+        };
+        let at_rest = crate::direct::seal_at_rest(
+            keyring.handle(),
+            &self.inner,
+            valid.canonical,
+            &job_id,
+            envelope_deadline_at,
+        )
+        .map_err(seal_error)?;
+        let input = JobInput {
+            id: &job_id,
+            // The validator accepted the kind, so it is a string.
+            kind: kind_text.as_deref().unwrap_or_default(),
+            envelope: at_rest.as_input(),
+            size_class: valid.size_class.as_str(),
+            owner: &owner,
+            audience: audience.as_deref(),
+            purpose_json: purpose_json.as_deref(),
+            audience_allow,
+            depends_on,
+            ttl_ms,
+            deadline_at,
+        };
+        self.create_job(env, input, now).map(Either::A)
+    }
+
+    /// Store a payload `SiteKeyring.prepareCheckedAsync` validated, as
+    /// `enqueue` stores one: the new record's row. `kind` is the one it was
+    /// prepared with. Throws if `prepared` was used already.
+    #[napi(catch_unwind)]
+    pub fn enqueue_prepared<'env>(
+        &mut self,
+        env: &'env Env,
+        prepared: &mut PreparedPayload,
+        kind: String,
+        job: JsEnqueuedJob,
+        now: f64,
+    ) -> Result<JsString<'env>> {
+        let Some((at_rest, size_class)) = prepared.prepared.take() else {
+            return Err(invalid("enqueuePrepared: this payload was stored already"));
+        };
+        // A job under this id already: `create` answers with it, and this
+        // payload's seal is never needed.
+        if self.inner.get(&job.id).is_none() {
+            crate::direct::seal_later(&at_rest);
+        }
+        let input = JobInput {
+            id: &job.id,
+            kind: &kind,
+            envelope: at_rest.as_input(),
+            size_class,
+            owner: &job.owner,
+            audience: job.audience.as_deref(),
+            purpose_json: job.purpose_json.as_deref(),
+            audience_allow: job.audience_allow,
+            depends_on: job.depends_on,
+            ttl_ms: job.ttl_ms,
+            deadline_at: job.deadline_at,
+        };
+        self.create_job(env, input, now)
+    }
+
+    /// A signed `claim`, `fetch` or `result` served end to end on this
+    /// store (see `crate::direct::serve`): the answer's JSON text (status
+    /// 200), or `null` when the general path must answer, in which case
+    /// nothing has changed.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind)]
+    pub fn serve<'env>(
+        &mut self,
+        env: &'env Env,
+        keyring: &SiteKeyring,
+        endpoint: String,
+        body: String,
+        runner_id: String,
+        issued_at: String,
+        signature: String,
+        lease_ms: f64,
+        now: f64,
+    ) -> Result<Option<JsString<'env>>> {
+        let Some(endpoint) = crate::wire::Endpoint::parse(&endpoint) else {
+            return Ok(None);
+        };
+        let call = crate::direct::Call {
+            endpoint,
+            body: &body,
+            runner_id: &runner_id,
+            issued_at: &issued_at,
+            signature: &signature,
+        };
+        let site = crate::direct::Site {
+            keys: keyring.handle(),
+            lease_ms,
+        };
+        let answer = crate::direct::serve(&mut self.inner, &site, &call, now);
+        // What the request changed is on disk before the device hears of it.
+        self.persist()?;
+        match answer {
+            // Answers are ASCII but for the odd id or model name; V8 takes
+            // those as Latin-1 without a UTF-8 decoding pass.
+            Some(answer) if answer.is_ascii() => {
+                env.create_string_latin1(answer.as_bytes()).map(Some)
+            }
+            Some(answer) => env.create_string(&answer).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// `SiteKeyring.resealForDevice` for a job whose envelope is in this
+    /// store, on the thread pool: read here, so a megabyte ciphertext does
+    /// not become a JS string only to be read back. `null` when the store
+    /// has no sealed envelope under that id, as for one that does not open.
+    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
+    pub fn reseal_for_device_async(
+        &mut self,
+        keyring: &SiteKeyring,
+        job_id: String,
+        created_at: f64,
+        device: JsPublicIdentity,
+    ) -> AsyncTask<ResealTask> {
+        AsyncTask::new(ResealTask {
+            inputs: self
+                .at_rest_core(&job_id)
+                .map(|at_rest| crate::direct::reseal::Inputs {
+                    site: keyring.handle().clone(),
+                    job_id,
+                    at_rest,
+                    created_at,
+                    device: device_from_js(&device),
+                }),
+        })
     }
 }

@@ -52,19 +52,35 @@ pub enum PayloadSource {
 }
 
 impl PayloadSource {
-    /// [`PayloadSource::Fields`], refused (for `method`) unless there are as
-    /// many values as keys.
-    pub(super) fn fields(
+    /// The payload as its JSON text, or as `keys` and `values` when given
+    /// (refused, for `method`, unless there are as many values as keys).
+    pub(super) fn new(
         method: &str,
-        keys: Vec<ExactString>,
-        values: Vec<ExactString>,
+        json: Option<String>,
+        keys: Option<Vec<ExactString>>,
+        values: Option<Vec<ExactString>>,
     ) -> Result<PayloadSource> {
-        if keys.len() != values.len() {
-            return Err(invalid(format!(
+        match (keys, values) {
+            (None, None) => Ok(PayloadSource::Json(json)),
+            (Some(keys), Some(values)) if keys.len() == values.len() => {
+                Ok(PayloadSource::Fields(keys, values))
+            }
+            _ => Err(invalid(format!(
                 "{method}: keys and values differ in length"
-            )));
+            ))),
         }
-        Ok(PayloadSource::Fields(keys, values))
+    }
+
+    /// Worth the thread pool: JSON text over
+    /// [`crate::direct::ASYNC_CRYPTO_THRESHOLD`] bytes, or fields (only a
+    /// large payload is handed over as its fields).
+    pub(super) fn is_large(&self) -> bool {
+        match self {
+            PayloadSource::Json(json) => json
+                .as_ref()
+                .is_some_and(|json| json.len() > crate::direct::ASYNC_CRYPTO_THRESHOLD),
+            PayloadSource::Fields(..) => true,
+        }
     }
 
     /// `work` given the payload's JSON text (written here for fields).
@@ -231,6 +247,20 @@ impl Task for OpenResultTask {
     fn resolve(&mut self, _env: Env, (opened, canonical): Self::Output) -> Result<Self::JsValue> {
         Ok(open_result_with(opened, canonical))
     }
+}
+
+/// `task` done now, on the main thread, or on the thread pool when `large`:
+/// each keyring call has one entry point, which picks by the size it knows.
+pub(super) fn now_or_pooled<T: Task>(
+    env: Env,
+    mut task: T,
+    large: bool,
+) -> Result<Either<T::JsValue, AsyncTask<T>>> {
+    if large {
+        return Ok(Either::B(AsyncTask::new(task)));
+    }
+    let output = task.compute()?;
+    task.resolve(env, output).map(Either::A)
 }
 
 /// `catch_unwind` for work on the thread pool, where the attribute does not

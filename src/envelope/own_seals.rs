@@ -13,11 +13,12 @@
 
 use blake2::digest::consts::U32;
 use blake2::{Blake2b, Digest};
-use std::collections::{HashMap, VecDeque};
+use hashlink::LruCache;
 use std::sync::{Mutex, OnceLock};
 use zeroize::Zeroizing;
 
-/// Envelopes remembered at once (≈ 200 bytes each with the table's own); the oldest goes first.
+/// Envelopes remembered at once (≈ 200 bytes each with the table's own); the
+/// least recently used goes first.
 pub(super) const CAPACITY: usize = 4096;
 /// Boxes from this size on are not remembered. Their signature is
 /// checked on a second thread while the reseal runs
@@ -34,15 +35,12 @@ struct Entry {
     key: Zeroizing<[u8; 32]>,
 }
 
-#[derive(Default)]
-struct Table {
-    entries: HashMap<[u8; 32], Entry>,
-    order: VecDeque<[u8; 32]>,
-}
+/// By ephemeral public key.
+type Table = LruCache<[u8; 32], Entry>;
 
 fn table() -> &'static Mutex<Table> {
     static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
-    TABLE.get_or_init(|| Mutex::new(Table::default()))
+    TABLE.get_or_init(|| Mutex::new(LruCache::new(CAPACITY)))
 }
 
 fn digest(sealed: &[u8]) -> [u8; 32] {
@@ -68,14 +66,7 @@ pub(super) fn remember(
     let Ok(mut table) = table().lock() else {
         return;
     };
-    if table.entries.len() >= CAPACITY {
-        if let Some(oldest) = table.order.pop_front() {
-            table.entries.remove(&oldest);
-        }
-    }
-    if table.entries.insert(ephemeral, entry).is_none() {
-        table.order.push_back(ephemeral);
-    }
+    table.insert(ephemeral, entry);
 }
 
 /// The box key of `sealed` if these exact bytes were sealed here to
@@ -87,8 +78,8 @@ pub(super) fn recall(
 ) -> Option<Zeroizing<[u8; 32]>> {
     let ephemeral: [u8; 32] = sealed.get(..32)?.try_into().ok()?;
     let key = {
-        let table = table().lock().ok()?;
-        let entry = table.entries.get(&ephemeral)?;
+        let mut table = table().lock().ok()?;
+        let entry = table.get(&ephemeral)?;
         if entry.recipient != *recipient || entry.signer != *signer {
             return None;
         }
@@ -105,7 +96,7 @@ pub(super) fn forget(sealed: &[u8]) {
         return;
     };
     if let Ok(mut t) = table().lock() {
-        t.entries.remove(&ephemeral);
+        t.remove(&ephemeral);
     }
 }
 
@@ -114,9 +105,7 @@ pub(super) fn holds(sealed: &[u8]) -> bool {
     let Some(ephemeral) = sealed.get(..32).and_then(|e| <[u8; 32]>::try_from(e).ok()) else {
         return false;
     };
-    table()
-        .lock()
-        .is_ok_and(|t| t.entries.contains_key(&ephemeral))
+    table().lock().is_ok_and(|t| t.contains_key(&ephemeral))
 }
 
 #[cfg(test)]

@@ -117,7 +117,7 @@ mod fixed_base {
     use curve25519_dalek::edwards::EdwardsBasepointTable;
     use curve25519_dalek::montgomery::MontgomeryPoint;
     use curve25519_dalek::traits::BasepointTable;
-    use std::collections::HashMap;
+    use hashlink::LruCache;
     use std::sync::{Arc, Mutex, OnceLock};
     use x25519_dalek::StaticSecret;
     use zeroize::Zeroizing;
@@ -126,21 +126,25 @@ mod fixed_base {
     pub(super) const BUILD_AFTER: u32 = 4;
     /// Keys holding a table at once (30 KB each).
     const MAX_TABLES: usize = 64;
-    /// Keys whose seals are being counted, before the count starts over.
+    /// Keys whose seals are being counted at once (the least recently
+    /// counted gives way).
     const MAX_COUNTED: usize = 4096;
 
-    #[derive(Default)]
     struct Tables {
         /// `None`: this u has no Edwards point (the twist); the ladder it is.
-        built: HashMap<[u8; 32], Option<Arc<EdwardsBasepointTable>>>,
-        /// Insertion order of `built`, for eviction.
-        order: std::collections::VecDeque<[u8; 32]>,
-        seen: HashMap<[u8; 32], u32>,
+        built: LruCache<[u8; 32], Option<Arc<EdwardsBasepointTable>>>,
+        /// Seals to keys without a table yet.
+        seen: LruCache<[u8; 32], u32>,
     }
 
     fn tables() -> &'static Mutex<Tables> {
         static TABLES: OnceLock<Mutex<Tables>> = OnceLock::new();
-        TABLES.get_or_init(|| Mutex::new(Tables::default()))
+        TABLES.get_or_init(|| {
+            Mutex::new(Tables {
+                built: LruCache::new(MAX_TABLES),
+                seen: LruCache::new(MAX_COUNTED),
+            })
+        })
     }
 
     /// The table for `public`, building it on the seal that reaches
@@ -151,12 +155,9 @@ mod fixed_base {
             if let Some(entry) = state.built.get(public) {
                 return entry.clone();
             }
-            if state.seen.len() >= MAX_COUNTED && !state.seen.contains_key(public) {
-                state.seen.clear();
-            }
-            let count = state.seen.entry(*public).or_insert(0);
-            *count += 1;
-            if *count < BUILD_AFTER {
+            let count = state.seen.get(public).map_or(1, |count| count + 1);
+            if count < BUILD_AFTER {
+                state.seen.insert(*public, count);
                 return None;
             }
             state.seen.remove(public);
@@ -167,13 +168,7 @@ mod fixed_base {
             .map(|point| Arc::new(EdwardsBasepointTable::create(&point)));
         let mut state = tables().lock().ok()?;
         if !state.built.contains_key(public) {
-            if state.built.len() >= MAX_TABLES {
-                if let Some(oldest) = state.order.pop_front() {
-                    state.built.remove(&oldest);
-                }
-            }
             state.built.insert(*public, table.clone());
-            state.order.push_back(*public);
         }
         table
     }

@@ -19,7 +19,7 @@ pub(super) use made::take;
 #[cfg(not(target_arch = "wasm32"))]
 mod made {
     use super::Spare;
-    use std::collections::HashMap;
+    use hashlink::LruCache;
     use std::sync::{Mutex, OnceLock};
 
     /// Spares a pool holds when full.
@@ -35,38 +35,23 @@ mod made {
     struct Pool {
         spares: Vec<Spare>,
         refilling: bool,
-        /// When it was last taken from (a count of takes).
-        used: u64,
     }
 
-    #[derive(Default)]
-    struct Pools {
-        by_key: HashMap<[u8; 32], Pool>,
-        takes: u64,
-    }
+    /// Pools by own public key.
+    type Pools = LruCache<[u8; 32], Pool>;
 
     fn pools() -> &'static Mutex<Pools> {
         static POOLS: OnceLock<Mutex<Pools>> = OnceLock::new();
-        POOLS.get_or_init(|| Mutex::new(Pools::default()))
+        POOLS.get_or_init(|| Mutex::new(LruCache::new(MAX_KEYS)))
     }
 
     /// A spare for a seal to `recipient`, asking for more when low.
     pub(in super::super) fn take(recipient: &[u8; 32]) -> Option<Spare> {
         let mut guard = pools().lock().ok()?;
-        let pools = &mut *guard;
-        pools.takes += 1;
-        if !pools.by_key.contains_key(recipient) && pools.by_key.len() >= MAX_KEYS {
-            let oldest = pools
-                .by_key
-                .iter()
-                .min_by_key(|(_, pool)| pool.used)
-                .map(|(key, _)| *key);
-            if let Some(oldest) = oldest {
-                pools.by_key.remove(&oldest);
-            }
+        if !guard.contains_key(recipient) {
+            guard.insert(*recipient, Pool::default());
         }
-        let pool = pools.by_key.entry(*recipient).or_default();
-        pool.used = pools.takes;
+        let pool = guard.get_mut(recipient)?;
         let spare = pool.spares.pop();
         if pool.spares.len() < KEEP / 2 && !pool.refilling {
             pool.refilling = true;
@@ -81,7 +66,7 @@ mod made {
 
     fn stop_refilling(recipient: &[u8; 32]) {
         if let Ok(mut pools) = pools().lock() {
-            if let Some(pool) = pools.by_key.get_mut(recipient) {
+            if let Some(pool) = pools.peek_mut(recipient) {
                 pool.refilling = false;
             }
         }
@@ -117,7 +102,7 @@ mod made {
             let Ok(mut pools) = pools().lock() else {
                 return;
             };
-            let Some(pool) = pools.by_key.get_mut(recipient) else {
+            let Some(pool) = pools.peek_mut(recipient) else {
                 return;
             };
             pool.spares.push(Spare { public, key });
@@ -136,7 +121,7 @@ mod made {
         pools()
             .lock()
             .ok()
-            .and_then(|p| p.by_key.get(recipient).map(|pool| pool.spares.len()))
+            .and_then(|p| p.peek(recipient).map(|pool| pool.spares.len()))
             .unwrap_or(0)
     }
 }

@@ -29,8 +29,10 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 
+use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, Row};
 
+use super::out::CiphertextRef;
 use super::{
     people::Record, Ciphertext, Envelope, Job, JobRef, JobState, Lease, Store, StoreOptions,
 };
@@ -389,63 +391,51 @@ fn upsert_job(
     // The envelope as it is at rest: sealed, or the caller's own JSON. A
     // seal still to be made is made now (never the plaintext on disk).
     let (env_type, env, recipient, sender, direction, deadline): EnvColumns<'_> =
-        match &job.envelope {
-            Envelope::Sealed {
-                ciphertext,
-                recipient,
-                sender,
-                direction,
-                deadline_at,
-            } => {
+        match (&job.envelope, store.sealed_view(&job.envelope)) {
+            (_, Some((ciphertext, parts))) => {
                 let (kind, value) = match ciphertext {
-                    Ciphertext::Bytes(bytes) => (
-                        ENV_SEALED_BYTES,
-                        rusqlite::types::Value::Blob(bytes.to_vec()),
-                    ),
-                    Ciphertext::Text(text) => (
-                        ENV_SEALED_TEXT,
-                        rusqlite::types::Value::Text(text.to_string()),
-                    ),
+                    CiphertextRef::Bytes(bytes) => {
+                        (ENV_SEALED_BYTES, SqlValue::Blob(bytes.to_vec()))
+                    }
+                    // A deferred seal's text, kept as bytes where it decodes.
+                    CiphertextRef::Text(text) => match Ciphertext::new(text) {
+                        Ciphertext::Bytes(bytes) => {
+                            (ENV_SEALED_BYTES, SqlValue::Blob(bytes.into_vec()))
+                        }
+                        Ciphertext::Text(text) => {
+                            (ENV_SEALED_TEXT, SqlValue::Text(text.into_string()))
+                        }
+                    },
                 };
                 (
                     kind,
                     value,
-                    Some(name(*recipient)),
-                    Some(name(*sender)),
-                    Some(name(*direction)),
-                    Some(*deadline_at),
+                    Some(parts.recipient_key_id),
+                    Some(parts.sender_key_id),
+                    Some(parts.direction),
+                    Some(parts.deadline_at),
                 )
             }
-            Envelope::Raw(json) => (
+            (Envelope::Raw(json), None) => (
                 ENV_RAW,
-                rusqlite::types::Value::Text(json.to_string()),
+                SqlValue::Text(json.to_string()),
                 None,
                 None,
                 None,
                 None,
             ),
-            Envelope::Deferred(deferred) => {
-                let sealed = deferred.sealed().map_err(|error| {
-                    DurableError::Sqlite(format!("the payload's at-rest seal failed: {error}"))
-                })?;
-                let env = match Ciphertext::new(&sealed.ciphertext) {
-                    Ciphertext::Bytes(bytes) => (
-                        ENV_SEALED_BYTES,
-                        rusqlite::types::Value::Blob(bytes.into_vec()),
-                    ),
-                    Ciphertext::Text(text) => (
-                        ENV_SEALED_TEXT,
-                        rusqlite::types::Value::Text(text.into_string()),
-                    ),
+            // Only a deferred seal that failed has no view.
+            (envelope, None) => {
+                let error = match envelope {
+                    Envelope::Deferred(deferred) => {
+                        deferred.sealed().err().map(ToString::to_string)
+                    }
+                    _ => None,
                 };
-                (
-                    env.0,
-                    env.1,
-                    Some(sealed.recipient_key_id.as_str()),
-                    Some(sealed.sender_key_id.as_str()),
-                    Some(sealed.direction.as_str()),
-                    Some(sealed.deadline_at),
-                )
+                let error = error.unwrap_or_default();
+                return Err(DurableError::Sqlite(format!(
+                    "the payload's at-rest seal failed: {error}"
+                )));
             }
         };
     let refused: Vec<&str> = job.refused_by.iter().map(|&s| name(s)).collect();

@@ -753,13 +753,6 @@ impl Store {
         all
     }
 
-    /// Deterministic lease ids (`lease-1`, `lease-2`, …), for tests that
-    /// compare two stores operation by operation.
-    #[doc(hidden)]
-    pub fn use_counter_lease_ids(&mut self) {
-        self.counter_lease_ids = Some(0);
-    }
-
     // -- watchers -----------------------------------------------------------
 
     /// Start logging writes to `job_id` (see [`Store::drain_writes`]).
@@ -777,5 +770,14 @@ impl Store {
     /// The ids of watched jobs written since the last call, one per write, in order.
     pub fn drain_writes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.write_log)
+    }
+}
+
+#[cfg(test)]
+impl Store {
+    /// Deterministic lease ids (`lease-1`, `lease-2`, …), for tests that
+    /// compare two stores operation by operation.
+    pub fn use_counter_lease_ids(&mut self) {
+        self.counter_lease_ids = Some(0);
     }
 }

@@ -27,6 +27,13 @@ use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, Store};
 /// omits envelopes (a 1 KB prompt's is ≈ 1.5 KB; a 1M-character one 1.8 MB).
 pub(crate) const OMIT_ENVELOPE_BYTES: usize = 16 * 1024;
 
+/// A stored ciphertext: bytes (written as base64url) or the text as given.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum CiphertextRef<'a> {
+    Bytes(&'a [u8]),
+    Text(&'a str),
+}
+
 /// The parts of a sealed envelope besides its ciphertext.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SealedParts<'a> {
@@ -201,37 +208,55 @@ impl Store {
         r: JobRef,
         ciphertext: &mut String,
     ) -> Option<SealedParts<'_>> {
-        let job = self.live(r)?;
-        let (ct, recipient, sender, direction, deadline_at) = match &job.envelope {
+        let (text, parts) = self.sealed_view(&self.live(r)?.envelope)?;
+        match text {
+            CiphertextRef::Bytes(bytes) => crate::b64::encode_url_append(bytes, ciphertext),
+            CiphertextRef::Text(text) => ciphertext.push_str(text),
+        }
+        Some(parts)
+    }
+
+    /// A sealed envelope as stored, made now or deferred: its ciphertext
+    /// and its other parts. `None` for a caller's own envelope, and for a
+    /// deferred seal that failed (never for a key `DeferredSeal::new`
+    /// accepts).
+    pub(super) fn sealed_view<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+    ) -> Option<(CiphertextRef<'a>, SealedParts<'a>)> {
+        match envelope {
             Envelope::Sealed {
                 ciphertext,
                 recipient,
                 sender,
                 direction,
                 deadline_at,
-            } => (ciphertext, recipient, sender, direction, deadline_at),
+            } => Some((
+                match ciphertext {
+                    Ciphertext::Bytes(bytes) => CiphertextRef::Bytes(bytes),
+                    Ciphertext::Text(text) => CiphertextRef::Text(text),
+                },
+                SealedParts {
+                    recipient_key_id: self.syms.name(*recipient),
+                    sender_key_id: self.syms.name(*sender),
+                    direction: self.syms.name(*direction),
+                    deadline_at: *deadline_at,
+                },
+            )),
             Envelope::Deferred(deferred) => {
                 let sealed = deferred.sealed().ok()?;
-                ciphertext.push_str(&sealed.ciphertext);
-                return Some(SealedParts {
-                    recipient_key_id: &sealed.recipient_key_id,
-                    sender_key_id: &sealed.sender_key_id,
-                    direction: &sealed.direction,
-                    deadline_at: sealed.deadline_at,
-                });
+                Some((
+                    CiphertextRef::Text(&sealed.ciphertext),
+                    SealedParts {
+                        recipient_key_id: &sealed.recipient_key_id,
+                        sender_key_id: &sealed.sender_key_id,
+                        direction: &sealed.direction,
+                        deadline_at: sealed.deadline_at,
+                    },
+                ))
             }
-            Envelope::Raw(_) => return None,
-        };
-        match ct {
-            Ciphertext::Bytes(bytes) => crate::b64::encode_url_append(bytes, ciphertext),
-            Ciphertext::Text(text) => ciphertext.push_str(text),
+            Envelope::Raw(_) => None,
         }
-        Some(SealedParts {
-            recipient_key_id: self.syms.name(*recipient),
-            sender_key_id: self.syms.name(*sender),
-            direction: self.syms.name(*direction),
-            deadline_at: *deadline_at,
-        })
     }
 
     /// Whether records leave this job's envelope out: large sealed ones,
@@ -258,61 +283,31 @@ impl Store {
     }
 
     fn push_envelope(&self, job: &Job, out: &mut String) {
-        let name = |sym| self.syms.name(sym);
-        match &job.envelope {
-            Envelope::Sealed {
-                ciphertext,
-                recipient,
-                sender,
-                direction,
-                deadline_at,
-            } => {
+        match (&job.envelope, self.sealed_view(&job.envelope)) {
+            (_, Some((ciphertext, parts))) => {
                 out.push('[');
                 match ciphertext {
                     // base64url needs no escaping.
-                    Ciphertext::Bytes(bytes) => {
+                    CiphertextRef::Bytes(bytes) => {
                         out.push('"');
                         crate::b64::encode_url_append(bytes, out);
                         out.push('"');
                     }
-                    Ciphertext::Text(text) => write_json_str(text, out),
+                    CiphertextRef::Text(text) => write_json_str(text, out),
                 }
-                push_sealed_rest(
-                    out,
-                    SealedParts {
-                        recipient_key_id: name(*recipient),
-                        sender_key_id: name(*sender),
-                        direction: name(*direction),
-                        deadline_at: *deadline_at,
-                    },
-                );
+                push_sealed_rest(out, parts);
             }
             // A caller's own array is wrapped in one more, so that it cannot
             // pass for the five sealed parts.
-            Envelope::Raw(json) if json.trim_start().starts_with('[') => {
+            (Envelope::Raw(json), None) if json.trim_start().starts_with('[') => {
                 out.push('[');
                 out.push_str(json);
                 out.push(']');
             }
-            Envelope::Raw(json) => out.push_str(json),
-            Envelope::Deferred(deferred) => match deferred.sealed() {
-                Ok(sealed) => {
-                    out.push('[');
-                    write_json_str(&sealed.ciphertext, out);
-                    push_sealed_rest(
-                        out,
-                        SealedParts {
-                            recipient_key_id: &sealed.recipient_key_id,
-                            sender_key_id: &sealed.sender_key_id,
-                            direction: &sealed.direction,
-                            deadline_at: sealed.deadline_at,
-                        },
-                    );
-                }
-                // Not for a key DeferredSeal::new accepts; null, as an
-                // envelope that is not there.
-                Err(_) => out.push_str("null"),
-            },
+            (Envelope::Raw(json), None) => out.push_str(json),
+            // A deferred seal that failed: null, as an envelope that is not
+            // there.
+            (_, None) => out.push_str("null"),
         }
     }
 

@@ -304,12 +304,6 @@ impl PairingStore {
         gone.len()
     }
 
-    /// How many pairings are kept, and the bytes of their records.
-    pub fn pairing_footprint(&self) -> (usize, usize) {
-        let bytes = self.pairings.values().map(|p| p.json.len()).sum();
-        (self.pairings.len(), bytes)
-    }
-
     /// Over [`MAX_PAIRINGS`]: drop the oldest pairings but `keep` and those
     /// awaiting collection.
     fn evict_oldest(&mut self, keep: u64) {
@@ -356,13 +350,6 @@ impl PairingStore {
             .map(|p| &*p.json)
     }
 
-    pub fn pairing_by_hash(&self, hash: &str) -> Option<Record> {
-        self.by_hash
-            .get(hash)
-            .and_then(|seq| self.pairings.get(seq))
-            .map(Pairing::record)
-    }
-
     /// The pairing a user code names: the first pending one (insertion
     /// order), else the first with the code whatever its state.
     fn named(&self, code: &str) -> Option<u64> {
@@ -378,12 +365,6 @@ impl PairingStore {
         self.named(code)
             .and_then(|seq| self.pairings.get(&seq))
             .map(|p| &*p.json)
-    }
-
-    pub fn pairing_by_code(&self, code: &str) -> Option<Record> {
-        self.named(code)
-            .and_then(|seq| self.pairings.get(&seq))
-            .map(Pairing::record)
     }
 
     /// `approvePairing`: create the runner from the pending, unexpired
@@ -537,5 +518,28 @@ impl PairingStore {
             .iter()
             .filter(|r| owner.is_none_or(|o| r.get("owner").and_then(Value::as_str) == Some(o)))
             .collect()
+    }
+}
+
+/// Pairings as values, and what they hold, for the tests.
+#[cfg(test)]
+impl PairingStore {
+    /// How many pairings are kept, and the bytes of their records.
+    pub fn pairing_footprint(&self) -> (usize, usize) {
+        let bytes = self.pairings.values().map(|p| p.json.len()).sum();
+        (self.pairings.len(), bytes)
+    }
+
+    pub fn pairing_by_hash(&self, hash: &str) -> Option<Record> {
+        self.by_hash
+            .get(hash)
+            .and_then(|seq| self.pairings.get(seq))
+            .map(Pairing::record)
+    }
+
+    pub fn pairing_by_code(&self, code: &str) -> Option<Record> {
+        self.named(code)
+            .and_then(|seq| self.pairings.get(&seq))
+            .map(Pairing::record)
     }
 }
