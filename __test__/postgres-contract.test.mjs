@@ -11,6 +11,12 @@ import { postgresStore } from "../dist/postgres.js";
 import { freshDatabase, TRUNCATE, testPool } from "./postgres-db.mjs";
 import { storeContract } from "./store-contract.mjs";
 
+const SQL_DIFFERENCES = {
+  approveThrowsSync: false,
+  runnerId: () => `runner_${randomUUID()}`,
+  relayLeaseId: () => randomUUID(),
+};
+
 let db;
 let pool;
 before(async () => {
@@ -28,11 +34,7 @@ storeContract(
     await pool.query(TRUNCATE);
     return postgresStore({ pool });
   },
-  {
-    approveThrowsSync: false,
-    runnerId: () => `runner_${randomUUID()}`,
-    relayLeaseId: () => randomUUID(),
-  },
+  SQL_DIFFERENCES,
 );
 
 // The same rules with every call a named prepared statement.
@@ -42,11 +44,7 @@ storeContract(
     await pool.query(TRUNCATE);
     return postgresStore({ pool, preparedStatements: true });
   },
-  {
-    approveThrowsSync: false,
-    runnerId: () => randomUUID(),
-    relayLeaseId: () => randomUUID(),
-  },
+  SQL_DIFFERENCES,
 );
 
 test("preparedStatements: each function is prepared once per connection, and only when asked", async () => {
