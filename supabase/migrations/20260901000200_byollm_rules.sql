@@ -566,9 +566,13 @@ declare
   v_hit byollm_jobs.id%type;
   v_renewed jsonb := '[]';
   v_lost jsonb := '[]';
+  v_swept jsonb;
 begin
-  perform byollm_sweep(p_now);
-  for v_ref in select value from jsonb_array_elements(coalesce(p_leases, '[]'::jsonb)) loop
+  -- Assignments and a counted loop, not PERFORM and a query over the array:
+  -- PL/pgSQL evaluates a plain expression without starting an executor.
+  v_swept := byollm_sweep(p_now);
+  for v_i in 0 .. coalesce(jsonb_array_length(p_leases), 0) - 1 loop
+    v_ref := p_leases -> v_i;
     v_hit := null;
     update byollm_jobs
        set state = 'running',

@@ -82,22 +82,36 @@ $$;
 -- Whether a caller's owner string can be stored in the owner columns: any
 -- string on a plain PostgreSQL, a uuid on Supabase (see Owners above).
 -- Functions that take an owner declare it `byollm_jobs.owner%type`, so one
--- body serves both schemas.
-create or replace function byollm_owner_in(p text) returns boolean
-language plpgsql stable
-set search_path = pg_catalog, public, pg_temp
-as $$
-declare
-  v byollm_jobs.owner%type;
+-- body serves both schemas. Written for the column's type: where owners are
+-- text it is an SQL body the planner inlines; where they are uuids it asks
+-- the type's own input function (an exception block, so a subtransaction per
+-- call, paid only there).
+do $$
 begin
-  if p is null then
-    return false;
+  if (select data_type from information_schema.columns
+       where table_schema = 'public' and table_name = 'byollm_jobs' and column_name = 'owner') = 'uuid' then
+    create or replace function byollm_owner_in(p text) returns boolean
+    language plpgsql stable
+    set search_path = pg_catalog, public, pg_temp
+    as $fn$
+    declare
+      v byollm_jobs.owner%type;
+    begin
+      if p is null then
+        return false;
+      end if;
+      v := p;
+      return true;
+    exception when invalid_text_representation then
+      return false;
+    end;
+    $fn$;
+  else
+    create or replace function byollm_owner_in(p text) returns boolean
+    language sql immutable parallel safe
+    as $fn$ select p is not null $fn$;
   end if;
-  v := p;
-  return true;
-exception when invalid_text_representation then
-  return false;
-end;
+end
 $$;
 
 -- ---------------------------------------------------------------------------
@@ -167,7 +181,8 @@ declare
   v_team text[];
   v_out jsonb;
 begin
-  perform byollm_sweep(p_now);
+  -- An assignment, not PERFORM: a plain call needs no executor of its own.
+  v_out := byollm_sweep(p_now);
   if p_max is null or p_max <= 0 then
     return '[]'::jsonb;
   end if;
