@@ -5,8 +5,9 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { postgresStore } from "../dist/postgres.js";
-import { freshDatabase, testPool, TRUNCATE } from "./postgres-db.mjs";
+import pg from "pg";
+import { postgresMigrations, postgresStore } from "../dist/postgres.js";
+import { adminUrl, freshDatabase, testPool, TRUNCATE } from "./postgres-db.mjs";
 
 const T0 = 1_767_225_600_000;
 const KIND = "llm.generate";
@@ -138,5 +139,42 @@ test("every SECURITY DEFINER function has search_path pg_catalog, public, pg_tem
   for (const { f, config } of rows) {
     assert.ok(config.includes("search_path=pg_catalog, public, pg_temp"), `${f}: ${config}`);
     assert.ok(config.includes("jit=off"), `${f}: ${config}`);
+  }
+});
+
+// A new function is executable by PUBLIC by default and each migration file
+// commits on its own, so every file that creates a byollm function revokes
+// that before it commits: on a fresh database no file leaves one callable by
+// PUBLIC, not even until a later file's grants.
+test("after each migration file on a fresh database, no byollm function is executable by PUBLIC", async () => {
+  const name = `byollm_t_public_${randomUUID().slice(0, 8)}`;
+  const admin = new pg.Client({ connectionString: adminUrl() });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  const url = new URL(adminUrl());
+  url.pathname = `/${name}`;
+  const c = new pg.Client({ connectionString: url.toString() });
+  await c.connect();
+  try {
+    const files = await postgresMigrations();
+    assert.ok(files.length >= 5);
+    for (const { name: file, sql } of files) {
+      await c.query("begin");
+      await c.query(sql);
+      await c.query("commit");
+      const { rows } = await c.query(
+        `select p.oid::regprocedure::text as f from pg_proc p
+          where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\\_%'
+            and (p.proacl is null
+                 or exists (select 1 from aclexplode(p.proacl) a where a.grantee = 0 and a.privilege_type = 'EXECUTE'))`,
+      );
+      assert.deepEqual(rows.map((r) => r.f), [], `after ${file}`);
+    }
+    const { rows } = await c.query("select count(*)::int as n from pg_proc where proname in ('byollm_create_job', 'byollm_claim', 'byollm_complete_job')");
+    assert.equal(rows[0].n, 3);
+  } finally {
+    await c.end();
+    await admin.query(`drop database if exists ${name} with (force)`);
+    await admin.end();
   }
 });

@@ -380,139 +380,13 @@ as $$ select jsonb_array_length(byollm_sweep(byollm_ms(now()))) $$;
 -- Jobs
 -- ---------------------------------------------------------------------------
 
--- `p_job`: {id, kind, envelope, sizeClass, owner, audience?, purpose?,
--- audienceAllow?, dependsOn?, ttlMs, deadlineAt?} with ttlMs already
--- defaulted by the store. Idempotent by id: an existing job is returned
--- unchanged. Answers {created, job}.
-create or replace function byollm_create_job(p_job jsonb, p_now bigint) returns jsonb
-language plpgsql volatile security definer set search_path = public
-as $$
-declare
-  v_now timestamptz := byollm_at(p_now);
-  v_id uuid := byollm_try_uuid(p_job ->> 'id');
-  v_deps uuid[];
-  v_allow uuid[];
-  v_blocked boolean;
-  v_row byollm_jobs;
-begin
-  if v_id is null then
-    raise exception 'byollm: job ids must be lowercase UUIDs (the id column is a uuid)'
-      using errcode = '22023';
-  end if;
-
-  select * into v_row from byollm_jobs where id = v_id;
-  if found then
-    return jsonb_build_object('created', false, 'job', byollm_job_json(v_row));
-  end if;
-
-  v_deps := coalesce(array(select jsonb_array_elements_text(p_job -> 'dependsOn'))::uuid[], '{}');
-  if jsonb_typeof(p_job -> 'audienceAllow') = 'array' then
-    v_allow := array(select jsonb_array_elements_text(p_job -> 'audienceAllow'))::uuid[];
-  end if;
-
-  -- Share-lock the dependencies while deciding: a dependency completing at
-  -- the same moment then either commits first (and is seen as ok here) or
-  -- waits for this insert (and its unblock step sees this job).
-  perform 1 from byollm_jobs where id = any (v_deps) for share;
-  v_blocked := exists (
-    select 1 from unnest(v_deps) d(id)
-     where not exists (select 1 from byollm_jobs j where j.id = d.id and j.state = 'ok'));
-
-  insert into byollm_jobs (id, kind, envelope, size_class, audience, purpose, owner,
-                           audience_allow, depends_on, state, lease_id, lease_runner,
-                           lease_expires_at, completed_by_lease_id, claimable_at, ttl_ms,
-                           deadline_at, refused_by, attempts, outcome, provenance,
-                           created_at, updated_at)
-  values (v_id, p_job ->> 'kind', p_job -> 'envelope', p_job ->> 'sizeClass',
-          coalesce(p_job ->> 'audience', 'private')::byollm_audience,
-          p_job ->> 'purpose', (p_job ->> 'owner')::uuid, v_allow, v_deps, 'queued',
-          null, null, null, null,
-          case when v_blocked then null else v_now end,
-          (p_job ->> 'ttlMs')::integer,
-          case when jsonb_typeof(p_job -> 'deadlineAt') = 'number'
-               then byollm_at((p_job ->> 'deadlineAt')::numeric::bigint) end,
-          '{}', 0, null, null, v_now, v_now)
-  on conflict (id) do nothing
-  returning * into v_row;
-
-  if not found then
-    -- Another transaction created it between our look and our insert.
-    select * into v_row from byollm_jobs where id = v_id;
-    return jsonb_build_object('created', false, 'job', byollm_job_json(v_row));
-  end if;
-  return jsonb_build_object('created', true, 'job', byollm_job_json(v_row));
-end;
-$$;
+-- byollm_create_job (enqueue) is in the scale file.
 
 create or replace function byollm_get_job(p_job_id text) returns jsonb
 language sql stable security definer set search_path = public
 as $$ select byollm_job_json(j) from byollm_jobs j where j.id = byollm_job_key(p_job_id) $$;
 
--- The atomic claim. One statement picks the oldest claimable jobs this
--- runner may take (claimableAt ascending, ties in creation order), locks them
--- with FOR UPDATE SKIP LOCKED so concurrent claims never see the same row,
--- and grants each a fresh lease. Runs the sweep first so nothing already
--- expired is handed out.
---
--- `p_runner_owner` is the caller's (the contract passes it). The runner is
--- not looked up: the handlers have authenticated it already, and the
--- contract lets any runner id claim.
-create or replace function byollm_claim(
-  p_runner_id    text,
-  p_runner_owner text,
-  p_capabilities jsonb,
-  p_max          integer,
-  p_lease_ms     bigint,
-  p_now          bigint
-) returns jsonb
-language plpgsql volatile security definer set search_path = public
-as $$
-declare
-  v_now timestamptz := byollm_at(p_now);
-  v_runner uuid := byollm_try_uuid(p_runner_id);
-  v_out jsonb;
-begin
-  perform byollm_sweep(p_now);
-  if p_max is null or p_max <= 0 then
-    return '[]'::jsonb;
-  end if;
-  if v_runner is null then
-    -- Not a uuid, so it cannot be stored as a lease holder (the column is a
-    -- uuid); such a runner is never paired by these stores.
-    raise exception 'byollm: runner ids are uuids in this schema' using errcode = '22023';
-  end if;
-
-  with candidate as (
-    select j.id
-      from byollm_jobs j
-     where j.state = 'queued'
-       and j.claimable_at is not null
-       and j.claimable_at <= v_now
-       and not (v_runner = any (j.refused_by))
-       and byollm_claim_refusal(p_capabilities, j.kind, j.owner::text, j.audience::text,
-                                j.audience_allow::text[], p_runner_owner) is null
-     order by j.claimable_at, j.byollm_seq
-     limit p_max
-     for update skip locked
-  ), claimed as (
-    update byollm_jobs j
-       set state = 'claimed',
-           lease_id = gen_random_uuid(),
-           lease_runner = v_runner,
-           lease_expires_at = v_now + p_lease_ms * interval '1 millisecond',
-           attempts = j.attempts + 1,
-           updated_at = v_now
-      from candidate c
-     where j.id = c.id
-    returning j
-  )
-  select coalesce(jsonb_agg(byollm_job_json(c.j)
-                            order by (c.j).claimable_at, (c.j).byollm_seq), '[]')
-    into v_out
-    from claimed c;
-  return v_out;
-end;
-$$;
+-- byollm_claim is in the scale file.
 
 -- 0.1.1's claim RPC, same name and arguments (plus an optional clock). It
 -- looks the runner up itself and refuses unknown or revoked runners, then
@@ -566,9 +440,13 @@ declare
   v_hit byollm_jobs.id%type;
   v_renewed jsonb := '[]';
   v_lost jsonb := '[]';
+  v_swept jsonb;
 begin
-  perform byollm_sweep(p_now);
-  for v_ref in select value from jsonb_array_elements(coalesce(p_leases, '[]'::jsonb)) loop
+  -- Assignments and a counted loop, not PERFORM and a query over the array:
+  -- PL/pgSQL evaluates a plain expression without starting an executor.
+  v_swept := byollm_sweep(p_now);
+  for v_i in 0 .. coalesce(jsonb_array_length(p_leases), 0) - 1 loop
+    v_ref := p_leases -> v_i;
     v_hit := null;
     update byollm_jobs
        set state = 'running',
@@ -628,96 +506,7 @@ begin
 end;
 $$;
 
--- First terminal outcome wins. `p_holder` is {by:"runner", runnerId} or
--- {by:"lease", leaseId}. Returns {accepted, duplicate?, job}.
---
--- Differs from the 0.1.1 adapter: a runner-held completion records the old
--- lease id in completed_by_lease_id (as the in-memory store does), and the
--- dependents are unblocked here at `p_now` instead of by a trigger at now().
-create or replace function byollm_complete_job(
-  p_job_id     text,
-  p_runner_id  text,
-  p_holder     jsonb,
-  p_outcome    jsonb,
-  p_provenance jsonb,
-  p_now        bigint
-) returns jsonb
-language plpgsql volatile security definer set search_path = public
-as $$
-declare
-  v_now timestamptz := byollm_at(p_now);
-  v_row byollm_jobs;
-  v_by text := p_holder ->> 'by';
-  v_holds boolean;
-  v_state byollm_job_state;
-begin
-  select * into v_row from byollm_jobs where id = byollm_try_uuid(p_job_id) for update;
-  if not found then
-    return jsonb_build_object('accepted', false, 'job', null);
-  end if;
-
-  if v_row.state in ('ok', 'error', 'canceled') then
-    -- A duplicate only for the same device presenting the same grant;
-    -- anyone else gets the plain refusal a live job would give them.
-    if v_row.provenance ->> 'runnerId' is not null
-       and v_row.provenance ->> 'runnerId' = p_runner_id
-       and v_by = 'lease'
-       and v_row.completed_by_lease_id is not null
-       and v_row.completed_by_lease_id = p_holder ->> 'leaseId' then
-      return jsonb_build_object('accepted', false, 'duplicate', true, 'job', byollm_job_json(v_row));
-    end if;
-    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
-  end if;
-  if v_row.state = 'expired' then
-    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
-  end if;
-
-  -- The holder check ignores lease expiry on purpose: only the sweep ends a
-  -- lease, so a late result that beats the sweep still counts.
-  if v_by = 'runner' then
-    v_holds := v_row.lease_id is not null and v_row.lease_expires_at is not null
-               and coalesce(v_row.lease_runner::text, '') = p_holder ->> 'runnerId';
-  else
-    v_holds := v_row.lease_id is not null and v_row.lease_expires_at is not null
-               and v_row.lease_id::text = p_holder ->> 'leaseId';
-  end if;
-  if not coalesce(v_holds, false) then
-    return jsonb_build_object('accepted', false, 'job', byollm_job_json(v_row));
-  end if;
-
-  v_state := case p_outcome ->> 'outcome' when 'ok' then 'ok' when 'canceled' then 'canceled'
-                                          else 'error' end;
-  update byollm_jobs
-     set state = v_state,
-         completed_by_lease_id = case when v_by = 'lease' then p_holder ->> 'leaseId'
-                                      else lease_id::text end,
-         lease_id = null, lease_runner = null, lease_expires_at = null,
-         outcome = p_outcome, provenance = p_provenance, updated_at = v_now
-   where id = v_row.id
-  returning * into v_row;
-
-  delete from byollm_job_cancels where job_id = v_row.id;
-
-  if v_state = 'ok' then
-    -- Lock the blocked dependents first, then decide in a new statement (a
-    -- fresh snapshot): two dependencies completing at once serialise on
-    -- these rows, and the second sees the first one's `ok`.
-    perform 1 from byollm_jobs d
-      where d.claimable_at is null and v_row.id = any (d.depends_on)
-      order by d.byollm_seq
-      for update;
-    update byollm_jobs d
-       set claimable_at = v_now, updated_at = v_now
-     where d.claimable_at is null
-       and v_row.id = any (d.depends_on)
-       and not exists (
-         select 1 from unnest(d.depends_on) dep(id)
-          where not exists (select 1 from byollm_jobs x where x.id = dep.id and x.state = 'ok'));
-  end if;
-
-  return jsonb_build_object('accepted', true, 'job', byollm_job_json(v_row));
-end;
-$$;
+-- byollm_complete_job is in the scale file.
 
 -- Returns the ids released, in the order given. Only the exact grant
 -- (runner and lease id) releases; anything else is skipped silently.
@@ -808,29 +597,7 @@ $$;
 -- Pairings and runners
 -- ---------------------------------------------------------------------------
 
--- Stores a PairingRecord; the same device-code hash overwrites (keeping its
--- place in insertion order).
-create or replace function byollm_create_pairing(p_pairing jsonb) returns void
-language sql volatile security definer set search_path = public
-as $$
-  insert into byollm_pairings as p (device_code_hash, user_code, state, owner, runner_id,
-                                    collected_at, label, platform, daemon_version,
-                                    capabilities, device, expires_at, created_at)
-  values (p_pairing ->> 'deviceCodeHash', p_pairing ->> 'userCode', p_pairing ->> 'state',
-          (p_pairing ->> 'owner')::uuid, (p_pairing ->> 'runnerId')::uuid,
-          case when (p_pairing ->> 'collected')::boolean then now() end,
-          p_pairing ->> 'label', p_pairing ->> 'platform', p_pairing ->> 'daemonVersion',
-          coalesce(p_pairing -> 'capabilities', '[]'::jsonb), p_pairing -> 'device',
-          byollm_at((p_pairing ->> 'expiresAt')::numeric::bigint),
-          byollm_at((p_pairing ->> 'createdAt')::numeric::bigint))
-  on conflict (device_code_hash) do update
-     set user_code = excluded.user_code, state = excluded.state, owner = excluded.owner,
-         runner_id = excluded.runner_id, collected_at = excluded.collected_at,
-         label = excluded.label, platform = excluded.platform,
-         daemon_version = excluded.daemon_version, capabilities = excluded.capabilities,
-         device = excluded.device, expires_at = excluded.expires_at,
-         created_at = excluded.created_at
-$$;
+-- byollm_create_pairing and byollm_approve_pairing_as are in the pairings file.
 
 create or replace function byollm_get_pairing_by_device_code_hash(p_hash text) returns jsonb
 language sql stable security definer set search_path = public
@@ -842,51 +609,6 @@ language sql stable security definer set search_path = public
 as $$
   select byollm_pairing_json(p) from byollm_pairings p
    where p.user_code = p_user_code order by p.byollm_seq limit 1
-$$;
-
--- The one door for creating a runner. The owner is the approving session's;
--- the runner id is the caller's when it is a uuid, otherwise a fresh uuid
--- (the column is a uuid; ByollmApp suggests `runner_<uuid>`, which the
--- returned record and the pairing then replace). Raises the in-memory
--- store's messages: unknown code, expired code, already approved/denied.
-create or replace function byollm_approve_pairing_as(
-  p_user_code text,
-  p_owner     text,
-  p_runner_id text,
-  p_now       bigint
-) returns jsonb
-language plpgsql volatile security definer set search_path = public
-as $$
-declare
-  v_now timestamptz := byollm_at(p_now);
-  v_pairing byollm_pairings;
-  v_runner byollm_runners;
-begin
-  select * into v_pairing from byollm_pairings
-   where user_code = p_user_code order by byollm_seq limit 1 for update;
-  if not found then
-    raise exception 'unknown pairing code: %', p_user_code using errcode = 'P0002';
-  end if;
-  if v_pairing.expires_at <= v_now then
-    raise exception 'pairing code has expired' using errcode = '22023';
-  end if;
-  if v_pairing.state <> 'pending' then
-    raise exception 'pairing is already %', v_pairing.state using errcode = '22023';
-  end if;
-
-  insert into byollm_runners (id, owner, device, label, platform, daemon_version, capabilities,
-                              revoked_at, last_heartbeat_at, created_at)
-  values (coalesce(byollm_try_uuid(p_runner_id), gen_random_uuid()), p_owner::uuid,
-          v_pairing.device, v_pairing.label, v_pairing.platform, v_pairing.daemon_version,
-          v_pairing.capabilities, null, v_now, v_now)
-  returning * into v_runner;
-
-  update byollm_pairings
-     set state = 'approved', owner = v_runner.owner, runner_id = v_runner.id, collected_at = null
-   where device_code_hash = v_pairing.device_code_hash;
-
-  return byollm_runner_json(v_runner);
-end;
 $$;
 
 -- 0.1.1's browser-facing approval: the owner is the caller's own session
@@ -974,33 +696,31 @@ $$;
 -- Which jobs a statement wrote (for postgresStore's subscribe)
 -- ---------------------------------------------------------------------------
 
--- Every insert or update of byollm_jobs appends the ids it wrote to a
+-- Every insert or update of byollm_jobs appends the id it wrote to a
 -- transaction-local setting, so the store can tell its watchers about writes
 -- made inside another operation (the sweep inside a claim, the unblock inside
--- a completion) without each function returning them. Statement-level, over
--- the transition table, so a bulk write costs one append.
+-- a completion) without each function returning them. A row trigger whose
+-- body is one expression (no query): the store's writes are single rows, for
+-- which a statement trigger's transition table and its query over it cost
+-- several times as much.
 create or replace function byollm_note_changes() returns trigger
 language plpgsql
 as $$
 begin
   perform set_config('byollm.changed',
-                     coalesce(current_setting('byollm.changed', true), '')
-                       || coalesce((select string_agg(id::text, ',') from byollm_written), '') || ',',
+                     coalesce(current_setting('byollm.changed', true), '') || new.id::text || ',',
                      true);
   return null;
 end;
 $$;
 
 drop trigger if exists byollm_jobs_note_insert on byollm_jobs;
-create trigger byollm_jobs_note_insert after insert on byollm_jobs
-  referencing new table as byollm_written
-  for each statement execute function byollm_note_changes();
 drop trigger if exists byollm_jobs_note_update on byollm_jobs;
-create trigger byollm_jobs_note_update after update on byollm_jobs
-  referencing new table as byollm_written
-  for each statement execute function byollm_note_changes();
+drop trigger if exists byollm_jobs_note_write on byollm_jobs;
+create trigger byollm_jobs_note_write after insert or update on byollm_jobs
+  for each row execute function byollm_note_changes();
 
--- Reads and clears the list (comma-separated, in write order per statement).
+-- Reads and clears the list (comma-separated, in write order).
 create or replace function byollm_take_changes() returns text
 language plpgsql volatile
 as $$
@@ -1010,4 +730,20 @@ begin
   perform set_config('byollm.changed', '', true);
   return v;
 end;
+$$;
+
+-- Nothing here is PUBLIC's to call, not even until the access file grants
+-- the server its functions: a new function is executable by PUBLIC by
+-- default, and each migration file commits on its own.
+do $$
+declare
+  f regprocedure;
+begin
+  for f in
+    select p.oid::regprocedure from pg_proc p
+     where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
+  loop
+    execute format('revoke all on function %s from public', f);
+  end loop;
+end
 $$;

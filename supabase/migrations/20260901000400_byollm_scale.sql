@@ -82,22 +82,36 @@ $$;
 -- Whether a caller's owner string can be stored in the owner columns: any
 -- string on a plain PostgreSQL, a uuid on Supabase (see Owners above).
 -- Functions that take an owner declare it `byollm_jobs.owner%type`, so one
--- body serves both schemas.
-create or replace function byollm_owner_in(p text) returns boolean
-language plpgsql stable
-set search_path = pg_catalog, public, pg_temp
-as $$
-declare
-  v byollm_jobs.owner%type;
+-- body serves both schemas. Written for the column's type: where owners are
+-- text it is an SQL body the planner inlines; where they are uuids it asks
+-- the type's own input function (an exception block, so a subtransaction per
+-- call, paid only there).
+do $$
 begin
-  if p is null then
-    return false;
+  if (select data_type from information_schema.columns
+       where table_schema = 'public' and table_name = 'byollm_jobs' and column_name = 'owner') = 'uuid' then
+    create or replace function byollm_owner_in(p text) returns boolean
+    language plpgsql stable
+    set search_path = pg_catalog, public, pg_temp
+    as $fn$
+    declare
+      v byollm_jobs.owner%type;
+    begin
+      if p is null then
+        return false;
+      end if;
+      v := p;
+      return true;
+    exception when invalid_text_representation then
+      return false;
+    end;
+    $fn$;
+  else
+    create or replace function byollm_owner_in(p text) returns boolean
+    language sql immutable parallel safe
+    as $fn$ select p is not null $fn$;
   end if;
-  v := p;
-  return true;
-exception when invalid_text_representation then
-  return false;
-end;
+end
 $$;
 
 -- ---------------------------------------------------------------------------
@@ -167,7 +181,8 @@ declare
   v_team text[];
   v_out jsonb;
 begin
-  perform byollm_sweep(p_now);
+  -- An assignment, not PERFORM: a plain call needs no executor of its own.
+  v_out := byollm_sweep(p_now);
   if p_max is null or p_max <= 0 then
     return '[]'::jsonb;
   end if;
@@ -300,6 +315,11 @@ begin
 end;
 $$;
 
+-- First terminal outcome wins. `p_holder` is {by:"runner", runnerId} or
+-- {by:"lease", leaseId}. Returns {accepted, duplicate?, job}. Differs from
+-- the 0.1.1 adapter: a runner-held completion records the old lease id in
+-- completed_by_lease_id (as the in-memory store does), and the dependents
+-- are unblocked at `p_now` instead of by a trigger at now().
 create or replace function byollm_complete_job(
   p_job_id     text,
   p_runner_id  text,
@@ -625,6 +645,11 @@ begin
 end;
 $$;
 
+-- Enqueue. `p_job`: {id, kind, envelope, sizeClass, owner, audience?,
+-- purpose?, audienceAllow?, dependsOn?, ttlMs, deadlineAt?} with ttlMs
+-- already defaulted by the store. Idempotent by id: an existing job is
+-- returned unchanged. Answers {created, job}.
+--
 -- One statement for a new id (the insert reports a conflict itself) and
 -- none for dependencies when there are none. Job ids (the job's own and its
 -- dependencies) are any non-empty string on a plain PostgreSQL; on Supabase,
@@ -702,7 +727,10 @@ $$;
 -- pg_temp last, so no object a caller creates can stand in for ours), no
 -- JIT (the store's statements are small; from ~100k rows the planner's cost
 -- estimates would otherwise JIT-compile them on every call, for more time
--- than they take). Grants as the access file gives them: the server only.
+-- than they take). Grants as the access file gives them: the server only,
+-- over every byollm function, so one first created in this file (on a fresh
+-- database: the enqueue, the claim, the completion) is never executable by
+-- PUBLIC once this file's transaction commits.
 -- ---------------------------------------------------------------------------
 
 do $$
@@ -719,10 +747,6 @@ begin
   for f in
     select p.oid::regprocedure from pg_proc p
      where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
-       and p.proname in ('byollm_claim_for', 'byollm_get_job_for', 'byollm_heartbeat_for',
-                         'byollm_result_for', 'byollm_end_job',
-                         'byollm_sweep_get_job', 'byollm_due_at', 'byollm_prune_pairings',
-                         'byollm_owner_in')
   loop
     execute format('revoke all on function %s from public', f);
     if exists (select 1 from pg_roles where rolname = 'anon') then
