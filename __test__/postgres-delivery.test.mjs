@@ -8,8 +8,8 @@ import { performance } from "node:perf_hooks";
 import { postgresStore, postgresDelivery } from "../dist/postgres.js";
 import { ByollmApp, generateSiteKeys } from "../dist/index.js";
 import { freshDatabase, testPool } from "./postgres-db.mjs";
+import { HTTP_CAP as CAP, pairRunner, completeClaimed } from "./helpers/sql-jobs.mjs";
 
-const CAP = { kind: "llm.generate", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let db;
@@ -26,16 +26,6 @@ after(async () => {
   await db?.drop();
 });
 
-async function runnerFor(store, owner) {
-  const code = `DLVR-${randomUUID().slice(0, 4).toUpperCase()}`;
-  await store.createPairing({
-    deviceCodeHash: `hash-${code}`, userCode: code, state: "pending", owner: null, runnerId: null, collected: false,
-    label: "l", platform: "linux", daemonVersion: "0.1.1", capabilities: [CAP],
-    device: { identity: "i", encryption: "e", encryptionSig: "s" }, expiresAt: Date.now() + 600_000, createdAt: Date.now(),
-  });
-  return store.approvePairing({ userCode: code, owner, runnerId: randomUUID(), now: Date.now() });
-}
-
 for (const [label, target] of [
   ["its own connection", () => ({ connectionString: db.url })],
   ["a pool's connection", () => ({ pool: poolA })],
@@ -50,7 +40,7 @@ for (const [label, target] of [
       return result(id);
     };
     const other = postgresStore({ pool: poolB });
-    const runner = await runnerFor(other, owner);
+    const runner = await pairRunner(other, owner);
     const handle = await app.enqueue({ kind: "llm.generate", payload: { prompt: "hi" }, owner });
 
     let resolvedAt = null;
@@ -66,14 +56,7 @@ for (const [label, target] of [
     const completing = performance.now();
     const [claimed] = await other.claim({ runnerId: runner.id, runnerOwner: owner, capabilities: [CAP], max: 1, leaseMs: 60_000, now: Date.now() });
     assert.equal(claimed.id, handle.id);
-    const done = await other.complete({
-      jobId: handle.id,
-      runnerId: runner.id,
-      holder: { by: "lease", leaseId: claimed.lease.id },
-      outcome: { outcome: "ok", text: "heard" },
-      provenance: { audience: "private", runnerId: runner.id, runnerOwner: owner, backendClass: "http", model: "m", untrusted: false },
-      now: Date.now(),
-    });
+    const done = await completeClaimed(other, claimed, runner, owner, { text: "heard" });
     const committedAt = performance.now();
     assert.equal(done.accepted, true);
 

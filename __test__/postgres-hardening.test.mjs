@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto";
 import pg from "pg";
 import { postgresMigrations, postgresStore } from "../dist/postgres.js";
 import { adminUrl, freshDatabase, testPool, TRUNCATE } from "./postgres-db.mjs";
+import { completeClaimed } from "./helpers/sql-jobs.mjs";
 
 const T0 = 1_767_225_600_000;
 const KIND = "llm.generate";
@@ -119,14 +120,7 @@ test("an audience other than team is the owner's alone; a job stored with one st
 
   const [claimed] = await store.claim({ runnerId: mine.id, runnerOwner: owner, capabilities: [cap("private")], max: 5, leaseMs: 10_000, now: T0 + 2 });
   assert.equal(claimed.id, job.id);
-  const done = await store.complete({
-    jobId: job.id,
-    runnerId: mine.id,
-    holder: { by: "lease", leaseId: claimed.lease.id },
-    outcome: { outcome: "ok", text: "done" },
-    provenance: { audience: "private", runnerId: mine.id, runnerOwner: owner, backendClass: "http", model: "m", untrusted: false },
-    now: T0 + 3,
-  });
+  const done = await completeClaimed(store, claimed, mine, owner, { now: T0 + 3 });
   assert.deepEqual([done.accepted, done.job.state], [true, "ok"]);
 });
 

@@ -18,23 +18,13 @@ import * as reference from "@byollm/server";
 import * as ours from "../dist/index.js";
 import { postgresStore, postgresDelivery, migratePostgres } from "../dist/postgres.js";
 import { startPostgres, createDatabase } from "./stores.mjs";
+import { HTTP_CAP as CAP, pairRunner, completeClaimed } from "../__test__/helpers/sql-jobs.mjs";
 
-const CAP = { kind: "llm.generate", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function pct(xs, p) {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
-}
-
-async function pairedRunner(store, owner) {
-  const code = `BNCH-${randomUUID().slice(0, 4).toUpperCase()}`;
-  await store.createPairing({
-    deviceCodeHash: `hash-${code}`, userCode: code, state: "pending", owner: null, runnerId: null, collected: false,
-    label: "bench", platform: "linux", daemonVersion: "0.1.1", capabilities: [CAP],
-    device: { identity: "i", encryption: "e", encryptionSig: "s" }, expiresAt: Date.now() + 600_000, createdAt: Date.now(),
-  });
-  return store.approvePairing({ userCode: code, owner, runnerId: randomUUID(), now: Date.now() });
 }
 
 /** `jobs` waits, one at a time: [from the completing call's start, from its return] in ms. */
@@ -52,14 +42,7 @@ async function waits(app, other, runner, owner, jobs) {
     await sleep(50 + Math.random() * 100);
     const [claimed] = await other.claim({ runnerId: runner.id, runnerOwner: owner, capabilities: [CAP], max: 1, leaseMs: 60_000, now: Date.now() });
     const started = performance.now();
-    const done = await other.complete({
-      jobId: handle.id,
-      runnerId: runner.id,
-      holder: { by: "lease", leaseId: claimed.lease.id },
-      outcome: { outcome: "ok", text: "done" },
-      provenance: { audience: "private", runnerId: runner.id, runnerOwner: owner, backendClass: "http", model: "m", untrusted: false },
-      now: Date.now(),
-    });
+    const done = await completeClaimed(other, claimed, runner, owner);
     const returned = performance.now();
     if (!done.accepted) throw new Error("the completion was not accepted");
     const r = await waiting;
@@ -86,7 +69,7 @@ export async function run({ quick = false } = {}) {
       ["reference", new reference.ByollmApp({ store: postgresStore({ pool: poolA }), siteKeys })],
     ]) {
       const owner = randomUUID();
-      const runner = await pairedRunner(other, owner);
+      const runner = await pairRunner(other, owner);
       measured[name] = await waits(app, other, runner, owner, jobs);
     }
     const row = (label, pick, p) => ({
