@@ -732,18 +732,45 @@ begin
 end;
 $$;
 
--- Nothing here is PUBLIC's to call, not even until the access file grants
--- the server its functions: a new function is executable by PUBLIC by
--- default, and each migration file commits on its own.
-do $$
+-- Who may call a byollm function, as one rule that every file ends with:
+--
+--   * nobody but the server: PUBLIC, `anon` and `authenticated` lose execute
+--     (PostgREST exposes every function it can see at /rpc, and a new
+--     function is executable by PUBLIC by default), `service_role` gets it
+--     where that role exists. Each migration file commits on its own, so each
+--     calls this before it ends, and no function it created is PUBLIC's to
+--     call even for the moment before a later file's grants;
+--   * every SECURITY DEFINER function gets a fixed search path (pg_catalog
+--     first, pg_temp last, so no object a caller creates can stand in for
+--     ours) and no JIT (the store's statements are small; from ~100k rows the
+--     planner's cost estimates would otherwise JIT-compile them on every
+--     call, for more time than they take).
+create or replace function byollm_lock_functions() returns void
+language plpgsql
+as $$
 declare
   f regprocedure;
+  r text;
 begin
   for f in
     select p.oid::regprocedure from pg_proc p
      where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
   loop
+    if (select prosecdef from pg_proc where oid = f) then
+      execute format('alter function %s set search_path = pg_catalog, public, pg_temp', f);
+      execute format('alter function %s set jit = off', f);
+    end if;
     execute format('revoke all on function %s from public', f);
+    foreach r in array array['anon', 'authenticated'] loop
+      if exists (select 1 from pg_roles where rolname = r) then
+        execute format('revoke all on function %s from %I', f, r);
+      end if;
+    end loop;
+    if exists (select 1 from pg_roles where rolname = 'service_role') then
+      execute format('grant execute on function %s to service_role', f);
+    end if;
   end loop;
-end
+end;
 $$;
+
+select byollm_lock_functions();

@@ -70,17 +70,10 @@ $fn$;
 -- file); there the schema owner is the only caller, RLS stays on with no
 -- policy (so no other role reads a row), and the grants are skipped.
 do $$
-declare
-  f regprocedure;
 begin
   if (select count(*) from pg_roles where rolname in ('anon', 'authenticated', 'service_role')) < 3 then
     revoke all on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels from public;
-    for f in
-      select p.oid::regprocedure from pg_proc p
-       where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
-    loop
-      execute format('revoke all on function %s from public', f);
-    end loop;
+    perform byollm_lock_functions();
     return;
   end if;
 
@@ -96,15 +89,7 @@ begin
   grant select, insert, update, delete
     on byollm_jobs, byollm_runners, byollm_pairings, byollm_job_cancels to service_role;
 
-  -- Functions: PostgREST exposes every function it can see at /rpc, so
-  -- nothing is executable by default.
-  for f in
-    select p.oid::regprocedure from pg_proc p
-     where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
-  loop
-    execute format('revoke all on function %s from public, anon, authenticated', f);
-    execute format('grant execute on function %s to service_role', f);
-  end loop;
+  perform byollm_lock_functions();
 end
 $$;
 

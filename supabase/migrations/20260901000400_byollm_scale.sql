@@ -723,41 +723,10 @@ end;
 $$;
 
 -- ---------------------------------------------------------------------------
--- Every SECURITY DEFINER function: a fixed search path (pg_catalog first,
--- pg_temp last, so no object a caller creates can stand in for ours), no
--- JIT (the store's statements are small; from ~100k rows the planner's cost
--- estimates would otherwise JIT-compile them on every call, for more time
--- than they take). Grants as the access file gives them: the server only,
--- over every byollm function, so one first created in this file (on a fresh
--- database: the enqueue, the claim, the completion) is never executable by
--- PUBLIC once this file's transaction commits.
+-- Who may call what (the rules file's byollm_lock_functions), over every
+-- byollm function, so one first created in this file (on a fresh database:
+-- the enqueue, the claim, the completion) is never executable by PUBLIC once
+-- this file's transaction commits.
 -- ---------------------------------------------------------------------------
 
-do $$
-declare
-  f regprocedure;
-begin
-  for f in
-    select p.oid::regprocedure from pg_proc p
-     where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%' and p.prosecdef
-  loop
-    execute format('alter function %s set search_path = pg_catalog, public, pg_temp', f);
-    execute format('alter function %s set jit = off', f);
-  end loop;
-  for f in
-    select p.oid::regprocedure from pg_proc p
-     where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
-  loop
-    execute format('revoke all on function %s from public', f);
-    if exists (select 1 from pg_roles where rolname = 'anon') then
-      execute format('revoke all on function %s from anon', f);
-    end if;
-    if exists (select 1 from pg_roles where rolname = 'authenticated') then
-      execute format('revoke all on function %s from authenticated', f);
-    end if;
-    if exists (select 1 from pg_roles where rolname = 'service_role') then
-      execute format('grant execute on function %s to service_role', f);
-    end if;
-  end loop;
-end
-$$;
+select byollm_lock_functions();

@@ -166,31 +166,7 @@ end;
 $$;
 
 -- ---------------------------------------------------------------------------
--- Who may call what
+-- Who may call what (the rules file's byollm_lock_functions)
 -- ---------------------------------------------------------------------------
 
-do $$
-declare
-  f regprocedure;
-begin
-  for f in
-    select p.oid::regprocedure from pg_proc p
-     where p.pronamespace = 'public'::regnamespace and p.proname like 'byollm\_%'
-  loop
-    if (select prosecdef from pg_proc where oid = f) then
-      execute format('alter function %s set search_path = pg_catalog, public, pg_temp', f);
-      execute format('alter function %s set jit = off', f);
-    end if;
-    execute format('revoke all on function %s from public', f);
-    if exists (select 1 from pg_roles where rolname = 'anon') then
-      execute format('revoke all on function %s from anon', f);
-    end if;
-    if exists (select 1 from pg_roles where rolname = 'authenticated') then
-      execute format('revoke all on function %s from authenticated', f);
-    end if;
-    if exists (select 1 from pg_roles where rolname = 'service_role') then
-      execute format('grant execute on function %s to service_role', f);
-    end if;
-  end loop;
-end
-$$;
+select byollm_lock_functions();

@@ -16,7 +16,7 @@ begin
 end;
 $$;
 
-revoke all on function byollm_notify_job_ended() from public;
+select byollm_lock_functions();
 
 drop trigger if exists byollm_jobs_notify_ended on byollm_jobs;
 create trigger byollm_jobs_notify_ended
