@@ -402,6 +402,10 @@ export interface ProtocolConstants {
   envelopeMaxAgeMs: number
   /** A job's time to live when the enqueue names none. */
   defaultTtlMs: number
+  /** A job record's keys in the order every store's records have them. */
+  jobKeys: Array<string>
+  /** A runner record's keys in the order every store's records have them. */
+  runnerKeys: Array<string>
 }
 
 /** Provenance for a completed job; `untrusted` derived from the audience. */
