@@ -47,6 +47,9 @@ export declare class NativeMemoryStore {
   /**
    * `create`. The envelope comes either as its five parts (the shape `seal`
    * produces) or, for any other shape, as `envelopeJson`.
+   * The job's fields come as arguments, as in `enqueue`, rather than as
+   * one `EnqueuedJob` object: napi reading the object's eight fields
+   * measured 12-20% slower per `create` (0.6-1.1 µs of 5-6 µs).
    */
   create(id: string, kind: string, sizeClass: string, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, envelopeParts: Array<string> | undefined | null, envelopeDeadlineAt: number, envelopeJson: string | undefined | null, now: number): string
   get(id: string): string | null
