@@ -272,9 +272,6 @@ export interface EnvelopeContext {
   direction: "payload" | "result"
 }
 
-/** Whether a fetch may have the payload (`crate::direct::fetch_lease_held`). */
-export declare function fetchLeaseHeld(leaseId: unknown, leaseRunnerId: unknown, leaseExpiresAt: number, askedLeaseId: string, runnerId: unknown, now: number): boolean
-
 export declare function formatSiteKeys(keys: StoredKeys): string
 
 export declare function generateDeviceCode(): string
@@ -313,6 +310,19 @@ export declare function isCanonicalRequestBody(endpoint: string, rawBody: string
 export declare function issuedAtHeader(text: string): number | null
 
 export declare function keyId(identityPublic: string): string
+
+export declare function leaseCheck(leaseId: unknown, leaseRunnerId: unknown, leaseExpiresAt: number, askedLeaseId: string, runnerId: unknown, now: number): LeaseCheck
+
+/**
+ * What a job's lease allows the request naming `askedLeaseId`, by the two
+ * lease rules (`crate::direct::fetch_lease_held`, `result_lease_refused`).
+ */
+export interface LeaseCheck {
+  /** A fetch may have the payload. */
+  fetchHeld: boolean
+  /** A result is refused before it is opened (for a job that has a lease). */
+  resultRefused: boolean
+}
 
 /**
  * The full matcher, as the daemon runs it: `daemon.admits` is asked only
@@ -451,12 +461,6 @@ export interface RequestToSign {
  * writes it with.
  */
 export declare function resultAnswer(accepted: boolean, duplicate: boolean, state: string): string
-
-/**
- * Whether a result is refused before it is opened
- * (`crate::direct::result_lease_refused`); for a job that has a lease.
- */
-export declare function resultLeaseRefused(leaseId: unknown, leaseRunnerId: unknown, leaseExpiresAt: number, askedLeaseId: string, runnerId: unknown, now: number): boolean
 
 export interface ResultProvenance {
   audience: string
