@@ -415,6 +415,8 @@ export interface ProtocolConstants {
   envelopeMaxAgeMs: number
   /** A job's time to live when the enqueue names none. */
   defaultTtlMs: number
+  /** A sealed envelope's keys in wire order. */
+  envelopeKeys: Array<string>
   /** A job record's keys in the order every store's records have them. */
   jobKeys: Array<string>
   /** A runner record's keys in the order every store's records have them. */

@@ -22,6 +22,7 @@ describe("native MemoryStore extras", () => {
   test("the core's record key lists, which every store's records follow, are the reference's", () => {
     assert.deepEqual(PROTOCOL.jobKeys, JOB_KEYS);
     assert.deepEqual(PROTOCOL.runnerKeys, RUNNER_KEYS);
+    assert.deepEqual(PROTOCOL.envelopeKeys, Object.keys(envelope()));
   });
 
   test("retentionMs drops terminal jobs that long after they ended, and only those", async () => {

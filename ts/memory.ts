@@ -7,7 +7,7 @@
 // into strings and numbers, and turns the native JSON rows back into the
 // reference's record objects. Every rule lives in Rust.
 import { optionalNumber, optionalStrings, text } from "./args.js";
-import { native, type EnqueuedJob, type NativeMemoryStoreHandle, type SiteKeyringHandle } from "./native.js";
+import { native, PROTOCOL, type EnqueuedJob, type NativeMemoryStoreHandle, type SiteKeyringHandle } from "./native.js";
 import type {
   AdoptArgs,
   DeliveredResult,
@@ -247,16 +247,8 @@ function sealedParts(envelope: unknown): string[] | undefined {
     return undefined;
   }
   const keys = Object.keys(e);
-  if (
-    keys.length !== 5 ||
-    keys[0] !== "ciphertext" ||
-    keys[1] !== "recipientKeyId" ||
-    keys[2] !== "senderKeyId" ||
-    keys[3] !== "direction" ||
-    keys[4] !== "deadlineAt"
-  ) {
-    return undefined;
-  }
+  const wire = PROTOCOL.envelopeKeys;
+  if (keys.length !== wire.length || keys.some((key, at) => key !== wire[at])) return undefined;
   return [e.ciphertext, e.recipientKeyId, e.senderKeyId, e.direction];
 }
 

@@ -63,7 +63,6 @@ const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
 // jsonb stores object keys in its own order (shortest first). The nested
 // protocol objects are given back the key order their producers write, so a
 // record read from Postgres serialises like one kept in memory.
-const ENVELOPE_KEYS = ["ciphertext", "recipientKeyId", "senderKeyId", "direction", "deadlineAt"];
 const OUTCOME_KEYS = ["outcome", "text", "artifactUrl", "code", "message", "retryable"];
 const PROVENANCE_KEYS = ["audience", "runnerId", "runnerOwner", "backendClass", "model", "untrusted", "stop", "stopReported"];
 const CAPABILITY_KEYS = ["kind", "service", "backendId", "backendClass", "model", "knownModels", "offerScope"];
@@ -92,7 +91,7 @@ export function jobFromJson(v: unknown): JobRecord {
   const j = obj(v, "job");
   const record = inKeyOrder(j, PROTOCOL.jobKeys);
   const lease = j["lease"] as { id: string; runnerId: string; expiresAt: number } | null;
-  record["envelope"] = ordered(j["envelope"], ENVELOPE_KEYS);
+  record["envelope"] = ordered(j["envelope"], PROTOCOL.envelopeKeys);
   record["purpose"] = j["purpose"] ?? undefined;
   record["audienceAllow"] = j["audienceAllow"] ?? undefined;
   record["dependsOn"] = j["dependsOn"] ?? [];
