@@ -311,6 +311,7 @@ export declare function issuedAtHeader(text: string): number | null
 
 export declare function keyId(identityPublic: string): string
 
+/** Both lease rules' answers for one request. */
 export declare function leaseCheck(leaseId: unknown, leaseRunnerId: unknown, leaseExpiresAt: number, askedLeaseId: string, runnerId: unknown, now: number): LeaseCheck
 
 /**

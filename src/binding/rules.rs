@@ -109,6 +109,11 @@ pub struct JsLeaseCheck {
     pub result_refused: bool,
 }
 
+/// A lease rule of `crate::direct`: the job's lease id, runner and expiry,
+/// the lease id asked for, the asking runner, the clock.
+type LeaseRule = fn(Option<&str>, Option<&str>, f64, &str, Option<&str>, f64) -> bool;
+
+/// Both lease rules' answers for one request.
 #[napi(catch_unwind)]
 pub fn lease_check(
     lease_id: Unknown<'_>,
@@ -121,28 +126,20 @@ pub fn lease_check(
     let lease_id = rule_text(lease_id)?;
     let lease_runner_id = rule_text(lease_runner_id)?;
     let runner_id = rule_text(runner_id)?;
-    let (id, holder, asker) = (
-        lease_id.as_deref(),
-        lease_runner_id.as_deref(),
-        runner_id.as_deref(),
-    );
+    // Both rules read the same facts, in the same order.
+    let answer = |rule: LeaseRule| {
+        rule(
+            lease_id.as_deref(),
+            lease_runner_id.as_deref(),
+            lease_expires_at,
+            &asked_lease_id,
+            runner_id.as_deref(),
+            now,
+        )
+    };
     Ok(JsLeaseCheck {
-        fetch_held: crate::direct::fetch_lease_held(
-            id,
-            holder,
-            lease_expires_at,
-            &asked_lease_id,
-            asker,
-            now,
-        ),
-        result_refused: crate::direct::result_lease_refused(
-            id,
-            holder,
-            lease_expires_at,
-            &asked_lease_id,
-            asker,
-            now,
-        ),
+        fetch_held: answer(crate::direct::fetch_lease_held),
+        result_refused: answer(crate::direct::result_lease_refused),
     })
 }
 
