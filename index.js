@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, claimAnswer, deadlineFor, deviceIdentityRefusal, fetchLeaseHeld, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, isCanonicalRequestBody, issuedAtHeader, keyId, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, resultAnswer, resultLeaseRefused, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, checkProtocolVersion, claimAnswer, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, isCanonicalRequestBody, issuedAtHeader, keyId, leaseCheck, matchAudience, matchAudienceServer, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, resultAnswer, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { NativeMemoryStore }
 export { PreparedPayload }
 export { SiteKeyring }
@@ -783,7 +783,6 @@ export { checkProtocolVersion }
 export { claimAnswer }
 export { deadlineFor }
 export { deviceIdentityRefusal }
-export { fetchLeaseHeld }
 export { formatSiteKeys }
 export { generateDeviceCode }
 export { generateJobId }
@@ -797,6 +796,7 @@ export { isAudience }
 export { isCanonicalRequestBody }
 export { issuedAtHeader }
 export { keyId }
+export { leaseCheck }
 export { matchAudience }
 export { matchAudienceServer }
 export { nativeVersion }
@@ -807,7 +807,6 @@ export { protocolConstants }
 export { provenanceFor }
 export { publicIdentityOf }
 export { resultAnswer }
-export { resultLeaseRefused }
 export { runnerAvailability }
 export { seal }
 export { secretsMatch }

@@ -4,7 +4,8 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryStore } from "../dist/memory.js";
-import { storeContract, envelope, capability, T0 } from "./store-contract.mjs";
+import { PROTOCOL } from "../dist/native.js";
+import { storeContract, envelope, capability, T0, JOB_KEYS, RUNNER_KEYS } from "./store-contract.mjs";
 
 storeContract("native MemoryStore (no reference loaded)", () => new MemoryStore());
 
@@ -18,6 +19,12 @@ const claimArgs = (now) => ({
 });
 
 describe("native MemoryStore extras", () => {
+  test("the core's record key lists, which every store's records follow, are the reference's", () => {
+    assert.deepEqual(PROTOCOL.jobKeys, JOB_KEYS);
+    assert.deepEqual(PROTOCOL.runnerKeys, RUNNER_KEYS);
+    assert.deepEqual(PROTOCOL.envelopeKeys, Object.keys(envelope()));
+  });
+
   test("retentionMs drops terminal jobs that long after they ended, and only those", async () => {
     const store = new MemoryStore({ retentionMs: 1000 });
     const done = await store.create({ id: "done", kind: "llm.generate", envelope: envelope(), sizeClass: "small", owner: "alice" }, T0);

@@ -57,6 +57,17 @@ pub struct Context {
     pub direction: String,
 }
 
+/// A sealed envelope's keys in the order the wire and every record have
+/// them, the order of [`SealedEnvelope`]'s fields (the shell reads it through
+/// `protocolConstants().envelopeKeys`).
+pub const SEALED_ENVELOPE_KEYS: [&str; 5] = [
+    "ciphertext",
+    "recipientKeyId",
+    "senderKeyId",
+    "direction",
+    "deadlineAt",
+];
+
 /// The wire envelope (field order = serialisation order).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SealedEnvelope {

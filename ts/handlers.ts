@@ -456,7 +456,7 @@ export class Endpoints {
     if (
       !job ||
       !held ||
-      !native.fetchLeaseHeld(held.id, held.runnerId, Number(held.expiresAt), request.leaseId, runner.id, this.#now())
+      !native.leaseCheck(held.id, held.runnerId, Number(held.expiresAt), request.leaseId, runner.id, this.#now()).fetchHeld
     ) {
       return fail("not-found", "no such lease on this job");
     }
@@ -570,7 +570,7 @@ export class Endpoints {
     const lease = job.lease;
     if (
       lease &&
-      native.resultLeaseRefused(lease.id, lease.runnerId, Number(lease.expiresAt), request.leaseId, runner.id, now)
+      native.leaseCheck(lease.id, lease.runnerId, Number(lease.expiresAt), request.leaseId, runner.id, now).resultRefused
     ) {
       return prepared(native.resultAnswer(false, false, job.state));
     }

@@ -3,6 +3,7 @@
 // in SQL; this file only names the function each method calls, passes the
 // caller's arguments (every `now` included, as epoch ms) and gives the JSON the
 // database returns the key order of the in-memory records.
+import { PROTOCOL } from "./native.js";
 import type {
   AdoptArgs,
   ApproveArgs,
@@ -44,8 +45,6 @@ export interface SqlStoreOptions {
   readonly subscribe?: (jobId: string, onChange: () => void) => () => void;
 }
 
-const DEFAULT_TTL_MS = 900_000;
-
 // Epoch ms cross into SQL as bigint; a fractional clock is truncated to the
 // millisecond the columns can hold.
 const ms = (n: number): number => Math.trunc(n);
@@ -64,7 +63,6 @@ const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
 // jsonb stores object keys in its own order (shortest first). The nested
 // protocol objects are given back the key order their producers write, so a
 // record read from Postgres serialises like one kept in memory.
-const ENVELOPE_KEYS = ["ciphertext", "recipientKeyId", "senderKeyId", "direction", "deadlineAt"];
 const OUTCOME_KEYS = ["outcome", "text", "artifactUrl", "code", "message", "retryable"];
 const PROVENANCE_KEYS = ["audience", "runnerId", "runnerOwner", "backendClass", "model", "untrusted", "stop", "stopReported"];
 const CAPABILITY_KEYS = ["kind", "service", "backendId", "backendClass", "model", "knownModels", "offerScope"];
@@ -81,50 +79,40 @@ function ordered(v: unknown, keys: readonly string[]): unknown {
 
 const capabilities = (v: unknown): unknown => (Array.isArray(v) ? v.map((c) => ordered(c, CAPABILITY_KEYS)) : v);
 
-/** JobRecord in the in-memory store's field order; absent optionals as `undefined`. */
-export function jobFromJson(v: unknown): JobRecord {
-  const j = obj(v, "job");
-  const lease = j["lease"] as { id: string; runnerId: string; expiresAt: number } | null;
-  return {
-    id: j["id"],
-    kind: j["kind"],
-    envelope: ordered(j["envelope"], ENVELOPE_KEYS),
-    sizeClass: j["sizeClass"],
-    audience: j["audience"],
-    purpose: j["purpose"] ?? undefined,
-    owner: j["owner"],
-    audienceAllow: j["audienceAllow"] ?? undefined,
-    dependsOn: j["dependsOn"] ?? [],
-    state: j["state"],
-    lease: lease === null || lease === undefined ? null : { id: lease.id, runnerId: lease.runnerId, expiresAt: lease.expiresAt },
-    completedByLeaseId: j["completedByLeaseId"] ?? null,
-    createdAt: j["createdAt"],
-    claimableAt: j["claimableAt"] ?? null,
-    ttlMs: j["ttlMs"],
-    deadlineAt: j["deadlineAt"] ?? null,
-    refusedBy: j["refusedBy"] ?? [],
-    attempts: j["attempts"],
-    outcome: ordered(j["outcome"] ?? null, OUTCOME_KEYS),
-    provenance: ordered(j["provenance"] ?? null, PROVENANCE_KEYS),
-    updatedAt: j["updatedAt"],
-  } as JobRecord;
+/** `src`'s values under `keys`, in that order (an absent key holds `undefined`). */
+function inKeyOrder(src: Json, keys: readonly string[]): Json {
+  const out: Json = {};
+  for (const k of keys) out[k] = src[k];
+  return out;
 }
 
-/** RunnerRecord in the in-memory store's field order. */
+/** JobRecord in the record key order the core owns; absent optionals as the in-memory store holds them. */
+export function jobFromJson(v: unknown): JobRecord {
+  const j = obj(v, "job");
+  const record = inKeyOrder(j, PROTOCOL.jobKeys);
+  const lease = j["lease"] as { id: string; runnerId: string; expiresAt: number } | null;
+  record["envelope"] = ordered(j["envelope"], PROTOCOL.envelopeKeys);
+  record["purpose"] = j["purpose"] ?? undefined;
+  record["audienceAllow"] = j["audienceAllow"] ?? undefined;
+  record["dependsOn"] = j["dependsOn"] ?? [];
+  record["lease"] =
+    lease === null || lease === undefined ? null : { id: lease.id, runnerId: lease.runnerId, expiresAt: lease.expiresAt };
+  record["completedByLeaseId"] = j["completedByLeaseId"] ?? null;
+  record["claimableAt"] = j["claimableAt"] ?? null;
+  record["deadlineAt"] = j["deadlineAt"] ?? null;
+  record["refusedBy"] = j["refusedBy"] ?? [];
+  record["outcome"] = ordered(j["outcome"] ?? null, OUTCOME_KEYS);
+  record["provenance"] = ordered(j["provenance"] ?? null, PROVENANCE_KEYS);
+  return record as unknown as JobRecord;
+}
+
+/** RunnerRecord in the record key order the core owns. */
 export function runnerFromJson(v: unknown): RunnerRecord {
-  const r = obj(v, "runner");
-  return {
-    id: r["id"],
-    owner: r["owner"],
-    device: ordered(r["device"], IDENTITY_KEYS),
-    label: r["label"],
-    platform: r["platform"],
-    daemonVersion: r["daemonVersion"],
-    capabilities: capabilities(r["capabilities"]),
-    revokedAt: r["revokedAt"] ?? null,
-    lastHeartbeatAt: r["lastHeartbeatAt"],
-    createdAt: r["createdAt"],
-  } as RunnerRecord;
+  const record = inKeyOrder(obj(v, "runner"), PROTOCOL.runnerKeys);
+  record["device"] = ordered(record["device"], IDENTITY_KEYS);
+  record["capabilities"] = capabilities(record["capabilities"]);
+  record["revokedAt"] = record["revokedAt"] ?? null;
+  return record as unknown as RunnerRecord;
 }
 
 /** PairingRecord in the in-memory store's field order. */
@@ -241,7 +229,7 @@ export class Watchers {
 
 /** The ByollmStore over one SqlCaller. */
 export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): ByollmStore {
-  const defaultTtlMs = options.defaultTtlMs ?? DEFAULT_TTL_MS;
+  const defaultTtlMs = options.defaultTtlMs ?? PROTOCOL.defaultTtlMs;
   const watchers = new Watchers();
   const notifyIds = (ids: readonly string[]): void => {
     if (!options.subscribe) watchers.notify(ids);

@@ -26,6 +26,12 @@ pub struct JsProtocolConstants {
     pub envelope_max_age_ms: f64,
     /// A job's time to live when the enqueue names none.
     pub default_ttl_ms: f64,
+    /// A sealed envelope's keys in wire order.
+    pub envelope_keys: Vec<String>,
+    /// A job record's keys in the order every store's records have them.
+    pub job_keys: Vec<String>,
+    /// A runner record's keys in the order every store's records have them.
+    pub runner_keys: Vec<String>,
 }
 
 #[napi(catch_unwind)]
@@ -40,6 +46,9 @@ pub fn protocol_constants() -> JsProtocolConstants {
         async_crypto_threshold: direct::ASYNC_CRYPTO_THRESHOLD as u32,
         envelope_max_age_ms: envelope::ENVELOPE_MAX_AGE_MS,
         default_ttl_ms: store::DEFAULT_TTL_MS,
+        envelope_keys: envelope::SEALED_ENVELOPE_KEYS.map(str::to_owned).to_vec(),
+        job_keys: store::JOB_KEYS.map(str::to_owned).to_vec(),
+        runner_keys: store::RUNNER_KEYS.map(str::to_owned).to_vec(),
     }
 }
 

@@ -99,45 +99,48 @@ pub fn deadline_for(
     crate::direct::deadline_for(deadline_at, claimable_at, ttl_ms, now)
 }
 
-/// Whether a fetch may have the payload (`crate::direct::fetch_lease_held`).
-#[napi(catch_unwind)]
-pub fn fetch_lease_held(
-    lease_id: Unknown<'_>,
-    lease_runner_id: Unknown<'_>,
-    lease_expires_at: f64,
-    asked_lease_id: String,
-    runner_id: Unknown<'_>,
-    now: f64,
-) -> Result<bool> {
-    Ok(crate::direct::fetch_lease_held(
-        rule_text(lease_id)?.as_deref(),
-        rule_text(lease_runner_id)?.as_deref(),
-        lease_expires_at,
-        &asked_lease_id,
-        rule_text(runner_id)?.as_deref(),
-        now,
-    ))
+/// What a job's lease allows the request naming `askedLeaseId`, by the two
+/// lease rules (`crate::direct::fetch_lease_held`, `result_lease_refused`).
+#[napi(object, js_name = "LeaseCheck")]
+pub struct JsLeaseCheck {
+    /// A fetch may have the payload.
+    pub fetch_held: bool,
+    /// A result is refused before it is opened (for a job that has a lease).
+    pub result_refused: bool,
 }
 
-/// Whether a result is refused before it is opened
-/// (`crate::direct::result_lease_refused`); for a job that has a lease.
+/// A lease rule of `crate::direct`: the job's lease id, runner and expiry,
+/// the lease id asked for, the asking runner, the clock.
+type LeaseRule = fn(Option<&str>, Option<&str>, f64, &str, Option<&str>, f64) -> bool;
+
+/// Both lease rules' answers for one request.
 #[napi(catch_unwind)]
-pub fn result_lease_refused(
+pub fn lease_check(
     lease_id: Unknown<'_>,
     lease_runner_id: Unknown<'_>,
     lease_expires_at: f64,
     asked_lease_id: String,
     runner_id: Unknown<'_>,
     now: f64,
-) -> Result<bool> {
-    Ok(crate::direct::result_lease_refused(
-        rule_text(lease_id)?.as_deref(),
-        rule_text(lease_runner_id)?.as_deref(),
-        lease_expires_at,
-        &asked_lease_id,
-        rule_text(runner_id)?.as_deref(),
-        now,
-    ))
+) -> Result<JsLeaseCheck> {
+    let lease_id = rule_text(lease_id)?;
+    let lease_runner_id = rule_text(lease_runner_id)?;
+    let runner_id = rule_text(runner_id)?;
+    // Both rules read the same facts, in the same order.
+    let answer = |rule: LeaseRule| {
+        rule(
+            lease_id.as_deref(),
+            lease_runner_id.as_deref(),
+            lease_expires_at,
+            &asked_lease_id,
+            runner_id.as_deref(),
+            now,
+        )
+    };
+    Ok(JsLeaseCheck {
+        fetch_held: answer(crate::direct::fetch_lease_held),
+        result_refused: answer(crate::direct::result_lease_refused),
+    })
 }
 
 /// The too-large message for `bytes` (the limit is the body cap).

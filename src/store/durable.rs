@@ -30,7 +30,7 @@ use std::fmt;
 use std::path::Path;
 
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{params, Connection, Row};
+use rusqlite::{params, params_from_iter, Connection, Row, ToSql};
 
 use super::out::CiphertextRef;
 use super::{
@@ -131,9 +131,11 @@ const UPDATE_JOB: &str = "update jobs set
   provenance_runner = ?12, updated_at = ?13, cancel_order = ?14
   where seq = ?1";
 
+/// The whole row, in the table's column order: `UPDATE_JOB`'s ?1–?14 keep
+/// their numbers, the columns written only at create are ?15–?31.
 const UPSERT_JOB: &str = "insert or replace into jobs values
-  (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-   ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)";
+  (?1, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?2, ?3, ?4, ?5, ?6,
+   ?29, ?7, ?30, ?31, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 
 /// How an envelope is kept in `env_type` / `env`.
 const ENV_SEALED_BYTES: i64 = 0;
@@ -354,6 +356,32 @@ type EnvColumns<'a> = (
     Option<f64>,
 );
 
+/// Hand `write` the values of the columns a job's state changes, numbered
+/// as `UPDATE_JOB` numbers them (?1–?14).
+fn with_changing_columns<R>(store: &Store, job: &Job, write: impl FnOnce(&[&dyn ToSql]) -> R) -> R {
+    let name = |sym| store.syms.name(sym);
+    let refused: Vec<&str> = job.refused_by.iter().map(|&s| name(s)).collect();
+    let refused = list_json(&refused);
+    let cancel = store.cancel_ids.get(&job.id).map(|&order| order as i64);
+    let lease = job.lease.as_ref();
+    write(params![
+        job.seq as i64,
+        job.state.as_str(),
+        lease.map(|l| &*l.id),
+        lease.map(|l| name(l.runner)),
+        lease.map(|l| l.expires_at),
+        job.completed_by_lease_id.as_deref(),
+        job.claimable_at,
+        refused,
+        job.attempts,
+        job.outcome.as_deref(),
+        job.provenance.as_deref(),
+        job.provenance_runner.as_deref(),
+        job.updated_at,
+        cancel,
+    ])
+}
+
 /// Write the columns a job's state changes; the number of rows written (0:
 /// the job is not in the file yet).
 fn update_job(
@@ -361,25 +389,9 @@ fn update_job(
     store: &Store,
     job: &Job,
 ) -> Result<usize, DurableError> {
-    let name = |sym| store.syms.name(sym);
-    let refused: Vec<&str> = job.refused_by.iter().map(|&s| name(s)).collect();
-    let cancel = store.cancel_ids.get(&job.id).map(|&order| order as i64);
-    Ok(update.execute(params![
-        job.seq as i64,
-        job.state.as_str(),
-        job.lease.as_ref().map(|l| &*l.id),
-        job.lease.as_ref().map(|l| name(l.runner)),
-        job.lease.as_ref().map(|l| l.expires_at),
-        job.completed_by_lease_id.as_deref(),
-        job.claimable_at,
-        list_json(&refused),
-        job.attempts,
-        job.outcome.as_deref(),
-        job.provenance.as_deref(),
-        job.provenance_runner.as_deref(),
-        job.updated_at,
-        cancel,
-    ])?)
+    Ok(with_changing_columns(store, job, |changing| {
+        update.execute(changing)
+    })?)
 }
 
 fn upsert_job(
@@ -438,10 +450,11 @@ fn upsert_job(
                 )));
             }
         };
-    let refused: Vec<&str> = job.refused_by.iter().map(|&s| name(s)).collect();
-    let cancel = store.cancel_ids.get(&job.id).map(|&order| order as i64);
-    upsert.execute(params![
-        job.seq as i64,
+    let audience_allow = job
+        .audience_allow
+        .as_deref()
+        .map(|allow| serde_json::to_string(allow).unwrap_or_else(|_| "[]".into()));
+    let created: &[&dyn ToSql] = params![
         &*job.id,
         name(job.kind),
         env_type,
@@ -454,27 +467,15 @@ fn upsert_job(
         name(job.audience),
         job.purpose.as_deref(),
         name(job.owner),
-        job.audience_allow
-            .as_deref()
-            .map(|allow| serde_json::to_string(allow).unwrap_or_else(|_| "[]".into())),
+        audience_allow,
         list_json(&job.depends_on),
-        job.state.as_str(),
-        job.lease.as_ref().map(|l| &*l.id),
-        job.lease.as_ref().map(|l| name(l.runner)),
-        job.lease.as_ref().map(|l| l.expires_at),
-        job.completed_by_lease_id.as_deref(),
         job.created_at,
-        job.claimable_at,
         job.ttl_ms,
         job.deadline_at,
-        list_json(&refused),
-        job.attempts,
-        job.outcome.as_deref(),
-        job.provenance.as_deref(),
-        job.provenance_runner.as_deref(),
-        job.updated_at,
-        cancel,
-    ])?;
+    ];
+    with_changing_columns(store, job, |changing| {
+        upsert.execute(params_from_iter(changing.iter().chain(created)))
+    })?;
     Ok(())
 }
 

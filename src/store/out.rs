@@ -23,6 +23,33 @@ use crate::json::{self, write_json_str};
 
 use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, Store};
 
+/// A job record's keys in the reference's order: the order of a row here
+/// and of the record object every store builds (the shell reads it through
+/// `protocolConstants().jobKeys`).
+pub const JOB_KEYS: [&str; 21] = [
+    "id",
+    "kind",
+    "envelope",
+    "sizeClass",
+    "audience",
+    "purpose",
+    "owner",
+    "audienceAllow",
+    "dependsOn",
+    "state",
+    "lease",
+    "completedByLeaseId",
+    "createdAt",
+    "claimableAt",
+    "ttlMs",
+    "deadlineAt",
+    "refusedBy",
+    "attempts",
+    "outcome",
+    "provenance",
+    "updatedAt",
+];
+
 /// Sealed ciphertexts from this size up stay out of records when the store
 /// omits envelopes (a 1 KB prompt's is ≈ 1.5 KB; a 1M-character one 1.8 MB).
 pub(crate) const OMIT_ENVELOPE_BYTES: usize = 16 * 1024;

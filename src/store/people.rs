@@ -12,6 +12,21 @@ use serde_json::{Map, Value};
 
 pub type Record = Map<String, Value>;
 
+/// A runner record's keys in the reference's order, as an approval writes
+/// them (the shell reads it through `protocolConstants().runnerKeys`).
+pub const RUNNER_KEYS: [&str; 10] = [
+    "id",
+    "owner",
+    "device",
+    "label",
+    "platform",
+    "daemonVersion",
+    "capabilities",
+    "revokedAt",
+    "lastHeartbeatAt",
+    "createdAt",
+];
+
 /// Why `approvePairing` refused; `Display` is the reference's exact message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApproveError {

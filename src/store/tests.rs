@@ -132,6 +132,7 @@ fn create_is_idempotent_and_the_record_has_the_reference_layout() {
             10
         ])
     );
+    assert_eq!(record.as_array().map(Vec::len), Some(JOB_KEYS.len()));
 }
 
 #[test]
@@ -685,21 +686,7 @@ fn pairings_and_runners() {
         .cloned()
         .unwrap_or_default();
     let keys: Vec<&str> = runner.keys().map(String::as_str).collect();
-    assert_eq!(
-        keys,
-        [
-            "id",
-            "owner",
-            "device",
-            "label",
-            "platform",
-            "daemonVersion",
-            "capabilities",
-            "revokedAt",
-            "lastHeartbeatAt",
-            "createdAt"
-        ]
-    );
+    assert_eq!(keys, RUNNER_KEYS);
     // Approval acts on the pending, unexpired pairing with the code: h2
     // (a second live pairing under one code exists only if a store was
     // handed one; pair start picks a fresh code).
