@@ -696,31 +696,33 @@ $$;
 -- Which jobs a statement wrote (for postgresStore's subscribe)
 -- ---------------------------------------------------------------------------
 
--- Every insert or update of byollm_jobs appends the id it wrote to a
+-- Every insert or update of byollm_jobs appends the ids it wrote to a
 -- transaction-local setting, so the store can tell its watchers about writes
 -- made inside another operation (the sweep inside a claim, the unblock inside
--- a completion) without each function returning them. A row trigger whose
--- body is one expression (no query): the store's writes are single rows, for
--- which a statement trigger's transition table and its query over it cost
--- several times as much.
+-- a completion) without each function returning them. Statement-level, over
+-- the transition table, so a bulk write costs one append.
 create or replace function byollm_note_changes() returns trigger
 language plpgsql
 as $$
 begin
   perform set_config('byollm.changed',
-                     coalesce(current_setting('byollm.changed', true), '') || new.id::text || ',',
+                     coalesce(current_setting('byollm.changed', true), '')
+                       || coalesce((select string_agg(id::text, ',') from byollm_written), '') || ',',
                      true);
   return null;
 end;
 $$;
 
 drop trigger if exists byollm_jobs_note_insert on byollm_jobs;
+create trigger byollm_jobs_note_insert after insert on byollm_jobs
+  referencing new table as byollm_written
+  for each statement execute function byollm_note_changes();
 drop trigger if exists byollm_jobs_note_update on byollm_jobs;
-drop trigger if exists byollm_jobs_note_write on byollm_jobs;
-create trigger byollm_jobs_note_write after insert or update on byollm_jobs
-  for each row execute function byollm_note_changes();
+create trigger byollm_jobs_note_update after update on byollm_jobs
+  referencing new table as byollm_written
+  for each statement execute function byollm_note_changes();
 
--- Reads and clears the list (comma-separated, in write order).
+-- Reads and clears the list (comma-separated, in write order per statement).
 create or replace function byollm_take_changes() returns text
 language plpgsql volatile
 as $$
