@@ -136,6 +136,19 @@ test("every SECURITY DEFINER function has search_path pg_catalog, public, pg_tem
   }
 });
 
+// The ids a write touched are noted once per statement (over its transition
+// table): a row trigger appending each id to one growing string makes a bulk
+// write quadratic (an expiring backlog, an operator's bulk update).
+test("the triggers on byollm_jobs that note written ids fire once per statement", async () => {
+  const { rows } = await pool.query(
+    `select t.tgname, (t.tgtype & 1) = 1 as per_row
+       from pg_trigger t join pg_proc p on p.oid = t.tgfoid
+      where t.tgrelid = 'byollm_jobs'::regclass and not t.tgisinternal and p.proname = 'byollm_note_changes'`,
+  );
+  assert.ok(rows.length >= 1, "a trigger notes written ids");
+  for (const { tgname, per_row } of rows) assert.equal(per_row, false, `${tgname} fires per row`);
+});
+
 // A new function is executable by PUBLIC by default and each migration file
 // commits on its own, so every file that creates a byollm function revokes
 // that before it commits: on a fresh database no file leaves one callable by
