@@ -227,6 +227,62 @@ export class Watchers {
   }
 }
 
+/**
+ * Every SQL function the stores call, with its parameters in order. A
+ * parameter is named `p_<field in snake case>` and takes the same-named field
+ * of the method's arguments, so a method is one line naming its function.
+ */
+const FUNCTIONS = {
+  byollm_claim_for: ["runnerId", "capabilities", "max", "leaseMs", "now"],
+  byollm_get_job_for: ["runnerId", "jobId"],
+  byollm_heartbeat_for: ["runnerId", "capabilities", "daemonVersion", "leases", "leaseMs", "now"],
+  byollm_result_for: ["runnerId", "jobId", "leaseId", "outcome", "provenance", "now"],
+  byollm_sweep_get_job: ["jobId", "now"],
+  byollm_create_job: ["job", "now"],
+  byollm_get_job: ["jobId"],
+  byollm_claim: ["runnerId", "runnerOwner", "capabilities", "max", "leaseMs", "now"],
+  byollm_adopt: ["jobId", "leaseId", "expiresAt", "now"],
+  byollm_renew_leases: ["runnerId", "leases", "leaseMs", "now"],
+  byollm_complete_job: ["jobId", "runnerId", "holder", "outcome", "provenance", "now"],
+  byollm_release: ["runnerId", "leases", "reason", "now"],
+  byollm_sweep: ["now"],
+  byollm_cancel_job: ["jobId", "now"],
+  byollm_list_claimed_by: ["runnerId"],
+  byollm_list_cancel_requests: ["runnerId"],
+  byollm_create_pairing: ["pairing"],
+  byollm_get_pairing_by_device_code_hash: ["hash"],
+  byollm_get_pairing_by_user_code: ["userCode"],
+  byollm_approve_pairing_as: ["userCode", "owner", "runnerId", "now"],
+  byollm_deny_pairing: ["userCode", "now"],
+  byollm_consume_pairing_token: ["hash"],
+  byollm_get_runner: ["runnerId"],
+  byollm_touch_runner: ["runnerId", "capabilities", "daemonVersion", "now"],
+  byollm_revoke_runner: ["runnerId", "now"],
+  byollm_list_runners: ["owner"],
+} as const;
+
+type SqlFunction = keyof typeof FUNCTIONS;
+type Param = (typeof FUNCTIONS)[SqlFunction][number];
+
+/** How each parameter is typed on the SQL side: `text` unless listed here. */
+const JSONB_PARAMS = new Set<Param>(["capabilities", "leases", "holder", "outcome", "provenance", "job", "pairing"]);
+const BIGINT_PARAMS = new Set<Param>(["leaseMs", "expiresAt", "now"]);
+const sqlType = (field: Param): SqlArgType =>
+  JSONB_PARAMS.has(field) ? "jsonb" : BIGINT_PARAMS.has(field) ? "bigint" : field === "max" ? "integer" : "text";
+
+/** Each function's parameters as `[SQL name, argument field, SQL type]`, worked out once. */
+const SIGNATURES = {} as Record<SqlFunction, readonly (readonly [string, Param, SqlArgType])[]>;
+for (const [fn, fields] of Object.entries(FUNCTIONS) as [SqlFunction, readonly Param[]][]) {
+  SIGNATURES[fn] = fields.map((field) => [`p_${field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}`, field, sqlType(field)]);
+}
+
+/** A value as its parameter's type takes it: epoch ms and counts as integers. */
+function sqlArg(value: unknown, type: SqlArgType): unknown {
+  if (type === "bigint") return ms(value as number);
+  if (type === "integer") return Math.max(0, Math.floor(value as number));
+  return value;
+}
+
 /** The ByollmStore over one SqlCaller. */
 export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): ByollmStore {
   const defaultTtlMs = options.defaultTtlMs ?? PROTOCOL.defaultTtlMs;
@@ -236,6 +292,11 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
   };
   const notify = (records: readonly (JobRecord | null)[]): void => {
     notifyIds(records.flatMap((r) => (r ? [r.id] : [])));
+  };
+  /** Call `fn` with its parameters taken from `values`. */
+  const run = <F extends SqlFunction>(fn: F, values: Record<(typeof FUNCTIONS)[F][number], unknown>): Promise<unknown> => {
+    const from = values as Record<Param, unknown>;
+    return call({ fn, args: SIGNATURES[fn].map(([name, field, type]) => [name, sqlArg(from[field], type), type] as const) });
   };
   const jobs = (v: unknown): JobRecord[] => list(v).map(jobFromJson);
   const refs = (leases: readonly LeaseRef[]): LeaseRef[] => leases.map((l) => ({ jobId: l.jobId, leaseId: l.leaseId }));
@@ -266,47 +327,19 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     knownRunner: (runnerId) => known.get(runnerId),
 
     async claimFor(args) {
-      const out = obj(
-        await call({
-          fn: "byollm_claim_for",
-          args: [
-            ["p_runner_id", args.runnerId, "text"],
-            ["p_capabilities", args.capabilities, "jsonb"],
-            ["p_max", Math.max(0, Math.floor(args.max)), "integer"],
-            ["p_lease_ms", ms(args.leaseMs), "bigint"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-        "claim",
-      );
+      const out = obj(await run("byollm_claim_for", args), "claim");
       const claimed = jobs(out["jobs"]);
       notify(claimed);
       return { runner: freshRunner(out["runner"]), jobs: claimed };
     },
 
     async getJobFor(runnerId, jobId) {
-      const out = obj(
-        await call({ fn: "byollm_get_job_for", args: [["p_runner_id", runnerId, "text"], ["p_job_id", jobId, "text"]] }),
-        "job",
-      );
+      const out = obj(await run("byollm_get_job_for", { runnerId, jobId }), "job");
       return { runner: freshRunner(out["runner"]), job: maybe(out["job"], jobFromJson) };
     },
 
     async heartbeatFor(args) {
-      const out = obj(
-        await call({
-          fn: "byollm_heartbeat_for",
-          args: [
-            ["p_runner_id", args.runnerId, "text"],
-            ["p_capabilities", args.capabilities, "jsonb"],
-            ["p_daemon_version", args.daemonVersion, "text"],
-            ["p_leases", refs(args.leases), "jsonb"],
-            ["p_lease_ms", ms(args.leaseMs), "bigint"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-        "heartbeat",
-      );
+      const out = obj(await run("byollm_heartbeat_for", { ...args, leases: refs(args.leases) }), "heartbeat");
       notifyIds(list(out["renewed"]).map((r) => String(obj(r, "renewal")["jobId"])));
       return {
         runner: freshRunner(out["runner"]),
@@ -316,20 +349,7 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     },
 
     async resultFor(args) {
-      const out = obj(
-        await call({
-          fn: "byollm_result_for",
-          args: [
-            ["p_runner_id", args.runnerId, "text"],
-            ["p_job_id", args.jobId, "text"],
-            ["p_lease_id", args.leaseId, "text"],
-            ["p_outcome", args.outcome, "jsonb"],
-            ["p_provenance", args.provenance, "jsonb"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-        "result",
-      );
+      const out = obj(await run("byollm_result_for", args), "result");
       const runner = freshRunner(out["runner"]);
       if (out["accepted"] === true) {
         notifyIds([args.jobId]);
@@ -339,10 +359,7 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     },
 
     async sweepGet(jobId, now) {
-      const out = obj(
-        await call({ fn: "byollm_sweep_get_job", args: [["p_job_id", jobId, "text"], ["p_now", ms(now), "bigint"]] }),
-        "job",
-      );
+      const out = obj(await run("byollm_sweep_get_job", { jobId, now }), "job");
       notify(jobs(out["swept"]));
       return maybe(out["job"], jobFromJson);
     },
@@ -365,10 +382,7 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
         ttlMs: input.ttlMs ?? defaultTtlMs,
         deadlineAt: input.deadlineAt ?? null,
       };
-      const out = obj(
-        await call({ fn: "byollm_create_job", args: [["p_job", job, "jsonb"], ["p_now", ms(now), "bigint"]] }),
-        "job",
-      );
+      const out = obj(await run("byollm_create_job", { job, now }), "job");
       const record = jobFromJson(out["job"]);
       // An existing id is returned unchanged and, like in memory, notifies nobody.
       if (out["created"] === true) notify([record]);
@@ -376,65 +390,28 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     },
 
     async get(jobId: string): Promise<JobRecord | null> {
-      return maybe(await call({ fn: "byollm_get_job", args: [["p_job_id", jobId, "text"]] }), jobFromJson);
+      return maybe(await run("byollm_get_job", { jobId }), jobFromJson);
     },
 
     async claim(args: ClaimArgs): Promise<JobRecord[]> {
-      const claimed = jobs(
-        await call({
-          fn: "byollm_claim",
-          args: [
-            ["p_runner_id", args.runnerId, "text"],
-            ["p_runner_owner", args.runnerOwner, "text"],
-            ["p_capabilities", args.capabilities, "jsonb"],
-            ["p_max", Math.max(0, Math.floor(args.max)), "integer"],
-            ["p_lease_ms", ms(args.leaseMs), "bigint"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-      );
+      const claimed = jobs(await run("byollm_claim", args));
       notify(claimed);
       return claimed;
     },
 
     async adopt(args: AdoptArgs): Promise<JobRecord | null> {
-      const adopted = maybe(
-        await call({
-          fn: "byollm_adopt",
-          args: [
-            ["p_job_id", args.jobId, "text"],
-            ["p_lease_id", args.leaseId, "text"],
-            ["p_expires_at", ms(args.expiresAt), "bigint"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-        jobFromJson,
-      );
+      const adopted = maybe(await run("byollm_adopt", args), jobFromJson);
       notify([adopted]);
       return adopted;
     },
 
     async renewLeases(args: RenewArgs): Promise<RenewResult> {
-      const out = obj(
-        await call({
-          fn: "byollm_renew_leases",
-          args: [
-            ["p_runner_id", args.runnerId, "text"],
-            ["p_leases", refs(args.leases), "jsonb"],
-            ["p_lease_ms", ms(args.leaseMs), "bigint"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-        "renewal",
-      );
+      const out = obj(await run("byollm_renew_leases", { ...args, leases: refs(args.leases) }), "renewal");
       const renewed = list(out["renewed"]).map((r) => {
         const x = obj(r, "renewal");
         return { jobId: x["jobId"] as string, expiresAt: x["expiresAt"] as number };
       });
-      const lost = list(out["lost"]).map((r) => {
-        const x = obj(r, "lease");
-        return { jobId: x["jobId"] as string, leaseId: x["leaseId"] as string };
-      });
+      const lost = leaseRefs(out["lost"], "lease");
       notifyIds(renewed.map((r) => r.jobId));
       return { renewed, lost };
     },
@@ -444,20 +421,7 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
         args.holder.by === "runner"
           ? { by: "runner", runnerId: args.holder.runnerId }
           : { by: "lease", leaseId: args.holder.leaseId };
-      const out = obj(
-        await call({
-          fn: "byollm_complete_job",
-          args: [
-            ["p_job_id", args.jobId, "text"],
-            ["p_runner_id", args.runnerId, "text"],
-            ["p_holder", holder, "jsonb"],
-            ["p_outcome", args.outcome, "jsonb"],
-            ["p_provenance", args.provenance, "jsonb"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-        "completion",
-      );
+      const out = obj(await run("byollm_complete_job", { ...args, holder }), "completion");
       const job = maybe(out["job"], jobFromJson);
       if (out["accepted"] === true) {
         notify([job]);
@@ -467,118 +431,73 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     },
 
     async release(args: ReleaseArgs): Promise<string[]> {
-      const released = list(
-        await call({
-          fn: "byollm_release",
-          args: [
-            ["p_runner_id", args.runnerId, "text"],
-            ["p_leases", refs(args.leases), "jsonb"],
-            ["p_reason", args.reason, "text"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-      ).map(String);
+      const released = list(await run("byollm_release", { ...args, leases: refs(args.leases) })).map(String);
       notifyIds(released);
       return released;
     },
 
     async expireDue(now: number): Promise<JobRecord[]> {
-      const changed = jobs(await call({ fn: "byollm_sweep", args: [["p_now", ms(now), "bigint"]] }));
+      const changed = jobs(await run("byollm_sweep", { now }));
       notify(changed);
       return changed;
     },
 
     async cancel(jobId: string, now: number): Promise<JobRecord | null> {
-      const job = maybe(
-        await call({ fn: "byollm_cancel_job", args: [["p_job_id", jobId, "text"], ["p_now", ms(now), "bigint"]] }),
-        jobFromJson,
-      );
+      const job = maybe(await run("byollm_cancel_job", { jobId, now }), jobFromJson);
       if (job?.state === "canceled") notify([job]);
       return job;
     },
 
     async listClaimedBy(runnerId: string): Promise<JobRecord[]> {
-      return jobs(await call({ fn: "byollm_list_claimed_by", args: [["p_runner_id", runnerId, "text"]] }));
+      return jobs(await run("byollm_list_claimed_by", { runnerId }));
     },
 
     async listCancelRequests(runnerId: string): Promise<LeaseRef[]> {
-      return leaseRefs(
-        await call({ fn: "byollm_list_cancel_requests", args: [["p_runner_id", runnerId, "text"]] }),
-        "cancel request",
-      );
+      return leaseRefs(await run("byollm_list_cancel_requests", { runnerId }), "cancel request");
     },
 
     subscribe(jobId: string, onChange: () => void): () => void {
       return options.subscribe ? options.subscribe(jobId, onChange) : watchers.subscribe(jobId, onChange);
     },
 
-    async createPairing(record: PairingRecord): Promise<void> {
-      await call({ fn: "byollm_create_pairing", args: [["p_pairing", record, "jsonb"]] });
+    async createPairing(pairing: PairingRecord): Promise<void> {
+      await run("byollm_create_pairing", { pairing });
     },
 
     async getPairingByDeviceCodeHash(hash: string): Promise<PairingRecord | null> {
-      return maybe(
-        await call({ fn: "byollm_get_pairing_by_device_code_hash", args: [["p_hash", hash, "text"]] }),
-        pairingFromJson,
-      );
+      return maybe(await run("byollm_get_pairing_by_device_code_hash", { hash }), pairingFromJson);
     },
 
     async getPairingByUserCode(userCode: string): Promise<PairingRecord | null> {
-      return maybe(
-        await call({ fn: "byollm_get_pairing_by_user_code", args: [["p_user_code", userCode, "text"]] }),
-        pairingFromJson,
-      );
+      return maybe(await run("byollm_get_pairing_by_user_code", { userCode }), pairingFromJson);
     },
 
     async approvePairing(args: ApproveArgs): Promise<RunnerRecord> {
-      return runnerFromJson(
-        await call({
-          fn: "byollm_approve_pairing_as",
-          args: [
-            ["p_user_code", args.userCode, "text"],
-            ["p_owner", args.owner, "text"],
-            ["p_runner_id", args.runnerId, "text"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-      );
+      return runnerFromJson(await run("byollm_approve_pairing_as", args));
     },
 
     async denyPairing(userCode: string, now: number): Promise<void> {
-      await call({ fn: "byollm_deny_pairing", args: [["p_user_code", userCode, "text"], ["p_now", ms(now), "bigint"]] });
+      await run("byollm_deny_pairing", { userCode, now });
     },
 
     async consumePairingToken(deviceCodeHash: string): Promise<void> {
-      await call({ fn: "byollm_consume_pairing_token", args: [["p_hash", deviceCodeHash, "text"]] });
+      await run("byollm_consume_pairing_token", { hash: deviceCodeHash });
     },
 
     async getRunner(runnerId: string): Promise<RunnerRecord | null> {
-      return freshRunner(await call({ fn: "byollm_get_runner", args: [["p_runner_id", runnerId, "text"]] }));
+      return freshRunner(await run("byollm_get_runner", { runnerId }));
     },
 
     async touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
-      return maybe(
-        await call({
-          fn: "byollm_touch_runner",
-          args: [
-            ["p_runner_id", args.runnerId, "text"],
-            ["p_capabilities", args.capabilities, "jsonb"],
-            ["p_daemon_version", args.daemonVersion, "text"],
-            ["p_now", ms(args.now), "bigint"],
-          ],
-        }),
-        runnerFromJson,
-      );
+      return maybe(await run("byollm_touch_runner", args), runnerFromJson);
     },
 
     async revokeRunner(runnerId: string, now: number): Promise<void> {
-      await call({ fn: "byollm_revoke_runner", args: [["p_runner_id", runnerId, "text"], ["p_now", ms(now), "bigint"]] });
+      await run("byollm_revoke_runner", { runnerId, now });
     },
 
     async listRunners(owner?: string): Promise<RunnerRecord[]> {
-      return list(
-        await call({ fn: "byollm_list_runners", args: [["p_owner", owner ?? null, "text"]] }),
-      ).map(runnerFromJson);
+      return list(await run("byollm_list_runners", { owner: owner ?? null })).map(runnerFromJson);
     },
   };
   Object.defineProperty(store, PATHS, { value: paths });
