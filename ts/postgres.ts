@@ -11,7 +11,7 @@ import { readdir, readFile } from "node:fs/promises";
 import pg from "pg";
 import type { Pool, PoolClient, PoolConfig } from "pg";
 import { waitWithPush } from "./delivery.js";
-import { sqlStore, Watchers, type SqlCall, type SqlStoreOptions } from "./sql-store.js";
+import { REFUSAL_CODES, sqlStore, Watchers, type SqlCall, type SqlStoreOptions } from "./sql-store.js";
 import type { ByollmStore, PollingDeliveryDeps, ResultDelivery } from "./types.js";
 
 export type PostgresStoreOptions = (
@@ -44,9 +44,6 @@ export interface PostgresStore extends ByollmStore {
   /** Ends the pool if the store created it; a pool you passed in is left alone. */
   close(): Promise<void>;
 }
-
-/** Error codes our SQL functions raise for a refused request (the message is the answer). */
-const REFUSAL_CODES = new Set(["P0001", "P0002", "22023"]);
 
 function sqlText(call: SqlCall): string {
   const args = call.args.map(([name, , type], i) => `${name} => $${String(i + 1)}::${type}`).join(", ");
@@ -194,12 +191,9 @@ const ENDED_CHANNEL = "byollm_job_ended";
 export function postgresDelivery(
   target: { pool: Pool } | { connectionString: string },
 ): (deps: PollingDeliveryDeps) => ResultDelivery {
-  const waiters = new Map<string, Set<() => void>>();
+  const waiters = new Watchers();
   let listening: Promise<{ client: pg.Client | PoolClient; release: () => void }> | null = null;
 
-  const everyone = (): void => {
-    for (const set of waiters.values()) for (const f of [...set]) f();
-  };
   const drop = (conn: { release: () => void }): void => {
     listening = null;
     conn.release();
@@ -220,14 +214,12 @@ export function postgresDelivery(
       }
       const conn = { client, release };
       client.on("notification", (n) => {
-        if (n.channel !== ENDED_CHANNEL || n.payload === undefined) return;
-        const set = waiters.get(n.payload);
-        if (set) for (const f of [...set]) f();
+        if (n.channel === ENDED_CHANNEL && n.payload !== undefined) waiters.notify([n.payload]);
       });
       client.on("error", () => {
         // Notifications may have been missed: every wait reads its job again.
         if (listening === connecting) drop(conn);
-        everyone();
+        waiters.notifyAll();
       });
       await client.query(`listen ${ENDED_CHANNEL}`);
       return conn;
@@ -237,13 +229,7 @@ export function postgresDelivery(
   };
 
   const listen = (jobId: string, onChange: () => void): (() => Promise<void>) => {
-    let set = waiters.get(jobId);
-    if (!set) {
-      set = new Set();
-      waiters.set(jobId, set);
-    }
-    const entry = (): void => onChange();
-    set.add(entry);
+    const unsubscribe = waiters.subscribe(jobId, onChange);
     const ready = (listening ?? open()).then(
       // Listening now: a notification sent before this point is not heard,
       // so the job is read once more.
@@ -255,9 +241,7 @@ export function postgresDelivery(
     );
     return async () => {
       await ready;
-      const current = waiters.get(jobId);
-      current?.delete(entry);
-      if (current && current.size === 0) waiters.delete(jobId);
+      unsubscribe();
       if (waiters.size === 0 && listening !== null) {
         const closing = listening;
         listening = null;

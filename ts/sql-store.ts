@@ -31,6 +31,9 @@ export interface SqlCall {
   readonly args: readonly (readonly [name: string, value: unknown, type: SqlArgType])[];
 }
 
+/** Error codes our SQL functions raise for a refused request (the message is the answer). */
+export const REFUSAL_CODES = new Set(["P0001", "P0002", "22023"]);
+
 /** Runs one SQL function and answers its JSON result (`null` for void). */
 export type SqlCaller = (call: SqlCall) => Promise<unknown>;
 
@@ -115,24 +118,20 @@ export function runnerFromJson(v: unknown): RunnerRecord {
   return record as unknown as RunnerRecord;
 }
 
+const PAIRING_KEYS = [
+  "deviceCodeHash", "userCode", "state", "owner", "runnerId", "collected", "label",
+  "platform", "daemonVersion", "capabilities", "device", "expiresAt", "createdAt",
+];
+
 /** PairingRecord in the in-memory store's field order. */
 export function pairingFromJson(v: unknown): PairingRecord {
-  const p = obj(v, "pairing");
-  return {
-    deviceCodeHash: p["deviceCodeHash"],
-    userCode: p["userCode"],
-    state: p["state"],
-    owner: p["owner"] ?? null,
-    runnerId: p["runnerId"] ?? null,
-    collected: p["collected"] === true,
-    label: p["label"],
-    platform: p["platform"],
-    daemonVersion: p["daemonVersion"],
-    capabilities: capabilities(p["capabilities"]),
-    device: ordered(p["device"], IDENTITY_KEYS),
-    expiresAt: p["expiresAt"],
-    createdAt: p["createdAt"],
-  } as PairingRecord;
+  const record = inKeyOrder(obj(v, "pairing"), PAIRING_KEYS);
+  record["owner"] ??= null;
+  record["runnerId"] ??= null;
+  record["collected"] = record["collected"] === true;
+  record["capabilities"] = capabilities(record["capabilities"]);
+  record["device"] = ordered(record["device"], IDENTITY_KEYS);
+  return record as unknown as PairingRecord;
 }
 
 const maybe = <T>(v: unknown, f: (v: unknown) => T): T | null => (v === null || v === undefined ? null : f(v));
@@ -210,6 +209,16 @@ export class Watchers {
       current?.delete(entry);
       if (current && current.size === 0) this.#byJob.delete(jobId);
     };
+  }
+
+  /** How many jobs have watchers. */
+  get size(): number {
+    return this.#byJob.size;
+  }
+
+  /** Call every watcher of every job (after a lost connection, when changes may have been missed). */
+  notifyAll(): void {
+    this.notify([...this.#byJob.keys()]);
   }
 
   notify(jobIds: Iterable<string>): void {

@@ -10,7 +10,7 @@
 // browser user. The SQL functions are granted to `service_role` only; RLS
 // keeps browser sessions to their own rows (see the access migration).
 import type { SupabaseClient } from "@supabase/supabase-js";
-import { sqlStore, type SqlCall } from "../sql-store.js";
+import { REFUSAL_CODES, sqlStore, type SqlCall } from "../sql-store.js";
 import type { ByollmStore } from "../types.js";
 
 export interface SupabaseStoreOptions {
@@ -19,9 +19,6 @@ export interface SupabaseStoreOptions {
   /** TTL of a job once claimable, when the enqueue names none (default 900000). */
   readonly defaultTtlMs?: number;
 }
-
-/** Error codes our SQL functions raise for a refused request (the message is the answer). */
-const REFUSAL_CODES = new Set(["P0001", "P0002", "22023"]);
 
 /** The ByollmStore on Supabase. Apply the migrations first (`supabase db push`). */
 export function supabaseStore(options: SupabaseStoreOptions): ByollmStore {
