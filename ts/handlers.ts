@@ -9,6 +9,7 @@ import type {
   AuthContext,
   ByollmStore,
   Capability,
+  ClaimArgs,
   Endpoint,
   HandlerConfig,
   HandlerResult,
@@ -16,9 +17,11 @@ import type {
   JobRecord,
   LeaseRef,
   PublicIdentity,
+  ReleaseArgs,
   ResultProvenance,
   RunnerRecord,
   SealedEnvelope,
+  TouchArgs,
 } from "./types.js";
 
 export type { AuthContext, HandlerConfig, HandlerResult };
@@ -132,38 +135,13 @@ interface PairStart {
   device: PublicIdentity;
   capabilities: Capability[];
 }
-interface PairPoll {
-  action: "poll";
-  deviceCode: string;
-}
-interface ClaimBody {
-  runnerId: string;
-  capabilities: Capability[];
-  max: number;
-}
-interface FetchBody {
-  runnerId: string;
-  jobId: string;
-  leaseId: string;
-}
-interface HeartbeatBody {
-  runnerId: string;
-  daemonVersion: string;
-  capabilities: Capability[];
-  activeLeases: LeaseRef[];
-}
-interface ResultBody {
-  runnerId: string;
-  jobId: string;
-  leaseId: string;
-  envelope: SealedEnvelope;
-  disposition: JobOutcome["outcome"];
-}
-interface ReleaseBody {
-  runnerId: string;
-  leases: LeaseRef[];
-  reason: "shutdown" | "pause" | "revoked" | "backend-down" | "refused";
-}
+type PairPoll = { action: "poll"; deviceCode: string };
+// The other bodies carry the fields the store calls take, under the same names.
+type ClaimBody = Pick<ClaimArgs, "runnerId" | "capabilities" | "max">;
+type FetchBody = LeaseRef & { runnerId: string };
+type HeartbeatBody = Pick<TouchArgs, "runnerId" | "daemonVersion" | "capabilities"> & { activeLeases: LeaseRef[] };
+type ResultBody = FetchBody & { envelope: SealedEnvelope; disposition: JobOutcome["outcome"] };
+type ReleaseBody = Pick<ReleaseArgs, "runnerId" | "leases" | "reason">;
 
 /**
  * The strict `{runnerId, issuedAt, signature}` shape of a request signature:
@@ -508,12 +486,7 @@ export class Endpoints {
       ({ lost, cancel } = out);
     } else {
       await this.#store.touchRunner(touch);
-      ({ lost } = await this.#store.renewLeases({
-        runnerId: runner.id,
-        leases: request.activeLeases,
-        leaseMs: this.#leaseMs,
-        now,
-      }));
+      ({ lost } = await this.#store.renewLeases({ runnerId: runner.id, leases: request.activeLeases, leaseMs: this.#leaseMs, now }));
       cancel = await this.#store.listCancelRequests(runner.id);
     }
     return ok({
@@ -607,12 +580,7 @@ export class Endpoints {
     // The owner asked for a cancel: a released job that was asked to stop
     // ends canceled instead.
     const pending = await this.#store.listCancelRequests(runner.id);
-    const released = await this.#store.release({
-      runnerId: runner.id,
-      leases: request.leases,
-      reason: request.reason,
-      now,
-    });
+    const released = await this.#store.release({ runnerId: runner.id, leases: request.leases, reason: request.reason, now });
     if (pending.length > 0) {
       const asked = new Set(pending.map((ref) => ref.jobId));
       for (const jobId of released) {

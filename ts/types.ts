@@ -18,21 +18,7 @@ import type {
   StoredKeys,
 } from "./protocol-types.js";
 
-export type {
-  Audience,
-  Capability,
-  DeliveredResult,
-  JobKind,
-  JobOutcome,
-  JobState,
-  Lease,
-  PayloadFor,
-  PublicIdentity,
-  ResultProvenance,
-  SealedEnvelope,
-  SizeClass,
-  StoredKeys,
-};
+export type * from "./protocol-types.js";
 
 /** The six protocol endpoints. */
 export type Endpoint = "pair" | "claim" | "fetch" | "heartbeat" | "result" | "release";
