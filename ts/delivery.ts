@@ -25,10 +25,9 @@ export class PollingDelivery implements ResultDelivery {
     const { read, availability } = this.#deps;
     const sleep = this.#deps.sleep ?? realSleep;
     const now = this.#deps.now ?? Date.now;
-    const graceMs = this.#deps.graceMs ?? DEFAULT_GRACE_MS;
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const started = now();
-    let noRunnerSince: number | null = null;
+    const stranded = strandedFor(now, this.#deps.graceMs ?? DEFAULT_GRACE_MS);
 
     for (;;) {
       // Checked once per round, not during the sleep: an abort lands within one interval.
@@ -38,24 +37,37 @@ export class PollingDelivery implements ResultDelivery {
       // error/expired resolve too: the caller inspects `state`, the wait is over.
       if (current !== null && TERMINAL.has(current.state)) return current;
 
-      const signal = availability === undefined ? undefined : await availability(jobId);
-      if (signal === undefined || signal.available || signal.blocked) {
-        // A job waiting on a dependency is waiting, not stranded.
-        noRunnerSince = null;
-      } else {
-        noRunnerSince ??= now();
-        if (now() - noRunnerSince >= graceMs) {
-          const reason = signal.reason ?? "no-runner-online";
-          const substitute = await options.onNoRunner?.(reason);
-          if (substitute !== undefined) return labelFallback(jobId, substitute as string | DeliveredResult);
-          throw new NoRunnerAvailableError(jobId, reason);
-        }
-      }
+      const reason = stranded(availability === undefined ? undefined : await availability(jobId));
+      if (reason !== undefined) return noRunner(jobId, reason, options);
 
       if (now() - started >= timeoutMs) throw new ResultTimeoutError(jobId, timeoutMs);
       await sleep(POLL_INTERVAL_MS);
     }
   }
+}
+
+/**
+ * The clock of the no-runner signal, fed each availability reading: the
+ * reason once "no runner" has lasted `graceMs` without a break, else undefined.
+ */
+function strandedFor(now: () => number, graceMs: number): (signal: { available: boolean; reason?: string; blocked: boolean } | undefined) => string | undefined {
+  let since: number | null = null;
+  return (signal) => {
+    // A job waiting on a dependency is waiting, not stranded.
+    if (signal === undefined || signal.available || signal.blocked) {
+      since = null;
+      return undefined;
+    }
+    since ??= now();
+    return now() - since >= graceMs ? (signal.reason ?? "no-runner-online") : undefined;
+  };
+}
+
+/** The end of a wait nobody can serve: the app's `onNoRunner` substitute, else NoRunnerAvailableError. */
+async function noRunner(jobId: string, reason: string, options: WaitOptions): Promise<DeliveredResult> {
+  const substitute = await options.onNoRunner?.(reason);
+  if (substitute === undefined) throw new NoRunnerAvailableError(jobId, reason);
+  return labelFallback(jobId, substitute as string | DeliveredResult);
 }
 
 /**
@@ -69,7 +81,6 @@ export function labelFallback(jobId: string, substitute: string | DeliveredResul
   return { ...substitute, fallback: true };
 }
 
-const PUSH_DEFAULT_TIMEOUT_MS = 300_000;
 const AVAILABILITY_INTERVAL_MS = 2_000;
 
 /**
@@ -94,9 +105,7 @@ export async function waitWithPush(
   const first = await deps.read(jobId);
   if (first !== null && TERMINAL.has(first.state)) return first;
 
-  const timeoutMs = options.timeoutMs ?? PUSH_DEFAULT_TIMEOUT_MS;
-  const graceMs = deps.graceMs ?? DEFAULT_GRACE_MS;
-  const now = deps.now ?? Date.now;
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
 
   // Each wait settles its own promise (one delivery object serves every
   // job of the app; waits must never answer each other).
@@ -141,22 +150,13 @@ export async function waitWithPush(
   check();
 
   const timer = setTimeout(() => fail(new ResultTimeoutError(jobId, timeoutMs)), timeoutMs);
-  let noRunnerSince: number | null = null;
+  const stranded = strandedFor(deps.now ?? Date.now, deps.graceMs ?? DEFAULT_GRACE_MS);
   const watcher = setInterval(() => {
     const availability = deps.availability;
     if (availability === undefined) return;
     (async () => {
-      const signal = await availability(jobId);
-      if (signal.available || signal.blocked) {
-        noRunnerSince = null;
-        return;
-      }
-      noRunnerSince ??= now();
-      if (now() - noRunnerSince < graceMs) return;
-      const reason = signal.reason ?? "no-runner-online";
-      const substitute = await options.onNoRunner?.(reason);
-      if (substitute !== undefined) finish(labelFallback(jobId, substitute as string | DeliveredResult));
-      else fail(new NoRunnerAvailableError(jobId, reason));
+      const reason = stranded(await availability(jobId));
+      if (reason !== undefined) finish(await noRunner(jobId, reason, options));
     })().catch(fail);
   }, AVAILABILITY_INTERVAL_MS);
   const abort = (): void => fail(options.signal?.reason ?? new Error("wait aborted"));
