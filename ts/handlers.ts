@@ -52,12 +52,7 @@ const STATUS: Record<WireCode, number> = {
 // answer whose URL is not absolute: a missing origin (`undefined/pair`) would
 // fail every pairing, so it fails here, once, at start-up.
 function checkVerificationUrl(value: unknown): void {
-  let url: URL | undefined;
-  try {
-    url = typeof value === "string" ? new URL(value) : undefined;
-  } catch {
-    url = undefined;
-  }
+  const url = typeof value === "string" && URL.canParse(value) ? new URL(value) : undefined;
   if (url === undefined || (url.protocol !== "https:" && url.protocol !== "http:")) {
     throw new Error(
       `verificationUrl must be an absolute http(s) URL, the page where a person approves a pairing code ` +
@@ -500,6 +495,9 @@ export class Endpoints {
 
   async #result(request: ResultBody, runner: RunnerRecord): Promise<HandlerResult> {
     const now = this.#now();
+    const source = { runnerId: runner.id, runnerOwner: runner.owner };
+    const open = (audience: string): Promise<OpenedOutcome> =>
+      openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition, { audience, ...source });
     const paths = sqlStorePaths(this.#store);
     let opened: OpenedOutcome | undefined;
     let read: { job: JobRecord | null } | undefined;
@@ -509,11 +507,7 @@ export class Endpoints {
       // completes in one call when the request plainly holds the job. A
       // private job is the common case; any other answer comes back unwritten
       // and is decided below, as after a plain read.
-      opened = await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition, {
-        audience: "private",
-        runnerId: runner.id,
-        runnerOwner: runner.owner,
-      });
+      opened = await open("private");
       if (opened.ok) {
         const out = await paths.resultFor({
           runnerId: runner.id,
@@ -550,14 +544,7 @@ export class Endpoints {
 
     // The SQL path opened it as a private job's result; any other audience
     // is opened again for its own provenance.
-    const outcome =
-      opened !== undefined && (!opened.ok || job.audience === "private")
-        ? opened
-        : await openOutcome(this.#keyring, request.envelope, request.jobId, runner.device.identity, request.disposition, {
-            audience: job.audience,
-            runnerId: runner.id,
-            runnerOwner: runner.owner,
-          });
+    const outcome = opened !== undefined && (!opened.ok || job.audience === "private") ? opened : await open(job.audience);
     if (!outcome.ok) return fail("bad-request", outcome.why);
     const { accepted, duplicate, job: updated } = await this.#store.complete({
       jobId: request.jobId,
@@ -594,11 +581,7 @@ export class Endpoints {
 export type OpenedOutcome = { ok: true; outcome: JobOutcome; provenance: ResultProvenance } | { ok: false; why: string };
 
 /** Who a result is accepted from, as the site knows it: the job's audience and the authenticated runner. */
-export interface ResultSource {
-  audience: string;
-  runnerId: string;
-  runnerOwner: string;
-}
+export type ResultSource = Pick<ProvenanceInput, "audience" | "runnerId" | "runnerOwner">;
 
 /**
  * Open a sealed result from a device and check it: signature and context, a
@@ -640,12 +623,6 @@ export async function openOutcome(
   }
   // The sealed outcome's schema holds these to their types.
   const { backendClass, model, stop, stopReported } = ran as Pick<ProvenanceInput, "backendClass" | "model" | "stop" | "stopReported">;
-  const provenance = native.provenanceFor({
-    ...source,
-    backendClass,
-    model,
-    ...(stop === undefined ? {} : { stop }),
-    ...(stopReported === undefined ? {} : { stopReported }),
-  }) as ResultProvenance;
+  const provenance = native.provenanceFor({ ...source, backendClass, model, stop, stopReported }) as ResultProvenance;
   return { ok: true, outcome: outcome as unknown as JobOutcome, provenance };
 }
