@@ -85,21 +85,17 @@ export class CloudLane {
    * `deferred`; any other refusal is thrown, since it will not fix itself.
    */
   async pump(): Promise<PumpReport> {
-    const sealed: string[] = [];
-    const completed: string[] = [];
-    const refused: string[] = [];
+    const report: PumpReport = { sealed: [], completed: [], refused: [] };
     try {
-      await this.#cycle(sealed, completed, refused);
-      return { sealed, completed, refused };
+      await this.#cycle(report);
+      return report;
     } catch (error) {
-      if (error instanceof RelayUnavailable && error.retryable) {
-        return { sealed, completed, refused, deferred: error.message };
-      }
+      if (error instanceof RelayUnavailable && error.retryable) return { ...report, deferred: error.message };
       throw error;
     }
   }
 
-  async #cycle(sealed: string[], completed: string[], refused: string[]): Promise<void> {
+  async #cycle({ sealed, completed, refused }: PumpReport): Promise<void> {
     const pending = (await this.#get("pending")) as { jobs: PendingClaim[] };
     for (const claim of pending.jobs) {
       const record = await this.#store.get(claim.jobId);

@@ -165,14 +165,9 @@ export interface SqlStorePaths {
    * the job as read (null: unknown), for the handlers to decide on as after
    * a plain read.
    */
-  resultFor(args: {
-    readonly runnerId: string;
-    readonly jobId: string;
-    readonly leaseId: string;
-    readonly outcome: CompleteArgs["outcome"];
-    readonly provenance: CompleteArgs["provenance"];
-    readonly now: number;
-  }): Promise<{ runner: RunnerRecord | null; accepted: true; state: JobRecord["state"] } | { runner: RunnerRecord | null; accepted: false; job: JobRecord | null }>;
+  resultFor(
+    args: Pick<CompleteArgs, "runnerId" | "jobId" | "outcome" | "provenance" | "now"> & { readonly leaseId: string },
+  ): Promise<{ runner: RunnerRecord | null; accepted: true; state: JobRecord["state"] } | { runner: RunnerRecord | null; accepted: false; job: JobRecord | null }>;
   /** expireDue(now) then get(jobId). */
   sweepGet(jobId: string, now: number): Promise<JobRecord | null>;
 }
