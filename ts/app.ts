@@ -31,7 +31,6 @@ import type {
   ResultDelivery,
   RunnerAvailability,
   RunnerRecord,
-  SealedEnvelope,
   SizeClass,
   WaitOptions,
 } from "./types.js";
@@ -139,21 +138,15 @@ export class ByollmApp {
     // written on the thread pool.
     const fields = largeStringFields(input.payload);
     const payload: PayloadSource = fields !== undefined ? { fields } : { json: payloadJson(input.payload) };
+    // The plaintext payload is not handed to the store (its interface never
+    // had it); everything else the caller passed goes through unchanged.
+    const { payload: _plaintext, ...rest } = input;
     if (this.cloud === undefined && servesDirectly(this.#store)) {
       // Our MemoryStore: validated, sealed and stored in one native call; a
       // large payload validated on the thread pool and sealed at rest on the
       // background thread, off the request's way.
-      const { payload: _payload, ...job } = input;
-      const stored = await enqueueDirect(
-        this.#store,
-        this.#keyring,
-        input.kind,
-        payload,
-        { ...job, id },
-        deadlineAt,
-        createdAt,
-        ASYNC_SEAL_THRESHOLD,
-      );
+      const job = { ...rest, id };
+      const stored = await enqueueDirect(this.#store, this.#keyring, input.kind, payload, job, deadlineAt, createdAt, ASYNC_SEAL_THRESHOLD);
       if (stored !== null) {
         if ("message" in stored) throw new Error(payloadError(String(input.kind), stored.message));
         return this.#handle(stored);
@@ -161,18 +154,14 @@ export class ByollmApp {
     }
     const checked = await sealChecked(this.#keyring, input.kind, payload, id, deadlineAt);
     if (!checked.ok) throw new Error(payloadError(String(input.kind), checked.message));
-    const envelope: SealedEnvelope = checked.envelope;
 
-    // The plaintext payload is not handed to the store (its interface never
-    // had it); everything else the caller passed goes through unchanged.
-    const { payload: _plaintext, ...rest } = input;
     const record = await this.#store.create(
       {
         ...rest,
         // On the cloud lane who may serve is decided at the relay; `team` defers to it.
         ...(this.cloud === undefined ? {} : { audience: "team" as const }),
         id,
-        envelope,
+        envelope: checked.envelope,
         sizeClass: checked.sizeClass as SizeClass,
       },
       createdAt,
