@@ -5,20 +5,13 @@
 // database returns the key order of the in-memory records.
 import { PROTOCOL } from "./native.js";
 import type {
-  AdoptArgs,
-  ApproveArgs,
   ByollmStore,
   ClaimArgs,
   CompleteArgs,
-  CompleteResult,
   JobRecord,
   LeaseRef,
   PairingRecord,
-  ReleaseArgs,
-  RenewArgs,
-  RenewResult,
   RunnerRecord,
-  StoredJobInput,
   TouchArgs,
 } from "./types.js";
 
@@ -62,6 +55,8 @@ const obj = (v: unknown, what: string): Json => {
 };
 
 const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
+
+const nothing = (): void => undefined;
 
 // jsonb stores object keys in its own order (shortest first). The nested
 // protocol objects are given back the key order their producers write, so a
@@ -297,8 +292,8 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
   const notify = (records: readonly (JobRecord | null)[]): void => {
     notifyIds(records.flatMap((r) => (r ? [r.id] : [])));
   };
-  /** Call `fn` with its parameters taken from `values`. */
-  const run = <F extends SqlFunction>(fn: F, values: Record<(typeof FUNCTIONS)[F][number], unknown>): Promise<unknown> => {
+  /** Call `fn` with its parameters taken from `values` (async: a bad value rejects, it never throws). */
+  const run = async <F extends SqlFunction>(fn: F, values: Record<(typeof FUNCTIONS)[F][number], unknown>): Promise<unknown> => {
     const from = values as Record<Param, unknown>;
     return call({ fn, args: SIGNATURES[fn].map(([name, field, type]) => [name, sqlArg(from[field], type), type] as const) });
   };
@@ -370,7 +365,7 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
   };
 
   const store: ByollmStore = {
-    async create(input: StoredJobInput, now: number): Promise<JobRecord> {
+    async create(input, now) {
       // Only the fields a job keeps: the object ByollmApp hands over still
       // carries the plaintext payload, which must never reach the database.
       const job = {
@@ -393,23 +388,19 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       return record;
     },
 
-    async get(jobId: string): Promise<JobRecord | null> {
-      return maybe(await run("byollm_get_job", { jobId }), jobFromJson);
-    },
-
-    async claim(args: ClaimArgs): Promise<JobRecord[]> {
+    async claim(args) {
       const claimed = jobs(await run("byollm_claim", args));
       notify(claimed);
       return claimed;
     },
 
-    async adopt(args: AdoptArgs): Promise<JobRecord | null> {
+    async adopt(args) {
       const adopted = maybe(await run("byollm_adopt", args), jobFromJson);
       notify([adopted]);
       return adopted;
     },
 
-    async renewLeases(args: RenewArgs): Promise<RenewResult> {
+    async renewLeases(args) {
       const out = obj(await run("byollm_renew_leases", { ...args, leases: refs(args.leases) }), "renewal");
       const renewed = list(out["renewed"]).map((r) => {
         const x = obj(r, "renewal");
@@ -420,7 +411,7 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       return { renewed, lost };
     },
 
-    async complete(args: CompleteArgs): Promise<CompleteResult> {
+    async complete(args) {
       const holder =
         args.holder.by === "runner"
           ? { by: "runner", runnerId: args.holder.runnerId }
@@ -434,75 +425,39 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       return out["duplicate"] === true ? { accepted: false, duplicate: true, job } : { accepted: false, job };
     },
 
-    async release(args: ReleaseArgs): Promise<string[]> {
+    async release(args) {
       const released = list(await run("byollm_release", { ...args, leases: refs(args.leases) })).map(String);
       notifyIds(released);
       return released;
     },
 
-    async expireDue(now: number): Promise<JobRecord[]> {
+    async expireDue(now) {
       const changed = jobs(await run("byollm_sweep", { now }));
       notify(changed);
       return changed;
     },
 
-    async cancel(jobId: string, now: number): Promise<JobRecord | null> {
+    async cancel(jobId, now) {
       const job = maybe(await run("byollm_cancel_job", { jobId, now }), jobFromJson);
       if (job?.state === "canceled") notify([job]);
       return job;
     },
 
-    async listClaimedBy(runnerId: string): Promise<JobRecord[]> {
-      return jobs(await run("byollm_list_claimed_by", { runnerId }));
-    },
-
-    async listCancelRequests(runnerId: string): Promise<LeaseRef[]> {
-      return leaseRefs(await run("byollm_list_cancel_requests", { runnerId }), "cancel request");
-    },
-
-    subscribe(jobId: string, onChange: () => void): () => void {
-      return options.subscribe ? options.subscribe(jobId, onChange) : watchers.subscribe(jobId, onChange);
-    },
-
-    async createPairing(pairing: PairingRecord): Promise<void> {
-      await run("byollm_create_pairing", { pairing });
-    },
-
-    async getPairingByDeviceCodeHash(hash: string): Promise<PairingRecord | null> {
-      return maybe(await run("byollm_get_pairing_by_device_code_hash", { hash }), pairingFromJson);
-    },
-
-    async getPairingByUserCode(userCode: string): Promise<PairingRecord | null> {
-      return maybe(await run("byollm_get_pairing_by_user_code", { userCode }), pairingFromJson);
-    },
-
-    async approvePairing(args: ApproveArgs): Promise<RunnerRecord> {
-      return runnerFromJson(await run("byollm_approve_pairing_as", args));
-    },
-
-    async denyPairing(userCode: string, now: number): Promise<void> {
-      await run("byollm_deny_pairing", { userCode, now });
-    },
-
-    async consumePairingToken(deviceCodeHash: string): Promise<void> {
-      await run("byollm_consume_pairing_token", { hash: deviceCodeHash });
-    },
-
-    async getRunner(runnerId: string): Promise<RunnerRecord | null> {
-      return freshRunner(await run("byollm_get_runner", { runnerId }));
-    },
-
-    async touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
-      return maybe(await run("byollm_touch_runner", args), runnerFromJson);
-    },
-
-    async revokeRunner(runnerId: string, now: number): Promise<void> {
-      await run("byollm_revoke_runner", { runnerId, now });
-    },
-
-    async listRunners(owner?: string): Promise<RunnerRecord[]> {
-      return list(await run("byollm_list_runners", { owner: owner ?? null })).map(runnerFromJson);
-    },
+    // The rest read or write through one function each.
+    get: async (jobId) => maybe(await run("byollm_get_job", { jobId }), jobFromJson),
+    listClaimedBy: async (runnerId) => jobs(await run("byollm_list_claimed_by", { runnerId })),
+    listCancelRequests: async (runnerId) => leaseRefs(await run("byollm_list_cancel_requests", { runnerId }), "cancel request"),
+    subscribe: (jobId, onChange) => (options.subscribe ? options.subscribe(jobId, onChange) : watchers.subscribe(jobId, onChange)),
+    createPairing: (pairing) => run("byollm_create_pairing", { pairing }).then(nothing),
+    getPairingByDeviceCodeHash: async (hash) => maybe(await run("byollm_get_pairing_by_device_code_hash", { hash }), pairingFromJson),
+    getPairingByUserCode: async (userCode) => maybe(await run("byollm_get_pairing_by_user_code", { userCode }), pairingFromJson),
+    approvePairing: async (args) => runnerFromJson(await run("byollm_approve_pairing_as", args)),
+    denyPairing: (userCode, now) => run("byollm_deny_pairing", { userCode, now }).then(nothing),
+    consumePairingToken: (deviceCodeHash) => run("byollm_consume_pairing_token", { hash: deviceCodeHash }).then(nothing),
+    getRunner: async (runnerId) => freshRunner(await run("byollm_get_runner", { runnerId })),
+    touchRunner: async (args) => maybe(await run("byollm_touch_runner", args), runnerFromJson),
+    revokeRunner: (runnerId, now) => run("byollm_revoke_runner", { runnerId, now }).then(nothing),
+    listRunners: async (owner) => list(await run("byollm_list_runners", { owner: owner ?? null })).map(runnerFromJson),
   };
   Object.defineProperty(store, PATHS, { value: paths });
   return store;

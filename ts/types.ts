@@ -242,6 +242,8 @@ export interface HandlerResult {
 
 // --------------------------------------------------------------- delivery --
 
+type NoRunnerAnswer = string | DeliveredResult | undefined | void;
+
 export interface WaitOptions {
   /** Give up after this long (default 5 minutes). */
   readonly timeoutMs?: number;
@@ -251,14 +253,7 @@ export interface WaitOptions {
    * `NoRunnerAvailableError`. `void` is allowed so a side-effect-only callback
    * type-checks.
    */
-  readonly onNoRunner?: (
-    reason: string,
-  ) =>
-    | string
-    | DeliveredResult
-    | undefined
-    | void
-    | Promise<string | DeliveredResult | undefined | void>;
+  readonly onNoRunner?: (reason: string) => NoRunnerAnswer | Promise<NoRunnerAnswer>;
   readonly signal?: AbortSignal;
 }
 
