@@ -3,7 +3,7 @@
 // Daemons never reach this site on this lane, so the site polls, signing each
 // call with its identity key (`site/<endpoint>`).
 import { EnqueueRefused, RelayUnavailable } from "./errors.js";
-import { deadlineFor, openOutcome } from "./handlers.js";
+import { openOutcome } from "./handlers.js";
 import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
 import type {
   ByollmStore,
@@ -69,7 +69,8 @@ export class CloudLane {
       ...(record.purpose === undefined ? {} : { purpose: record.purpose }),
       sizeClass: record.sizeClass,
       streaming: false,
-      deadlineAt: deadlineFor(record, this.#now()),
+      // The job's own deadline, else the end of its TTL window.
+      deadlineAt: native.deadlineFor(record.deadlineAt, record.claimableAt, record.ttlMs, this.#now()),
     };
     await this.#post("enqueue", { siteId: this.#options.siteId, stub });
   }

@@ -155,11 +155,6 @@ function asSignature(value: unknown): { runnerId: string; issuedAt: number; sign
   return { runnerId, issuedAt, signature };
 }
 
-/** The deadline a stub carries: the job's own, else the end of its TTL window. */
-export function deadlineFor(job: JobRecord, now: number): number {
-  return native.deadlineFor(job.deadlineAt, job.claimableAt, job.ttlMs, now);
-}
-
 /** Check a parsed JSON value against an endpoint's schema (used by `handle`, which gets objects). */
 function checkValue(endpoint: Endpoint, body: unknown): CheckedBody {
   let json: string | undefined;
@@ -390,17 +385,12 @@ export class Endpoints {
     // The capabilities of this request, not the stored ones: a daemon that just
     // lost a backend must not be handed work for it.
     const claimArgs = { runnerId: runner.id, capabilities: request.capabilities, max: request.max, leaseMs: this.#leaseMs, now };
+    // A SQL store claims in one call that reads the runner afresh (see runnerRefusal).
     const paths = sqlStorePaths(this.#store);
-    let jobs: JobRecord[];
-    if (paths) {
-      const out = await paths.claimFor(claimArgs);
-      const refused = runnerRefusal(out.runner);
-      if (refused) return refused;
-      jobs = out.jobs;
-    } else {
-      jobs = await this.#store.claim({ ...claimArgs, runnerOwner: runner.owner });
-    }
-    const claimed = jobs.map(({ id, kind, audience, owner, purpose, sizeClass, deadlineAt, claimableAt, ttlMs, lease }) => {
+    const out = paths ? await paths.claimFor(claimArgs) : { runner, jobs: await this.#store.claim({ ...claimArgs, runnerOwner: runner.owner }) };
+    const refused = runnerRefusal(out.runner);
+    if (refused) return refused;
+    const claimed = out.jobs.map(({ id, kind, audience, owner, purpose, sizeClass, deadlineAt, claimableAt, ttlMs, lease }) => {
       if (!lease) {
         throw new Error(
           `store returned job ${id} from claim with no lease; the store contract requires a claimed job to hold one`,
