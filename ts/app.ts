@@ -94,12 +94,8 @@ export class ByollmApp {
     if (!job) return { available: false, reason: "unknown-job", blocked: false };
     // Waiting on a dependency is waiting, not "no runner".
     if (job.claimableAt === null) return { available: true, blocked: true };
-    const availability = await this.runnerAvailability({
-      kind: job.kind,
-      owner: job.owner,
-      audience: job.audience,
-      ...(job.audienceAllow === undefined ? {} : { audienceAllow: job.audienceAllow }),
-    });
+    // The record holds the query's fields (kind, owner, audience, audienceAllow) under their names.
+    const availability = await this.runnerAvailability(job);
     return {
       available: availability.available,
       ...(availability.reason === undefined ? {} : { reason: availability.reason }),
