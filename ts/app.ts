@@ -47,18 +47,9 @@ const ASYNC_SEAL_THRESHOLD = PROTOCOL.asyncCryptoThreshold;
  * Every option `enqueue` understands. Anything else is refused, because an
  * ignored option is a job that runs differently than asked with nothing to see.
  */
-const ENQUEUE_OPTIONS = new Set([
-  "kind",
-  "payload",
-  "owner",
-  "audience",
-  "purpose",
-  "audienceAllow",
-  "dependsOn",
-  "ttlMs",
-  "deadlineAt",
-  "id",
-]);
+const ENQUEUE_OPTIONS = new Set<string>([
+  "kind", "payload", "owner", "audience", "purpose", "audienceAllow", "dependsOn", "ttlMs", "deadlineAt", "id",
+] satisfies (keyof EnqueueInput)[]);
 
 export class ByollmApp {
   readonly #store: ByollmStore;
