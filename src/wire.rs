@@ -3,7 +3,6 @@
 //! [`inspect_request`], which takes a raw body through JSON, version and
 //! schema in one parse (protocol.md §2, §4, §6).
 
-pub mod fast;
 mod issue;
 pub mod schema;
 
@@ -348,7 +347,7 @@ const BACKEND_IDS: [&str; 19] = {
     let mut ids = [""; 19];
     let mut i = 0;
     while i < 19 {
-        ids[i] = crate::audience::BACKENDS[i].id;
+        ids[i] = crate::audience::BACKENDS[i].0;
         i += 1;
     }
     ids
@@ -740,6 +739,16 @@ pub fn validate_doc(endpoint: Endpoint, doc: &Doc, url_ok: &dyn Fn(&str) -> bool
     } else {
         None
     }
+}
+
+/// `text` parsed, when it is valid for `schema` **and** canonical: then
+/// `JSON.parse(text)` is exactly the validated body, and a caller may take
+/// the parsed document (or let V8 parse the text) as it is. `None` says
+/// nothing about validity; the full inspection decides.
+pub fn canonical_doc(schema: &Schema, text: &str, url_ok: &dyn Fn(&str) -> bool) -> Option<Doc> {
+    let doc = json::parse(text).ok()?;
+    let v = schema::validate(&doc, Some(doc.root()), schema, url_ok, 1);
+    v.canonical().then_some(doc)
 }
 
 /// The result of opening a sealed outcome's plaintext.
