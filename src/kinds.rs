@@ -1,43 +1,19 @@
 //! Job kinds and their payloads (protocol.md §9).
 
-use serde::{Deserialize, Serialize};
+use crate::json;
+use crate::wire::schema::{self, opt, req, Refine, Schema};
+use crate::wire::vocabulary;
 
-/// A job kind. The wire spelling is the dotted name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum JobKind {
-    #[serde(rename = "llm.generate")]
-    Generate,
-    #[serde(rename = "llm.chat")]
-    Chat,
-}
-
-impl JobKind {
-    /// Every kind, in the reference's order.
-    pub const ALL: &'static [JobKind] = &[JobKind::Generate, JobKind::Chat];
-
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobKind::Generate => "llm.generate",
-            JobKind::Chat => "llm.chat",
-        }
-    }
-
-    /// Exact parse of the wire spelling.
-    pub fn parse(text: &str) -> Option<JobKind> {
-        match text {
-            "llm.generate" => Some(JobKind::Generate),
-            "llm.chat" => Some(JobKind::Chat),
-            _ => None,
-        }
+vocabulary! {
+    /// A job kind. The wire spelling is the dotted name.
+    JobKind {
+        Generate => "llm.generate",
+        Chat => "llm.chat",
     }
 }
 
 // ---------------------------------------------------------------------------
 // Payloads (protocol.md §9)
-
-use crate::json;
-use crate::wire::schema::{self, opt, req, Out, Refine, Schema};
 
 /// Longest single text (prompt, system, one message), in code points as
 /// zod counts them.
@@ -116,35 +92,13 @@ pub static KINDED_PAYLOAD: Schema = Schema::Union {
     ],
 };
 
-/// How big a job's text is, for the stub (`unbounded` is never produced).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SizeClass {
-    Small,
-    Medium,
-    Large,
-    Unbounded,
-}
-
-impl SizeClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SizeClass::Small => "small",
-            SizeClass::Medium => "medium",
-            SizeClass::Large => "large",
-            SizeClass::Unbounded => "unbounded",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<SizeClass> {
-        [
-            SizeClass::Small,
-            SizeClass::Medium,
-            SizeClass::Large,
-            SizeClass::Unbounded,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
+vocabulary! {
+    /// How big a job's text is, for the stub (`unbounded` is never produced).
+    SizeClass {
+        Small => "small",
+        Medium => "medium",
+        Large => "large",
+        Unbounded => "unbounded",
     }
 }
 
@@ -233,19 +187,7 @@ pub fn validate_payload(
         .ok_or_else(|| format!("invalid {kind_display} payload"))?;
     let mut canonical = String::new();
     payload.write_json(&doc, &mut canonical);
-    let len = |o: Option<&Out>| {
-        o.and_then(|o| o.as_js_str(&doc))
-            .map_or(0, json::JsStr::utf16_len)
-    };
-    let system = len(payload.field("system"));
-    let body = match kind {
-        JobKind::Generate => len(payload.field("prompt")),
-        JobKind::Chat => match payload.field("messages") {
-            Some(Out::Arr(messages)) => messages.iter().map(|m| len(m.field("content"))).sum(),
-            _ => 0,
-        },
-    };
-    let text_length = body + system;
+    let text_length = schema::payload_text_length(&doc, payload);
     Ok(ValidPayload {
         kind,
         canonical,

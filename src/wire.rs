@@ -34,43 +34,54 @@ pub fn issued_at_header(text: &str) -> Option<f64> {
     Some(json::string_to_number(text)).filter(|n| n.is_finite())
 }
 
-/// The six protocol endpoints, in the reference's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Endpoint {
-    Pair,
-    Claim,
-    Fetch,
-    Heartbeat,
-    Result,
-    Release,
+/// Defines a string-valued vocabulary: parse from the wire spelling, print it
+/// back, and (de)serialise as that spelling.
+macro_rules! vocabulary {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            /// Every value, in the reference's declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The wire spelling.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            /// Exact, case-sensitive parse of the wire spelling.
+            #[allow(clippy::should_implement_trait)]
+            pub fn parse(text: &str) -> Option<$name> {
+                match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use vocabulary;
+
+vocabulary! {
+    /// The six protocol endpoints, in the reference's order.
+    Endpoint {
+        Pair => "pair",
+        Claim => "claim",
+        Fetch => "fetch",
+        Heartbeat => "heartbeat",
+        Result => "result",
+        Release => "release",
+    }
 }
 
 impl Endpoint {
-    pub const ALL: &'static [Endpoint] = &[
-        Endpoint::Pair,
-        Endpoint::Claim,
-        Endpoint::Fetch,
-        Endpoint::Heartbeat,
-        Endpoint::Result,
-        Endpoint::Release,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Endpoint::Pair => "pair",
-            Endpoint::Claim => "claim",
-            Endpoint::Fetch => "fetch",
-            Endpoint::Heartbeat => "heartbeat",
-            Endpoint::Result => "result",
-            Endpoint::Release => "release",
-        }
-    }
-
-    /// Exact, case-sensitive.
-    pub fn parse(name: &str) -> Option<Endpoint> {
-        Endpoint::ALL.iter().copied().find(|e| e.as_str() == name)
-    }
-
     /// The strict request schema of this endpoint.
     pub fn schema(self) -> &'static Schema {
         match self {
@@ -95,68 +106,37 @@ impl Endpoint {
 // ---------------------------------------------------------------------------
 // Error vocabulary
 
-/// Every wire error code, with its HTTP status in one table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorCode {
-    BadRequest,
-    UnsupportedProtocolVersion,
-    DaemonBelowFloor,
-    Unauthorized,
-    Forbidden,
-    Revoked,
-    NotFound,
-    NotReady,
-    TooLate,
-    ClockSkew,
-    RateLimited,
-    ServerError,
+vocabulary! {
+    /// Every wire error code (its HTTP status: [`ErrorCode::status`]).
+    ErrorCode {
+        BadRequest => "bad-request",
+        UnsupportedProtocolVersion => "unsupported-protocol-version",
+        DaemonBelowFloor => "daemon-below-floor",
+        Unauthorized => "unauthorized",
+        Forbidden => "forbidden",
+        Revoked => "revoked",
+        NotFound => "not-found",
+        NotReady => "not-ready",
+        TooLate => "too-late",
+        ClockSkew => "clock-skew",
+        RateLimited => "rate-limited",
+        ServerError => "server-error",
+    }
 }
 
 impl ErrorCode {
-    pub const ALL: &'static [ErrorCode] = &[
-        ErrorCode::BadRequest,
-        ErrorCode::UnsupportedProtocolVersion,
-        ErrorCode::DaemonBelowFloor,
-        ErrorCode::Unauthorized,
-        ErrorCode::Forbidden,
-        ErrorCode::Revoked,
-        ErrorCode::NotFound,
-        ErrorCode::NotReady,
-        ErrorCode::TooLate,
-        ErrorCode::ClockSkew,
-        ErrorCode::RateLimited,
-        ErrorCode::ServerError,
-    ];
-
-    /// `(code, status)` for every code.
-    fn row(self) -> (&'static str, u16) {
-        match self {
-            ErrorCode::BadRequest => ("bad-request", 400),
-            ErrorCode::UnsupportedProtocolVersion => ("unsupported-protocol-version", 400),
-            ErrorCode::DaemonBelowFloor => ("daemon-below-floor", 426),
-            ErrorCode::Unauthorized => ("unauthorized", 401),
-            ErrorCode::Forbidden => ("forbidden", 403),
-            ErrorCode::Revoked => ("revoked", 403),
-            ErrorCode::NotFound => ("not-found", 404),
-            ErrorCode::NotReady => ("not-ready", 409),
-            ErrorCode::TooLate => ("too-late", 409),
-            ErrorCode::ClockSkew => ("clock-skew", 401),
-            ErrorCode::RateLimited => ("rate-limited", 429),
-            ErrorCode::ServerError => ("server-error", 500),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        self.row().0
-    }
-
     /// The HTTP status the reference pairs with this code.
     pub fn status(self) -> u16 {
-        self.row().1
-    }
-
-    pub fn parse(code: &str) -> Option<ErrorCode> {
-        ErrorCode::ALL.iter().copied().find(|c| c.as_str() == code)
+        match self {
+            ErrorCode::BadRequest | ErrorCode::UnsupportedProtocolVersion => 400,
+            ErrorCode::Unauthorized | ErrorCode::ClockSkew => 401,
+            ErrorCode::Forbidden | ErrorCode::Revoked => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::NotReady | ErrorCode::TooLate => 409,
+            ErrorCode::DaemonBelowFloor => 426,
+            ErrorCode::RateLimited => 429,
+            ErrorCode::ServerError => 500,
+        }
     }
 }
 
