@@ -1,7 +1,7 @@
 //! Job kinds and their payloads (protocol.md §9).
 
 use crate::json;
-use crate::wire::schema::{self, opt, req, Refine, Schema};
+use crate::wire::schema::{self, array, object, opt, req, text, Refine, Schema};
 use crate::wire::vocabulary;
 
 vocabulary! {
@@ -23,21 +23,12 @@ pub const MAX_MESSAGES: u32 = 256;
 /// Longest total text, in UTF-16 units.
 pub const MAX_TOTAL_CHARS: usize = schema::MAX_TOTAL_CHARS;
 
-const TEXT: Schema = Schema::Str {
-    min: None,
-    max: Some(MAX_TEXT_CHARS),
-};
+const TEXT: Schema = text(None, Some(MAX_TEXT_CHARS));
 
 /// `llm.generate`: `{prompt, system?}`.
 pub static GENERATE_PAYLOAD: Schema = Schema::Object {
     fields: &[
-        req(
-            "prompt",
-            &Schema::Str {
-                min: Some(1),
-                max: Some(MAX_TEXT_CHARS),
-            },
-        ),
+        req("prompt", &text(Some(1), Some(MAX_TEXT_CHARS))),
         opt("system", &TEXT),
     ],
     refine: Some(Refine::GenerateTotal),
@@ -48,17 +39,14 @@ pub static CHAT_PAYLOAD: Schema = Schema::Object {
     fields: &[
         req(
             "messages",
-            &Schema::Array {
-                elem: &Schema::Object {
-                    fields: &[
-                        req("role", &Schema::Enum(&["system", "user", "assistant"])),
-                        req("content", &TEXT),
-                    ],
-                    refine: None,
-                },
-                min: Some(1),
-                max: Some(MAX_MESSAGES),
-            },
+            &array(
+                &object(&[
+                    req("role", &Schema::Enum(&["system", "user", "assistant"])),
+                    req("content", &TEXT),
+                ]),
+                Some(1),
+                Some(MAX_MESSAGES),
+            ),
         ),
         opt("system", &TEXT),
     ],
@@ -71,23 +59,17 @@ pub static KINDED_PAYLOAD: Schema = Schema::Union {
     options: &[
         (
             "llm.generate",
-            &Schema::Object {
-                fields: &[
-                    req("kind", &Schema::Enum(&["llm.generate"])),
-                    req("payload", &GENERATE_PAYLOAD),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("kind", &Schema::Enum(&["llm.generate"])),
+                req("payload", &GENERATE_PAYLOAD),
+            ]),
         ),
         (
             "llm.chat",
-            &Schema::Object {
-                fields: &[
-                    req("kind", &Schema::Enum(&["llm.chat"])),
-                    req("payload", &CHAT_PAYLOAD),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("kind", &Schema::Enum(&["llm.chat"])),
+                req("payload", &CHAT_PAYLOAD),
+            ]),
         ),
     ],
 };

@@ -6,8 +6,10 @@
 mod issue;
 pub mod schema;
 
+use crate::audience::{BackendClass, OfferScope, StopReason};
 use crate::json::{self, Doc, JsStr};
-use schema::{opt, req, Field, Out, Presence, Schema};
+use crate::kinds::JobKind;
+use schema::{array, int, object, opt, req, text, Field, Out, Presence, Schema};
 
 pub use issue::{Issue, IssueKind, Seg};
 pub use schema::Validated;
@@ -47,6 +49,9 @@ macro_rules! vocabulary {
         impl $name {
             /// Every value, in the reference's declaration order.
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// Every wire spelling, in the same order (a schema's enum).
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
 
             /// The wire spelling.
             pub fn as_str(self) -> &'static str {
@@ -306,23 +311,17 @@ pub fn too_large_message(bytes: f64) -> String {
 // ---------------------------------------------------------------------------
 // Schemas (protocol.md §4.0–4.6)
 
-const S: Schema = Schema::Str {
-    min: None,
-    max: None,
-};
-const S1: Schema = Schema::Str {
-    min: Some(1),
-    max: None,
-};
+const S: Schema = text(None, None);
+const S1: Schema = text(Some(1), None);
 const POSITIVE_INT: Schema = Schema::Int {
     min: None,
     max: None,
     gt_zero: true,
 };
 const VERSION: Schema = Schema::Enum(&[PROTOCOL_VERSION]);
-const OFFER_SCOPE: Schema = Schema::Enum(&["private", "team"]);
-const BACKEND_CLASS: Schema = Schema::Enum(&["http", "process"]);
-const JOB_KIND: Schema = Schema::Enum(&["llm.generate", "llm.chat"]);
+const OFFER_SCOPE: Schema = Schema::Enum(OfferScope::NAMES);
+const BACKEND_CLASS: Schema = Schema::Enum(BackendClass::NAMES);
+const JOB_KIND: Schema = Schema::Enum(JobKind::NAMES);
 const BACKEND_IDS: [&str; 19] = {
     let mut ids = [""; 19];
     let mut i = 0;
@@ -334,96 +333,56 @@ const BACKEND_IDS: [&str; 19] = {
 };
 const BACKEND_ID: Schema = Schema::Enum(&BACKEND_IDS);
 
-pub static CAPABILITY: Schema = Schema::Object {
-    fields: &[
-        req("kind", &JOB_KIND),
-        req("service", &S1),
-        req("backendId", &BACKEND_ID),
-        req("backendClass", &BACKEND_CLASS),
-        req("model", &S1),
-        opt(
-            "knownModels",
-            &Schema::Array {
-                elem: &S1,
-                min: None,
-                max: None,
-            },
+pub static CAPABILITY: Schema = object(&[
+    req("kind", &JOB_KIND),
+    req("service", &S1),
+    req("backendId", &BACKEND_ID),
+    req("backendClass", &BACKEND_CLASS),
+    req("model", &S1),
+    opt("knownModels", &array(&S1, None, None)),
+    req("offerScope", &OFFER_SCOPE),
+]);
+
+static CAPABILITIES: Schema = array(&CAPABILITY, None, None);
+
+pub static GRANT_REF: Schema = object(&[req("jobId", &S1), req("leaseId", &S1)]);
+
+static GRANT_REFS: Schema = array(&GRANT_REF, None, None);
+
+static WITHHELD_KIND: Schema = object(&[
+    req("kind", &JOB_KIND),
+    req(
+        "claimants",
+        &array(
+            &object(&[req("service", &S1), req("offer", &OFFER_SCOPE)]),
+            Some(2),
+            None,
         ),
-        req("offerScope", &OFFER_SCOPE),
-    ],
-    refine: None,
-};
+    ),
+]);
 
-static CAPABILITIES: Schema = Schema::Array {
-    elem: &CAPABILITY,
-    min: None,
-    max: None,
-};
-
-pub static GRANT_REF: Schema = Schema::Object {
-    fields: &[req("jobId", &S1), req("leaseId", &S1)],
-    refine: None,
-};
-
-static GRANT_REFS: Schema = Schema::Array {
-    elem: &GRANT_REF,
-    min: None,
-    max: None,
-};
-
-static WITHHELD_KIND: Schema = Schema::Object {
-    fields: &[
-        req("kind", &JOB_KIND),
-        req(
-            "claimants",
-            &Schema::Array {
-                elem: &Schema::Object {
-                    fields: &[req("service", &S1), req("offer", &OFFER_SCOPE)],
-                    refine: None,
-                },
-                min: Some(2),
-                max: None,
-            },
-        ),
-    ],
-    refine: None,
-};
-
-pub static SEALED_ENVELOPE: Schema = Schema::Object {
-    fields: &[
-        req("ciphertext", &S1),
-        req("recipientKeyId", &S1),
-        req("senderKeyId", &S1),
-        req("direction", &Schema::Enum(&["payload", "result"])),
-        req("deadlineAt", &POSITIVE_INT),
-    ],
-    refine: None,
-};
+pub static SEALED_ENVELOPE: Schema = object(&[
+    req("ciphertext", &S1),
+    req("recipientKeyId", &S1),
+    req("senderKeyId", &S1),
+    req("direction", &Schema::Enum(&["payload", "result"])),
+    req("deadlineAt", &POSITIVE_INT),
+]);
 
 /// What `pair start` may carry is bounded (ours, not the reference's: it is
 /// kept, and anyone may send one): key texts of at most 128 characters
 /// (a device's are 43, 43 and 86), a version of at most 64, at most 32
 /// capabilities, and the whole body at most
 /// [`schema::MAX_PAIR_START_BYTES`].
-const PAIR_KEY_TEXT: Schema = Schema::Str {
-    min: Some(1),
-    max: Some(128),
-};
+const PAIR_KEY_TEXT: Schema = text(Some(1), Some(128));
 
-static PAIR_DEVICE: Schema = Schema::Object {
-    fields: &[
-        req("identity", &PAIR_KEY_TEXT),
-        req("encryption", &PAIR_KEY_TEXT),
-        req("encryptionSig", &PAIR_KEY_TEXT),
-    ],
-    refine: None,
-};
+static PAIR_DEVICE: Schema = object(&[
+    req("identity", &PAIR_KEY_TEXT),
+    req("encryption", &PAIR_KEY_TEXT),
+    req("encryptionSig", &PAIR_KEY_TEXT),
+]);
 
-static PAIR_CAPABILITIES: Schema = Schema::Array {
-    elem: &CAPABILITY,
-    min: None,
-    max: Some(32),
-};
+static PAIR_CAPABILITIES: Schema = array(&CAPABILITY, None, Some(32));
 
 pub static PAIR_START_REQUEST: Schema = Schema::Object {
     fields: &[
@@ -431,26 +390,11 @@ pub static PAIR_START_REQUEST: Schema = Schema::Object {
         req("action", &Schema::Enum(&["start"])),
         req(
             "daemon",
-            &Schema::Object {
-                fields: &[
-                    req(
-                        "version",
-                        &Schema::Str {
-                            min: Some(1),
-                            max: Some(64),
-                        },
-                    ),
-                    req(
-                        "label",
-                        &Schema::Str {
-                            min: Some(1),
-                            max: Some(120),
-                        },
-                    ),
-                    req("platform", &Schema::Enum(&["darwin", "linux", "win32"])),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("version", &text(Some(1), Some(64))),
+                req("label", &text(Some(1), Some(120))),
+                req("platform", &Schema::Enum(&["darwin", "linux", "win32"])),
+            ]),
         ),
         req("device", &PAIR_DEVICE),
         req("capabilities", &PAIR_CAPABILITIES),
@@ -458,160 +402,101 @@ pub static PAIR_START_REQUEST: Schema = Schema::Object {
     refine: Some(schema::Refine::PairStartBytes),
 };
 
-pub static PAIR_POLL_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("action", &Schema::Enum(&["poll"])),
-        req(
-            "deviceCode",
-            &Schema::Str {
-                min: Some(20),
-                max: None,
-            },
-        ),
-    ],
-    refine: None,
-};
+pub static PAIR_POLL_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("action", &Schema::Enum(&["poll"])),
+    req("deviceCode", &text(Some(20), None)),
+]);
 
 pub static PAIR_REQUEST: Schema = Schema::Union {
     key: "action",
     options: &[("start", &PAIR_START_REQUEST), ("poll", &PAIR_POLL_REQUEST)],
 };
 
-pub static CLAIM_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("capabilities", &CAPABILITIES),
-        req(
-            "max",
-            &Schema::Int {
-                min: Some(1.0),
-                max: Some(64.0),
-                gt_zero: false,
-            },
-        ),
-    ],
-    refine: None,
-};
+pub static CLAIM_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("capabilities", &CAPABILITIES),
+    req("max", &int(Some(1.0), Some(64.0))),
+]);
 
-pub static FETCH_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("jobId", &S1),
-        req("leaseId", &S1),
-    ],
-    refine: None,
-};
+pub static FETCH_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("jobId", &S1),
+    req("leaseId", &S1),
+]);
 
-pub static HEARTBEAT_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("daemonVersion", &S1),
-        req("capabilities", &CAPABILITIES),
-        Field {
-            name: "withheld",
-            schema: &Schema::Array {
-                elem: &WITHHELD_KIND,
-                min: None,
-                max: None,
-            },
-            presence: Presence::DefaultEmptyArray,
-        },
-        req("activeLeases", &GRANT_REFS),
-    ],
-    refine: None,
-};
+pub static HEARTBEAT_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("daemonVersion", &S1),
+    req("capabilities", &CAPABILITIES),
+    Field {
+        name: "withheld",
+        schema: &array(&WITHHELD_KIND, None, None),
+        presence: Presence::DefaultEmptyArray,
+    },
+    req("activeLeases", &GRANT_REFS),
+]);
 
-pub static RESULT_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("jobId", &S1),
-        req("leaseId", &S1),
-        req("envelope", &SEALED_ENVELOPE),
-        req("disposition", &Schema::Enum(&["ok", "error", "canceled"])),
-    ],
-    refine: None,
-};
+pub static RESULT_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("jobId", &S1),
+    req("leaseId", &S1),
+    req("envelope", &SEALED_ENVELOPE),
+    req("disposition", &Schema::Enum(&["ok", "error", "canceled"])),
+]);
 
-pub static RELEASE_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("leases", &GRANT_REFS),
-        req(
-            "reason",
-            &Schema::Enum(&["shutdown", "pause", "revoked", "backend-down", "refused"]),
-        ),
-    ],
-    refine: None,
-};
+pub static RELEASE_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("leases", &GRANT_REFS),
+    req(
+        "reason",
+        &Schema::Enum(&["shutdown", "pause", "revoked", "backend-down", "refused"]),
+    ),
+]);
 
 static JOB_OUTCOME: Schema = Schema::Union {
     key: "outcome",
     options: &[
         (
             "ok",
-            &Schema::Object {
-                fields: &[
-                    req("outcome", &Schema::Enum(&["ok"])),
-                    req("text", &S),
-                    opt("artifactUrl", &Schema::Url),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("outcome", &Schema::Enum(&["ok"])),
+                req("text", &S),
+                opt("artifactUrl", &Schema::Url),
+            ]),
         ),
         (
             "error",
-            &Schema::Object {
-                fields: &[
-                    req("outcome", &Schema::Enum(&["error"])),
-                    req("code", &S1),
-                    req("message", &S1),
-                    req("retryable", &Schema::Bool),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("outcome", &Schema::Enum(&["error"])),
+                req("code", &S1),
+                req("message", &S1),
+                req("retryable", &Schema::Bool),
+            ]),
         ),
         (
             "canceled",
-            &Schema::Object {
-                fields: &[req("outcome", &Schema::Enum(&["canceled"]))],
-                refine: None,
-            },
+            &object(&[req("outcome", &Schema::Enum(&["canceled"]))]),
         ),
     ],
 };
 
-static RUN_METADATA: Schema = Schema::Object {
-    fields: &[
-        req("model", &S1),
-        req("backendClass", &BACKEND_CLASS),
-        req(
-            "durationMs",
-            &Schema::Int {
-                min: Some(0.0),
-                max: None,
-                gt_zero: false,
-            },
-        ),
-        opt(
-            "stop",
-            &Schema::Enum(&["end", "length", "stop-sequence", "unknown"]),
-        ),
-        opt("stopReported", &Schema::Bool),
-    ],
-    refine: None,
-};
+static RUN_METADATA: Schema = object(&[
+    req("model", &S1),
+    req("backendClass", &BACKEND_CLASS),
+    req("durationMs", &int(Some(0.0), None)),
+    opt("stop", &Schema::Enum(StopReason::NAMES)),
+    opt("stopReported", &Schema::Bool),
+]);
 
 /// The plaintext of a result envelope: `{outcome, ran}`.
-pub static SEALED_OUTCOME: Schema = Schema::Object {
-    fields: &[req("outcome", &JOB_OUTCOME), req("ran", &RUN_METADATA)],
-    refine: None,
-};
+pub static SEALED_OUTCOME: Schema =
+    object(&[req("outcome", &JOB_OUTCOME), req("ran", &RUN_METADATA)]);
 
 // ---------------------------------------------------------------------------
 // Request inspection

@@ -113,6 +113,33 @@ pub const fn opt(name: &'static str, schema: &'static Schema) -> Field {
     }
 }
 
+/// `z.string()` with optional `.min(n)` / `.max(n)`.
+pub const fn text(min: Option<u32>, max: Option<u32>) -> Schema {
+    Schema::Str { min, max }
+}
+
+/// `z.number().int()` with optional `.min(n)` / `.max(n)`.
+pub const fn int(min: Option<f64>, max: Option<f64>) -> Schema {
+    Schema::Int {
+        min,
+        max,
+        gt_zero: false,
+    }
+}
+
+/// `z.array(elem)` with optional `.min(n)` / `.max(n)`.
+pub const fn array(elem: &'static Schema, min: Option<u32>, max: Option<u32>) -> Schema {
+    Schema::Array { elem, min, max }
+}
+
+/// `z.object({...}).strict()` without a refinement.
+pub const fn object(fields: &'static [Field]) -> Schema {
+    Schema::Object {
+        fields,
+        refine: None,
+    }
+}
+
 /// The validated value, in zod's output shape. Strings that came from the
 /// input are referenced by node id (no copy).
 #[derive(Debug, Clone, PartialEq)]
