@@ -24,10 +24,6 @@ pub(super) fn type_error(message: impl Into<String>) -> Error {
     Error::new(Status::InvalidArg, message.into())
 }
 
-fn endpoint(name: &str) -> Result<Endpoint> {
-    Endpoint::parse(name).ok_or_else(|| type_error(format!("unknown protocol endpoint: {name}")))
-}
-
 /// A JS string with its lone surrogates intact.
 struct JsText<'a>(&'a JsStr);
 
@@ -232,10 +228,33 @@ pub fn inspect_request(
 ) -> Result<Reply> {
     let ep = endpoint_of(&env, endpoint_name)?;
     let url_ok = node_url_ok(&env);
-    BODY_BUF.with_borrow_mut(|buf| -> Result<Reply> {
-        let text = read_utf8(&env, raw_body, buf)?;
-        inspect_slow(&env, ep, text, raw_body, &url_ok)
-    })
+    // The body is read into the reused buffer and parsed there; only the
+    // verdict and the validated parts outlive the borrow.
+    let inspection = BODY_BUF.with_borrow_mut(|buf| -> Result<Inspection> {
+        Ok(wire::inspect_request(
+            ep,
+            read_utf8(&env, raw_body, buf)?,
+            &url_ok,
+        ))
+    })?;
+    let mut reply = vec![("stage", ReplyValue::Static(inspection.stage()))];
+    match inspection {
+        // The body as the daemon writes it: V8's own JSON.parse builds the
+        // identical object faster than property-by-property calls can.
+        Inspection::Ok {
+            canonical: true, ..
+        } => reply.push(("body", ReplyValue::Js(json_parse(&env, raw_body)?))),
+        Inspection::Ok { doc, body, .. } => {
+            reply.push(("body", ReplyValue::Validated(SharedDoc::new(doc), body)))
+        }
+        other => {
+            if let Some(error) = other.error(ep) {
+                reply.push(("status", ReplyValue::U32(u32::from(error.status()))));
+                reply.push(("error", ReplyValue::Error(JsWireError::from(error))));
+            }
+        }
+    }
+    Ok(Reply(reply))
 }
 
 thread_local! {
@@ -301,34 +320,6 @@ fn endpoint_of(env: &Env, name: JsString<'_>) -> Result<Endpoint> {
     found.ok_or_else(|| type_error(format!("unknown protocol endpoint: {text}")))
 }
 
-fn inspect_slow(
-    env: &Env,
-    ep: Endpoint,
-    text: &str,
-    raw_body: JsString<'_>,
-    url_ok: &dyn Fn(&str) -> bool,
-) -> Result<Reply> {
-    let inspection = wire::inspect_request(ep, text, url_ok);
-    let mut reply = vec![("stage", ReplyValue::Static(inspection.stage()))];
-    match inspection {
-        // The body as the daemon writes it: V8's own JSON.parse builds the
-        // identical object faster than property-by-property calls can.
-        Inspection::Ok {
-            canonical: true, ..
-        } => reply.push(("body", ReplyValue::Js(json_parse(env, raw_body)?))),
-        Inspection::Ok { doc, body, .. } => {
-            reply.push(("body", ReplyValue::Validated(SharedDoc::new(doc), body)))
-        }
-        other => {
-            if let Some(error) = other.error(ep) {
-                reply.push(("status", ReplyValue::U32(u32::from(error.status()))));
-                reply.push(("error", ReplyValue::Error(JsWireError::from(error))));
-            }
-        }
-    }
-    Ok(Reply(reply))
-}
-
 /// The strict schema alone, for `ByollmHandlers.handle(endpoint, body)`
 /// callers that already hold JSON text.
 #[napi(
@@ -336,7 +327,8 @@ fn inspect_slow(
     ts_return_type = "{ ok: true; body: Record<string, unknown> } | { ok: false }"
 )]
 pub fn validate_request_body(env: Env, endpoint_name: String, json_text: String) -> Result<Reply> {
-    let ep = endpoint(&endpoint_name)?;
+    let ep = Endpoint::parse(&endpoint_name)
+        .ok_or_else(|| type_error(format!("unknown protocol endpoint: {endpoint_name}")))?;
     let url_ok = node_url_ok(&env);
     let validated = json::parse(&json_text)
         .ok()
