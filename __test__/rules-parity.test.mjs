@@ -325,6 +325,19 @@ test("parseSealedOutcome accepts, rejects and rewrites like SealedOutcome.safePa
   assert.ok(accepted > 1000, `only ${accepted} outcomes accepted`);
 });
 
+test("inspectRequest's version refusals over odd versions and bodies match the reference's checkProtocolVersion", () => {
+  const versions = ["2", "1", "10", "3", "", "2 ", " 2", "1.5", "v2", "\ud800", "\uffff", "!", "20", "02"];
+  for (const v of versions) {
+    for (const body of [{ protocolVersion: v }, [], 5, null, "2", { protocolVersion: 2 }, { protocolVersion: null }, {}]) {
+      const text = JSON.stringify(body);
+      const theirs = checkProtocolVersion(JSON.parse(text));
+      const ours = native.inspectRequest("claim", text);
+      if (theirs) assert.deepEqual(ours, { stage: "version", status: 400, error: { ...theirs, supported: [...theirs.supported] } }, text);
+      else assert.equal(ours.stage, "schema", text);
+    }
+  }
+});
+
 test("provenanceFor matches, including key order", () => {
   const rand = prng(SEED + 3);
   const g = makeGen(rand);
