@@ -178,12 +178,6 @@ export declare class SiteKeyring {
   signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string
 }
 
-export interface AudienceJob {
-  owner: string
-  audience: "private" | "team"
-  audienceAllow?: Array<string>
-}
-
 export interface AvailabilityCapability {
   kind: string
   offerScope: string
@@ -205,12 +199,6 @@ export declare function canonicalRequest(endpoint: string, runnerId: string, iss
  * copy), or `undefined`.
  */
 export declare function capabilityFor(caps: readonly Capability[], kind: string): Capability | undefined
-
-/**
- * The HTTP layer's version check over JSON text; `null` when accepted.
- * Throws if the text is not JSON (the caller parsed it already).
- */
-export declare function checkProtocolVersion(jsonText: string): WireErrorBody | null
 
 /**
  * The claim answer's JSON text for jobs a store just claimed, written by
@@ -325,27 +313,10 @@ export interface LeaseCheck {
   resultRefused: boolean
 }
 
-/**
- * The full matcher, as the daemon runs it: `daemon.admits` is asked only
- * when the decision reaches it. `null` when allowed, else the refusal id.
- */
-export declare function matchAudience(job: AudienceJob, daemon: { owner: string; offerScope: "private" | "team"; cost: "free" | "metered" | "subscription"; spend?: { acknowledged: boolean; ceilingReached?: boolean }; admits: (owner: string) => boolean }): string | null
-
-/**
- * The server's audience match (claim predicate): `null` when the runner's
- * capability may take the job, else the refusal id.
- */
-export declare function matchAudienceServer(job: AudienceJob, capability: OfferedCapability, runnerOwner: string): string | null
-
 /** Version of the native core, for diagnostics. */
 export declare function nativeVersion(): string
 
 export declare function normalizeUserCode(input: string): string
-
-export interface OfferedCapability {
-  offerScope: "private" | "team"
-  backendId: string
-}
 
 /** Never throws for a bad envelope or bad keys: those are reasons. */
 export declare function open(opts: OpenOptions): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }

@@ -82,7 +82,7 @@ const claim = (r, now, extra = {}) =>
 
 // ------------------------------------------------------------ audience --
 
-test("the SQL audience predicate equals the reference's server table (608 rows) and our Rust matcher", async () => {
+test("the SQL audience predicate equals the reference's server table (608 rows)", async () => {
   const table = JSON.parse(readFileSync(`${root}/tests/vectors/audience.json`, "utf8")).server;
   assert.equal(table.length, 608);
   const runnerOwner = "daemon-owner";
@@ -108,25 +108,6 @@ test("the SQL audience predicate equals the reference's server table (608 rows) 
   assert.deepEqual(
     got.map((g) => g.refusal),
     rows.map((r) => r.expected),
-  );
-
-  // The Rust matcher (native addon) over the same inputs. A stale addon
-  // without it cannot be compared: say so rather than pass silently.
-  const native = await import("../index.js");
-  if (typeof native.matchAudienceServer !== "function") {
-    console.log("# skipped the Rust-matcher comparison: the built addon does not export matchAudienceServer yet");
-    return;
-  }
-  const rust = rows.map((r) =>
-    native.matchAudienceServer(
-      { owner: r.jobOwner, audience: r.audience, ...(r.allow === null ? {} : { audienceAllow: r.allow }) },
-      { offerScope: r.scope, backendId: r.backend },
-      runnerOwner,
-    ),
-  );
-  assert.deepEqual(
-    got.map((g) => g.refusal),
-    rust.map((x) => x ?? null),
   );
 });
 

@@ -1,6 +1,6 @@
 // Parity of the native protocol rules with @byollm/protocol@0.1.1 itself:
 // the same accept/reject decision and the same parsed body for every request
-// endpoint over generated bodies, the same audience verdicts, and the same
+// endpoint over generated bodies, the same provenance, and the same
 // enqueue payload verdicts and error messages. Inputs come from a seeded PRNG
 // so a failure reproduces; the seed and the offending input are printed.
 import { test } from "node:test";
@@ -16,7 +16,6 @@ import {
   SealedOutcome,
   KindedPayload,
   checkProtocolVersion,
-  matchAudience,
   provenanceFor,
   payloadTextLength,
   sizeClassOf,
@@ -326,62 +325,15 @@ test("parseSealedOutcome accepts, rejects and rewrites like SealedOutcome.safePa
   assert.ok(accepted > 1000, `only ${accepted} outcomes accepted`);
 });
 
-test("checkProtocolVersion over JSON text matches the reference", () => {
+test("inspectRequest's version refusals over odd versions and bodies match the reference's checkProtocolVersion", () => {
   const versions = ["2", "1", "10", "3", "", "2 ", " 2", "1.5", "v2", "\ud800", "\uffff", "!", "20", "02"];
   for (const v of versions) {
     for (const body of [{ protocolVersion: v }, [], 5, null, "2", { protocolVersion: 2 }, { protocolVersion: null }, {}]) {
-      const b = typeof body === "object" && body && !Array.isArray(body) && "protocolVersion" in body ? body : body;
-      const text = JSON.stringify(b);
+      const text = JSON.stringify(body);
       const theirs = checkProtocolVersion(JSON.parse(text));
-      const ours = native.checkProtocolVersion(text);
-      assert.deepEqual(ours, theirs && { ...theirs, supported: [...theirs.supported] }, text);
-    }
-  }
-});
-
-// ---------------------------------------------------------------- audience
-test("matchAudience: 100,000 random inputs, server form and full form, identical verdicts", () => {
-  const rand = prng(SEED + 2);
-  const g = makeGen(rand);
-  const owners = ["alice", "bob", "carol", "", "Alice", "\u00e9"];
-  const ids = Object.keys(BACKENDS);
-  for (let i = 0; i < 100_000; i++) {
-    const job = { owner: g.pick(owners), audience: g.pick(["private", "team"]) };
-    if (g.chance(0.6)) job.audienceAllow = Array.from({ length: g.int(4) }, () => g.pick(owners));
-    const runnerOwner = g.pick(owners);
-    if (i % 2 === 0) {
-      const cap = { offerScope: g.pick(["private", "team"]), backendId: g.pick(ids) };
-      const theirs = matchAudience(job, {
-        owner: runnerOwner,
-        offerScope: cap.offerScope,
-        cost: BACKENDS[cap.backendId].cost ?? "metered",
-        spend: { acknowledged: true },
-        admits: () => true,
-      });
-      const ours = native.matchAudienceServer(job, cap, runnerOwner);
-      assert.equal(ours, theirs.ok ? null : theirs.refusal, JSON.stringify({ job, cap, runnerOwner }));
-    } else {
-      const daemon = {
-        owner: runnerOwner,
-        offerScope: g.pick(["private", "team"]),
-        cost: g.pick(["free", "metered", "subscription"]),
-      };
-      const spend = g.int(4);
-      if (spend === 1) daemon.spend = { acknowledged: false };
-      if (spend === 2) daemon.spend = { acknowledged: true };
-      if (spend === 3) daemon.spend = { acknowledged: true, ceilingReached: g.chance(0.5) };
-      const admitted = new Set(owners.filter(() => g.chance(0.5)));
-      let asked = 0;
-      const admits = (o) => {
-        asked++;
-        return admitted.has(o);
-      };
-      const theirs = matchAudience(job, { ...daemon, admits });
-      const askedTheirs = asked;
-      asked = 0;
-      const ours = native.matchAudience(job, { ...daemon, admits });
-      assert.equal(ours, theirs.ok ? null : theirs.refusal, JSON.stringify({ job, daemon, admitted: [...admitted] }));
-      assert.equal(asked, askedTheirs, "admits is consulted exactly when the reference consults it");
+      const ours = native.inspectRequest("claim", text);
+      if (theirs) assert.deepEqual(ours, { stage: "version", status: 400, error: { ...theirs, supported: [...theirs.supported] } }, text);
+      else assert.equal(ours.stage, "schema", text);
     }
   }
 });
@@ -451,28 +403,33 @@ test("validatePayload: verdicts, canonical text and zod's exact messages", () =>
 });
 
 // ---------------------------------------------------------------- deliberate differences
-test("deliberate difference: an unregistered backendId reads as metered instead of throwing", () => {
-  // The wire schemas refuse such ids, so only a hand-written store record can
-  // carry one; the reference would throw a TypeError from inside the claim.
-  assert.throws(() =>
-    matchAudience({ owner: "a", audience: "team" }, { owner: "b", offerScope: "team", cost: BACKENDS["nope"].cost, admits: () => true }),
-  );
-  assert.equal(native.matchAudienceServer({ owner: "a", audience: "team" }, { offerScope: "team", backendId: "nope" }, "b"), null);
-});
-
 test("deliberate difference: an unknown audience word is matched as private, an unknown scope word is refused", () => {
   // The reference's matcher silently skips its audience rules for a word it
   // does not know, admitting strangers; a stored job with such a word (an
   // older deployment's) is matched as `private` here, so it fails closed.
+  const runner = (owner, offerScope) => ({
+    id: "r", owner, revokedAt: null, lastHeartbeatAt: 1000,
+    capabilities: [{ kind: "llm.chat", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope }],
+  });
+  const ask = (runnerOwner, audience, offerScope = "team") =>
+    native.runnerAvailability([runner(runnerOwner, offerScope)], { kind: "llm.chat", owner: "a", audience }, 1000, 35000);
   for (const audience of ["public", "Private", "", " team"]) {
-    assert.equal(
-      native.matchAudienceServer({ owner: "a", audience }, { offerScope: "team", backendId: "ollama" }, "b"),
-      "audience-self-other-owner",
-      audience,
-    );
-    assert.equal(native.matchAudienceServer({ owner: "a", audience }, { offerScope: "team", backendId: "ollama" }, "a"), null);
+    assert.equal(ask("b", audience).reason, "audience-admits-nobody", audience);
+    assert.equal(ask("a", audience).available, true, audience);
   }
-  assert.throws(() => native.matchAudienceServer({ owner: "a", audience: "team" }, { offerScope: "everyone", backendId: "ollama" }, "b"), /unknown offer scope/);
+  assert.equal(ask("b", "team").available, true);
+  assert.throws(() => ask("b", "team", "everyone"), /unknown offer scope/);
+});
+
+test("deliberate difference: an unregistered backendId reads as metered instead of throwing", () => {
+  // The wire schemas refuse such ids, so only a hand-written store record can
+  // carry one; the reference would throw a TypeError from inside the claim.
+  const runner = {
+    id: "r", owner: "b", revokedAt: null, lastHeartbeatAt: 1000,
+    capabilities: [{ kind: "llm.chat", service: "s", backendId: "nope", backendClass: "http", model: "m", offerScope: "team" }],
+  };
+  const query = { kind: "llm.chat", owner: "a", audience: "team" };
+  assert.deepEqual({ ...native.runnerAvailability([runner], query, 1000, 35000) }, { available: true, candidates: 1 });
 });
 
 test("deliberate difference: a lone surrogate inside an unknown key's name prints as U+FFFD in the enqueue message", () => {

@@ -129,13 +129,6 @@ pub fn decode_hex_strict(text: &str) -> Option<Vec<u8>> {
     (decoded.len() * 2 == text.len()).then_some(decoded)
 }
 
-#[cfg(test)]
-fn lenient_slow(input: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    lenient_slow_into(input, &mut out);
-    out
-}
-
 fn lenient_slow_into(input: &[u8], out: &mut Vec<u8>) {
     out.reserve(input.len() / 4 * 3 + 3);
     let mut acc: u32 = 0;
@@ -165,16 +158,11 @@ fn lenient_slow_into(input: &[u8], out: &mut Vec<u8>) {
 /// `None` means the open reports `malformed`. (The reference counts UTF-16
 /// units for the length rule; any non-ASCII text is refused anyway.)
 pub fn decode_inner_body(text: &str) -> Option<Vec<u8>> {
-    decode_inner_body_bytes(text.as_bytes())
-}
-
-/// [`decode_inner_body`] over raw bytes.
-pub fn decode_inner_body_bytes(input: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    decode_inner_body_into(input, &mut out).then_some(out)
+    decode_inner_body_into(text.as_bytes(), &mut out).then_some(out)
 }
 
-/// [`decode_inner_body_bytes`] into a caller's buffer (cleared first);
+/// [`decode_inner_body`] over raw bytes into a caller's buffer (cleared first);
 /// `false` when refused.
 pub fn decode_inner_body_into(input: &[u8], out: &mut Vec<u8>) -> bool {
     // The crate's strict URL-safe engine with these settings refuses exactly
@@ -230,6 +218,12 @@ pub fn decode_hex_lenient(text: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lenient_slow(input: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        lenient_slow_into(input, &mut out);
+        out
+    }
 
     #[test]
     fn lenient_accepts_both_alphabets_and_skips_junk() {

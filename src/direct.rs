@@ -318,7 +318,7 @@ pub fn open_result(
 /// `JSON.stringify` writes), so the caller may parse it plainly.
 pub fn is_canonical_outcome(plaintext: &JsStr) -> bool {
     plaintext.lone_utf16().is_none()
-        && wire::fast::canonical_ok(&wire::SEALED_OUTCOME, plaintext.as_str()).is_some()
+        && wire::canonical_doc(&wire::SEALED_OUTCOME, plaintext.as_str(), &|_| false).is_some()
 }
 
 // ---------------------------------------------------------------- serving
@@ -359,7 +359,7 @@ pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> O
     ) {
         return None;
     }
-    wire::fast::canonical_ok(call.endpoint.schema(), call.body)?;
+    let doc = wire::canonical_doc(call.endpoint.schema(), call.body, &|_| false)?;
     let runner = RunnerFacts::read(store, call.runner_id)?;
     let key = signing::pinned_key(&runner.device.identity);
     let signature = RequestSignature {
@@ -378,7 +378,6 @@ pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> O
     if failure.is_some() {
         return None;
     }
-    let doc = json::parse(call.body).ok()?;
     let body = doc.root();
     if text(&doc, body, "runnerId")? != runner.id {
         return None;

@@ -1,43 +1,19 @@
 //! Job kinds and their payloads (protocol.md §9).
 
-use serde::{Deserialize, Serialize};
+use crate::json;
+use crate::wire::schema::{self, array, object, opt, req, text, Refine, Schema};
+use crate::wire::vocabulary;
 
-/// A job kind. The wire spelling is the dotted name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum JobKind {
-    #[serde(rename = "llm.generate")]
-    Generate,
-    #[serde(rename = "llm.chat")]
-    Chat,
-}
-
-impl JobKind {
-    /// Every kind, in the reference's order.
-    pub const ALL: &'static [JobKind] = &[JobKind::Generate, JobKind::Chat];
-
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobKind::Generate => "llm.generate",
-            JobKind::Chat => "llm.chat",
-        }
-    }
-
-    /// Exact parse of the wire spelling.
-    pub fn parse(text: &str) -> Option<JobKind> {
-        match text {
-            "llm.generate" => Some(JobKind::Generate),
-            "llm.chat" => Some(JobKind::Chat),
-            _ => None,
-        }
+vocabulary! {
+    /// A job kind. The wire spelling is the dotted name.
+    JobKind {
+        Generate => "llm.generate",
+        Chat => "llm.chat",
     }
 }
 
 // ---------------------------------------------------------------------------
 // Payloads (protocol.md §9)
-
-use crate::json;
-use crate::wire::schema::{self, opt, req, Out, Refine, Schema};
 
 /// Longest single text (prompt, system, one message), in code points as
 /// zod counts them.
@@ -47,21 +23,12 @@ pub const MAX_MESSAGES: u32 = 256;
 /// Longest total text, in UTF-16 units.
 pub const MAX_TOTAL_CHARS: usize = schema::MAX_TOTAL_CHARS;
 
-const TEXT: Schema = Schema::Str {
-    min: None,
-    max: Some(MAX_TEXT_CHARS),
-};
+const TEXT: Schema = text(None, Some(MAX_TEXT_CHARS));
 
 /// `llm.generate`: `{prompt, system?}`.
 pub static GENERATE_PAYLOAD: Schema = Schema::Object {
     fields: &[
-        req(
-            "prompt",
-            &Schema::Str {
-                min: Some(1),
-                max: Some(MAX_TEXT_CHARS),
-            },
-        ),
+        req("prompt", &text(Some(1), Some(MAX_TEXT_CHARS))),
         opt("system", &TEXT),
     ],
     refine: Some(Refine::GenerateTotal),
@@ -72,17 +39,14 @@ pub static CHAT_PAYLOAD: Schema = Schema::Object {
     fields: &[
         req(
             "messages",
-            &Schema::Array {
-                elem: &Schema::Object {
-                    fields: &[
-                        req("role", &Schema::Enum(&["system", "user", "assistant"])),
-                        req("content", &TEXT),
-                    ],
-                    refine: None,
-                },
-                min: Some(1),
-                max: Some(MAX_MESSAGES),
-            },
+            &array(
+                &object(&[
+                    req("role", &Schema::Enum(&["system", "user", "assistant"])),
+                    req("content", &TEXT),
+                ]),
+                Some(1),
+                Some(MAX_MESSAGES),
+            ),
         ),
         opt("system", &TEXT),
     ],
@@ -95,56 +59,28 @@ pub static KINDED_PAYLOAD: Schema = Schema::Union {
     options: &[
         (
             "llm.generate",
-            &Schema::Object {
-                fields: &[
-                    req("kind", &Schema::Enum(&["llm.generate"])),
-                    req("payload", &GENERATE_PAYLOAD),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("kind", &Schema::Enum(&["llm.generate"])),
+                req("payload", &GENERATE_PAYLOAD),
+            ]),
         ),
         (
             "llm.chat",
-            &Schema::Object {
-                fields: &[
-                    req("kind", &Schema::Enum(&["llm.chat"])),
-                    req("payload", &CHAT_PAYLOAD),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("kind", &Schema::Enum(&["llm.chat"])),
+                req("payload", &CHAT_PAYLOAD),
+            ]),
         ),
     ],
 };
 
-/// How big a job's text is, for the stub (`unbounded` is never produced).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SizeClass {
-    Small,
-    Medium,
-    Large,
-    Unbounded,
-}
-
-impl SizeClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SizeClass::Small => "small",
-            SizeClass::Medium => "medium",
-            SizeClass::Large => "large",
-            SizeClass::Unbounded => "unbounded",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<SizeClass> {
-        [
-            SizeClass::Small,
-            SizeClass::Medium,
-            SizeClass::Large,
-            SizeClass::Unbounded,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
+vocabulary! {
+    /// How big a job's text is, for the stub (`unbounded` is never produced).
+    SizeClass {
+        Small => "small",
+        Medium => "medium",
+        Large => "large",
+        Unbounded => "unbounded",
     }
 }
 
@@ -233,19 +169,7 @@ pub fn validate_payload(
         .ok_or_else(|| format!("invalid {kind_display} payload"))?;
     let mut canonical = String::new();
     payload.write_json(&doc, &mut canonical);
-    let len = |o: Option<&Out>| {
-        o.and_then(|o| o.as_js_str(&doc))
-            .map_or(0, json::JsStr::utf16_len)
-    };
-    let system = len(payload.field("system"));
-    let body = match kind {
-        JobKind::Generate => len(payload.field("prompt")),
-        JobKind::Chat => match payload.field("messages") {
-            Some(Out::Arr(messages)) => messages.iter().map(|m| len(m.field("content"))).sum(),
-            _ => 0,
-        },
-    };
-    let text_length = body + system;
+    let text_length = schema::payload_text_length(&doc, payload);
     Ok(ValidPayload {
         kind,
         canonical,

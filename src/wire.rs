@@ -3,12 +3,13 @@
 //! [`inspect_request`], which takes a raw body through JSON, version and
 //! schema in one parse (protocol.md §2, §4, §6).
 
-pub mod fast;
 mod issue;
 pub mod schema;
 
+use crate::audience::{BackendClass, OfferScope, StopReason};
 use crate::json::{self, Doc, JsStr};
-use schema::{opt, req, Field, Out, Presence, Schema};
+use crate::kinds::JobKind;
+use schema::{array, int, object, opt, req, text, Field, Out, Presence, Schema};
 
 pub use issue::{Issue, IssueKind, Seg};
 pub use schema::Validated;
@@ -35,43 +36,57 @@ pub fn issued_at_header(text: &str) -> Option<f64> {
     Some(json::string_to_number(text)).filter(|n| n.is_finite())
 }
 
-/// The six protocol endpoints, in the reference's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Endpoint {
-    Pair,
-    Claim,
-    Fetch,
-    Heartbeat,
-    Result,
-    Release,
+/// Defines a string-valued vocabulary: parse from the wire spelling, print it
+/// back, and (de)serialise as that spelling.
+macro_rules! vocabulary {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            /// Every value, in the reference's declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// Every wire spelling, in the same order (a schema's enum).
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+
+            /// The wire spelling.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            /// Exact, case-sensitive parse of the wire spelling.
+            #[allow(clippy::should_implement_trait)]
+            pub fn parse(text: &str) -> Option<$name> {
+                match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use vocabulary;
+
+vocabulary! {
+    /// The six protocol endpoints, in the reference's order.
+    Endpoint {
+        Pair => "pair",
+        Claim => "claim",
+        Fetch => "fetch",
+        Heartbeat => "heartbeat",
+        Result => "result",
+        Release => "release",
+    }
 }
 
 impl Endpoint {
-    pub const ALL: &'static [Endpoint] = &[
-        Endpoint::Pair,
-        Endpoint::Claim,
-        Endpoint::Fetch,
-        Endpoint::Heartbeat,
-        Endpoint::Result,
-        Endpoint::Release,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Endpoint::Pair => "pair",
-            Endpoint::Claim => "claim",
-            Endpoint::Fetch => "fetch",
-            Endpoint::Heartbeat => "heartbeat",
-            Endpoint::Result => "result",
-            Endpoint::Release => "release",
-        }
-    }
-
-    /// Exact, case-sensitive.
-    pub fn parse(name: &str) -> Option<Endpoint> {
-        Endpoint::ALL.iter().copied().find(|e| e.as_str() == name)
-    }
-
     /// The strict request schema of this endpoint.
     pub fn schema(self) -> &'static Schema {
         match self {
@@ -96,68 +111,37 @@ impl Endpoint {
 // ---------------------------------------------------------------------------
 // Error vocabulary
 
-/// Every wire error code, with its HTTP status in one table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorCode {
-    BadRequest,
-    UnsupportedProtocolVersion,
-    DaemonBelowFloor,
-    Unauthorized,
-    Forbidden,
-    Revoked,
-    NotFound,
-    NotReady,
-    TooLate,
-    ClockSkew,
-    RateLimited,
-    ServerError,
+vocabulary! {
+    /// Every wire error code (its HTTP status: [`ErrorCode::status`]).
+    ErrorCode {
+        BadRequest => "bad-request",
+        UnsupportedProtocolVersion => "unsupported-protocol-version",
+        DaemonBelowFloor => "daemon-below-floor",
+        Unauthorized => "unauthorized",
+        Forbidden => "forbidden",
+        Revoked => "revoked",
+        NotFound => "not-found",
+        NotReady => "not-ready",
+        TooLate => "too-late",
+        ClockSkew => "clock-skew",
+        RateLimited => "rate-limited",
+        ServerError => "server-error",
+    }
 }
 
 impl ErrorCode {
-    pub const ALL: &'static [ErrorCode] = &[
-        ErrorCode::BadRequest,
-        ErrorCode::UnsupportedProtocolVersion,
-        ErrorCode::DaemonBelowFloor,
-        ErrorCode::Unauthorized,
-        ErrorCode::Forbidden,
-        ErrorCode::Revoked,
-        ErrorCode::NotFound,
-        ErrorCode::NotReady,
-        ErrorCode::TooLate,
-        ErrorCode::ClockSkew,
-        ErrorCode::RateLimited,
-        ErrorCode::ServerError,
-    ];
-
-    /// `(code, status)` for every code.
-    fn row(self) -> (&'static str, u16) {
-        match self {
-            ErrorCode::BadRequest => ("bad-request", 400),
-            ErrorCode::UnsupportedProtocolVersion => ("unsupported-protocol-version", 400),
-            ErrorCode::DaemonBelowFloor => ("daemon-below-floor", 426),
-            ErrorCode::Unauthorized => ("unauthorized", 401),
-            ErrorCode::Forbidden => ("forbidden", 403),
-            ErrorCode::Revoked => ("revoked", 403),
-            ErrorCode::NotFound => ("not-found", 404),
-            ErrorCode::NotReady => ("not-ready", 409),
-            ErrorCode::TooLate => ("too-late", 409),
-            ErrorCode::ClockSkew => ("clock-skew", 401),
-            ErrorCode::RateLimited => ("rate-limited", 429),
-            ErrorCode::ServerError => ("server-error", 500),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        self.row().0
-    }
-
     /// The HTTP status the reference pairs with this code.
     pub fn status(self) -> u16 {
-        self.row().1
-    }
-
-    pub fn parse(code: &str) -> Option<ErrorCode> {
-        ErrorCode::ALL.iter().copied().find(|c| c.as_str() == code)
+        match self {
+            ErrorCode::BadRequest | ErrorCode::UnsupportedProtocolVersion => 400,
+            ErrorCode::Unauthorized | ErrorCode::ClockSkew => 401,
+            ErrorCode::Forbidden | ErrorCode::Revoked => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::NotReady | ErrorCode::TooLate => 409,
+            ErrorCode::DaemonBelowFloor => 426,
+            ErrorCode::RateLimited => 429,
+            ErrorCode::ServerError => 500,
+        }
     }
 }
 
@@ -327,124 +311,78 @@ pub fn too_large_message(bytes: f64) -> String {
 // ---------------------------------------------------------------------------
 // Schemas (protocol.md §4.0–4.6)
 
-const S: Schema = Schema::Str {
-    min: None,
-    max: None,
-};
-const S1: Schema = Schema::Str {
-    min: Some(1),
-    max: None,
-};
+const S: Schema = text(None, None);
+const S1: Schema = text(Some(1), None);
 const POSITIVE_INT: Schema = Schema::Int {
     min: None,
     max: None,
     gt_zero: true,
 };
 const VERSION: Schema = Schema::Enum(&[PROTOCOL_VERSION]);
-const OFFER_SCOPE: Schema = Schema::Enum(&["private", "team"]);
-const BACKEND_CLASS: Schema = Schema::Enum(&["http", "process"]);
-const JOB_KIND: Schema = Schema::Enum(&["llm.generate", "llm.chat"]);
+const OFFER_SCOPE: Schema = Schema::Enum(OfferScope::NAMES);
+const BACKEND_CLASS: Schema = Schema::Enum(BackendClass::NAMES);
+const JOB_KIND: Schema = Schema::Enum(JobKind::NAMES);
 const BACKEND_IDS: [&str; 19] = {
     let mut ids = [""; 19];
     let mut i = 0;
     while i < 19 {
-        ids[i] = crate::audience::BACKENDS[i].id;
+        ids[i] = crate::audience::BACKENDS[i].0;
         i += 1;
     }
     ids
 };
 const BACKEND_ID: Schema = Schema::Enum(&BACKEND_IDS);
 
-pub static CAPABILITY: Schema = Schema::Object {
-    fields: &[
-        req("kind", &JOB_KIND),
-        req("service", &S1),
-        req("backendId", &BACKEND_ID),
-        req("backendClass", &BACKEND_CLASS),
-        req("model", &S1),
-        opt(
-            "knownModels",
-            &Schema::Array {
-                elem: &S1,
-                min: None,
-                max: None,
-            },
+pub static CAPABILITY: Schema = object(&[
+    req("kind", &JOB_KIND),
+    req("service", &S1),
+    req("backendId", &BACKEND_ID),
+    req("backendClass", &BACKEND_CLASS),
+    req("model", &S1),
+    opt("knownModels", &array(&S1, None, None)),
+    req("offerScope", &OFFER_SCOPE),
+]);
+
+static CAPABILITIES: Schema = array(&CAPABILITY, None, None);
+
+pub static GRANT_REF: Schema = object(&[req("jobId", &S1), req("leaseId", &S1)]);
+
+static GRANT_REFS: Schema = array(&GRANT_REF, None, None);
+
+static WITHHELD_KIND: Schema = object(&[
+    req("kind", &JOB_KIND),
+    req(
+        "claimants",
+        &array(
+            &object(&[req("service", &S1), req("offer", &OFFER_SCOPE)]),
+            Some(2),
+            None,
         ),
-        req("offerScope", &OFFER_SCOPE),
-    ],
-    refine: None,
-};
+    ),
+]);
 
-static CAPABILITIES: Schema = Schema::Array {
-    elem: &CAPABILITY,
-    min: None,
-    max: None,
-};
-
-pub static GRANT_REF: Schema = Schema::Object {
-    fields: &[req("jobId", &S1), req("leaseId", &S1)],
-    refine: None,
-};
-
-static GRANT_REFS: Schema = Schema::Array {
-    elem: &GRANT_REF,
-    min: None,
-    max: None,
-};
-
-static WITHHELD_KIND: Schema = Schema::Object {
-    fields: &[
-        req("kind", &JOB_KIND),
-        req(
-            "claimants",
-            &Schema::Array {
-                elem: &Schema::Object {
-                    fields: &[req("service", &S1), req("offer", &OFFER_SCOPE)],
-                    refine: None,
-                },
-                min: Some(2),
-                max: None,
-            },
-        ),
-    ],
-    refine: None,
-};
-
-pub static SEALED_ENVELOPE: Schema = Schema::Object {
-    fields: &[
-        req("ciphertext", &S1),
-        req("recipientKeyId", &S1),
-        req("senderKeyId", &S1),
-        req("direction", &Schema::Enum(&["payload", "result"])),
-        req("deadlineAt", &POSITIVE_INT),
-    ],
-    refine: None,
-};
+pub static SEALED_ENVELOPE: Schema = object(&[
+    req("ciphertext", &S1),
+    req("recipientKeyId", &S1),
+    req("senderKeyId", &S1),
+    req("direction", &Schema::Enum(&["payload", "result"])),
+    req("deadlineAt", &POSITIVE_INT),
+]);
 
 /// What `pair start` may carry is bounded (ours, not the reference's: it is
 /// kept, and anyone may send one): key texts of at most 128 characters
 /// (a device's are 43, 43 and 86), a version of at most 64, at most 32
 /// capabilities, and the whole body at most
 /// [`schema::MAX_PAIR_START_BYTES`].
-const PAIR_KEY_TEXT: Schema = Schema::Str {
-    min: Some(1),
-    max: Some(128),
-};
+const PAIR_KEY_TEXT: Schema = text(Some(1), Some(128));
 
-static PAIR_DEVICE: Schema = Schema::Object {
-    fields: &[
-        req("identity", &PAIR_KEY_TEXT),
-        req("encryption", &PAIR_KEY_TEXT),
-        req("encryptionSig", &PAIR_KEY_TEXT),
-    ],
-    refine: None,
-};
+static PAIR_DEVICE: Schema = object(&[
+    req("identity", &PAIR_KEY_TEXT),
+    req("encryption", &PAIR_KEY_TEXT),
+    req("encryptionSig", &PAIR_KEY_TEXT),
+]);
 
-static PAIR_CAPABILITIES: Schema = Schema::Array {
-    elem: &CAPABILITY,
-    min: None,
-    max: Some(32),
-};
+static PAIR_CAPABILITIES: Schema = array(&CAPABILITY, None, Some(32));
 
 pub static PAIR_START_REQUEST: Schema = Schema::Object {
     fields: &[
@@ -452,26 +390,11 @@ pub static PAIR_START_REQUEST: Schema = Schema::Object {
         req("action", &Schema::Enum(&["start"])),
         req(
             "daemon",
-            &Schema::Object {
-                fields: &[
-                    req(
-                        "version",
-                        &Schema::Str {
-                            min: Some(1),
-                            max: Some(64),
-                        },
-                    ),
-                    req(
-                        "label",
-                        &Schema::Str {
-                            min: Some(1),
-                            max: Some(120),
-                        },
-                    ),
-                    req("platform", &Schema::Enum(&["darwin", "linux", "win32"])),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("version", &text(Some(1), Some(64))),
+                req("label", &text(Some(1), Some(120))),
+                req("platform", &Schema::Enum(&["darwin", "linux", "win32"])),
+            ]),
         ),
         req("device", &PAIR_DEVICE),
         req("capabilities", &PAIR_CAPABILITIES),
@@ -479,160 +402,101 @@ pub static PAIR_START_REQUEST: Schema = Schema::Object {
     refine: Some(schema::Refine::PairStartBytes),
 };
 
-pub static PAIR_POLL_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("action", &Schema::Enum(&["poll"])),
-        req(
-            "deviceCode",
-            &Schema::Str {
-                min: Some(20),
-                max: None,
-            },
-        ),
-    ],
-    refine: None,
-};
+pub static PAIR_POLL_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("action", &Schema::Enum(&["poll"])),
+    req("deviceCode", &text(Some(20), None)),
+]);
 
 pub static PAIR_REQUEST: Schema = Schema::Union {
     key: "action",
     options: &[("start", &PAIR_START_REQUEST), ("poll", &PAIR_POLL_REQUEST)],
 };
 
-pub static CLAIM_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("capabilities", &CAPABILITIES),
-        req(
-            "max",
-            &Schema::Int {
-                min: Some(1.0),
-                max: Some(64.0),
-                gt_zero: false,
-            },
-        ),
-    ],
-    refine: None,
-};
+pub static CLAIM_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("capabilities", &CAPABILITIES),
+    req("max", &int(Some(1.0), Some(64.0))),
+]);
 
-pub static FETCH_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("jobId", &S1),
-        req("leaseId", &S1),
-    ],
-    refine: None,
-};
+pub static FETCH_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("jobId", &S1),
+    req("leaseId", &S1),
+]);
 
-pub static HEARTBEAT_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("daemonVersion", &S1),
-        req("capabilities", &CAPABILITIES),
-        Field {
-            name: "withheld",
-            schema: &Schema::Array {
-                elem: &WITHHELD_KIND,
-                min: None,
-                max: None,
-            },
-            presence: Presence::DefaultEmptyArray,
-        },
-        req("activeLeases", &GRANT_REFS),
-    ],
-    refine: None,
-};
+pub static HEARTBEAT_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("daemonVersion", &S1),
+    req("capabilities", &CAPABILITIES),
+    Field {
+        name: "withheld",
+        schema: &array(&WITHHELD_KIND, None, None),
+        presence: Presence::DefaultEmptyArray,
+    },
+    req("activeLeases", &GRANT_REFS),
+]);
 
-pub static RESULT_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("jobId", &S1),
-        req("leaseId", &S1),
-        req("envelope", &SEALED_ENVELOPE),
-        req("disposition", &Schema::Enum(&["ok", "error", "canceled"])),
-    ],
-    refine: None,
-};
+pub static RESULT_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("jobId", &S1),
+    req("leaseId", &S1),
+    req("envelope", &SEALED_ENVELOPE),
+    req("disposition", &Schema::Enum(&["ok", "error", "canceled"])),
+]);
 
-pub static RELEASE_REQUEST: Schema = Schema::Object {
-    fields: &[
-        req("protocolVersion", &VERSION),
-        req("runnerId", &S1),
-        req("leases", &GRANT_REFS),
-        req(
-            "reason",
-            &Schema::Enum(&["shutdown", "pause", "revoked", "backend-down", "refused"]),
-        ),
-    ],
-    refine: None,
-};
+pub static RELEASE_REQUEST: Schema = object(&[
+    req("protocolVersion", &VERSION),
+    req("runnerId", &S1),
+    req("leases", &GRANT_REFS),
+    req(
+        "reason",
+        &Schema::Enum(&["shutdown", "pause", "revoked", "backend-down", "refused"]),
+    ),
+]);
 
 static JOB_OUTCOME: Schema = Schema::Union {
     key: "outcome",
     options: &[
         (
             "ok",
-            &Schema::Object {
-                fields: &[
-                    req("outcome", &Schema::Enum(&["ok"])),
-                    req("text", &S),
-                    opt("artifactUrl", &Schema::Url),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("outcome", &Schema::Enum(&["ok"])),
+                req("text", &S),
+                opt("artifactUrl", &Schema::Url),
+            ]),
         ),
         (
             "error",
-            &Schema::Object {
-                fields: &[
-                    req("outcome", &Schema::Enum(&["error"])),
-                    req("code", &S1),
-                    req("message", &S1),
-                    req("retryable", &Schema::Bool),
-                ],
-                refine: None,
-            },
+            &object(&[
+                req("outcome", &Schema::Enum(&["error"])),
+                req("code", &S1),
+                req("message", &S1),
+                req("retryable", &Schema::Bool),
+            ]),
         ),
         (
             "canceled",
-            &Schema::Object {
-                fields: &[req("outcome", &Schema::Enum(&["canceled"]))],
-                refine: None,
-            },
+            &object(&[req("outcome", &Schema::Enum(&["canceled"]))]),
         ),
     ],
 };
 
-static RUN_METADATA: Schema = Schema::Object {
-    fields: &[
-        req("model", &S1),
-        req("backendClass", &BACKEND_CLASS),
-        req(
-            "durationMs",
-            &Schema::Int {
-                min: Some(0.0),
-                max: None,
-                gt_zero: false,
-            },
-        ),
-        opt(
-            "stop",
-            &Schema::Enum(&["end", "length", "stop-sequence", "unknown"]),
-        ),
-        opt("stopReported", &Schema::Bool),
-    ],
-    refine: None,
-};
+static RUN_METADATA: Schema = object(&[
+    req("model", &S1),
+    req("backendClass", &BACKEND_CLASS),
+    req("durationMs", &int(Some(0.0), None)),
+    opt("stop", &Schema::Enum(StopReason::NAMES)),
+    opt("stopReported", &Schema::Bool),
+]);
 
 /// The plaintext of a result envelope: `{outcome, ran}`.
-pub static SEALED_OUTCOME: Schema = Schema::Object {
-    fields: &[req("outcome", &JOB_OUTCOME), req("ran", &RUN_METADATA)],
-    refine: None,
-};
+pub static SEALED_OUTCOME: Schema =
+    object(&[req("outcome", &JOB_OUTCOME), req("ran", &RUN_METADATA)]);
 
 // ---------------------------------------------------------------------------
 // Request inspection
@@ -740,6 +604,16 @@ pub fn validate_doc(endpoint: Endpoint, doc: &Doc, url_ok: &dyn Fn(&str) -> bool
     } else {
         None
     }
+}
+
+/// `text` parsed, when it is valid for `schema` **and** canonical: then
+/// `JSON.parse(text)` is exactly the validated body, and a caller may take
+/// the parsed document (or let V8 parse the text) as it is. `None` says
+/// nothing about validity; the full inspection decides.
+pub fn canonical_doc(schema: &Schema, text: &str, url_ok: &dyn Fn(&str) -> bool) -> Option<Doc> {
+    let doc = json::parse(text).ok()?;
+    let v = schema::validate(&doc, Some(doc.root()), schema, url_ok, 1);
+    v.canonical().then_some(doc)
 }
 
 /// The result of opening a sealed outcome's plaintext.

@@ -1,5 +1,6 @@
 //! The request exports (their types: the generated `index.d.ts`): request
-//! inspection, body validation, the version check and the sealed outcome.
+//! inspection, body validation, the canonical-body check and the sealed
+//! outcome.
 //!
 //! Conversions only; the rules live in `json` and `wire`. Validated bodies
 //! are built straight into JS objects from the validator's output (keys in
@@ -21,10 +22,6 @@ use crate::wire::{self, Endpoint, Inspection, SealedOutcomeResult, WireError};
 
 pub(super) fn type_error(message: impl Into<String>) -> Error {
     Error::new(Status::InvalidArg, message.into())
-}
-
-fn endpoint(name: &str) -> Result<Endpoint> {
-    Endpoint::parse(name).ok_or_else(|| type_error(format!("unknown protocol endpoint: {name}")))
 }
 
 /// A JS string with its lone surrogates intact.
@@ -99,8 +96,6 @@ pub enum ReplyValue {
     Error(JsWireError),
     /// A value JavaScript already built.
     Js(sys::napi_value),
-    /// The whole reply, already built (the only entry when present).
-    Whole(sys::napi_value),
 }
 
 /// A plain JS object built field by field, in order, when napi converts
@@ -109,9 +104,6 @@ pub struct Reply(Vec<(&'static str, ReplyValue)>);
 
 impl ToNapiValue for Reply {
     unsafe fn to_napi_value(raw_env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
-        if let Some((_, ReplyValue::Whole(v))) = val.0.first() {
-            return Ok(*v);
-        }
         let env = Env::from_raw(raw_env);
         let mut obj = Object::new(&env)?;
         for (key, value) in val.0 {
@@ -127,9 +119,7 @@ impl ToNapiValue for Reply {
                     },
                 )?,
                 ReplyValue::Error(e) => obj.set(key, e)?,
-                ReplyValue::Js(v) | ReplyValue::Whole(v) => {
-                    obj.set(key, Unknown::from_raw_unchecked(raw_env, v))?
-                }
+                ReplyValue::Js(v) => obj.set(key, Unknown::from_raw_unchecked(raw_env, v))?,
             }
         }
         Object::to_napi_value(raw_env, obj)
@@ -170,19 +160,6 @@ impl From<WireError> for JsWireError {
 
 // ------------------------------------------------------------ requests
 
-thread_local! {
-    /// Two JavaScript functions of the environment that last asked, held by
-    /// references so the hot path skips their lookup: `JSON.parse`, and a
-    /// tiny function that builds the whole `{stage: "ok", body}` reply in
-    /// JavaScript (object literals are far cheaper there than through
-    /// Node-API calls).
-    static JS_FNS: std::cell::Cell<Option<(usize, usize, usize)>> = const { std::cell::Cell::new(None) };
-}
-
-/// The reply maker's source: constant text, no input ever reaches it.
-const OK_REPLY_SOURCE: &str =
-    "(function (text) { return { stage: \"ok\", body: JSON.parse(text) }; })";
-
 fn status(code: sys::napi_status) -> Result<()> {
     if code == sys::Status::napi_ok {
         Ok(())
@@ -192,75 +169,6 @@ fn status(code: sys::napi_status) -> Result<()> {
             format!("napi call failed ({code})"),
         ))
     }
-}
-
-unsafe extern "C" fn forget_js_fns(_arg: *mut std::ffi::c_void) {
-    JS_FNS.set(None);
-}
-
-/// `(JSON.parse, okReply)` of this environment.
-fn js_fns(env: &Env) -> Result<(sys::napi_value, sys::napi_value)> {
-    let raw_env = env.raw();
-    if let Some((cached_env, parse_ref, reply_ref)) = JS_FNS.get() {
-        if cached_env == raw_env as usize {
-            let mut parse = std::ptr::null_mut();
-            let mut reply = std::ptr::null_mut();
-            // SAFETY: both references were created in this same environment,
-            // and the cleanup hook clears them when it is torn down.
-            unsafe {
-                status(sys::napi_get_reference_value(
-                    raw_env,
-                    parse_ref as sys::napi_ref,
-                    &mut parse,
-                ))?;
-                status(sys::napi_get_reference_value(
-                    raw_env,
-                    reply_ref as sys::napi_ref,
-                    &mut reply,
-                ))?;
-            }
-            if !parse.is_null() && !reply.is_null() {
-                return Ok((parse, reply));
-            }
-        }
-    }
-    let global = env.get_global()?;
-    let json_ns: Object = global.get_named_property_unchecked("JSON")?;
-    let parse: Unknown = json_ns.get_named_property_unchecked("parse")?;
-    let parse = parse.raw();
-    let source = env.create_string(OK_REPLY_SOURCE)?;
-    let mut reply = std::ptr::null_mut();
-    let mut parse_ref = std::ptr::null_mut();
-    let mut reply_ref = std::ptr::null_mut();
-    // SAFETY: all values belong to `raw_env`; the cleanup hook forgets the
-    // cached references when this environment is torn down, so a later
-    // environment that happens to reuse the address never sees them.
-    unsafe {
-        status(sys::napi_run_script(raw_env, source.raw(), &mut reply))?;
-        status(sys::napi_create_reference(
-            raw_env,
-            parse,
-            1,
-            &mut parse_ref,
-        ))?;
-        status(sys::napi_create_reference(
-            raw_env,
-            reply,
-            1,
-            &mut reply_ref,
-        ))?;
-        status(sys::napi_add_env_cleanup_hook(
-            raw_env,
-            Some(forget_js_fns),
-            std::ptr::null_mut(),
-        ))?;
-    }
-    JS_FNS.set(Some((
-        raw_env as usize,
-        parse_ref as usize,
-        reply_ref as usize,
-    )));
-    Ok((parse, reply))
 }
 
 /// Call a function with one argument and `undefined` as `this`.
@@ -286,8 +194,9 @@ fn call1(env: &Env, f: sys::napi_value, arg: sys::napi_value) -> Result<sys::nap
 
 /// `JSON.parse(text)` in this realm, for text already known to be valid.
 fn json_parse(env: &Env, text: JsString<'_>) -> Result<sys::napi_value> {
-    let (parse, _) = js_fns(env)?;
-    call1(env, parse, text.raw())
+    let json_ns: Object = env.get_global()?.get_named_property_unchecked("JSON")?;
+    let parse: Unknown = json_ns.get_named_property_unchecked("parse")?;
+    call1(env, parse.raw(), text.raw())
 }
 
 /// The URL check zod's `z.url()` makes: Node's own `URL.canParse`. Only
@@ -319,18 +228,33 @@ pub fn inspect_request(
 ) -> Result<Reply> {
     let ep = endpoint_of(&env, endpoint_name)?;
     let url_ok = node_url_ok(&env);
-    BODY_BUF.with_borrow_mut(|buf| -> Result<Reply> {
-        let text = read_utf8(&env, raw_body, buf)?;
-        // The daemon's own bodies pass a one-pass, allocation-free check; then
-        // V8's JSON.parse builds exactly the validated object.
-        if wire::fast::canonical_ok(ep.schema(), text).is_some() {
-            // V8 builds the whole reply: `{stage: "ok", body: JSON.parse(text)}`.
-            let (_, ok_reply) = js_fns(&env)?;
-            let reply = call1(&env, ok_reply, raw_body.raw())?;
-            return Ok(Reply(vec![("", ReplyValue::Whole(reply))]));
+    // The body is read into the reused buffer and parsed there; only the
+    // verdict and the validated parts outlive the borrow.
+    let inspection = BODY_BUF.with_borrow_mut(|buf| -> Result<Inspection> {
+        Ok(wire::inspect_request(
+            ep,
+            read_utf8(&env, raw_body, buf)?,
+            &url_ok,
+        ))
+    })?;
+    let mut reply = vec![("stage", ReplyValue::Static(inspection.stage()))];
+    match inspection {
+        // The body as the daemon writes it: V8's own JSON.parse builds the
+        // identical object faster than property-by-property calls can.
+        Inspection::Ok {
+            canonical: true, ..
+        } => reply.push(("body", ReplyValue::Js(json_parse(&env, raw_body)?))),
+        Inspection::Ok { doc, body, .. } => {
+            reply.push(("body", ReplyValue::Validated(SharedDoc::new(doc), body)))
         }
-        inspect_slow(&env, ep, text, raw_body, &url_ok)
-    })
+        other => {
+            if let Some(error) = other.error(ep) {
+                reply.push(("status", ReplyValue::U32(u32::from(error.status()))));
+                reply.push(("error", ReplyValue::Error(JsWireError::from(error))));
+            }
+        }
+    }
+    Ok(Reply(reply))
 }
 
 thread_local! {
@@ -396,34 +320,6 @@ fn endpoint_of(env: &Env, name: JsString<'_>) -> Result<Endpoint> {
     found.ok_or_else(|| type_error(format!("unknown protocol endpoint: {text}")))
 }
 
-fn inspect_slow(
-    env: &Env,
-    ep: Endpoint,
-    text: &str,
-    raw_body: JsString<'_>,
-    url_ok: &dyn Fn(&str) -> bool,
-) -> Result<Reply> {
-    let inspection = wire::inspect_request(ep, text, url_ok);
-    let mut reply = vec![("stage", ReplyValue::Static(inspection.stage()))];
-    match inspection {
-        // The body as the daemon writes it: V8's own JSON.parse builds the
-        // identical object faster than property-by-property calls can.
-        Inspection::Ok {
-            canonical: true, ..
-        } => reply.push(("body", ReplyValue::Js(json_parse(env, raw_body)?))),
-        Inspection::Ok { doc, body, .. } => {
-            reply.push(("body", ReplyValue::Validated(SharedDoc::new(doc), body)))
-        }
-        other => {
-            if let Some(error) = other.error(ep) {
-                reply.push(("status", ReplyValue::U32(u32::from(error.status()))));
-                reply.push(("error", ReplyValue::Error(JsWireError::from(error))));
-            }
-        }
-    }
-    Ok(Reply(reply))
-}
-
 /// The strict schema alone, for `ByollmHandlers.handle(endpoint, body)`
 /// callers that already hold JSON text.
 #[napi(
@@ -431,7 +327,8 @@ fn inspect_slow(
     ts_return_type = "{ ok: true; body: Record<string, unknown> } | { ok: false }"
 )]
 pub fn validate_request_body(env: Env, endpoint_name: String, json_text: String) -> Result<Reply> {
-    let ep = endpoint(&endpoint_name)?;
+    let ep = Endpoint::parse(&endpoint_name)
+        .ok_or_else(|| type_error(format!("unknown protocol endpoint: {endpoint_name}")))?;
     let url_ok = node_url_ok(&env);
     let validated = json::parse(&json_text)
         .ok()
@@ -443,15 +340,6 @@ pub fn validate_request_body(env: Env, endpoint_name: String, json_text: String)
         ],
         None => vec![("ok", ReplyValue::Bool(false))],
     }))
-}
-
-/// The HTTP layer's version check over JSON text; `null` when accepted.
-/// Throws if the text is not JSON (the caller parsed it already).
-#[napi(catch_unwind)]
-pub fn check_protocol_version(json_text: String) -> Result<Option<JsWireError>> {
-    let doc =
-        json::parse(&json_text).map_err(|e| type_error(format!("checkProtocolVersion: {e}")))?;
-    Ok(wire::check_protocol_version(&doc).map(JsWireError::from))
 }
 
 /// The plaintext of a result envelope: `{ok: true, outcome, ran}` or
@@ -493,8 +381,9 @@ pub fn is_canonical_request_body(
     raw_body: JsString<'_>,
 ) -> Result<bool> {
     let ep = endpoint_of(&env, endpoint_name)?;
+    let url_ok = node_url_ok(&env);
     BODY_BUF.with_borrow_mut(|buf| -> Result<bool> {
         let text = read_utf8(&env, raw_body, buf)?;
-        Ok(wire::fast::canonical_ok(ep.schema(), text).is_some())
+        Ok(wire::canonical_doc(ep.schema(), text, &url_ok).is_some())
     })
 }

@@ -1,7 +1,6 @@
 //! The protocol-rules exports (their types: the generated `index.d.ts`):
 //! payload validation, the lease and stub rules, the too-large message, the
-//! server-side audience match, provenance, `capabilityFor` and runner
-//! availability. Request bodies are in [`super::requests`].
+//! audience vocabulary, provenance, `capabilityFor` and runner availability. Request bodies are in [`super::requests`].
 //!
 //! Conversions only; the rules live in `wire`, `kinds`, `audience`.
 
@@ -157,46 +156,8 @@ pub fn is_audience(text: String) -> bool {
     Audience::parse(&text).is_some()
 }
 
-fn audience_of(s: &str) -> Result<Audience> {
-    Audience::parse(s).ok_or_else(|| type_error(format!("unknown audience: {s}")))
-}
-
 fn offer_scope_of(s: &str) -> Result<OfferScope> {
     OfferScope::parse(s).ok_or_else(|| type_error(format!("unknown offer scope: {s}")))
-}
-
-#[napi(object, js_name = "AudienceJob")]
-pub struct JsAudienceJob {
-    pub owner: String,
-    #[napi(ts_type = "\"private\" | \"team\"")]
-    pub audience: String,
-    pub audience_allow: Option<Vec<String>>,
-}
-
-#[napi(object, js_name = "OfferedCapability")]
-pub struct JsOfferedCapability {
-    #[napi(ts_type = "\"private\" | \"team\"")]
-    pub offer_scope: String,
-    pub backend_id: String,
-}
-
-/// The server's audience match (claim predicate): `null` when the runner's
-/// capability may take the job, else the refusal id.
-#[napi(catch_unwind)]
-pub fn match_audience_server(
-    job: JsAudienceJob,
-    capability: JsOfferedCapability,
-    runner_owner: String,
-) -> Result<Option<String>> {
-    let verdict = audience::server_admits(
-        &job.owner,
-        Audience::matched_as(&job.audience),
-        job.audience_allow.as_deref(),
-        offer_scope_of(&capability.offer_scope)?,
-        &capability.backend_id,
-        &runner_owner,
-    );
-    Ok(verdict.err().map(|r| r.as_str().to_owned()))
 }
 
 #[napi(object, js_name = "ProvenanceInput")]
@@ -391,62 +352,4 @@ pub fn runner_availability(
         reason: a.reason.map(|r| r.as_str().to_owned()),
         candidates: a.candidates,
     })
-}
-
-/// The full matcher, as the daemon runs it: `daemon.admits` is asked only
-/// when the decision reaches it. `null` when allowed, else the refusal id.
-#[napi(
-    catch_unwind,
-    ts_args_type = "job: AudienceJob, daemon: { owner: string; offerScope: \"private\" | \"team\"; cost: \"free\" | \"metered\" | \"subscription\"; spend?: { acknowledged: boolean; ceilingReached?: boolean }; admits: (owner: string) => boolean }"
-)]
-pub fn match_audience(job: JsAudienceJob, daemon: Object<'_>) -> Result<Option<String>> {
-    let owner: String = daemon
-        .get("owner")?
-        .ok_or_else(|| type_error("daemon.owner is required"))?;
-    let scope: String = daemon
-        .get("offerScope")?
-        .ok_or_else(|| type_error("daemon.offerScope is required"))?;
-    let cost: String = daemon
-        .get("cost")?
-        .ok_or_else(|| type_error("daemon.cost is required"))?;
-    let cost = audience::BackendCost::parse(&cost)
-        .ok_or_else(|| type_error(format!("unknown cost: {cost}")))?;
-    let spend = match daemon.get::<Object>("spend")? {
-        Some(spend) => Some(audience::SpendConsent {
-            acknowledged: spend.get::<bool>("acknowledged")?.unwrap_or(false),
-            ceiling_reached: spend.get::<bool>("ceilingReached")?,
-        }),
-        None => None,
-    };
-    let admits_fn: Function<String, bool> = daemon
-        .get("admits")?
-        .ok_or_else(|| type_error("daemon.admits is required"))?;
-    // A throwing predicate cannot unwind through the matcher; remember the
-    // error and raise it once the match returns.
-    let failure = std::cell::RefCell::new(None);
-    let ask = |o: &str| match admits_fn.call(o.to_owned()) {
-        Ok(answer) => answer,
-        Err(e) => {
-            failure.borrow_mut().get_or_insert(e);
-            false
-        }
-    };
-    let verdict = audience::match_audience(
-        &audience::JobAudience {
-            owner: &job.owner,
-            audience: audience_of(&job.audience)?,
-            audience_allow: job.audience_allow.as_deref(),
-        },
-        &audience::DaemonOffer {
-            owner: &owner,
-            offer_scope: offer_scope_of(&scope)?,
-            cost,
-            spend,
-            admits: audience::Admits::Ask(&ask),
-        },
-    );
-    if let Some(e) = failure.into_inner() {
-        return Err(e);
-    }
-    Ok(verdict.err().map(|r| r.as_str().to_owned()))
 }

@@ -261,7 +261,7 @@ impl Doc {
                 Step::Value(v) => match self.node(v) {
                     Node::Null => out.push_str("null"),
                     Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-                    Node::Number(n) => push_js_number(&mut out, *n),
+                    Node::Number(n) => push_json_number(&mut out, *n),
                     Node::String(s) => s.write_json(&mut out),
                     Node::Array(items) => {
                         stack.push(Step::Text("]"));

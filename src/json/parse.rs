@@ -97,7 +97,7 @@ pub(super) fn plain_len(b: &[u8], at: usize) -> usize {
 
 /// The code unit spelled by the four hex digits a `\u` escape starts
 /// with (either case), read from the front of `bytes`.
-pub(crate) fn hex4(bytes: &[u8]) -> Option<u16> {
+fn hex4(bytes: &[u8]) -> Option<u16> {
     let mut v: u16 = 0;
     for &b in bytes.get(..4)? {
         let d = match b {

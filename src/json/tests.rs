@@ -179,6 +179,13 @@ fn duplicate_keys_keep_first_position_last_value() {
 }
 
 #[test]
+fn to_json_writes_non_finite_numbers_as_json_stringify_does() {
+    // `1e400` parses to Infinity; JSON.stringify writes that as `null`.
+    let d = p("[1e400,-1e400,-0,1.5]");
+    assert_eq!(d.to_json(d.root()), "[null,null,0,1.5]");
+}
+
+#[test]
 fn index_keys_come_first_in_numeric_order() {
     let d = p(r#"{"b":1,"10":2,"a":3,"2":4,"01":5,"4294967295":6,"4294967294":7}"#);
     assert_eq!(

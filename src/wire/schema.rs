@@ -113,6 +113,33 @@ pub const fn opt(name: &'static str, schema: &'static Schema) -> Field {
     }
 }
 
+/// `z.string()` with optional `.min(n)` / `.max(n)`.
+pub const fn text(min: Option<u32>, max: Option<u32>) -> Schema {
+    Schema::Str { min, max }
+}
+
+/// `z.number().int()` with optional `.min(n)` / `.max(n)`.
+pub const fn int(min: Option<f64>, max: Option<f64>) -> Schema {
+    Schema::Int {
+        min,
+        max,
+        gt_zero: false,
+    }
+}
+
+/// `z.array(elem)` with optional `.min(n)` / `.max(n)`.
+pub const fn array(elem: &'static Schema, min: Option<u32>, max: Option<u32>) -> Schema {
+    Schema::Array { elem, min, max }
+}
+
+/// `z.object({...}).strict()` without a refinement.
+pub const fn object(fields: &'static [Field]) -> Schema {
+    Schema::Object {
+        fields,
+        refine: None,
+    }
+}
+
 /// The validated value, in zod's output shape. Strings that came from the
 /// input are referenced by node id (no copy).
 #[derive(Debug, Clone, PartialEq)]
@@ -288,6 +315,19 @@ pub fn validate(
         issues: v.issues,
         canonical: v.canonical,
     }
+}
+
+/// `payloadTextLength` of a validated payload: its `system` plus its
+/// `prompt` (generate) or its messages' `content`s (chat), in UTF-16 units.
+/// A validated object holds only its schema's keys, so the kind shows in
+/// which of `prompt` and `messages` it has.
+pub fn payload_text_length(doc: &Doc, payload: &Out) -> usize {
+    let len = |o: Option<&Out>| o.and_then(|o| o.as_js_str(doc)).map_or(0, JsStr::utf16_len);
+    let body = match payload.field("messages") {
+        Some(Out::Arr(messages)) => messages.iter().map(|m| len(m.field("content"))).sum(),
+        _ => len(payload.field("prompt")),
+    };
+    body + len(payload.field("system"))
 }
 
 /// What a length check measures.
@@ -642,29 +682,12 @@ impl<'d> Validator<'d> {
         }
     }
 
-    fn text_len(&self, out: Option<&Out>) -> usize {
-        out.and_then(|o| o.as_js_str(self.doc))
-            .map_or(0, JsStr::utf16_len)
-    }
-
     fn refine_holds(&self, refine: Refine, out: &Out) -> bool {
         if refine == Refine::PairStartBytes {
             let mut text = String::new();
             out.write_json(self.doc, &mut text);
             return text.len() <= MAX_PAIR_START_BYTES;
         }
-        let system = self.text_len(out.field("system"));
-        let body = match refine {
-            Refine::GenerateTotal => self.text_len(out.field("prompt")),
-            Refine::ChatTotal => match out.field("messages") {
-                Some(Out::Arr(messages)) => messages
-                    .iter()
-                    .map(|m| self.text_len(m.field("content")))
-                    .sum(),
-                _ => 0,
-            },
-            Refine::PairStartBytes => 0,
-        };
-        body + system <= MAX_TOTAL_CHARS
+        payload_text_length(self.doc, out) <= MAX_TOTAL_CHARS
     }
 }
