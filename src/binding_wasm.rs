@@ -281,7 +281,7 @@ fn seal(a: &Args<'_>) -> Outcome {
     };
     let sealed =
         envelope::seal_with_keys(text, sender, recipient, &context).map_err(|e| e.to_string())?;
-    Ok(envelope_json(&sealed))
+    Ok(sealed.to_json())
 }
 
 /// `open(envelope, recipientKeys, senderIdentityPublic, expected)`: failures
@@ -368,22 +368,6 @@ fn verify_request(a: &Args<'_>, site: bool) -> Outcome {
         None => "null".to_string(),
         Some(f) => string(f.as_str()),
     })
-}
-
-/// The wire envelope as `JSON.stringify` writes it (this key order).
-fn envelope_json(e: &SealedEnvelope) -> String {
-    let mut out = String::from("{\"ciphertext\":");
-    json::write_json_str(&e.ciphertext, &mut out);
-    out.push_str(",\"recipientKeyId\":");
-    json::write_json_str(&e.recipient_key_id, &mut out);
-    out.push_str(",\"senderKeyId\":");
-    json::write_json_str(&e.sender_key_id, &mut out);
-    out.push_str(",\"direction\":");
-    json::write_json_str(&e.direction, &mut out);
-    out.push_str(",\"deadlineAt\":");
-    json::push_json_number(&mut out, e.deadline_at);
-    out.push('}');
-    out
 }
 
 fn string(s: &str) -> String {
