@@ -615,7 +615,7 @@ mod tests {
     }
 
     #[test]
-    fn seals_to_a_tabled_key_open() {
+    fn repeated_seals_to_one_key_open() {
         let site = party(7);
         let to = party(8);
         let ctx = context(&site, &to);
