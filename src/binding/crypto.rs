@@ -230,10 +230,6 @@ impl From<JsSealedEnvelope> for envelope::SealedEnvelope {
     }
 }
 
-fn open_result(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult {
-    open_result_with(result, None)
-}
-
 /// `canonicalOutcome` for an opened result: `Some(true)` when the plaintext
 /// is a canonical sealed outcome (the one-pass check `isCanonicalRequestBody`
 /// uses, over the sealed-outcome schema; a lone surrogate never is), else
@@ -245,7 +241,7 @@ pub(super) fn canonical_outcome(opened: &std::result::Result<JsStr, OpenFailure>
         .then_some(true)
 }
 
-/// [`open_result`] carrying `canonicalOutcome` (see [`JsOpenResult`]).
+/// An open's answer, carrying `canonicalOutcome` (see [`JsOpenResult`]).
 pub(super) fn open_result_with(
     result: std::result::Result<JsStr, OpenFailure>,
     canonical_outcome: Option<bool>,
@@ -338,27 +334,24 @@ pub fn device_identity_refusal(identity: Unknown<'_>) -> Option<&'static str> {
 }
 
 fn read_public_identity(identity: &Unknown<'_>) -> Option<PublicIdentity> {
-    fn read(identity: &Unknown<'_>) -> Option<PublicIdentity> {
-        if identity.get_type().ok()? != ValueType::Object {
+    if identity.get_type().ok()? != ValueType::Object {
+        return None;
+    }
+    // SAFETY: the value was just checked to be an object.
+    let object: Object<'_> = unsafe { identity.cast().ok()? };
+    let text = |name: &str| -> Option<String> {
+        let value: Unknown<'_> = object.get(name).ok()??;
+        if value.get_type().ok()? != ValueType::String {
             return None;
         }
-        // SAFETY: the value was just checked to be an object.
-        let object: Object<'_> = unsafe { identity.cast().ok()? };
-        let text = |name: &str| -> Option<String> {
-            let value: Unknown<'_> = object.get(name).ok()??;
-            if value.get_type().ok()? != ValueType::String {
-                return None;
-            }
-            // SAFETY: checked to be a string.
-            unsafe { value.cast::<String>().ok() }
-        };
-        Some(PublicIdentity {
-            identity: text("identity")?,
-            encryption: text("encryption")?,
-            encryption_sig: text("encryptionSig")?,
-        })
-    }
-    read(identity)
+        // SAFETY: checked to be a string.
+        unsafe { value.cast::<String>().ok() }
+    };
+    Some(PublicIdentity {
+        identity: text("identity")?,
+        encryption: text("encryption")?,
+        encryption_sig: text("encryptionSig")?,
+    })
 }
 
 #[napi(catch_unwind)]
@@ -421,12 +414,13 @@ pub fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
     ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
 )]
 pub fn open(opts: OpenOptions) -> JsOpenResult {
-    open_result(envelope::open_with_keys(
+    let opened = envelope::open_with_keys(
         &opts.envelope.into(),
         &opts.recipient_keys.encryption_private,
         &opts.sender_identity_public,
         &core_expected(opts.expected),
-    ))
+    );
+    open_result_with(opened, None)
 }
 
 // ---------------------------------------------------------------- request signatures
