@@ -12,7 +12,7 @@
 //! own key), [`scratch`] (reused buffers) and [`deferred`] (seals made later).
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
-use rand_core::{CryptoRng, OsRng, RngCore};
+use rand_core::OsRng;
 use x25519_dalek::{PublicKey as XPublicKey, StaticSecret};
 use zeroize::Zeroizing;
 
@@ -200,18 +200,6 @@ impl SealedEnvelope {
     }
 }
 
-/// Seal `plaintext` from `sender` to `recipient_encryption_public`.
-fn seal_with_rng<R: RngCore + CryptoRng>(
-    rng: &mut R,
-    plaintext: Text<'_>,
-    sender: &SigningKey,
-    recipient_encryption_public: &str,
-    context: &Context,
-) -> Result<SealedEnvelope, SealError> {
-    let recipient = recipient_bytes(recipient_encryption_public)?;
-    seal_to(rng, plaintext, sender, &recipient, context, false)
-}
-
 fn recipient_bytes(recipient_encryption_public: &str) -> Result<[u8; 32], SealError> {
     let recipient = b64::decode_lenient(recipient_encryption_public);
     recipient
@@ -223,8 +211,7 @@ fn recipient_bytes(recipient_encryption_public: &str) -> Result<[u8; 32], SealEr
 /// The seal itself. `to_self`: the recipient key is the sender's own
 /// (checked by the caller against the key derived from its secret), so the
 /// envelope is remembered for [`own_seals`].
-fn seal_to<R: RngCore + CryptoRng>(
-    rng: &mut R,
+fn seal_to(
     plaintext: Text<'_>,
     sender: &SigningKey,
     recipient: &[u8; 32],
@@ -251,7 +238,7 @@ fn seal_to<R: RngCore + CryptoRng>(
                 seal_box_with_key_into(&public, key, recipient, inner.as_bytes(), sealed)
             }
             None => {
-                let ephemeral = random_secret(rng);
+                let ephemeral = random_secret(&mut OsRng);
                 seal_box_keyed_into(&ephemeral, recipient, inner.as_bytes(), sealed)
             }
         }
@@ -266,20 +253,15 @@ fn seal_to<R: RngCore + CryptoRng>(
     })
 }
 
-/// Seal with OS randomness.
+/// Seal `plaintext` from `sender` to `recipient_encryption_public`.
 pub fn seal(
     plaintext: Text<'_>,
     sender: &SigningKey,
     recipient_encryption_public: &str,
     context: &Context,
 ) -> Result<SealedEnvelope, SealError> {
-    seal_with_rng(
-        &mut OsRng,
-        plaintext,
-        sender,
-        recipient_encryption_public,
-        context,
-    )
+    let recipient = recipient_bytes(recipient_encryption_public)?;
+    seal_to(plaintext, sender, &recipient, context, false)
 }
 
 /// `seal()` over raw `StoredKeys` fields, parsing the sender key each call
@@ -306,7 +288,6 @@ pub fn seal_with_handle(
     // process will most likely open again soon (see `own_seals`).
     let to_self = recipient == *sender.encryption_public();
     seal_to(
-        &mut OsRng,
         plaintext,
         sender.signing_key(),
         &recipient,
