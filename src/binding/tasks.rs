@@ -1,7 +1,6 @@
 //! The thread-pool side of `SiteKeyring`'s calls: large payloads are
 //! validated, sealed, resealed and opened off the main thread.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
@@ -18,7 +17,6 @@ use crate::keys::KeyHandle;
 pub struct Work<O, J> {
     run: Option<Box<dyn FnOnce() -> Result<O> + Send>>,
     to_js: fn(O) -> J,
-    js: PhantomData<fn() -> J>,
 }
 
 impl<O, J> Work<O, J> {
@@ -26,7 +24,6 @@ impl<O, J> Work<O, J> {
         Work {
             run: Some(Box::new(run)),
             to_js,
-            js: PhantomData,
         }
     }
 }
