@@ -459,6 +459,10 @@ export interface RunnerAvailability {
   candidates: number
 }
 
+/**
+ * The sender key is parsed on each call, as the reference does: the
+ * server's own seals go through a `SiteKeyring`, which parses it once.
+ */
 export declare function seal(opts: SealOptions): SealedEnvelope
 
 export interface SealedEnvelope {

@@ -191,26 +191,19 @@ mod tests {
         let worker = own_worker();
         wait_until_parked(worker);
         let (tx, rx) = mpsc::channel();
-        let quiet = tx.clone();
-        assert!(submit_to(
-            worker,
-            Box::new(move || {
-                let _ = quiet.send("quiet");
-            }),
-            Lane::Quiet
-        ));
+        let send = |name: &'static str, lane: Lane| {
+            let tx = tx.clone();
+            let chore = Box::new(move || {
+                let _ = tx.send(name);
+            });
+            assert!(submit_to(worker, chore, lane));
+        };
+        send("quiet", Lane::Quiet);
         assert!(
             rx.recv_timeout(Duration::from_millis(100)).is_err(),
             "a quiet chore woke the sleeping thread"
         );
-        let loud = tx.clone();
-        assert!(submit_to(
-            worker,
-            Box::new(move || {
-                let _ = loud.send("loud");
-            }),
-            Lane::Later
-        ));
+        send("loud", Lane::Later);
         let mut seen = Vec::new();
         for _ in 0..2 {
             match rx.recv_timeout(Duration::from_secs(10)) {

@@ -12,7 +12,7 @@
 //! own key), [`scratch`] (reused buffers) and [`deferred`] (seals made later).
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
-use rand_core::{CryptoRng, OsRng, RngCore};
+use rand_core::OsRng;
 use x25519_dalek::{PublicKey as XPublicKey, StaticSecret};
 use zeroize::Zeroizing;
 
@@ -165,34 +165,39 @@ pub fn sealed_ciphertext_chars(context: &Context, plaintext: Text<'_>) -> usize 
 /// `plaintext` with `context` gives (all ASCII, so also its bytes): the
 /// measure `MAX_ENVELOPE_BYTES` caps.
 pub fn sealed_envelope_chars(context: &Context, plaintext: Text<'_>) -> usize {
-    let mut around = String::from("{\"ciphertext\":\"\",\"recipientKeyId\":");
-    json::write_json_str(&context.recipient_key_id, &mut around);
-    around.push_str(",\"senderKeyId\":");
-    json::write_json_str(&context.sender_key_id, &mut around);
-    around.push_str(",\"direction\":");
-    json::write_json_str(&context.direction, &mut around);
-    around.push_str(",\"deadlineAt\":");
-    if context.deadline_at.is_finite() {
-        json::push_js_number(&mut around, context.deadline_at);
-    } else {
-        around.push_str("null");
-    }
-    around.push('}');
-    around
+    SealedEnvelope::new(String::new(), context)
+        .to_json()
         .len()
         .saturating_add(sealed_ciphertext_chars(context, plaintext))
 }
 
-/// Seal `plaintext` from `sender` to `recipient_encryption_public`.
-fn seal_with_rng<R: RngCore + CryptoRng>(
-    rng: &mut R,
-    plaintext: Text<'_>,
-    sender: &SigningKey,
-    recipient_encryption_public: &str,
-    context: &Context,
-) -> Result<SealedEnvelope, SealError> {
-    let recipient = recipient_bytes(recipient_encryption_public)?;
-    seal_to(rng, plaintext, sender, &recipient, context, false)
+impl SealedEnvelope {
+    /// The envelope of `ciphertext`, sealed under `context`.
+    pub fn new(ciphertext: String, context: &Context) -> SealedEnvelope {
+        SealedEnvelope {
+            ciphertext,
+            recipient_key_id: context.recipient_key_id.clone(),
+            sender_key_id: context.sender_key_id.clone(),
+            direction: context.direction.clone(),
+            deadline_at: context.deadline_at,
+        }
+    }
+
+    /// `JSON.stringify(envelope)`: the wire form, in this key order.
+    pub fn to_json(&self) -> String {
+        let mut out = String::from("{\"ciphertext\":");
+        json::write_json_str(&self.ciphertext, &mut out);
+        out.push_str(",\"recipientKeyId\":");
+        json::write_json_str(&self.recipient_key_id, &mut out);
+        out.push_str(",\"senderKeyId\":");
+        json::write_json_str(&self.sender_key_id, &mut out);
+        out.push_str(",\"direction\":");
+        json::write_json_str(&self.direction, &mut out);
+        out.push_str(",\"deadlineAt\":");
+        json::push_json_number(&mut out, self.deadline_at);
+        out.push('}');
+        out
+    }
 }
 
 fn recipient_bytes(recipient_encryption_public: &str) -> Result<[u8; 32], SealError> {
@@ -206,8 +211,7 @@ fn recipient_bytes(recipient_encryption_public: &str) -> Result<[u8; 32], SealEr
 /// The seal itself. `to_self`: the recipient key is the sender's own
 /// (checked by the caller against the key derived from its secret), so the
 /// envelope is remembered for [`own_seals`].
-fn seal_to<R: RngCore + CryptoRng>(
-    rng: &mut R,
+fn seal_to(
     plaintext: Text<'_>,
     sender: &SigningKey,
     recipient: &[u8; 32],
@@ -234,7 +238,7 @@ fn seal_to<R: RngCore + CryptoRng>(
                 seal_box_with_key_into(&public, key, recipient, inner.as_bytes(), sealed)
             }
             None => {
-                let ephemeral = random_secret(rng);
+                let ephemeral = random_secret(&mut OsRng);
                 seal_box_keyed_into(&ephemeral, recipient, inner.as_bytes(), sealed)
             }
         }
@@ -245,30 +249,19 @@ fn seal_to<R: RngCore + CryptoRng>(
         }
         #[cfg(target_arch = "wasm32")]
         let _ = (to_self, key);
-        Ok(SealedEnvelope {
-            ciphertext: b64::encode_url(sealed),
-            recipient_key_id: context.recipient_key_id.clone(),
-            sender_key_id: context.sender_key_id.clone(),
-            direction: context.direction.clone(),
-            deadline_at: context.deadline_at,
-        })
+        Ok(SealedEnvelope::new(b64::encode_url(sealed), context))
     })
 }
 
-/// Seal with OS randomness.
+/// Seal `plaintext` from `sender` to `recipient_encryption_public`.
 pub fn seal(
     plaintext: Text<'_>,
     sender: &SigningKey,
     recipient_encryption_public: &str,
     context: &Context,
 ) -> Result<SealedEnvelope, SealError> {
-    seal_with_rng(
-        &mut OsRng,
-        plaintext,
-        sender,
-        recipient_encryption_public,
-        context,
-    )
+    let recipient = recipient_bytes(recipient_encryption_public)?;
+    seal_to(plaintext, sender, &recipient, context, false)
 }
 
 /// `seal()` over raw `StoredKeys` fields, parsing the sender key each call
@@ -295,7 +288,6 @@ pub fn seal_with_handle(
     // process will most likely open again soon (see `own_seals`).
     let to_self = recipient == *sender.encryption_public();
     seal_to(
-        &mut OsRng,
         plaintext,
         sender.signing_key(),
         &recipient,
@@ -604,7 +596,7 @@ mod tests {
     }
 
     #[test]
-    fn seals_to_a_tabled_key_open() {
+    fn repeated_seals_to_one_key_open() {
         let site = party(7);
         let to = party(8);
         let ctx = context(&site, &to);
@@ -702,13 +694,7 @@ mod tests {
         let (site, device) = (party(7), party(8));
         let ctx = context(&device, &site);
         let exp = expected(&ctx);
-        let mut env = SealedEnvelope {
-            ciphertext: seal_raw_inner(&site, b"null"),
-            recipient_key_id: ctx.recipient_key_id.clone(),
-            sender_key_id: ctx.sender_key_id.clone(),
-            direction: ctx.direction.clone(),
-            deadline_at: ctx.deadline_at,
-        };
+        let mut env = SealedEnvelope::new(seal_raw_inner(&site, b"null"), &ctx);
         assert_eq!(
             open_as(&site, &device, &env, &exp).err(),
             Some(OpenFailure::Malformed)
@@ -742,13 +728,7 @@ mod tests {
             good.trim_end_matches('}')
         );
         let inner = inner_json(body.as_bytes(), &device.sign_text(body.as_bytes()));
-        let env = SealedEnvelope {
-            ciphertext: seal_raw_inner(&site, &inner),
-            recipient_key_id: ctx.recipient_key_id.clone(),
-            sender_key_id: ctx.sender_key_id.clone(),
-            direction: ctx.direction.clone(),
-            deadline_at: ctx.deadline_at,
-        };
+        let env = SealedEnvelope::new(seal_raw_inner(&site, &inner), &ctx);
         assert_eq!(
             open_as(&site, &device, &env, &exp).map(|p| p.as_str().to_string()),
             Ok("second".to_string())
@@ -774,13 +754,8 @@ mod tests {
         let body = signed_body(&ctx, Text::Utf8("p"));
         let sig = device.sign_text(&body);
         let b = b64::encode_url(&body);
-        let env_for = |inner: String| SealedEnvelope {
-            ciphertext: seal_raw_inner(&site, inner.as_bytes()),
-            recipient_key_id: ctx.recipient_key_id.clone(),
-            sender_key_id: ctx.sender_key_id.clone(),
-            direction: ctx.direction.clone(),
-            deadline_at: ctx.deadline_at,
-        };
+        let env_for =
+            |inner: String| SealedEnvelope::new(seal_raw_inner(&site, inner.as_bytes()), &ctx);
         let ok = Ok("p".to_string());
         let cases: Vec<(String, Result<String, OpenFailure>)> = vec![
             (

@@ -7,7 +7,6 @@
 //! also take other valid PKCS#8 encodings, which keygen never writes.
 
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
-use hashlink::LruCache;
 use rand_core::{OsRng, RngCore};
 use serde::Serialize;
 use x25519_dalek::{PublicKey as XPublicKey, StaticSecret};
@@ -348,55 +347,6 @@ pub fn device_identity_refusal(identity: &PublicIdentity) -> Option<&'static str
         "the device's keys are not spelled exactly: identity and encryption must each be the unpadded base64url of 32 bytes, encryptionSig of 64",
     )
 }
-/// Recently parsed private keys, for callers that hand over the key text on
-/// every call (`seal`, `open`, `signRequest` with a `StoredKeys` object):
-/// parsing costs a hash and a scalar multiplication, a lookup costs one
-/// SHA-256 of the text. Keyed by that digest, so the cache holds no key text;
-/// a handful of entries, the least recently used going first.
-pub struct ParsedKeyCache {
-    signing: LruCache<[u8; 32], SigningKey>,
-    encryption: LruCache<[u8; 32], (StaticSecret, [u8; 32])>,
-}
-
-impl ParsedKeyCache {
-    pub fn new(capacity: usize) -> ParsedKeyCache {
-        ParsedKeyCache {
-            signing: LruCache::new(capacity.max(1)),
-            encryption: LruCache::new(capacity.max(1)),
-        }
-    }
-
-    fn digest(text: &str) -> [u8; 32] {
-        use sha2::{Digest, Sha256};
-        Sha256::digest(text.as_bytes()).into()
-    }
-
-    /// `identityPrivate` parsed, from the cache when seen recently.
-    pub fn signing_key(&mut self, identity_private: &str) -> Result<SigningKey, KeyError> {
-        let digest = Self::digest(identity_private);
-        if let Some(key) = self.signing.get(&digest) {
-            return Ok(key.clone());
-        }
-        let key = parse_signing_key(identity_private)?;
-        self.signing.insert(digest, key.clone());
-        Ok(key)
-    }
-
-    /// `encryptionPrivate` parsed, with its derived public key.
-    pub fn encryption(
-        &mut self,
-        encryption_private: &str,
-    ) -> Result<(StaticSecret, [u8; 32]), KeyError> {
-        let digest = Self::digest(encryption_private);
-        if let Some(found) = self.encryption.get(&digest) {
-            return Ok(found.clone());
-        }
-        let secret = parse_encryption_secret(encryption_private)?;
-        let public = *XPublicKey::from(&secret).as_bytes();
-        self.encryption.insert(digest, (secret.clone(), public));
-        Ok((secret, public))
-    }
-}
 
 /// Parsed key material, decoded once and reused for every operation.
 pub struct KeyHandle {
@@ -596,29 +546,6 @@ mod tests {
             KeyHandle::new(keys).err(),
             Some(KeyError::EncryptionPrivate)
         );
-    }
-
-    #[test]
-    fn parsed_key_cache_matches_fresh_parsing() {
-        let mut cache = ParsedKeyCache::new(2);
-        let all: Vec<(u8, StoredKeys)> = (1..=4u8)
-            .map(|n| (n, StoredKeys::from_secrets(&[n; 32], &[n + 10; 32], 1)))
-            .collect();
-        // Three rounds over four keys with room for two: hits and evictions.
-        for _ in 0..3 {
-            for (n, k) in &all {
-                let signing = cache.signing_key(&k.identity_private).map(|s| s.to_bytes());
-                assert_eq!(signing, Ok([*n; 32]));
-                let found = cache
-                    .encryption(&k.encryption_private)
-                    .map(|(s, p)| (s.to_bytes(), p));
-                let public = *XPublicKey::from(&StaticSecret::from([n + 10; 32])).as_bytes();
-                assert_eq!(found, Ok(([n + 10; 32], public)));
-                assert!(cache.signing.len() <= 2 && cache.encryption.len() <= 2);
-            }
-        }
-        assert!(cache.signing_key("junk").is_err());
-        assert!(cache.encryption("junk").is_err());
     }
 
     #[test]

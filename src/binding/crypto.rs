@@ -6,7 +6,6 @@
 //! to JavaScript are `#[napi(object)]` structs, whose field order is the key
 //! order JavaScript sees.
 
-use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use napi::bindgen_prelude::*;
@@ -18,7 +17,7 @@ use crate::envelope::{self, OpenFailure, Text};
 use crate::fingerprint;
 use crate::ids;
 use crate::json::JsStr;
-use crate::keys::{self, is_positive_safe_integer, ParsedKeyCache, PublicIdentity, StoredKeys};
+use crate::keys::{self, is_positive_safe_integer, PublicIdentity, StoredKeys};
 use crate::signing::{self, RequestSignature};
 use crate::site_keys;
 
@@ -231,10 +230,6 @@ impl From<JsSealedEnvelope> for envelope::SealedEnvelope {
     }
 }
 
-fn open_result(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult {
-    open_result_with(result, None)
-}
-
 /// `canonicalOutcome` for an opened result: `Some(true)` when the plaintext
 /// is a canonical sealed outcome (the one-pass check `isCanonicalRequestBody`
 /// uses, over the sealed-outcome schema; a lone surrogate never is), else
@@ -246,7 +241,7 @@ pub(super) fn canonical_outcome(opened: &std::result::Result<JsStr, OpenFailure>
         .then_some(true)
 }
 
-/// [`open_result`] carrying `canonicalOutcome` (see [`JsOpenResult`]).
+/// An open's answer, carrying `canonicalOutcome` (see [`JsOpenResult`]).
 pub(super) fn open_result_with(
     result: std::result::Result<JsStr, OpenFailure>,
     canonical_outcome: Option<bool>,
@@ -339,27 +334,24 @@ pub fn device_identity_refusal(identity: Unknown<'_>) -> Option<&'static str> {
 }
 
 fn read_public_identity(identity: &Unknown<'_>) -> Option<PublicIdentity> {
-    fn read(identity: &Unknown<'_>) -> Option<PublicIdentity> {
-        if identity.get_type().ok()? != ValueType::Object {
+    if identity.get_type().ok()? != ValueType::Object {
+        return None;
+    }
+    // SAFETY: the value was just checked to be an object.
+    let object: Object<'_> = unsafe { identity.cast().ok()? };
+    let text = |name: &str| -> Option<String> {
+        let value: Unknown<'_> = object.get(name).ok()??;
+        if value.get_type().ok()? != ValueType::String {
             return None;
         }
-        // SAFETY: the value was just checked to be an object.
-        let object: Object<'_> = unsafe { identity.cast().ok()? };
-        let text = |name: &str| -> Option<String> {
-            let value: Unknown<'_> = object.get(name).ok()??;
-            if value.get_type().ok()? != ValueType::String {
-                return None;
-            }
-            // SAFETY: checked to be a string.
-            unsafe { value.cast::<String>().ok() }
-        };
-        Some(PublicIdentity {
-            identity: text("identity")?,
-            encryption: text("encryption")?,
-            encryption_sig: text("encryptionSig")?,
-        })
-    }
-    read(identity)
+        // SAFETY: checked to be a string.
+        unsafe { value.cast::<String>().ok() }
+    };
+    Some(PublicIdentity {
+        identity: text("identity")?,
+        encryption: text("encryption")?,
+        encryption_sig: text("encryptionSig")?,
+    })
 }
 
 #[napi(catch_unwind)]
@@ -402,30 +394,18 @@ fn core_expected(e: JsOpenExpected) -> envelope::Expected {
     }
 }
 
+/// The sender key is parsed on each call, as the reference does: the
+/// server's own seals go through a `SiteKeyring`, which parses it once.
 #[napi(catch_unwind)]
 pub fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
-    let sender = with_parsed(|c| c.signing_key(&opts.sender_keys.identity_private))
-        .map_err(|e| seal_error(envelope::SealError::SenderKey(e)))?;
-    envelope::seal(
+    envelope::seal_with_keys(
         Text::Utf8(&opts.plaintext),
-        &sender,
+        &opts.sender_keys.identity_private,
         &opts.recipient_encryption_public,
         &core_context(&opts.context),
     )
     .map(JsSealedEnvelope::from)
     .map_err(seal_error)
-}
-
-/// Private keys handed over as text on every call, parsed once (see
-/// `keys::ParsedKeyCache`).
-fn with_parsed<T>(work: impl FnOnce(&mut ParsedKeyCache) -> T) -> T {
-    static CACHE: OnceLock<Mutex<ParsedKeyCache>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(ParsedKeyCache::new(8)));
-    match cache.lock() {
-        Ok(mut guard) => work(&mut guard),
-        // Poisoned by a panic elsewhere: work without the cache.
-        Err(_) => work(&mut ParsedKeyCache::new(1)),
-    }
 }
 
 /// Never throws for a bad envelope or bad keys: those are reasons.
@@ -434,19 +414,13 @@ fn with_parsed<T>(work: impl FnOnce(&mut ParsedKeyCache) -> T) -> T {
     ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
 )]
 pub fn open(opts: OpenOptions) -> JsOpenResult {
-    let envelope = envelope::SealedEnvelope::from(opts.envelope);
-    // Unusable recipient keys are just a box that does not open.
-    let recipient = with_parsed(|c| c.encryption(&opts.recipient_keys.encryption_private)).ok();
-    let sender = signing::pinned_key(&opts.sender_identity_public);
-    let recipient = recipient
-        .as_ref()
-        .map(|(secret, public)| envelope::Recipient { secret, public });
-    open_result(envelope::open(
-        &envelope,
-        recipient,
-        sender.as_ref(),
+    let opened = envelope::open_with_keys(
+        &opts.envelope.into(),
+        &opts.recipient_keys.encryption_private,
+        &opts.sender_identity_public,
         &core_expected(opts.expected),
-    ))
+    );
+    open_result_with(opened, None)
 }
 
 // ---------------------------------------------------------------- request signatures
@@ -463,8 +437,8 @@ pub fn canonical_request(
 
 #[napi(catch_unwind)]
 pub fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<SignedRequest> {
-    let signer = with_parsed(|c| c.signing_key(&keys.identity_private))
-        .map_err(|e| invalid(e.to_string()))?;
+    let signer =
+        keys::parse_signing_key(&keys.identity_private).map_err(|e| invalid(e.to_string()))?;
     // The canonical bytes take the UTF-8 form (a lone surrogate as U+FFFD,
     // which is what Node's UTF-8 encoding writes too).
     let runner_id = String::from_utf16_lossy(&req.runner_id);

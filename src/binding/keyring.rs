@@ -8,14 +8,17 @@ use std::sync::Arc;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use super::crypto::{invalid, JsOpenResult, JsPublicIdentity, JsSealedEnvelope, JsStoredKeys};
+use super::crypto::{
+    canonical_outcome, invalid, open_result_with, seal_error, JsOpenResult, JsPublicIdentity,
+    JsSealedEnvelope, JsStoredKeys,
+};
 use super::strings::ExactString;
 use super::tasks::{
-    now_or_pooled, OpenResultTask, PayloadSource, PrepareCheckedTask, ResealTask, SealCheckedTask,
-    SealPayloadTask,
+    now_or_pooled, CheckedPayload, NowOrLater, PayloadSource, PreparedPayload, Work,
 };
 use crate::direct::ASYNC_CRYPTO_THRESHOLD;
-use crate::envelope::{self, Text};
+use crate::envelope::{self, OpenFailure, SealedEnvelope, Text};
+use crate::json::JsStr;
 use crate::keys::{KeyHandle, PublicIdentity};
 use crate::signing;
 
@@ -29,10 +32,11 @@ pub struct JsSealedPayload {
     pub message: Option<String>,
 }
 
+/// A payload's seal: the envelope and size class, or the validator's message.
+type Checked = std::result::Result<(SealedEnvelope, &'static str), String>;
+
 impl JsSealedPayload {
-    pub(super) fn from_core(
-        checked: std::result::Result<(envelope::SealedEnvelope, &'static str), String>,
-    ) -> Self {
+    fn from_core(checked: Checked) -> Self {
         match checked {
             Ok((sealed, size_class)) => JsSealedPayload {
                 ok: true,
@@ -49,6 +53,12 @@ impl JsSealedPayload {
         }
     }
 }
+
+/// A payload validated, its at-rest seal prepared, or the validator's message.
+type Prepared = std::result::Result<(crate::direct::AtRestSeal, &'static str), String>;
+
+/// An opened result and whether it is a canonical sealed outcome.
+type Opened = (std::result::Result<JsStr, OpenFailure>, Option<bool>);
 
 /// `NativeMemoryStore.enqueue`'s refusal: the payload validator's message.
 #[napi(object, js_name = "PayloadRefusal")]
@@ -123,19 +133,16 @@ impl SiteKeyring {
     )]
     pub fn seal_payload(
         &self,
-        env: Env,
         plaintext: String,
         job_id: String,
         deadline_at: f64,
-    ) -> Result<Either<JsSealedEnvelope, AsyncTask<SealPayloadTask>>> {
+    ) -> Result<NowOrLater<SealedEnvelope, JsSealedEnvelope>> {
         let large = plaintext.len() > ASYNC_CRYPTO_THRESHOLD;
-        let task = SealPayloadTask {
-            handle: self.inner.clone(),
-            plaintext,
-            job_id,
-            deadline_at,
+        let handle = self.inner.clone();
+        let run = move || {
+            seal_payload_core(&handle, &plaintext, &job_id, deadline_at).map_err(seal_error)
         };
-        now_or_pooled(env, task, large)
+        now_or_pooled(run, JsSealedEnvelope::from, large)
     }
 
     /// `validatePayload` then `sealPayload` of its canonical text, in one
@@ -154,18 +161,17 @@ impl SiteKeyring {
     )]
     pub fn seal_checked(
         &self,
-        env: Env,
         kind: Unknown<'_>,
         payload_json: Option<String>,
         keys: Option<Vec<ExactString>>,
         values: Option<Vec<ExactString>>,
         job_id: String,
         deadline_at: f64,
-    ) -> Result<Either<JsSealedPayload, AsyncTask<SealCheckedTask>>> {
+    ) -> Result<NowOrLater<Checked, JsSealedPayload>> {
         let payload = PayloadSource::new("sealChecked", payload_json, keys, values)?;
-        let task = self.checked_task(kind, payload, job_id, deadline_at)?;
-        let large = task.payload.is_large();
-        now_or_pooled(env, task, large)
+        let checked = self.checked(kind, payload, job_id, deadline_at)?;
+        let large = checked.payload.is_large();
+        now_or_pooled(move || checked.seal(), JsSealedPayload::from_core, large)
     }
 
     /// [`Self::seal_checked`] on the thread pool for an enqueue on our
@@ -185,10 +191,32 @@ impl SiteKeyring {
         values: Option<Vec<ExactString>>,
         job_id: String,
         deadline_at: f64,
-    ) -> Result<AsyncTask<PrepareCheckedTask>> {
+    ) -> Result<AsyncTask<Work<Prepared, Either<PreparedPayload, JsPayloadRefusal>>>> {
         let payload = PayloadSource::new("prepareCheckedAsync", payload_json, keys, values)?;
-        self.checked_task(kind, payload, job_id, deadline_at)
-            .map(|checked| AsyncTask::new(PrepareCheckedTask { checked }))
+        let checked = self.checked(kind, payload, job_id, deadline_at)?;
+        let run = move || {
+            let valid = match checked.validate() {
+                Ok(valid) => valid,
+                Err(message) => return Ok(Err(message)),
+            };
+            let size_class = valid.size_class.as_str();
+            crate::direct::prepare_at_rest(
+                &checked.handle,
+                valid.canonical,
+                &checked.job_id,
+                checked.deadline_at,
+                true,
+            )
+            .map(|at_rest| Ok((at_rest, size_class)))
+            .map_err(seal_error)
+        };
+        let to_js = |prepared: Prepared| match prepared {
+            Ok(prepared) => Either::A(PreparedPayload {
+                prepared: Some(prepared),
+            }),
+            Err(message) => Either::B(JsPayloadRefusal { message }),
+        };
+        Ok(AsyncTask::new(Work::new(run, to_js)))
     }
 
     /// Open the at-rest payload and seal it to the claiming device (on the
@@ -200,23 +228,21 @@ impl SiteKeyring {
     )]
     pub fn reseal_for_device(
         &self,
-        env: Env,
         at_rest: JsSealedEnvelope,
         job_id: String,
         created_at: f64,
         device: JsPublicIdentity,
-    ) -> Result<Either<Option<JsSealedEnvelope>, AsyncTask<ResealTask>>> {
+    ) -> Result<NowOrLater<Option<SealedEnvelope>, Option<JsSealedEnvelope>>> {
         let large = at_rest.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
-        let task = ResealTask {
-            inputs: Some(crate::direct::reseal::Inputs {
-                site: self.inner.clone(),
-                job_id,
-                at_rest: crate::direct::reseal::AtRest::Sealed(at_rest.into()),
-                created_at,
-                device: device_from_js(&device),
-            }),
+        let inputs = crate::direct::reseal::Inputs {
+            site: self.inner.clone(),
+            job_id,
+            at_rest: crate::direct::reseal::AtRest::Sealed(at_rest.into()),
+            created_at,
+            device: device_from_js(&device),
         };
-        now_or_pooled(env, task, large)
+        let to_js = |sealed: Option<SealedEnvelope>| sealed.map(JsSealedEnvelope::from);
+        now_or_pooled(move || inputs.reseal().map_err(seal_error), to_js, large)
     }
 
     /// Open a device's result envelope addressed to this site (on the
@@ -227,19 +253,19 @@ impl SiteKeyring {
     )]
     pub fn open_result(
         &self,
-        env: Env,
         envelope: JsSealedEnvelope,
         job_id: String,
         device_identity: String,
-    ) -> Result<Either<JsOpenResult, AsyncTask<OpenResultTask>>> {
+    ) -> Result<NowOrLater<Opened, JsOpenResult>> {
         let large = envelope.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
-        let task = OpenResultTask {
-            handle: self.inner.clone(),
-            envelope: envelope.into(),
-            job_id,
-            device_identity,
+        let (handle, envelope) = (self.inner.clone(), SealedEnvelope::from(envelope));
+        let run = move || {
+            let opened = crate::direct::open_result(&handle, &envelope, &job_id, &device_identity);
+            let canonical = canonical_outcome(&opened);
+            Ok((opened, canonical))
         };
-        now_or_pooled(env, task, large)
+        let to_js = |(opened, canonical): Opened| open_result_with(opened, canonical);
+        now_or_pooled(run, to_js, large)
     }
 
     /// The site plane's request signature over `site/<endpoint>`.
@@ -268,17 +294,17 @@ impl SiteKeyring {
         &self.inner
     }
 
-    /// The validation-and-seal work for `payload` of `kind` (the async seals
-    /// and prepares share it).
-    fn checked_task(
+    /// `payload` of `kind` for validation and a seal (the seals and
+    /// prepares share it).
+    fn checked(
         &self,
         kind: Unknown<'_>,
         payload: PayloadSource,
         job_id: String,
         deadline_at: f64,
-    ) -> Result<SealCheckedTask> {
+    ) -> Result<CheckedPayload> {
         let (kind_text, kind_display) = super::rules::payload_kind(kind)?;
-        Ok(SealCheckedTask {
+        Ok(CheckedPayload {
             handle: self.inner.clone(),
             kind_text,
             kind_display,

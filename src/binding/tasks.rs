@@ -1,46 +1,66 @@
-//! The thread-pool tasks behind `SiteKeyring`'s async methods: large
-//! payloads are validated, sealed, resealed and opened off the main thread.
+//! The thread-pool side of `SiteKeyring`'s calls: large payloads are
+//! validated, sealed, resealed and opened off the main thread.
 
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use super::crypto::{
-    canonical_outcome, invalid, open_result_with, seal_error, JsOpenResult, JsSealedEnvelope,
-};
-use super::keyring::{seal_payload_core, JsPayloadRefusal, JsSealedPayload};
+use super::crypto::{invalid, seal_error};
+use super::keyring::seal_payload_core;
 use super::strings::ExactString;
-use crate::envelope::{self, OpenFailure};
-use crate::json::JsStr;
+use crate::envelope;
 use crate::keys::KeyHandle;
 
-pub struct SealPayloadTask {
-    pub(super) handle: Arc<KeyHandle>,
-    pub(super) plaintext: String,
-    pub(super) job_id: String,
-    pub(super) deadline_at: f64,
+/// One call's crypto as thread-pool work: `run` there, its answer made a
+/// JavaScript value by `to_js` back on the main thread.
+pub struct Work<O, J> {
+    run: Option<Box<dyn FnOnce() -> Result<O> + Send>>,
+    to_js: fn(O) -> J,
 }
 
-impl Task for SealPayloadTask {
-    type Output = envelope::SealedEnvelope;
-    type JsValue = JsSealedEnvelope;
+impl<O, J> Work<O, J> {
+    pub(super) fn new(run: impl FnOnce() -> Result<O> + Send + 'static, to_js: fn(O) -> J) -> Self {
+        Work {
+            run: Some(Box::new(run)),
+            to_js,
+        }
+    }
+}
 
-    fn compute(&mut self) -> Result<Self::Output> {
-        guard(|| {
-            seal_payload_core(
-                &self.handle,
-                &self.plaintext,
-                &self.job_id,
-                self.deadline_at,
-            )
-            .map_err(seal_error)
-        })
+impl<O: Send + 'static, J: ToNapiValue + TypeName> Task for Work<O, J> {
+    type Output = O;
+    type JsValue = J;
+
+    fn compute(&mut self) -> Result<O> {
+        match self.run.take() {
+            Some(run) => guard(run),
+            None => Err(Error::new(
+                Status::GenericFailure,
+                "byollm-server-native: a crypto task ran twice",
+            )),
+        }
     }
 
-    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
-        Ok(output.into())
+    fn resolve(&mut self, _env: Env, output: O) -> Result<J> {
+        Ok((self.to_js)(output))
     }
+}
+
+/// A keyring call's answer: now, or a promise of it from the thread pool.
+pub type NowOrLater<O, J> = Either<J, AsyncTask<Work<O, J>>>;
+
+/// `run` done now, on the main thread, or on the thread pool when `large`:
+/// each keyring call has one entry point, which picks by the size it knows.
+pub(super) fn now_or_pooled<O: Send + 'static, J: ToNapiValue + TypeName>(
+    run: impl FnOnce() -> Result<O> + Send + 'static,
+    to_js: fn(O) -> J,
+    large: bool,
+) -> Result<NowOrLater<O, J>> {
+    if large {
+        return Ok(Either::B(AsyncTask::new(Work::new(run, to_js))));
+    }
+    run().map(|output| Either::A(to_js(output)))
 }
 
 /// An enqueue payload as it reaches the keyring.
@@ -92,9 +112,9 @@ impl PayloadSource {
     }
 }
 
-/// An enqueue payload of `kind`, validated and sealed at rest (or prepared)
-/// by the keyring that made it.
-pub struct SealCheckedTask {
+/// An enqueue payload of `kind`, to validate and seal at rest (or prepare)
+/// with the keyring that made it.
+pub struct CheckedPayload {
     pub(super) handle: Arc<KeyHandle>,
     pub(super) kind_text: Option<String>,
     pub(super) kind_display: String,
@@ -103,10 +123,10 @@ pub struct SealCheckedTask {
     pub(super) deadline_at: f64,
 }
 
-impl SealCheckedTask {
+impl CheckedPayload {
     /// The payload checked for an enqueue: its canonical text and size
     /// class, or the validator's message.
-    fn validate(&self) -> std::result::Result<crate::kinds::ValidPayload, String> {
+    pub(super) fn validate(&self) -> std::result::Result<crate::kinds::ValidPayload, String> {
         self.payload.with_json(|payload_json| {
             crate::direct::validate_for_enqueue(
                 &self.handle,
@@ -140,19 +160,6 @@ impl SealCheckedTask {
     }
 }
 
-impl Task for SealCheckedTask {
-    type Output = std::result::Result<(envelope::SealedEnvelope, &'static str), String>;
-    type JsValue = JsSealedPayload;
-
-    fn compute(&mut self) -> Result<Self::Output> {
-        guard(|| self.seal())
-    }
-
-    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
-        Ok(JsSealedPayload::from_core(output))
-    }
-}
-
 /// A large payload validated on the thread pool, its at-rest seal left for
 /// later where it can be ([`crate::direct::prepare_at_rest`]), waiting to
 /// be stored by `SiteKeyring.enqueuePrepared`. Used once.
@@ -161,44 +168,8 @@ pub struct PreparedPayload {
     pub(super) prepared: Option<(crate::direct::AtRestSeal, &'static str)>,
 }
 
-pub struct PrepareCheckedTask {
-    pub(super) checked: SealCheckedTask,
-}
-
-impl Task for PrepareCheckedTask {
-    type Output = std::result::Result<(crate::direct::AtRestSeal, &'static str), String>;
-    type JsValue = Either<PreparedPayload, JsPayloadRefusal>;
-
-    fn compute(&mut self) -> Result<Self::Output> {
-        let task = &self.checked;
-        guard(|| {
-            let valid = match task.validate() {
-                Ok(valid) => valid,
-                Err(message) => return Ok(Err(message)),
-            };
-            let size_class = valid.size_class.as_str();
-            crate::direct::prepare_at_rest(
-                &task.handle,
-                valid.canonical,
-                &task.job_id,
-                task.deadline_at,
-                true,
-            )
-            .map(|at_rest| Ok((at_rest, size_class)))
-            .map_err(seal_error)
-        })
-    }
-
-    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
-        Ok(match output {
-            Ok(prepared) => Either::A(PreparedPayload {
-                prepared: Some(prepared),
-            }),
-            Err(message) => Either::B(JsPayloadRefusal { message }),
-        })
-    }
-}
-
+/// A reseal for a claiming device; its own type because the store's
+/// `resealForDeviceAsync` builds it too.
 pub struct ResealTask {
     /// `None`: nothing to open (a stored job without a sealed envelope).
     pub(super) inputs: Option<crate::direct::reseal::Inputs>,
@@ -206,7 +177,7 @@ pub struct ResealTask {
 
 impl Task for ResealTask {
     type Output = Option<envelope::SealedEnvelope>;
-    type JsValue = Option<JsSealedEnvelope>;
+    type JsValue = Option<super::crypto::JsSealedEnvelope>;
 
     fn compute(&mut self) -> Result<Self::Output> {
         guard(|| match &self.inputs {
@@ -216,51 +187,8 @@ impl Task for ResealTask {
     }
 
     fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
-        Ok(output.map(JsSealedEnvelope::from))
+        Ok(output.map(Into::into))
     }
-}
-
-pub struct OpenResultTask {
-    pub(super) handle: Arc<KeyHandle>,
-    pub(super) envelope: envelope::SealedEnvelope,
-    pub(super) job_id: String,
-    pub(super) device_identity: String,
-}
-
-impl Task for OpenResultTask {
-    type Output = (std::result::Result<JsStr, OpenFailure>, Option<bool>);
-    type JsValue = JsOpenResult;
-
-    fn compute(&mut self) -> Result<Self::Output> {
-        guard(|| {
-            let opened = crate::direct::open_result(
-                &self.handle,
-                &self.envelope,
-                &self.job_id,
-                &self.device_identity,
-            );
-            let canonical = canonical_outcome(&opened);
-            Ok((opened, canonical))
-        })
-    }
-
-    fn resolve(&mut self, _env: Env, (opened, canonical): Self::Output) -> Result<Self::JsValue> {
-        Ok(open_result_with(opened, canonical))
-    }
-}
-
-/// `task` done now, on the main thread, or on the thread pool when `large`:
-/// each keyring call has one entry point, which picks by the size it knows.
-pub(super) fn now_or_pooled<T: Task>(
-    env: Env,
-    mut task: T,
-    large: bool,
-) -> Result<Either<T::JsValue, AsyncTask<T>>> {
-    if large {
-        return Ok(Either::B(AsyncTask::new(task)));
-    }
-    let output = task.compute()?;
-    task.resolve(env, output).map(Either::A)
 }
 
 /// `catch_unwind` for work on the thread pool, where the attribute does not

@@ -43,6 +43,11 @@ fn table() -> &'static Mutex<Table> {
     TABLE.get_or_init(|| Mutex::new(LruCache::new(CAPACITY)))
 }
 
+/// A sealed box's ephemeral public key: its first 32 bytes.
+fn ephemeral_of(sealed: &[u8]) -> Option<[u8; 32]> {
+    sealed.get(..32)?.try_into().ok()
+}
+
 fn digest(sealed: &[u8]) -> [u8; 32] {
     Blake2b::<U32>::digest(sealed).into()
 }
@@ -53,7 +58,7 @@ pub(super) fn remember(
     recipient: &[u8; 32],
     signer: &[u8; 32],
 ) {
-    let Some(ephemeral) = sealed.get(..32).and_then(|e| <[u8; 32]>::try_from(e).ok()) else {
+    let Some(ephemeral) = ephemeral_of(sealed) else {
         return;
     };
     let entry = Entry {
@@ -76,7 +81,7 @@ pub(super) fn recall(
     recipient: &[u8; 32],
     signer: &[u8; 32],
 ) -> Option<Zeroizing<[u8; 32]>> {
-    let ephemeral: [u8; 32] = sealed.get(..32)?.try_into().ok()?;
+    let ephemeral = ephemeral_of(sealed)?;
     let key = {
         let mut table = table().lock().ok()?;
         let entry = table.get(&ephemeral)?;
@@ -92,20 +97,14 @@ pub(super) fn recall(
 /// Drop `sealed` from the table (tests: to open it the long way).
 #[cfg(test)]
 pub(super) fn forget(sealed: &[u8]) {
-    let Some(ephemeral) = sealed.get(..32).and_then(|e| <[u8; 32]>::try_from(e).ok()) else {
-        return;
-    };
-    if let Ok(mut t) = table().lock() {
+    if let (Some(ephemeral), Ok(mut t)) = (ephemeral_of(sealed), table().lock()) {
         t.remove(&ephemeral);
     }
 }
 
 #[cfg(test)]
 pub(super) fn holds(sealed: &[u8]) -> bool {
-    let Some(ephemeral) = sealed.get(..32).and_then(|e| <[u8; 32]>::try_from(e).ok()) else {
-        return false;
-    };
-    table().lock().is_ok_and(|t| t.contains_key(&ephemeral))
+    ephemeral_of(sealed).is_some_and(|e| table().lock().is_ok_and(|t| t.contains_key(&e)))
 }
 
 #[cfg(test)]

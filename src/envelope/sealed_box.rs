@@ -53,14 +53,17 @@ pub(super) fn box_key_bytes(
     Some(hsalsa_key(shared.as_bytes()))
 }
 
-/// X25519 of our secret against a key we see once (an envelope's ephemeral
-/// key), computed on the Edwards form of the point: curve25519-dalek runs
+/// X25519 computed on the Edwards form of the point: curve25519-dalek runs
 /// that multiplication on its vector backends (AVX-512 IFMA, else AVX2) when
 /// the CPU has them, which the Montgomery ladder cannot use (≈ 13 µs with
-/// IFMA and 22 with AVX2, against the ladder's 51, here). Constant time
-/// in the secret; the point is public. Equal to the ladder for the same
-/// reasons as [`fixed_base`] (the unreduced clamped scalar, the u-coordinate
-/// of either lift); `None` for a u on the twist, which keeps the ladder.
+/// IFMA and 22 with AVX2, against the ladder's 51). Constant time in the
+/// secret; the point is public.
+///
+/// Why it equals X25519: the ladder's answer is the u-coordinate of
+/// `clamp(k)·P` for either point P with that u (a u on the curve's twist
+/// has no Edwards point: `None`, and the ladder runs). The clamped scalar is
+/// used unreduced, a multiple of the cofactor, so a small-order component of
+/// P vanishes just as in the ladder, and the identity maps back to u = 0.
 #[cfg(not(target_arch = "wasm32"))]
 fn variable_base_shared_secret(
     secret: &StaticSecret,
@@ -80,112 +83,6 @@ fn hsalsa_key(shared: &[u8; 32]) -> Zeroizing<[u8; 32]> {
     let bytes = Zeroizing::new(key.into());
     zeroize::Zeroize::zeroize(key.as_mut_slice());
     bytes
-}
-
-/// The seal side's box key: the ephemeral secret against the recipient's
-/// public key, through the recipient's precomputed table when it has one.
-pub(super) fn seal_box_key(
-    ephemeral: &StaticSecret,
-    recipient_public: &[u8; 32],
-) -> Option<Zeroizing<[u8; 32]>> {
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Some(shared) = fixed_base::shared_secret(ephemeral, recipient_public) {
-        // All zeros: a small-order recipient key, refused as libsodium does.
-        if bool::from(subtle::ConstantTimeEq::ct_eq(&shared[..], &[0u8; 32][..])) {
-            return None;
-        }
-        return Some(hsalsa_key(&shared));
-    }
-    box_key_bytes(ephemeral, recipient_public)
-}
-
-/// X25519 to a recipient we seal to again and again (the site's own key at
-/// every enqueue, a paired device's key at every fetch) through a
-/// constant-time table of multiples of that recipient's point: the same
-/// multiplication the site's identity signature does with the basepoint
-/// table, about a third of the Montgomery ladder's time here. The table costs
-/// about as much as twenty ladders and 30 KB, so a key gets one only after
-/// being sealed to a few times, and only a bounded number of keys keep one.
-///
-/// Why it equals X25519: the ladder's answer is the u-coordinate of
-/// `clamp(k)·P` for either point P with the recipient's u (a u on the curve's
-/// twist has no Edwards point and keeps the ladder). The clamped scalar is
-/// used unreduced, a multiple of the cofactor, so a small-order component of
-/// P vanishes just as in the ladder, and the identity maps back to u = 0.
-#[cfg(not(target_arch = "wasm32"))]
-mod fixed_base {
-    use curve25519_dalek::edwards::EdwardsBasepointTable;
-    use curve25519_dalek::montgomery::MontgomeryPoint;
-    use curve25519_dalek::traits::BasepointTable;
-    use hashlink::LruCache;
-    use std::sync::{Arc, Mutex, OnceLock};
-    use x25519_dalek::StaticSecret;
-    use zeroize::Zeroizing;
-
-    /// Seals to a key before it gets a table (a table pays for itself after ~25).
-    pub(super) const BUILD_AFTER: u32 = 4;
-    /// Keys holding a table at once (30 KB each).
-    const MAX_TABLES: usize = 64;
-    /// Keys whose seals are being counted at once (the least recently
-    /// counted gives way).
-    const MAX_COUNTED: usize = 4096;
-
-    struct Tables {
-        /// `None`: this u has no Edwards point (the twist); the ladder it is.
-        built: LruCache<[u8; 32], Option<Arc<EdwardsBasepointTable>>>,
-        /// Seals to keys without a table yet.
-        seen: LruCache<[u8; 32], u32>,
-    }
-
-    fn tables() -> &'static Mutex<Tables> {
-        static TABLES: OnceLock<Mutex<Tables>> = OnceLock::new();
-        TABLES.get_or_init(|| {
-            Mutex::new(Tables {
-                built: LruCache::new(MAX_TABLES),
-                seen: LruCache::new(MAX_COUNTED),
-            })
-        })
-    }
-
-    /// The table for `public`, building it on the seal that reaches
-    /// [`BUILD_AFTER`]; `None` means: use the ladder.
-    fn table_for(public: &[u8; 32]) -> Option<Arc<EdwardsBasepointTable>> {
-        {
-            let mut state = tables().lock().ok()?;
-            if let Some(entry) = state.built.get(public) {
-                return entry.clone();
-            }
-            let count = state.seen.get(public).map_or(1, |count| count + 1);
-            if count < BUILD_AFTER {
-                state.seen.insert(*public, count);
-                return None;
-            }
-            state.seen.remove(public);
-        }
-        // Built outside the lock: a millisecond other seals need not wait for.
-        let table = MontgomeryPoint(*public)
-            .to_edwards(0)
-            .map(|point| Arc::new(EdwardsBasepointTable::create(&point)));
-        let mut state = tables().lock().ok()?;
-        if !state.built.contains_key(public) {
-            state.built.insert(*public, table.clone());
-        }
-        table
-    }
-
-    /// The X25519 output of `ephemeral` against `public`, or `None` when
-    /// `public` has no table (the caller runs the ladder).
-    pub(super) fn shared_secret(
-        ephemeral: &StaticSecret,
-        public: &[u8; 32],
-    ) -> Option<Zeroizing<[u8; 32]>> {
-        let table = table_for(public)?;
-        let scalar = Zeroizing::new(ephemeral.to_bytes());
-        let mut point = table.mul_base_clamped(*scalar);
-        let shared = Zeroizing::new(point.to_montgomery().to_bytes());
-        zeroize::Zeroize::zeroize(&mut point);
-        Some(shared)
-    }
 }
 
 /// `crypto_box_seal` with a given ephemeral secret (for known answers; real
@@ -217,7 +114,7 @@ pub(super) fn seal_box_keyed_into(
     out: &mut Vec<u8>,
 ) -> Option<Zeroizing<[u8; 32]>> {
     let ephemeral_public = *XPublicKey::from(ephemeral).as_bytes();
-    let key = seal_box_key(ephemeral, recipient_public)?;
+    let key = box_key_bytes(ephemeral, recipient_public)?;
     seal_box_with_key_into(&ephemeral_public, key, recipient_public, message, out)
 }
 
@@ -359,47 +256,6 @@ mod tests {
             points.push(t.to_montgomery().to_bytes());
         }
         points
-    }
-
-    #[cfg(not(target_arch = "wasm32"))]
-    #[test]
-    fn recipient_tables_give_the_ladders_answer() {
-        use curve25519_dalek::montgomery::MontgomeryPoint;
-        let mut recipients = honest_torsioned_and_small_order(1000, 3);
-        // A u on the twist (no Edwards point) keeps the ladder.
-        let twist = (2u8..)
-            .map(|u| {
-                let mut b = [0u8; 32];
-                b[0] = u;
-                b
-            })
-            .find(|b| MontgomeryPoint(*b).to_edwards(0).is_none());
-        let Some(twist) = twist else {
-            panic!("some small u is on the twist")
-        };
-        recipients.push(twist);
-
-        let mut n = 0;
-        for public in &recipients {
-            let mut tabled = 0;
-            for _ in 0..(fixed_base::BUILD_AFTER + 6) {
-                n += 1;
-                let eph = nth_secret(n);
-                let ladder = eph.diffie_hellman(&XPublicKey::from(*public));
-                if let Some(shared) = fixed_base::shared_secret(&eph, public) {
-                    assert_eq!(&*shared, ladder.as_bytes(), "u = {public:?}");
-                    tabled += 1;
-                }
-                // The whole seal agrees with the ladder's refusals too.
-                let sealed = seal_box_with_ephemeral(&eph, public, b"x");
-                assert_eq!(sealed.is_none(), !ladder.was_contributory());
-            }
-            if *public == twist {
-                assert_eq!(tabled, 0, "the twist has no table");
-            } else {
-                assert!(tabled >= 6, "a key sealed to often gets its table");
-            }
-        }
     }
 
     #[cfg(not(target_arch = "wasm32"))]

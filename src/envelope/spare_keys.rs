@@ -96,7 +96,8 @@ mod made {
             let ephemeral = crate::envelope::sealed_box::random_secret(&mut rand_core::OsRng);
             let public = *x25519_dalek::PublicKey::from(&ephemeral).as_bytes();
             // A small-order key: no spares (its seals fail the same way).
-            let Some(key) = crate::envelope::sealed_box::seal_box_key(&ephemeral, recipient) else {
+            let Some(key) = crate::envelope::sealed_box::box_key_bytes(&ephemeral, recipient)
+            else {
                 return;
             };
             let Ok(mut pools) = pools().lock() else {
