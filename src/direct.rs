@@ -26,7 +26,8 @@ use crate::keys::{KeyHandle, PublicIdentity};
 use crate::kinds::ValidPayload;
 use crate::signing::{self, RequestSignature};
 use crate::store::{
-    ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobView, LeaseView, Store,
+    ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobRef, JobView, LeaseView,
+    Store,
 };
 use crate::wire::{self, Endpoint};
 
@@ -173,14 +174,11 @@ pub fn at_rest_context(site: &KeyHandle, job_id: &str, deadline_at: f64) -> enve
     }
 }
 
-/// An enqueued payload's envelope for our store.
-pub enum AtRestSeal {
-    Sealed(envelope::SealedEnvelope),
-    /// To be sealed by the background thread, or by its first reader.
-    Deferred(Arc<DeferredSeal>),
-}
+/// An enqueued payload's envelope for our store: the one at-rest type, which
+/// the reseal for a device reads too.
+pub use reseal::AtRest as AtRestSeal;
 
-impl AtRestSeal {
+impl reseal::AtRest {
     /// How the store's `create` takes it.
     pub fn as_input(&self) -> EnvelopeInput<'_> {
         match self {
@@ -194,6 +192,24 @@ impl AtRestSeal {
             AtRestSeal::Deferred(deferred) => EnvelopeInput::Deferred(Arc::clone(deferred)),
         }
     }
+}
+
+/// Job `r`'s payload as the store holds it: its sealed envelope (ciphertext
+/// re-encoded) or its at-rest seal still to be made; `None` for an unknown
+/// job or a caller's own (unsealed) envelope.
+pub fn at_rest_of(store: &Store, r: JobRef) -> Option<AtRestSeal> {
+    if let Some(deferred) = store.deferred_seal(r) {
+        return Some(AtRestSeal::Deferred(Arc::clone(deferred)));
+    }
+    let mut ciphertext = String::new();
+    let parts = store.sealed_envelope_parts(r, &mut ciphertext)?;
+    Some(AtRestSeal::Sealed(envelope::SealedEnvelope {
+        ciphertext,
+        recipient_key_id: parts.recipient_key_id.to_owned(),
+        sender_key_id: parts.sender_key_id.to_owned(),
+        direction: parts.direction.to_owned(),
+        deadline_at: parts.deadline_at,
+    }))
 }
 
 /// Deferred seals a store holds before enqueues seal at once again: a burst
@@ -383,11 +399,32 @@ pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> O
     if text(&doc, body, "runnerId")? != runner.id {
         return None;
     }
-    match call.endpoint {
-        Endpoint::Claim => claim(store, site, &runner, &doc, now),
-        Endpoint::Fetch => fetch(store, site, &runner, &doc, now),
-        _ => result(store, site, &runner, &doc, now),
+    if call.endpoint == Endpoint::Claim {
+        return claim(store, site, &runner, &doc, now);
     }
+    // A fetch and a result name a job and the lease they hold on it.
+    let job_id = text(&doc, body, "jobId")?;
+    let asked = Asked {
+        job: store.get(job_id)?,
+        job_id,
+        lease_id: text(&doc, body, "leaseId")?,
+        runner: &runner,
+        now,
+    };
+    if call.endpoint == Endpoint::Fetch {
+        fetch(store, site, &asked)
+    } else {
+        result(store, site, &asked, &doc)
+    }
+}
+
+/// The job and lease a fetch or result names, and who asks when.
+struct Asked<'a> {
+    job: JobRef,
+    job_id: &'a str,
+    lease_id: &'a str,
+    runner: &'a RunnerFacts,
+    now: f64,
 }
 
 /// The string at `obj[key]`, when it is one without a lone surrogate.
@@ -548,30 +585,30 @@ fn write_stub(out: &mut String, job: &Stub<'_>, site_id: &str, now: f64) {
     out.push_str("}}");
 }
 
-fn fetch(
-    store: &mut Store,
-    site: &Site<'_>,
-    runner: &RunnerFacts,
-    doc: &Doc,
-    now: f64,
-) -> Option<String> {
-    let body = doc.root();
-    let job_id = text(doc, body, "jobId")?;
-    let lease_id = text(doc, body, "leaseId")?;
-    let r = store.get(job_id)?;
-    let job = store.view(r)?;
+fn fetch(store: &Store, site: &Site<'_>, asked: &Asked<'_>) -> Option<String> {
+    let job = store.view(asked.job)?;
     let lease = job.lease.as_ref();
     if !fetch_lease_held(
         lease.map(|l| l.id),
         lease.map(|l| l.runner_id),
         lease.map_or(f64::NAN, |l| l.expires_at),
-        lease_id,
-        Some(&runner.id),
-        now,
+        asked.lease_id,
+        Some(&asked.runner.id),
+        asked.now,
     ) {
         return None;
     }
-    let inputs = reseal_inputs(store, site, r, job_id, job.created_at, runner)?;
+    // A large payload is resealed on the thread pool by the general path.
+    if job.sealed_ciphertext_chars? > ASYNC_CRYPTO_THRESHOLD {
+        return None;
+    }
+    let inputs = reseal::Inputs {
+        site: Arc::clone(site.keys),
+        job_id: asked.job_id.to_owned(),
+        at_rest: at_rest_of(store, asked.job)?,
+        created_at: job.created_at,
+        device: asked.runner.device.clone(),
+    };
     let sealed = inputs.reseal().ok()??;
     let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
     out.push_str("{\"envelope\":{\"ciphertext\":");
@@ -588,56 +625,9 @@ fn fetch(
     Some(out)
 }
 
-/// What the reseal of job `r` for `runner`'s device is computed from;
-/// `None` when the lane does not reseal it (no sealed envelope, or one
-/// large enough for the thread pool).
-fn reseal_inputs(
-    store: &Store,
-    site: &Site<'_>,
-    r: crate::store::JobRef,
-    job_id: &str,
-    created_at: f64,
-    runner: &RunnerFacts,
-) -> Option<reseal::Inputs> {
-    if store.view(r)?.sealed_ciphertext_chars? > ASYNC_CRYPTO_THRESHOLD {
-        return None;
-    }
-    if let Some(deferred) = store.deferred_seal(r) {
-        return Some(reseal::Inputs {
-            site: Arc::clone(site.keys),
-            job_id: job_id.to_owned(),
-            at_rest: reseal::AtRest::Deferred(Arc::clone(deferred)),
-            created_at,
-            device: runner.device.clone(),
-        });
-    }
-    let mut ciphertext = String::new();
-    let parts = store.sealed_envelope_parts(r, &mut ciphertext)?;
-    Some(reseal::Inputs {
-        site: Arc::clone(site.keys),
-        job_id: job_id.to_owned(),
-        at_rest: reseal::AtRest::Sealed(envelope::SealedEnvelope {
-            ciphertext,
-            recipient_key_id: parts.recipient_key_id.to_owned(),
-            sender_key_id: parts.sender_key_id.to_owned(),
-            direction: parts.direction.to_owned(),
-            deadline_at: parts.deadline_at,
-        }),
-        created_at,
-        device: runner.device.clone(),
-    })
-}
-
-fn result(
-    store: &mut Store,
-    site: &Site<'_>,
-    runner: &RunnerFacts,
-    doc: &Doc,
-    now: f64,
-) -> Option<String> {
+fn result(store: &mut Store, site: &Site<'_>, asked: &Asked<'_>, doc: &Doc) -> Option<String> {
     let body = doc.root();
-    let job_id = text(doc, body, "jobId")?;
-    let lease_id = text(doc, body, "leaseId")?;
+    let runner = asked.runner;
     let disposition = text(doc, body, "disposition")?;
     let env = doc.get(body, "envelope")?;
     let Node::Number(deadline_at) = doc.node(doc.get(env, "deadlineAt")?) else {
@@ -653,24 +643,22 @@ fn result(
     if sealed.ciphertext.len() > ASYNC_CRYPTO_THRESHOLD {
         return None;
     }
-    let r = store.get(job_id)?;
-    let job = store.view(r)?;
+    let job = store.view(asked.job)?;
     if let Some(lease) = &job.lease {
         if result_lease_refused(
             Some(lease.id),
             Some(lease.runner_id),
             lease.expires_at,
-            lease_id,
+            asked.lease_id,
             Some(&runner.id),
-            now,
+            asked.now,
         ) {
             return None;
         }
     }
-    let audience = job.audience;
-    let state_before = job.state;
+    let (audience, state_before) = (job.audience, job.state);
 
-    let plaintext = open_result(site.keys, &sealed, job_id, &runner.device.identity).ok()?;
+    let plaintext = open_result(site.keys, &sealed, asked.job_id, &runner.device.identity).ok()?;
     if !is_canonical_outcome(&plaintext) {
         return None;
     }
@@ -704,14 +692,14 @@ fn result(
     });
     let provenance_json = serde_json::to_string(&provenance).ok()?;
     let done = store.complete(&CompleteArgs {
-        job_id,
+        job_id: asked.job_id,
         runner_id: &runner.id,
-        holder: Holder::Lease(lease_id),
+        holder: Holder::Lease(asked.lease_id),
         outcome_tag: tag,
         outcome_json: &sealed_outcome.to_json(outcome),
         provenance_json: &provenance_json,
         provenance_runner: Some(&runner.id),
-        now,
+        now: asked.now,
     });
     let state = done
         .job

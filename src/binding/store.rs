@@ -130,26 +130,6 @@ impl NativeMemoryStore {
         self.inner.push_job_json(r, &mut self.out);
         self.send(env)
     }
-
-    /// A job's payload as the core holds it: its sealed envelope, ciphertext
-    /// re-encoded, or its at-rest seal still to be made (for
-    /// `resealForDeviceAsync`, which then needs no JS string of it).
-    fn at_rest_core(&mut self, id: &str) -> Option<crate::direct::reseal::AtRest> {
-        use crate::direct::reseal::AtRest;
-        let r = self.inner.get(id)?;
-        if let Some(deferred) = self.inner.deferred_seal(r) {
-            return Some(AtRest::Deferred(std::sync::Arc::clone(deferred)));
-        }
-        let mut ciphertext = String::new();
-        let parts = self.inner.sealed_envelope_parts(r, &mut ciphertext)?;
-        Some(AtRest::Sealed(crate::envelope::SealedEnvelope {
-            ciphertext,
-            recipient_key_id: parts.recipient_key_id.to_owned(),
-            sender_key_id: parts.sender_key_id.to_owned(),
-            direction: parts.direction.to_owned(),
-            deadline_at: parts.deadline_at,
-        }))
-    }
 }
 
 #[napi]
@@ -807,8 +787,8 @@ impl NativeMemoryStore {
         device: JsPublicIdentity,
     ) -> AsyncTask<ResealTask> {
         AsyncTask::new(ResealTask {
-            inputs: self
-                .at_rest_core(&job_id)
+            inputs: (self.inner.get(&job_id))
+                .and_then(|r| crate::direct::at_rest_of(&self.inner, r))
                 .map(|at_rest| crate::direct::reseal::Inputs {
                     site: keyring.handle().clone(),
                     job_id,
