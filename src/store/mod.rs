@@ -167,6 +167,21 @@ fn settle_deferred(syms: &mut Interner, job: &mut Job) {
     };
 }
 
+/// Register `r` as waiting on each job it depends on (once per id), in the
+/// order the waiting jobs were created.
+fn note_dependents(
+    dependents: &mut HashMap<Box<str>, Vec<JobRef>>,
+    depends_on: &[Box<str>],
+    r: JobRef,
+) {
+    let mut seen: HashSet<&str> = HashSet::new();
+    for dep in depends_on {
+        if seen.insert(dep) {
+            dependents.entry(dep.clone()).or_default().push(r);
+        }
+    }
+}
+
 /// How a caller hands an envelope in.
 pub enum EnvelopeInput<'a> {
     Sealed {
@@ -572,12 +587,7 @@ impl Store {
         };
         let r = JobRef { slot, seq };
         if blocked {
-            let mut seen: HashSet<&str> = HashSet::new();
-            for dep in job.depends_on.iter() {
-                if seen.insert(dep) {
-                    self.dependents.entry(dep.clone()).or_default().push(r);
-                }
-            }
+            note_dependents(&mut self.dependents, &job.depends_on, r);
         }
         self.by_id.insert(job.id.clone(), slot);
         let reach = self.reach(&job);
