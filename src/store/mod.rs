@@ -148,6 +148,25 @@ enum Envelope {
     Deferred(Arc<DeferredSeal>),
 }
 
+impl Envelope {
+    /// The length of a sealed envelope's ciphertext text (base64url), made
+    /// or not; `None` for a caller's own envelope of another shape.
+    fn ciphertext_chars(&self) -> Option<usize> {
+        match self {
+            Envelope::Sealed {
+                ciphertext: Ciphertext::Bytes(bytes),
+                ..
+            } => Some(bytes.len().saturating_mul(4).div_ceil(3)),
+            Envelope::Sealed {
+                ciphertext: Ciphertext::Text(text),
+                ..
+            } => Some(text.len()),
+            Envelope::Raw(_) => None,
+            Envelope::Deferred(deferred) => Some(deferred.ciphertext_chars()),
+        }
+    }
+}
+
 /// A deferred seal that has been made is kept in the compact sealed form
 /// (its ciphertext as bytes, its key ids interned) from the job's next write
 /// on: the same envelope, a few hundred bytes less per job.
@@ -272,12 +291,6 @@ pub struct ClaimArgs<'a> {
 pub struct LeaseRef {
     pub job_id: String,
     pub lease_id: String,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct RenewResult {
-    pub renewed: Vec<(String, f64)>,
-    pub lost: Vec<LeaseRef>,
 }
 
 /// Who claims to hold a job when completing it.
@@ -675,18 +688,7 @@ impl Store {
             claimable_at: job.claimable_at,
             ttl_ms: job.ttl_ms,
             deadline_at: job.deadline_at,
-            sealed_ciphertext_chars: match &job.envelope {
-                Envelope::Sealed {
-                    ciphertext: Ciphertext::Bytes(bytes),
-                    ..
-                } => Some(bytes.len().saturating_mul(4).div_ceil(3)),
-                Envelope::Sealed {
-                    ciphertext: Ciphertext::Text(text),
-                    ..
-                } => Some(text.len()),
-                Envelope::Raw(_) => None,
-                Envelope::Deferred(deferred) => Some(deferred.ciphertext_chars()),
-            },
+            sealed_ciphertext_chars: job.envelope.ciphertext_chars(),
         })
     }
 
@@ -780,14 +782,5 @@ impl Store {
     /// The ids of watched jobs written since the last call, one per write, in order.
     pub fn drain_writes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.write_log)
-    }
-}
-
-#[cfg(test)]
-impl Store {
-    /// Deterministic lease ids (`lease-1`, `lease-2`, …), for tests that
-    /// compare two stores operation by operation.
-    pub fn use_counter_lease_ids(&mut self) {
-        self.counter_lease_ids = Some(0);
     }
 }

@@ -293,19 +293,11 @@ impl Store {
     fn omits_envelope(&self, job: &Job) -> bool {
         self.omit_envelopes
             && match &job.envelope {
-                Envelope::Sealed {
-                    ciphertext: Ciphertext::Bytes(b),
-                    ..
-                } => b.len() >= OMIT_ENVELOPE_BYTES,
-                Envelope::Sealed {
-                    ciphertext: Ciphertext::Text(t),
-                    ..
-                } => t.len() >= OMIT_ENVELOPE_BYTES,
-                Envelope::Raw(_) => false,
-                Envelope::Deferred(deferred) => {
-                    !deferred.is_sealed()
-                        || deferred.ciphertext_chars() / 4 * 3 >= OMIT_ENVELOPE_BYTES
-                }
+                Envelope::Deferred(deferred) if !deferred.is_sealed() => true,
+                // The ciphertext's size in bytes, from its base64url text.
+                envelope => envelope
+                    .ciphertext_chars()
+                    .is_some_and(|chars| chars.saturating_mul(3) / 4 >= OMIT_ENVELOPE_BYTES),
             }
     }
 
@@ -367,22 +359,10 @@ impl Store {
 
     fn json_size_hint(&self, r: JobRef) -> usize {
         let Some(job) = self.live(r) else { return 4 };
-        let envelope = match &job.envelope {
-            Envelope::Sealed {
-                ciphertext: Ciphertext::Bytes(b),
-                ..
-            } => b.len() * 4 / 3 + 4,
-            Envelope::Sealed {
-                ciphertext: Ciphertext::Text(t),
-                ..
-            } => t.len() + 4,
-            Envelope::Raw(json) => json.len(),
-            Envelope::Deferred(deferred) => deferred.ciphertext_chars() + 120,
-        };
-        let envelope = if self.omits_envelope(job) {
-            2
-        } else {
-            envelope
+        let envelope = match (&job.envelope, self.omits_envelope(job)) {
+            (_, true) => 2,
+            (Envelope::Raw(json), _) => json.len(),
+            (envelope, _) => envelope.ciphertext_chars().unwrap_or(0) + 120,
         };
         let opaque = job.outcome.as_deref().map_or(0, str::len)
             + job.provenance.as_deref().map_or(0, str::len);

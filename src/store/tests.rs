@@ -7,6 +7,68 @@ use super::*;
 use crate::audience::{server_admits, OfferScope};
 use crate::json::write_json_str;
 
+/// `renewLeases` as the reference answers it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenewResult {
+    pub renewed: Vec<(String, f64)>,
+    pub lost: Vec<LeaseRef>,
+}
+
+/// The store calls in the shapes the reference's interface answers with,
+/// over the per-ref answers the binding uses.
+impl Store {
+    /// Deterministic lease ids (`lease-1`, `lease-2`, …), for tests that
+    /// compare two stores operation by operation.
+    pub fn use_counter_lease_ids(&mut self) {
+        self.counter_lease_ids = Some(0);
+    }
+
+    /// `renewLeases`: sweep, then extend each named grant this runner holds.
+    pub fn renew_leases(
+        &mut self,
+        runner_id: &str,
+        leases: &[LeaseRef],
+        lease_ms: f64,
+        now: f64,
+    ) -> RenewResult {
+        let each = self.renew_leases_each(runner_id, leases, lease_ms, now);
+        let mut result = RenewResult {
+            renewed: Vec::new(),
+            lost: Vec::new(),
+        };
+        for (lease_ref, renewed) in leases.iter().zip(each) {
+            match renewed {
+                Some(expires_at) => result.renewed.push((lease_ref.job_id.clone(), expires_at)),
+                None => result.lost.push(lease_ref.clone()),
+            }
+        }
+        result
+    }
+
+    /// `release`: back to the queue, remembering a refusal.
+    pub fn release(
+        &mut self,
+        runner_id: &str,
+        leases: &[LeaseRef],
+        refused: bool,
+        now: f64,
+    ) -> Vec<String> {
+        self.release_each(runner_id, leases, refused, now)
+            .into_iter()
+            .filter_map(|at| leases.get(at).map(|r| r.job_id.clone()))
+            .collect()
+    }
+
+    /// `expireDue`: the three-pass sweep; a JSON array of the records
+    /// written, in order, each as it was at its write (a job requeued in
+    /// pass 1 and expired in pass 3 appears twice, first as `queued`).
+    pub fn expire_due(&mut self, now: f64) -> String {
+        let mut changed = String::new();
+        self.expire_due_into(now, &mut changed);
+        changed
+    }
+}
+
 const CT: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
 
 fn input<'a>(id: &'a str, owner: &'a str) -> JobInput<'a> {
