@@ -105,22 +105,37 @@ struct Head {
 }
 
 impl Pairing {
-    fn from_record(record: &Record, hash: String) -> Pairing {
-        Pairing {
-            hash,
-            // Serialising a map of JSON values cannot fail.
-            json: serde_json::to_string(record).unwrap_or_default().into(),
-            code: record
-                .get("userCode")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            state: record
-                .get("state")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            expires_at: record.get("expiresAt").and_then(Value::as_f64),
-            collected: record.get("collected") == Some(&Value::Bool(true)),
+    /// A pairing from the JSON text of its record (`JSON.stringify`'s), kept
+    /// as given: only the fields the rules read are taken out of it, and
+    /// the record's `createdAt`. `None` when it is not the text of a JSON
+    /// object.
+    fn parse(json: String) -> Option<(Pairing, Option<f64>)> {
+        if !json.trim_start().starts_with('{') {
+            return None;
         }
+        let head =
+            serde_json::from_str::<Head>(&crate::json::lone_surrogates_replaced(&json)).ok()?;
+        let text = |value: Option<Value>| match value {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        };
+        let number = |value: Option<Value>| value.as_ref().and_then(Value::as_f64);
+        let pairing = Pairing {
+            hash: hash_key(head.device_code_hash.as_ref()),
+            json: json.into_boxed_str(),
+            code: text(head.user_code),
+            state: text(head.state),
+            expires_at: number(head.expires_at),
+            collected: head.collected == Some(Value::Bool(true)),
+        };
+        Some((pairing, number(head.created_at)))
+    }
+
+    /// A pairing from its record as a value.
+    fn from_record(record: &Record) -> Option<Pairing> {
+        // Serialising a map of JSON values cannot fail.
+        let json = serde_json::to_string(record).unwrap_or_default();
+        Pairing::parse(json).map(|(pairing, _)| pairing)
     }
 
     /// The record as a value. The text is `JSON.stringify`'s, which writes a
@@ -208,52 +223,17 @@ impl PairingStore {
         self.runners.get(at)
     }
 
-    /// `createPairing`: store by `deviceCodeHash`; the same hash overwrites.
-    /// Expired pairings are pruned as the count doubles (the record's
-    /// `createdAt` is the clock), and past [`MAX_PAIRINGS`] the oldest are
-    /// dropped.
-    pub fn create_pairing(&mut self, record: Record) {
-        let key = hash_key(record.get("deviceCodeHash"));
-        let created_at = record.get("createdAt").and_then(Value::as_f64);
-        let pairing = Pairing::from_record(&record, key.clone());
-        drop(record);
-        self.insert_pairing(key, pairing, created_at);
-    }
-
-    /// [`Self::create_pairing`] for a record given as the JSON text of an
-    /// object (`JSON.stringify`'s), kept as given: only the fields the rules
-    /// read are taken out of it. `false` (nothing stored) when it is not the
-    /// text of a JSON object.
+    /// `createPairing`, for a record given as the JSON text of an object
+    /// (`JSON.stringify`'s): stored by `deviceCodeHash`; the same hash
+    /// overwrites. Expired pairings are pruned as the count doubles (the
+    /// record's `createdAt` is the clock), and past [`MAX_PAIRINGS`] the
+    /// oldest are dropped. `false` (nothing stored) when it is not the text
+    /// of a JSON object.
     pub fn create_pairing_json(&mut self, json: String) -> bool {
-        if !json.trim_start().starts_with('{') {
-            return false;
-        }
-        let Ok(head) = serde_json::from_str::<Head>(&crate::json::lone_surrogates_replaced(&json))
-        else {
+        let Some((pairing, created_at)) = Pairing::parse(json) else {
             return false;
         };
-        let key = hash_key(head.device_code_hash.as_ref());
-        let pairing = Pairing {
-            hash: key.clone(),
-            json: json.into_boxed_str(),
-            code: head
-                .user_code
-                .as_ref()
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            state: head
-                .state
-                .as_ref()
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            expires_at: head.expires_at.as_ref().and_then(Value::as_f64),
-            collected: head.collected == Some(Value::Bool(true)),
-        };
-        self.insert_pairing(
-            key,
-            pairing,
-            head.created_at.as_ref().and_then(Value::as_f64),
-        );
+        self.insert_pairing(pairing.hash.clone(), pairing, created_at);
         true
     }
 
@@ -438,8 +418,9 @@ impl PairingStore {
         pairing.insert("runnerId".into(), Value::from(runner_id));
         pairing.insert("collected".into(), Value::Bool(false));
         self.pairing_changed(&hash);
-        self.pairings
-            .insert(seq, Pairing::from_record(&pairing, hash));
+        if let Some(approved) = Pairing::from_record(&pairing) {
+            self.pairings.insert(seq, approved);
+        }
         let at = match self.runner_at.get(runner_id) {
             Some(&at) => {
                 if let Some(slot) = self.runners.get_mut(at) {
@@ -485,8 +466,11 @@ impl PairingStore {
         };
         let mut record = stored.record();
         change(&mut record);
-        let hash = std::mem::take(&mut stored.hash);
-        *stored = Pairing::from_record(&record, hash.clone());
+        let Some(changed) = Pairing::from_record(&record) else {
+            return;
+        };
+        *stored = changed;
+        let hash = stored.hash.clone();
         if let Some(at) = stored.expires_at {
             self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
         }
@@ -539,6 +523,14 @@ impl PairingStore {
 /// Pairings as values, and what they hold, for the tests.
 #[cfg(test)]
 impl PairingStore {
+    pub fn create_pairing(&mut self, record: Record) {
+        let json = serde_json::to_string(&record).unwrap_or_default();
+        assert!(
+            self.create_pairing_json(json),
+            "a pairing record is an object"
+        );
+    }
+
     /// How many pairings are kept, and the bytes of their records.
     pub fn pairing_footprint(&self) -> (usize, usize) {
         let bytes = self.pairings.values().map(|p| p.json.len()).sum();
