@@ -54,6 +54,16 @@ fn to_json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
 }
 
+/// `text` as a JS string. Most answers are pure ASCII (ids, base64url,
+/// numbers); V8 takes those as Latin-1 without a UTF-8 decoding pass.
+fn js_text<'env>(env: &'env Env, text: &str) -> Result<JsString<'env>> {
+    if text.is_ascii() {
+        env.create_string_latin1(text.as_bytes())
+    } else {
+        env.create_string(text)
+    }
+}
+
 #[napi]
 pub struct NativeMemoryStore {
     inner: Store,
@@ -79,19 +89,17 @@ impl NativeMemoryStore {
 
     /// Hand the answer built in `out` to JS as a string.
     fn send<'env>(&mut self, env: &'env Env) -> Result<JsString<'env>> {
-        // Most answers are pure ASCII (ids, base64url, numbers); V8 takes
-        // those as Latin-1 without a UTF-8 decoding pass.
-        let text = if self.out.is_ascii() {
-            env.create_string_latin1(self.out.as_bytes())
-        } else {
-            env.create_string(&self.out)
-        };
+        let text = js_text(env, &self.out);
+        self.reset_out();
+        text
+    }
+
+    fn reset_out(&mut self) {
         self.out.clear();
         if self.out.capacity() > 1 << 20 {
             // A huge answer (allJobs) does not pin its buffer for good.
             self.out = String::new();
         }
-        text
     }
 
     fn send_job<'env>(
@@ -220,21 +228,14 @@ impl NativeMemoryStore {
         let Some(parts) = self.inner.sealed_envelope_parts(r, &mut self.out) else {
             return Ok(None);
         };
-        let ciphertext = if self.out.is_ascii() {
-            env.create_string_latin1(self.out.as_bytes())?
-        } else {
-            env.create_string(&self.out)?
-        };
+        let ciphertext = js_text(env, &self.out)?;
         let mut obj = Object::new(env)?;
         obj.set("ciphertext", ciphertext)?;
         obj.set("recipientKeyId", parts.recipient_key_id)?;
         obj.set("senderKeyId", parts.sender_key_id)?;
         obj.set("direction", parts.direction)?;
         obj.set("deadlineAt", parts.deadline_at)?;
-        self.out.clear();
-        if self.out.capacity() > 1 << 20 {
-            self.out = String::new();
-        }
+        self.reset_out();
         Ok(Some(obj))
     }
 
@@ -763,15 +764,7 @@ impl NativeMemoryStore {
         let answer = crate::direct::serve(&mut self.inner, &site, &call, now);
         // What the request changed is on disk before the device hears of it.
         self.persist()?;
-        match answer {
-            // Answers are ASCII but for the odd id or model name; V8 takes
-            // those as Latin-1 without a UTF-8 decoding pass.
-            Some(answer) if answer.is_ascii() => {
-                env.create_string_latin1(answer.as_bytes()).map(Some)
-            }
-            Some(answer) => env.create_string(&answer).map(Some),
-            None => Ok(None),
-        }
+        answer.map(|answer| js_text(env, &answer)).transpose()
     }
 
     /// `SiteKeyring.resealForDevice` for a job whose envelope is in this
