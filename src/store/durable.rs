@@ -479,19 +479,6 @@ fn upsert_job(
     Ok(())
 }
 
-fn state_from(text: &str) -> Option<JobState> {
-    Some(match text {
-        "queued" => JobState::Queued,
-        "claimed" => JobState::Claimed,
-        "running" => JobState::Running,
-        "ok" => JobState::Ok,
-        "error" => JobState::Error,
-        "canceled" => JobState::Canceled,
-        "expired" => JobState::Expired,
-        _ => return None,
-    })
-}
-
 fn strings(json: Option<String>) -> Result<Vec<String>, DurableError> {
     match json {
         None => Ok(Vec::new()),
@@ -511,7 +498,7 @@ fn job_from(row: &Row<'_>, syms: &mut Interner) -> Result<(Job, Option<i64>), Du
     let text = |at: usize| row.get::<_, Option<String>>(at);
     let id: String = row.get(1)?;
     let state: String = row.get(15)?;
-    let Some(state) = state_from(&state) else {
+    let Some(state) = JobState::parse(&state) else {
         return Err(DurableError::Format(format!(
             "job {id} has an unknown state {state:?}"
         )));

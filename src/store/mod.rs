@@ -59,6 +59,23 @@ pub enum JobState {
 }
 
 impl JobState {
+    const ALL: [JobState; 7] = [
+        JobState::Queued,
+        JobState::Claimed,
+        JobState::Running,
+        JobState::Ok,
+        JobState::Error,
+        JobState::Canceled,
+        JobState::Expired,
+    ];
+
+    /// The state [`JobState::as_str`] spells `text`.
+    pub fn parse(text: &str) -> Option<JobState> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Queued => "queued",
@@ -80,10 +97,22 @@ impl JobState {
 /// across thousands of jobs; storing them once keeps a job record small.
 type Sym = u32;
 
-#[derive(Default)]
 struct Interner {
     ids: HashMap<Box<str>, Sym>,
     names: Vec<Box<str>>,
+}
+
+impl Default for Interner {
+    /// Every interner starts with the empty string: [`ADOPTED`].
+    fn default() -> Self {
+        let mut syms = Interner {
+            ids: HashMap::new(),
+            names: Vec::new(),
+        };
+        let adopted = syms.intern("");
+        debug_assert_eq!(adopted, ADOPTED);
+        syms
+    }
 }
 
 impl Interner {
@@ -375,6 +404,7 @@ impl Default for StoreOptions {
 }
 
 /// The store.
+#[derive(Default)]
 pub struct Store {
     options: StoreOptions,
     syms: Interner,
@@ -415,36 +445,11 @@ struct Changes {
     dropped: Vec<u64>,
 }
 
-impl Default for Store {
-    fn default() -> Self {
-        Store::new(StoreOptions::default())
-    }
-}
-
 impl Store {
     pub fn new(options: StoreOptions) -> Store {
-        let mut syms = Interner::default();
-        let adopted = syms.intern("");
-        debug_assert_eq!(adopted, ADOPTED);
         Store {
             options,
-            syms,
-            slots: Vec::new(),
-            free: Vec::new(),
-            by_id: HashMap::new(),
-            next_seq: 0,
-            idx: Indexes::default(),
-            dependents: HashMap::new(),
-            cancel_order: BTreeMap::new(),
-            cancel_ids: HashMap::new(),
-            next_cancel: 0,
-            watched: HashSet::new(),
-            write_log: Vec::new(),
-            counter_lease_ids: None,
-            omit_envelopes: false,
-            unsettled: VecDeque::new(),
-            changes: None,
-            people: PairingStore::default(),
+            ..Store::default()
         }
     }
 

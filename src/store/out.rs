@@ -371,25 +371,20 @@ impl Store {
 
     /// `[{jobId, leaseId}]` as JSON.
     pub fn lease_refs_json(refs: &[LeaseRef]) -> String {
-        let mut out = String::new();
-        push_lease_refs(&mut out, refs);
+        let mut out = String::from("[");
+        for (at, r) in refs.iter().enumerate() {
+            if at > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"jobId\":");
+            write_json_str(&r.job_id, &mut out);
+            out.push_str(",\"leaseId\":");
+            write_json_str(&r.lease_id, &mut out);
+            out.push('}');
+        }
+        out.push(']');
         out
     }
-}
-
-fn push_lease_refs(out: &mut String, refs: &[LeaseRef]) {
-    out.push('[');
-    for (at, r) in refs.iter().enumerate() {
-        if at > 0 {
-            out.push(',');
-        }
-        out.push_str("{\"jobId\":");
-        write_json_str(&r.job_id, out);
-        out.push_str(",\"leaseId\":");
-        write_json_str(&r.lease_id, out);
-        out.push('}');
-    }
-    out.push(']');
 }
 
 /// Split a JSON array of records (as the store writes them) into JSON arrays of
