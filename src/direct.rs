@@ -110,7 +110,6 @@ pub fn reseal_for_device(
         recipient_key_id: site_id,
         direction: "payload".into(),
     };
-    let context = device_context(site, job_id, created_at, device);
     // The seal to the device runs while a large body's at-rest signature is
     // still being checked; its envelope is kept only if the check passes.
     let resealed = envelope::open_with_handle_then(
@@ -118,16 +117,12 @@ pub fn reseal_for_device(
         site,
         site.identity_key(),
         &expected,
-        |plaintext| match plaintext.lone_utf16() {
-            Some(units) => {
-                envelope::seal_with_handle(Text::Utf16(units), site, &device.encryption, &context)
-            }
-            None => envelope::seal_with_handle(
-                Text::Utf8(plaintext.as_str()),
-                site,
-                &device.encryption,
-                &context,
-            ),
+        |plaintext| {
+            let text = match plaintext.lone_utf16() {
+                Some(units) => Text::Utf16(units),
+                None => Text::Utf8(plaintext.as_str()),
+            };
+            seal_for_device(site, text, job_id, created_at, device)
         },
     );
     match resealed {
@@ -282,34 +277,25 @@ pub fn seal_later(at_rest: &AtRestSeal) {
     }
 }
 
-/// What a payload sealed for `device` binds: the job, the site as sender,
-/// the device as recipient, a deadline a day after the job was created.
-fn device_context(
+/// A payload's text sealed for `device`, exactly as [`reseal_for_device`]
+/// seals what it opens (for a payload whose at-rest seal is not made yet):
+/// bound to the job, the site as sender, the device as recipient, and a
+/// deadline a day after the job was created.
+pub fn seal_for_device(
     site: &KeyHandle,
+    plaintext: Text<'_>,
     job_id: &str,
     created_at: f64,
     device: &PublicIdentity,
-) -> envelope::Context {
-    envelope::Context {
+) -> Result<envelope::SealedEnvelope, envelope::SealError> {
+    let context = envelope::Context {
         job_id: job_id.to_string(),
         sender_key_id: site.key_id().to_string(),
         recipient_key_id: fingerprint::key_id(&device.identity),
         deadline_at: created_at + envelope::ENVELOPE_MAX_AGE_MS,
         direction: "payload".into(),
-    }
-}
-
-/// A payload's text sealed for `device`, exactly as [`reseal_for_device`]
-/// seals what it opens (for a payload whose at-rest seal is not made yet).
-pub fn seal_for_device(
-    site: &KeyHandle,
-    plaintext: &str,
-    job_id: &str,
-    created_at: f64,
-    device: &PublicIdentity,
-) -> Result<envelope::SealedEnvelope, envelope::SealError> {
-    let context = device_context(site, job_id, created_at, device);
-    envelope::seal_with_handle(Text::Utf8(plaintext), site, &device.encryption, &context)
+    };
+    envelope::seal_with_handle(plaintext, site, &device.encryption, &context)
 }
 
 /// Open a device's sealed result for `job_id`, checking it was signed by
