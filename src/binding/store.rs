@@ -270,14 +270,16 @@ impl NativeMemoryStore {
         now: f64,
         env: &'env Env,
     ) -> Result<JsString<'env>> {
-        let envelope = match (&envelope_parts, &envelope_json) {
-            (Some(parts), _) if parts.len() == 4 => EnvelopeInput::Sealed {
-                ciphertext: parts.first().map_or("", String::as_str),
-                recipient_key_id: parts.get(1).map_or("", String::as_str),
-                sender_key_id: parts.get(2).map_or("", String::as_str),
-                direction: parts.get(3).map_or("", String::as_str),
-                deadline_at: envelope_deadline_at,
-            },
+        let envelope = match (envelope_parts.as_deref(), &envelope_json) {
+            (Some([ciphertext, recipient_key_id, sender_key_id, direction]), _) => {
+                EnvelopeInput::Sealed {
+                    ciphertext,
+                    recipient_key_id,
+                    sender_key_id,
+                    direction,
+                    deadline_at: envelope_deadline_at,
+                }
+            }
             (_, Some(json)) => EnvelopeInput::Raw(json),
             _ => EnvelopeInput::Raw("null"),
         };
@@ -321,10 +323,13 @@ impl NativeMemoryStore {
     ) -> Result<JsString<'env>> {
         let caps: Vec<ClaimCapability<'_>> = capabilities
             .chunks_exact(3)
-            .map(|c| ClaimCapability {
-                kind: c.first().map_or("", String::as_str),
-                backend_id: c.get(1).map_or("", String::as_str),
-                offer_scope: c.get(2).map_or("", String::as_str),
+            .filter_map(|c| match c {
+                [kind, backend_id, offer_scope] => Some(ClaimCapability {
+                    kind,
+                    backend_id,
+                    offer_scope,
+                }),
+                _ => None,
             })
             .collect();
         let claimed = self.inner.claim(&ClaimArgs {
