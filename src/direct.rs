@@ -15,8 +15,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use crate::audience::{self, BackendClass, ProvenanceInput, StopReason};
 use crate::envelope::deferred::DeferredSeal;
 use crate::envelope::{self, OpenFailure, Text};
@@ -27,7 +25,7 @@ use crate::kinds::ValidPayload;
 use crate::signing::{self, RequestSignature};
 use crate::store::{
     ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobRef, JobView, LeaseView,
-    Store,
+    RunnerFacts, Store,
 };
 use crate::wire::{self, Endpoint};
 
@@ -362,7 +360,7 @@ pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> O
         return None;
     }
     wire::fast::canonical_ok(call.endpoint.schema(), call.body)?;
-    let runner = RunnerFacts::read(store, call.runner_id)?;
+    let runner = store.people.active_runner(call.runner_id)?;
     let key = signing::pinned_key(&runner.device.identity);
     let signature = RequestSignature {
         runner_id: call.runner_id.to_string(),
@@ -417,34 +415,6 @@ struct Asked<'a> {
 fn text<'d>(doc: &'d Doc, obj: NodeId, key: &str) -> Option<&'d str> {
     let s = doc.str(doc.get(obj, key)?)?;
     (!s.has_lone_surrogate()).then(|| s.as_str())
-}
-
-/// What the requests read of the runner record, all strings as the store
-/// holds them; `None` (the general path) for a revoked or unusual record.
-struct RunnerFacts {
-    id: String,
-    owner: String,
-    device: PublicIdentity,
-}
-
-impl RunnerFacts {
-    fn read(store: &Store, runner_id: &str) -> Option<RunnerFacts> {
-        let record = store.people.runner(runner_id)?;
-        if record.get("revokedAt") != Some(&Value::Null) {
-            return None;
-        }
-        let string = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-        let device = record.get("device")?;
-        Some(RunnerFacts {
-            id: string(record.get("id"))?,
-            owner: string(record.get("owner"))?,
-            device: PublicIdentity {
-                identity: string(device.get("identity"))?,
-                encryption: string(device.get("encryption"))?,
-                encryption_sig: string(device.get("encryptionSig")).unwrap_or_default(),
-            },
-        })
-    }
 }
 
 fn claim(

@@ -45,13 +45,14 @@ fn lease_refs(flat: Vec<String>) -> Vec<LeaseRef> {
     refs
 }
 
-fn value_from_json(json: &str) -> serde_json::Value {
-    serde_json::from_str(&crate::json::lone_surrogates_replaced(json))
-        .unwrap_or(serde_json::Value::Null)
-}
-
-fn to_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
+/// A JSON text from the shell (`JSON.stringify`'s), or `null` when it is
+/// not one: what a record holds in its place.
+fn json_or_null(json: &str) -> &str {
+    if crate::json::parse(json).is_ok() {
+        json
+    } else {
+        "null"
+    }
 }
 
 /// `text` as a JS string. Most answers are pure ASCII (ids, base64url,
@@ -563,7 +564,7 @@ impl NativeMemoryStore {
             .inner
             .people
             .approve(&user_code, &owner, &runner_id, now)
-            .map(to_json)
+            .map(str::to_owned)
             .map_err(|e| Error::from_reason(e.to_string()))?;
         self.persist()?;
         Ok(runner)
@@ -583,7 +584,7 @@ impl NativeMemoryStore {
 
     #[napi(catch_unwind)]
     pub fn runner(&self, runner_id: String) -> Option<String> {
-        self.inner.people.runner(&runner_id).map(to_json)
+        self.inner.people.runner(&runner_id).map(str::to_owned)
     }
 
     #[napi(catch_unwind)]
@@ -599,11 +600,11 @@ impl NativeMemoryStore {
             .people
             .touch(
                 &runner_id,
-                value_from_json(&capabilities_json),
-                value_from_json(&daemon_version_json),
+                json_or_null(&capabilities_json),
+                json_or_null(&daemon_version_json),
                 now,
             )
-            .map(to_json);
+            .map(str::to_owned);
         self.persist()?;
         Ok(runner)
     }
@@ -616,7 +617,7 @@ impl NativeMemoryStore {
 
     #[napi(catch_unwind)]
     pub fn list_runners(&self, owner: Option<String>) -> String {
-        to_json(&self.inner.people.list_runners(owner.as_deref()))
+        self.inner.people.list_runners(owner.as_deref())
     }
 }
 

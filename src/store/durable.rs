@@ -33,8 +33,8 @@ use rusqlite::{params, params_from_iter, Connection, Row, ToSql};
 
 use super::out::CiphertextRef;
 use super::{
-    note_dependents, people::Record, Ciphertext, Envelope, Interner, Job, JobRef, JobState, Lease,
-    Store, StoreOptions,
+    note_dependents, Ciphertext, Envelope, Interner, Job, JobRef, JobState, Lease, Store,
+    StoreOptions,
 };
 
 /// How a commit reaches the disk.
@@ -326,16 +326,12 @@ fn write(
         let mut runner = tx.prepare_cached("insert or replace into runners values (?1, ?2)")?;
         for &at in runners {
             if let Some(record) = store.people.runner_at(at) {
-                runner.execute(params![at as i64, record_json(record)])?;
+                runner.execute(params![at as i64, record])?;
             }
         }
     }
     tx.commit()?;
     Ok(())
-}
-
-fn record_json(record: &Record) -> String {
-    serde_json::to_string(record).unwrap_or_else(|_| "{}".to_string())
 }
 
 fn list_json<S: AsRef<str>>(items: &[S]) -> Option<String> {
@@ -600,16 +596,11 @@ fn load(conn: &Connection, store: &mut Store) -> Result<(), DurableError> {
     }
     let mut runners = conn.prepare("select record from runners order by pos")?;
     for text in runners.query_map([], |row| row.get::<_, String>(0))? {
-        store.people.load_runner(record_from(&text?)?);
+        if !store.people.load_runner(text?) {
+            return Err(DurableError::Format("a runner record".into()));
+        }
     }
     Ok(())
-}
-
-fn record_from(text: &str) -> Result<Record, DurableError> {
-    match serde_json::from_str(text) {
-        Ok(serde_json::Value::Object(map)) => Ok(map),
-        _ => Err(DurableError::Format("a pairing or runner record".into())),
-    }
 }
 
 /// `PRAGMA integrity_check` of the file at `path` (opened read-only): `"ok"`
@@ -664,8 +655,8 @@ mod tests {
         }
     }
 
-    fn pairing(hash: &str, code: &str) -> Record {
-        let mut record = Record::new();
+    fn pairing(hash: &str, code: &str) -> crate::store::people::Record {
+        let mut record = crate::store::people::Record::new();
         record.insert("deviceCodeHash".into(), hash.into());
         record.insert("userCode".into(), code.into());
         record.insert("state".into(), "pending".into());
@@ -681,7 +672,7 @@ mod tests {
             out.push_str(&Store::lease_refs_json(&store.list_cancel_requests(runner)));
             out.push_str(&store.jobs_json(&store.list_claimed_by(runner)));
         }
-        out.push_str(&serde_json::to_string(&store.people.list_runners(None)).unwrap_or_default());
+        out.push_str(&store.people.list_runners(None));
         for code in ["C0", "C1", "C2"] {
             out.push_str(
                 &serde_json::to_string(&store.people.pairing_by_code(code)).unwrap_or_default(),
@@ -808,8 +799,8 @@ mod tests {
                     2 => {
                         store.people.touch(
                             runner,
-                            serde_json::json!([{"kind": "llm.generate"}]),
-                            "0.1.1".into(),
+                            r#"[{"kind":"llm.generate"}]"#,
+                            "\"0.1.1\"",
                             now,
                         );
                     }

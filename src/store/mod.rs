@@ -41,7 +41,9 @@ use crate::envelope::deferred::DeferredSeal;
 use index::{reach_of, Entry, Indexes, Key, Reach};
 
 pub use out::{split_json_array, JOB_KEYS};
-pub use people::{ApproveError, PairingStore, MAX_PAIRINGS, PAIRING_GRACE_MS, RUNNER_KEYS};
+pub use people::{
+    ApproveError, PairingStore, RunnerFacts, MAX_PAIRINGS, PAIRING_GRACE_MS, RUNNER_KEYS,
+};
 
 /// The reference's default time a claimable job may wait: 15 minutes.
 pub const DEFAULT_TTL_MS: f64 = 900_000.0;
