@@ -655,8 +655,8 @@ mod tests {
         }
     }
 
-    fn pairing(hash: &str, code: &str) -> crate::store::people::Record {
-        let mut record = crate::store::people::Record::new();
+    fn pairing(hash: &str, code: &str) -> crate::store::tests::Record {
+        let mut record = crate::store::tests::Record::new();
         record.insert("deviceCodeHash".into(), hash.into());
         record.insert("userCode".into(), code.into());
         record.insert("state".into(), "pending".into());

@@ -630,41 +630,12 @@ impl PairingStore {
     }
 }
 
-/// A record as a value, for the tests.
-#[cfg(test)]
-pub type Record = serde_json::Map<String, serde_json::Value>;
-
-/// Records as values, and what pairings hold, for the tests.
+/// What pairings hold, for the tests.
 #[cfg(test)]
 impl PairingStore {
-    pub fn create_pairing(&mut self, record: Record) {
-        let json = serde_json::to_string(&record).unwrap_or_default();
-        assert!(
-            self.create_pairing_json(json),
-            "a pairing record is an object"
-        );
-    }
-
     /// How many pairings are kept, and the bytes of their records.
     pub fn pairing_footprint(&self) -> (usize, usize) {
         let bytes = self.pairings.values().map(|p| p.json.len()).sum();
         (self.pairings.len(), bytes)
     }
-
-    pub fn pairing_by_hash(&self, hash: &str) -> Option<Record> {
-        self.pairing_json_by_hash(hash).and_then(as_record)
-    }
-
-    pub fn pairing_by_code(&self, code: &str) -> Option<Record> {
-        self.pairing_json_by_code(code).and_then(as_record)
-    }
-
-    pub fn runner_record(&self, id: &str) -> Option<Record> {
-        self.runner(id).and_then(as_record)
-    }
-}
-
-#[cfg(test)]
-fn as_record(json: &str) -> Option<Record> {
-    serde_json::from_str(&crate::json::lone_surrogates_replaced(json)).ok()
 }
