@@ -205,14 +205,8 @@ export function jobRecordFromRow(row: JobRow, lazy?: NativeMemoryStoreHandle): J
   return record as unknown as JobRecord;
 }
 
-/** A native answer's JSON text as a value; `null` for no answer. */
-function parsed<T>(text: string | null | undefined): T | null {
-  return text == null ? null : (JSON.parse(text) as T);
-}
-
 function jobFromJson(text: string | null | undefined, lazy: NativeMemoryStoreHandle | undefined): JobRecord | null {
-  const row = parsed<JobRow>(text);
-  return row === null ? null : jobRecordFromRow(row, lazy);
+  return text == null ? null : jobRecordFromRow(JSON.parse(text) as JobRow, lazy);
 }
 
 function jobsFromJson(text: string | string[], lazy: NativeMemoryStoreHandle | undefined): JobRecord[] {
@@ -284,7 +278,7 @@ export function sweptResult(store: MemoryStore, jobId: string, now: number): Del
   const lane = lanes.get(store) as Lane;
   const text = lane.native.sweptResult(jobId, now);
   lane.notify();
-  return parsed<DeliveredResult>(text);
+  return text == null ? null : (JSON.parse(text) as DeliveredResult);
 }
 
 /** The store methods whose work a direct-lane call does natively. */
@@ -688,12 +682,14 @@ export class MemoryStore implements ByollmStore {
 
   getPairingByDeviceCodeHash(hash: string): Promise<PairingRecord | null> {
     if (typeof hash !== "string") return Promise.resolve(null);
-    return Promise.resolve(parsed<PairingRecord>(this.#native.pairingByHash(hash)));
+    const text = this.#native.pairingByHash(hash);
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as PairingRecord));
   }
 
   getPairingByUserCode(userCode: string): Promise<PairingRecord | null> {
     if (typeof userCode !== "string") return Promise.resolve(null);
-    return Promise.resolve(parsed<PairingRecord>(this.#native.pairingByCode(userCode)));
+    const text = this.#native.pairingByCode(userCode);
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as PairingRecord));
   }
 
   /** Throws synchronously on refusal, as the reference does. */
@@ -725,7 +721,8 @@ export class MemoryStore implements ByollmStore {
    */
   getRunner(runnerId: string): Promise<RunnerRecord | null> {
     if (typeof runnerId !== "string") return Promise.resolve(null);
-    return Promise.resolve(parsed<RunnerRecord>(this.#native.runner(runnerId)));
+    const text = this.#native.runner(runnerId);
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as RunnerRecord));
   }
 
   touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
@@ -735,7 +732,7 @@ export class MemoryStore implements ByollmStore {
       jsonOf(args.daemonVersion),
       args.now,
     );
-    return Promise.resolve(parsed<RunnerRecord>(text));
+    return Promise.resolve(text == null ? null : (JSON.parse(text) as RunnerRecord));
   }
 
   revokeRunner(runnerId: string, now: number): Promise<void> {
