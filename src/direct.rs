@@ -15,8 +15,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use crate::audience::{self, BackendClass, ProvenanceInput, StopReason};
 use crate::envelope::deferred::DeferredSeal;
 use crate::envelope::{self, OpenFailure, Text};
@@ -26,7 +24,8 @@ use crate::keys::{KeyHandle, PublicIdentity};
 use crate::kinds::ValidPayload;
 use crate::signing::{self, RequestSignature};
 use crate::store::{
-    ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobView, LeaseView, Store,
+    ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobRef, JobView, LeaseView,
+    RunnerFacts, Store,
 };
 use crate::wire::{self, Endpoint};
 
@@ -109,7 +108,6 @@ pub fn reseal_for_device(
         recipient_key_id: site_id,
         direction: "payload".into(),
     };
-    let context = device_context(site, job_id, created_at, device);
     // The seal to the device runs while a large body's at-rest signature is
     // still being checked; its envelope is kept only if the check passes.
     let resealed = envelope::open_with_handle_then(
@@ -117,16 +115,12 @@ pub fn reseal_for_device(
         site,
         site.identity_key(),
         &expected,
-        |plaintext| match plaintext.lone_utf16() {
-            Some(units) => {
-                envelope::seal_with_handle(Text::Utf16(units), site, &device.encryption, &context)
-            }
-            None => envelope::seal_with_handle(
-                Text::Utf8(plaintext.as_str()),
-                site,
-                &device.encryption,
-                &context,
-            ),
+        |plaintext| {
+            let text = match plaintext.lone_utf16() {
+                Some(units) => Text::Utf16(units),
+                None => Text::Utf8(plaintext.as_str()),
+            };
+            seal_for_device(site, text, job_id, created_at, device)
         },
     );
     match resealed {
@@ -173,14 +167,11 @@ pub fn at_rest_context(site: &KeyHandle, job_id: &str, deadline_at: f64) -> enve
     }
 }
 
-/// An enqueued payload's envelope for our store.
-pub enum AtRestSeal {
-    Sealed(envelope::SealedEnvelope),
-    /// To be sealed by the background thread, or by its first reader.
-    Deferred(Arc<DeferredSeal>),
-}
+/// An enqueued payload's envelope for our store: the one at-rest type, which
+/// the reseal for a device reads too.
+pub use reseal::AtRest as AtRestSeal;
 
-impl AtRestSeal {
+impl reseal::AtRest {
     /// How the store's `create` takes it.
     pub fn as_input(&self) -> EnvelopeInput<'_> {
         match self {
@@ -194,6 +185,24 @@ impl AtRestSeal {
             AtRestSeal::Deferred(deferred) => EnvelopeInput::Deferred(Arc::clone(deferred)),
         }
     }
+}
+
+/// Job `r`'s payload as the store holds it: its sealed envelope (ciphertext
+/// re-encoded) or its at-rest seal still to be made; `None` for an unknown
+/// job or a caller's own (unsealed) envelope.
+pub fn at_rest_of(store: &Store, r: JobRef) -> Option<AtRestSeal> {
+    if let Some(deferred) = store.deferred_seal(r) {
+        return Some(AtRestSeal::Deferred(Arc::clone(deferred)));
+    }
+    let mut ciphertext = String::new();
+    let parts = store.sealed_envelope_parts(r, &mut ciphertext)?;
+    Some(AtRestSeal::Sealed(envelope::SealedEnvelope {
+        ciphertext,
+        recipient_key_id: parts.recipient_key_id.to_owned(),
+        sender_key_id: parts.sender_key_id.to_owned(),
+        direction: parts.direction.to_owned(),
+        deadline_at: parts.deadline_at,
+    }))
 }
 
 /// Deferred seals a store holds before enqueues seal at once again: a burst
@@ -266,34 +275,25 @@ pub fn seal_later(at_rest: &AtRestSeal) {
     }
 }
 
-/// What a payload sealed for `device` binds: the job, the site as sender,
-/// the device as recipient, a deadline a day after the job was created.
-fn device_context(
+/// A payload's text sealed for `device`, exactly as [`reseal_for_device`]
+/// seals what it opens (for a payload whose at-rest seal is not made yet):
+/// bound to the job, the site as sender, the device as recipient, and a
+/// deadline a day after the job was created.
+pub fn seal_for_device(
     site: &KeyHandle,
+    plaintext: Text<'_>,
     job_id: &str,
     created_at: f64,
     device: &PublicIdentity,
-) -> envelope::Context {
-    envelope::Context {
+) -> Result<envelope::SealedEnvelope, envelope::SealError> {
+    let context = envelope::Context {
         job_id: job_id.to_string(),
         sender_key_id: site.key_id().to_string(),
         recipient_key_id: fingerprint::key_id(&device.identity),
         deadline_at: created_at + envelope::ENVELOPE_MAX_AGE_MS,
         direction: "payload".into(),
-    }
-}
-
-/// A payload's text sealed for `device`, exactly as [`reseal_for_device`]
-/// seals what it opens (for a payload whose at-rest seal is not made yet).
-pub fn seal_for_device(
-    site: &KeyHandle,
-    plaintext: &str,
-    job_id: &str,
-    created_at: f64,
-    device: &PublicIdentity,
-) -> Result<envelope::SealedEnvelope, envelope::SealError> {
-    let context = device_context(site, job_id, created_at, device);
-    envelope::seal_with_handle(Text::Utf8(plaintext), site, &device.encryption, &context)
+    };
+    envelope::seal_with_handle(plaintext, site, &device.encryption, &context)
 }
 
 /// Open a device's sealed result for `job_id`, checking it was signed by
@@ -314,11 +314,13 @@ pub fn open_result(
     envelope::open_with_handle(sealed, site, sender.as_ref(), &expected)
 }
 
-/// Whether an opened result is a sealed outcome in canonical form (what
-/// `JSON.stringify` writes), so the caller may parse it plainly.
-pub fn is_canonical_outcome(plaintext: &JsStr) -> bool {
-    plaintext.lone_utf16().is_none()
-        && wire::canonical_doc(&wire::SEALED_OUTCOME, plaintext.as_str(), &|_| false).is_some()
+/// An opened result parsed, when it is a sealed outcome in canonical form
+/// (what `JSON.stringify` writes), so the caller may also parse it plainly.
+pub fn canonical_outcome(plaintext: &JsStr) -> Option<Doc> {
+    if plaintext.lone_utf16().is_some() {
+        return None;
+    }
+    wire::canonical_doc(&wire::SEALED_OUTCOME, plaintext.as_str(), &|_| false)
 }
 
 // ---------------------------------------------------------------- serving
@@ -360,7 +362,7 @@ pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> O
         return None;
     }
     let doc = wire::canonical_doc(call.endpoint.schema(), call.body, &|_| false)?;
-    let runner = RunnerFacts::read(store, call.runner_id)?;
+    let runner = store.people.active_runner(call.runner_id)?;
     let key = signing::pinned_key(&runner.device.identity);
     let signature = RequestSignature {
         runner_id: call.runner_id.to_string(),
@@ -382,45 +384,38 @@ pub fn serve(store: &mut Store, site: &Site<'_>, call: &Call<'_>, now: f64) -> O
     if text(&doc, body, "runnerId")? != runner.id {
         return None;
     }
-    match call.endpoint {
-        Endpoint::Claim => claim(store, site, &runner, &doc, now),
-        Endpoint::Fetch => fetch(store, site, &runner, &doc, now),
-        _ => result(store, site, &runner, &doc, now),
+    if call.endpoint == Endpoint::Claim {
+        return claim(store, site, &runner, &doc, now);
     }
+    // A fetch and a result name a job and the lease they hold on it.
+    let job_id = text(&doc, body, "jobId")?;
+    let asked = Asked {
+        job: store.get(job_id)?,
+        job_id,
+        lease_id: text(&doc, body, "leaseId")?,
+        runner: &runner,
+        now,
+    };
+    if call.endpoint == Endpoint::Fetch {
+        fetch(store, site, &asked)
+    } else {
+        result(store, site, &asked, &doc)
+    }
+}
+
+/// The job and lease a fetch or result names, and who asks when.
+struct Asked<'a> {
+    job: JobRef,
+    job_id: &'a str,
+    lease_id: &'a str,
+    runner: &'a RunnerFacts,
+    now: f64,
 }
 
 /// The string at `obj[key]`, when it is one without a lone surrogate.
 fn text<'d>(doc: &'d Doc, obj: NodeId, key: &str) -> Option<&'d str> {
     let s = doc.str(doc.get(obj, key)?)?;
     (!s.has_lone_surrogate()).then(|| s.as_str())
-}
-
-/// What the requests read of the runner record, all strings as the store
-/// holds them; `None` (the general path) for a revoked or unusual record.
-struct RunnerFacts {
-    id: String,
-    owner: String,
-    device: PublicIdentity,
-}
-
-impl RunnerFacts {
-    fn read(store: &Store, runner_id: &str) -> Option<RunnerFacts> {
-        let record = store.people.runner(runner_id)?;
-        if record.get("revokedAt") != Some(&Value::Null) {
-            return None;
-        }
-        let string = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-        let device = record.get("device")?;
-        Some(RunnerFacts {
-            id: string(record.get("id"))?,
-            owner: string(record.get("owner"))?,
-            device: PublicIdentity {
-                identity: string(device.get("identity"))?,
-                encryption: string(device.get("encryption"))?,
-                encryption_sig: string(device.get("encryptionSig")).unwrap_or_default(),
-            },
-        })
-    }
 }
 
 fn claim(
@@ -547,30 +542,30 @@ fn write_stub(out: &mut String, job: &Stub<'_>, site_id: &str, now: f64) {
     out.push_str("}}");
 }
 
-fn fetch(
-    store: &mut Store,
-    site: &Site<'_>,
-    runner: &RunnerFacts,
-    doc: &Doc,
-    now: f64,
-) -> Option<String> {
-    let body = doc.root();
-    let job_id = text(doc, body, "jobId")?;
-    let lease_id = text(doc, body, "leaseId")?;
-    let r = store.get(job_id)?;
-    let job = store.view(r)?;
+fn fetch(store: &Store, site: &Site<'_>, asked: &Asked<'_>) -> Option<String> {
+    let job = store.view(asked.job)?;
     let lease = job.lease.as_ref();
     if !fetch_lease_held(
         lease.map(|l| l.id),
         lease.map(|l| l.runner_id),
         lease.map_or(f64::NAN, |l| l.expires_at),
-        lease_id,
-        Some(&runner.id),
-        now,
+        asked.lease_id,
+        Some(&asked.runner.id),
+        asked.now,
     ) {
         return None;
     }
-    let inputs = reseal_inputs(store, site, r, job_id, job.created_at, runner)?;
+    // A large payload is resealed on the thread pool by the general path.
+    if job.sealed_ciphertext_chars? > ASYNC_CRYPTO_THRESHOLD {
+        return None;
+    }
+    let inputs = reseal::Inputs {
+        site: Arc::clone(site.keys),
+        job_id: asked.job_id.to_owned(),
+        at_rest: at_rest_of(store, asked.job)?,
+        created_at: job.created_at,
+        device: asked.runner.device.clone(),
+    };
     let sealed = inputs.reseal().ok()??;
     let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
     out.push_str("{\"envelope\":{\"ciphertext\":");
@@ -587,56 +582,9 @@ fn fetch(
     Some(out)
 }
 
-/// What the reseal of job `r` for `runner`'s device is computed from;
-/// `None` when the lane does not reseal it (no sealed envelope, or one
-/// large enough for the thread pool).
-fn reseal_inputs(
-    store: &Store,
-    site: &Site<'_>,
-    r: crate::store::JobRef,
-    job_id: &str,
-    created_at: f64,
-    runner: &RunnerFacts,
-) -> Option<reseal::Inputs> {
-    if store.view(r)?.sealed_ciphertext_chars? > ASYNC_CRYPTO_THRESHOLD {
-        return None;
-    }
-    if let Some(deferred) = store.deferred_seal(r) {
-        return Some(reseal::Inputs {
-            site: Arc::clone(site.keys),
-            job_id: job_id.to_owned(),
-            at_rest: reseal::AtRest::Deferred(Arc::clone(deferred)),
-            created_at,
-            device: runner.device.clone(),
-        });
-    }
-    let mut ciphertext = String::new();
-    let parts = store.sealed_envelope_parts(r, &mut ciphertext)?;
-    Some(reseal::Inputs {
-        site: Arc::clone(site.keys),
-        job_id: job_id.to_owned(),
-        at_rest: reseal::AtRest::Sealed(envelope::SealedEnvelope {
-            ciphertext,
-            recipient_key_id: parts.recipient_key_id.to_owned(),
-            sender_key_id: parts.sender_key_id.to_owned(),
-            direction: parts.direction.to_owned(),
-            deadline_at: parts.deadline_at,
-        }),
-        created_at,
-        device: runner.device.clone(),
-    })
-}
-
-fn result(
-    store: &mut Store,
-    site: &Site<'_>,
-    runner: &RunnerFacts,
-    doc: &Doc,
-    now: f64,
-) -> Option<String> {
+fn result(store: &mut Store, site: &Site<'_>, asked: &Asked<'_>, doc: &Doc) -> Option<String> {
     let body = doc.root();
-    let job_id = text(doc, body, "jobId")?;
-    let lease_id = text(doc, body, "leaseId")?;
+    let runner = asked.runner;
     let disposition = text(doc, body, "disposition")?;
     let env = doc.get(body, "envelope")?;
     let Node::Number(deadline_at) = doc.node(doc.get(env, "deadlineAt")?) else {
@@ -652,28 +600,23 @@ fn result(
     if sealed.ciphertext.len() > ASYNC_CRYPTO_THRESHOLD {
         return None;
     }
-    let r = store.get(job_id)?;
-    let job = store.view(r)?;
+    let job = store.view(asked.job)?;
     if let Some(lease) = &job.lease {
         if result_lease_refused(
             Some(lease.id),
             Some(lease.runner_id),
             lease.expires_at,
-            lease_id,
+            asked.lease_id,
             Some(&runner.id),
-            now,
+            asked.now,
         ) {
             return None;
         }
     }
-    let audience = job.audience;
-    let state_before = job.state;
+    let (audience, state_before) = (job.audience, job.state);
 
-    let plaintext = open_result(site.keys, &sealed, job_id, &runner.device.identity).ok()?;
-    if !is_canonical_outcome(&plaintext) {
-        return None;
-    }
-    let sealed_outcome = json::parse(plaintext.as_str()).ok()?;
+    let plaintext = open_result(site.keys, &sealed, asked.job_id, &runner.device.identity).ok()?;
+    let sealed_outcome = canonical_outcome(&plaintext)?;
     let root = sealed_outcome.root();
     let outcome = sealed_outcome.get(root, "outcome")?;
     let ran = sealed_outcome.get(root, "ran")?;
@@ -703,14 +646,14 @@ fn result(
     });
     let provenance_json = serde_json::to_string(&provenance).ok()?;
     let done = store.complete(&CompleteArgs {
-        job_id,
+        job_id: asked.job_id,
         runner_id: &runner.id,
-        holder: Holder::Lease(lease_id),
+        holder: Holder::Lease(asked.lease_id),
         outcome_tag: tag,
         outcome_json: &sealed_outcome.to_json(outcome),
         provenance_json: &provenance_json,
         provenance_runner: Some(&runner.id),
-        now,
+        now: asked.now,
     });
     let state = done
         .job

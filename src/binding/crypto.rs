@@ -231,13 +231,12 @@ impl From<JsSealedEnvelope> for envelope::SealedEnvelope {
 }
 
 /// `canonicalOutcome` for an opened result: `Some(true)` when the plaintext
-/// is a canonical sealed outcome (the one-pass check `isCanonicalRequestBody`
-/// uses, over the sealed-outcome schema; a lone surrogate never is), else
-/// absent.
+/// is a canonical sealed outcome (the check `isCanonicalRequestBody` makes,
+/// over the sealed-outcome schema; a lone surrogate never is), else absent.
 pub(super) fn canonical_outcome(opened: &std::result::Result<JsStr, OpenFailure>) -> Option<bool> {
     opened
         .as_ref()
-        .is_ok_and(crate::direct::is_canonical_outcome)
+        .is_ok_and(|text| crate::direct::canonical_outcome(text).is_some())
         .then_some(true)
 }
 

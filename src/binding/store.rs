@@ -45,13 +45,24 @@ fn lease_refs(flat: Vec<String>) -> Vec<LeaseRef> {
     refs
 }
 
-fn value_from_json(json: &str) -> serde_json::Value {
-    serde_json::from_str(&crate::json::lone_surrogates_replaced(json))
-        .unwrap_or(serde_json::Value::Null)
+/// A JSON text from the shell (`JSON.stringify`'s), or `null` when it is
+/// not one: what a record holds in its place.
+fn json_or_null(json: &str) -> &str {
+    if crate::json::parse(json).is_ok() {
+        json
+    } else {
+        "null"
+    }
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
+/// `text` as a JS string. Most answers are pure ASCII (ids, base64url,
+/// numbers); V8 takes those as Latin-1 without a UTF-8 decoding pass.
+fn js_text<'env>(env: &'env Env, text: &str) -> Result<JsString<'env>> {
+    if text.is_ascii() {
+        env.create_string_latin1(text.as_bytes())
+    } else {
+        env.create_string(text)
+    }
 }
 
 #[napi]
@@ -79,19 +90,17 @@ impl NativeMemoryStore {
 
     /// Hand the answer built in `out` to JS as a string.
     fn send<'env>(&mut self, env: &'env Env) -> Result<JsString<'env>> {
-        // Most answers are pure ASCII (ids, base64url, numbers); V8 takes
-        // those as Latin-1 without a UTF-8 decoding pass.
-        let text = if self.out.is_ascii() {
-            env.create_string_latin1(self.out.as_bytes())
-        } else {
-            env.create_string(&self.out)
-        };
+        let text = js_text(env, &self.out);
+        self.reset_out();
+        text
+    }
+
+    fn reset_out(&mut self) {
         self.out.clear();
         if self.out.capacity() > 1 << 20 {
             // A huge answer (allJobs) does not pin its buffer for good.
             self.out = String::new();
         }
-        text
     }
 
     fn send_job<'env>(
@@ -129,26 +138,6 @@ impl NativeMemoryStore {
         self.out.clear();
         self.inner.push_job_json(r, &mut self.out);
         self.send(env)
-    }
-
-    /// A job's payload as the core holds it: its sealed envelope, ciphertext
-    /// re-encoded, or its at-rest seal still to be made (for
-    /// `resealForDeviceAsync`, which then needs no JS string of it).
-    fn at_rest_core(&mut self, id: &str) -> Option<crate::direct::reseal::AtRest> {
-        use crate::direct::reseal::AtRest;
-        let r = self.inner.get(id)?;
-        if let Some(deferred) = self.inner.deferred_seal(r) {
-            return Some(AtRest::Deferred(std::sync::Arc::clone(deferred)));
-        }
-        let mut ciphertext = String::new();
-        let parts = self.inner.sealed_envelope_parts(r, &mut ciphertext)?;
-        Some(AtRest::Sealed(crate::envelope::SealedEnvelope {
-            ciphertext,
-            recipient_key_id: parts.recipient_key_id.to_owned(),
-            sender_key_id: parts.sender_key_id.to_owned(),
-            direction: parts.direction.to_owned(),
-            deadline_at: parts.deadline_at,
-        }))
     }
 }
 
@@ -240,21 +229,14 @@ impl NativeMemoryStore {
         let Some(parts) = self.inner.sealed_envelope_parts(r, &mut self.out) else {
             return Ok(None);
         };
-        let ciphertext = if self.out.is_ascii() {
-            env.create_string_latin1(self.out.as_bytes())?
-        } else {
-            env.create_string(&self.out)?
-        };
+        let ciphertext = js_text(env, &self.out)?;
         let mut obj = Object::new(env)?;
         obj.set("ciphertext", ciphertext)?;
         obj.set("recipientKeyId", parts.recipient_key_id)?;
         obj.set("senderKeyId", parts.sender_key_id)?;
         obj.set("direction", parts.direction)?;
         obj.set("deadlineAt", parts.deadline_at)?;
-        self.out.clear();
-        if self.out.capacity() > 1 << 20 {
-            self.out = String::new();
-        }
+        self.reset_out();
         Ok(Some(obj))
     }
 
@@ -289,14 +271,16 @@ impl NativeMemoryStore {
         now: f64,
         env: &'env Env,
     ) -> Result<JsString<'env>> {
-        let envelope = match (&envelope_parts, &envelope_json) {
-            (Some(parts), _) if parts.len() == 4 => EnvelopeInput::Sealed {
-                ciphertext: parts.first().map_or("", String::as_str),
-                recipient_key_id: parts.get(1).map_or("", String::as_str),
-                sender_key_id: parts.get(2).map_or("", String::as_str),
-                direction: parts.get(3).map_or("", String::as_str),
-                deadline_at: envelope_deadline_at,
-            },
+        let envelope = match (envelope_parts.as_deref(), &envelope_json) {
+            (Some([ciphertext, recipient_key_id, sender_key_id, direction]), _) => {
+                EnvelopeInput::Sealed {
+                    ciphertext,
+                    recipient_key_id,
+                    sender_key_id,
+                    direction,
+                    deadline_at: envelope_deadline_at,
+                }
+            }
             (_, Some(json)) => EnvelopeInput::Raw(json),
             _ => EnvelopeInput::Raw("null"),
         };
@@ -340,10 +324,13 @@ impl NativeMemoryStore {
     ) -> Result<JsString<'env>> {
         let caps: Vec<ClaimCapability<'_>> = capabilities
             .chunks_exact(3)
-            .map(|c| ClaimCapability {
-                kind: c.first().map_or("", String::as_str),
-                backend_id: c.get(1).map_or("", String::as_str),
-                offer_scope: c.get(2).map_or("", String::as_str),
+            .filter_map(|c| match c {
+                [kind, backend_id, offer_scope] => Some(ClaimCapability {
+                    kind,
+                    backend_id,
+                    offer_scope,
+                }),
+                _ => None,
             })
             .collect();
         let claimed = self.inner.claim(&ClaimArgs {
@@ -577,7 +564,7 @@ impl NativeMemoryStore {
             .inner
             .people
             .approve(&user_code, &owner, &runner_id, now)
-            .map(to_json)
+            .map(str::to_owned)
             .map_err(|e| Error::from_reason(e.to_string()))?;
         self.persist()?;
         Ok(runner)
@@ -597,7 +584,7 @@ impl NativeMemoryStore {
 
     #[napi(catch_unwind)]
     pub fn runner(&self, runner_id: String) -> Option<String> {
-        self.inner.people.runner(&runner_id).map(to_json)
+        self.inner.people.runner(&runner_id).map(str::to_owned)
     }
 
     #[napi(catch_unwind)]
@@ -613,11 +600,11 @@ impl NativeMemoryStore {
             .people
             .touch(
                 &runner_id,
-                value_from_json(&capabilities_json),
-                value_from_json(&daemon_version_json),
+                json_or_null(&capabilities_json),
+                json_or_null(&daemon_version_json),
                 now,
             )
-            .map(to_json);
+            .map(str::to_owned);
         self.persist()?;
         Ok(runner)
     }
@@ -630,7 +617,7 @@ impl NativeMemoryStore {
 
     #[napi(catch_unwind)]
     pub fn list_runners(&self, owner: Option<String>) -> String {
-        to_json(&self.inner.people.list_runners(owner.as_deref()))
+        self.inner.people.list_runners(owner.as_deref())
     }
 }
 
@@ -783,15 +770,7 @@ impl NativeMemoryStore {
         let answer = crate::direct::serve(&mut self.inner, &site, &call, now);
         // What the request changed is on disk before the device hears of it.
         self.persist()?;
-        match answer {
-            // Answers are ASCII but for the odd id or model name; V8 takes
-            // those as Latin-1 without a UTF-8 decoding pass.
-            Some(answer) if answer.is_ascii() => {
-                env.create_string_latin1(answer.as_bytes()).map(Some)
-            }
-            Some(answer) => env.create_string(&answer).map(Some),
-            None => Ok(None),
-        }
+        answer.map(|answer| js_text(env, &answer)).transpose()
     }
 
     /// `SiteKeyring.resealForDevice` for a job whose envelope is in this
@@ -807,8 +786,8 @@ impl NativeMemoryStore {
         device: JsPublicIdentity,
     ) -> AsyncTask<ResealTask> {
         AsyncTask::new(ResealTask {
-            inputs: self
-                .at_rest_core(&job_id)
+            inputs: (self.inner.get(&job_id))
+                .and_then(|r| crate::direct::at_rest_of(&self.inner, r))
                 .map(|at_rest| crate::direct::reseal::Inputs {
                     site: keyring.handle().clone(),
                     job_id,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::envelope::deferred::DeferredSeal;
-use crate::envelope::{SealError, SealedEnvelope};
+use crate::envelope::{SealError, SealedEnvelope, Text};
 use crate::keys::{KeyHandle, PublicIdentity};
 
 /// What a reseal gives: the envelope for the device, `Ok(None)` when the
@@ -46,7 +46,7 @@ impl Inputs {
                 if let Some(text) = deferred.plaintext().filter(|_| opens) {
                     return super::seal_for_device(
                         &self.site,
-                        &text,
+                        Text::Utf8(&text),
                         &self.job_id,
                         self.created_at,
                         &self.device,

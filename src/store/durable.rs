@@ -25,7 +25,6 @@
 //! * A number the file cannot keep: SQLite stores NaN as NULL, so a NaN
 //!   time (only a NaN clock makes one) reads back as absent or NaN.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 
@@ -34,7 +33,8 @@ use rusqlite::{params, params_from_iter, Connection, Row, ToSql};
 
 use super::out::CiphertextRef;
 use super::{
-    people::Record, Ciphertext, Envelope, Job, JobRef, JobState, Lease, Store, StoreOptions,
+    note_dependents, Ciphertext, Envelope, Interner, Job, JobRef, JobState, Lease, Store,
+    StoreOptions,
 };
 
 /// How a commit reaches the disk.
@@ -326,16 +326,12 @@ fn write(
         let mut runner = tx.prepare_cached("insert or replace into runners values (?1, ?2)")?;
         for &at in runners {
             if let Some(record) = store.people.runner_at(at) {
-                runner.execute(params![at as i64, record_json(record)])?;
+                runner.execute(params![at as i64, record])?;
             }
         }
     }
     tx.commit()?;
     Ok(())
-}
-
-fn record_json(record: &Record) -> String {
-    serde_json::to_string(record).unwrap_or_else(|_| "{}".to_string())
 }
 
 fn list_json<S: AsRef<str>>(items: &[S]) -> Option<String> {
@@ -479,19 +475,6 @@ fn upsert_job(
     Ok(())
 }
 
-fn state_from(text: &str) -> Option<JobState> {
-    Some(match text {
-        "queued" => JobState::Queued,
-        "claimed" => JobState::Claimed,
-        "running" => JobState::Running,
-        "ok" => JobState::Ok,
-        "error" => JobState::Error,
-        "canceled" => JobState::Canceled,
-        "expired" => JobState::Expired,
-        _ => return None,
-    })
-}
-
 fn strings(json: Option<String>) -> Result<Vec<String>, DurableError> {
     match json {
         None => Ok(Vec::new()),
@@ -505,165 +488,93 @@ fn real(row: &Row<'_>, at: usize) -> rusqlite::Result<f64> {
     Ok(row.get::<_, Option<f64>>(at)?.unwrap_or(f64::NAN))
 }
 
-/// One stored row, before its strings are interned.
-struct Loaded {
-    seq: u64,
-    id: String,
-    kind: String,
-    env_type: i64,
-    env: Option<rusqlite::types::Value>,
-    recipient: Option<String>,
-    sender: Option<String>,
-    direction: Option<String>,
-    env_deadline: f64,
-    size_class: String,
-    audience: String,
-    purpose: Option<String>,
-    owner: String,
-    audience_allow: Option<String>,
-    depends_on: Option<String>,
-    state: String,
-    lease_id: Option<String>,
-    lease_runner: Option<String>,
-    lease_expires: f64,
-    completed_by: Option<String>,
-    created_at: f64,
-    claimable_at: Option<f64>,
-    ttl_ms: f64,
-    deadline_at: Option<f64>,
-    refused_by: Option<String>,
-    attempts: f64,
-    outcome: Option<String>,
-    provenance: Option<String>,
-    provenance_runner: Option<String>,
-    updated_at: f64,
-    cancel_order: Option<i64>,
-}
-
-impl Loaded {
-    fn read(row: &Row<'_>) -> rusqlite::Result<Loaded> {
-        Ok(Loaded {
-            seq: row.get::<_, i64>(0)? as u64,
-            id: row.get(1)?,
-            kind: row.get(2)?,
-            env_type: row.get(3)?,
-            env: row.get(4)?,
-            recipient: row.get(5)?,
-            sender: row.get(6)?,
-            direction: row.get(7)?,
-            env_deadline: real(row, 8)?,
-            size_class: row.get(9)?,
-            audience: row.get(10)?,
-            purpose: row.get(11)?,
-            owner: row.get(12)?,
-            audience_allow: row.get(13)?,
-            depends_on: row.get(14)?,
-            state: row.get(15)?,
-            lease_id: row.get(16)?,
-            lease_runner: row.get(17)?,
-            lease_expires: real(row, 18)?,
-            completed_by: row.get(19)?,
-            created_at: real(row, 20)?,
-            claimable_at: row.get(21)?,
-            ttl_ms: real(row, 22)?,
-            deadline_at: row.get(23)?,
-            refused_by: row.get(24)?,
-            attempts: real(row, 25)?,
-            outcome: row.get(26)?,
-            provenance: row.get(27)?,
-            provenance_runner: row.get(28)?,
-            updated_at: real(row, 29)?,
-            cancel_order: row.get(30)?,
-        })
-    }
+/// One stored row as a job, its strings interned, and its place among the
+/// pending cancel requests (`cancel_order`).
+fn job_from(row: &Row<'_>, syms: &mut Interner) -> Result<(Job, Option<i64>), DurableError> {
+    let text = |at: usize| row.get::<_, Option<String>>(at);
+    let id: String = row.get(1)?;
+    let state: String = row.get(15)?;
+    let Some(state) = JobState::parse(&state) else {
+        return Err(DurableError::Format(format!(
+            "job {id} has an unknown state {state:?}"
+        )));
+    };
+    let envelope = match (row.get::<_, i64>(3)?, row.get::<_, Option<SqlValue>>(4)?) {
+        (ENV_RAW, Some(SqlValue::Text(json))) => Envelope::Raw(json.into()),
+        (ENV_SEALED_BYTES | ENV_SEALED_TEXT, Some(env)) => Envelope::Sealed {
+            ciphertext: match env {
+                SqlValue::Blob(bytes) => Ciphertext::Bytes(bytes.into_boxed_slice()),
+                SqlValue::Text(text) => Ciphertext::Text(text.into()),
+                _ => return Err(DurableError::Format(format!("job {id}'s envelope"))),
+            },
+            recipient: syms.intern(text(5)?.as_deref().unwrap_or("")),
+            sender: syms.intern(text(6)?.as_deref().unwrap_or("")),
+            direction: syms.intern(text(7)?.as_deref().unwrap_or("")),
+            deadline_at: real(row, 8)?,
+        },
+        _ => return Err(DurableError::Format(format!("job {id}'s envelope"))),
+    };
+    let lease = match (text(16)?, text(17)?) {
+        (Some(id), Some(runner)) => Some(Lease {
+            id: id.into(),
+            runner: syms.intern(&runner),
+            expires_at: real(row, 18)?,
+        }),
+        _ => None,
+    };
+    let audience_allow = match text(13)? {
+        None => None,
+        Some(text) => Some(strings(Some(text))?.into_boxed_slice()),
+    };
+    let job = Job {
+        seq: row.get::<_, i64>(0)? as u64,
+        id: id.into(),
+        kind: syms.intern(&row.get::<_, String>(2)?),
+        envelope,
+        size_class: syms.intern(&row.get::<_, String>(9)?),
+        audience: syms.intern(&row.get::<_, String>(10)?),
+        purpose: text(11)?.map(Into::into),
+        owner: syms.intern(&row.get::<_, String>(12)?),
+        audience_allow,
+        depends_on: strings(text(14)?)?
+            .into_iter()
+            .map(String::into_boxed_str)
+            .collect(),
+        state,
+        lease,
+        completed_by_lease_id: text(19)?.map(Into::into),
+        created_at: real(row, 20)?,
+        claimable_at: row.get(21)?,
+        ttl_ms: real(row, 22)?,
+        deadline_at: row.get(23)?,
+        refused_by: strings(text(24)?)?.iter().map(|r| syms.intern(r)).collect(),
+        attempts: real(row, 25)?,
+        outcome: text(26)?.map(Into::into),
+        provenance: text(27)?.map(Into::into),
+        provenance_runner: text(28)?.map(Into::into),
+        updated_at: real(row, 29)?,
+    };
+    Ok((job, row.get(30)?))
 }
 
 fn load(conn: &Connection, store: &mut Store) -> Result<(), DurableError> {
     let mut select = conn.prepare("select * from jobs order by seq")?;
-    let rows = select.query_map([], Loaded::read)?;
-    let mut blocked: Vec<JobRef> = Vec::new();
-    for row in rows {
-        let row = row?;
+    let mut rows = select.query([])?;
+    while let Some(row) = rows.next()? {
+        let (job, cancel_order) = job_from(row, &mut store.syms)?;
         let slot = store.slots.len() as u32;
-        let Some(state) = state_from(&row.state) else {
-            return Err(DurableError::Format(format!(
-                "job {} has an unknown state {:?}",
-                row.id, row.state
-            )));
-        };
-        let syms = &mut store.syms;
-        let envelope = match (row.env_type, row.env) {
-            (ENV_RAW, Some(rusqlite::types::Value::Text(json))) => Envelope::Raw(json.into()),
-            (ENV_SEALED_BYTES | ENV_SEALED_TEXT, Some(env)) => Envelope::Sealed {
-                ciphertext: match env {
-                    rusqlite::types::Value::Blob(bytes) => {
-                        Ciphertext::Bytes(bytes.into_boxed_slice())
-                    }
-                    rusqlite::types::Value::Text(text) => Ciphertext::Text(text.into()),
-                    _ => return Err(DurableError::Format(format!("job {}'s envelope", row.id))),
-                },
-                recipient: syms.intern(row.recipient.as_deref().unwrap_or("")),
-                sender: syms.intern(row.sender.as_deref().unwrap_or("")),
-                direction: syms.intern(row.direction.as_deref().unwrap_or("")),
-                deadline_at: row.env_deadline,
-            },
-            _ => return Err(DurableError::Format(format!("job {}'s envelope", row.id))),
-        };
-        let audience_allow = match row.audience_allow {
-            None => None,
-            Some(text) => Some(strings(Some(text))?.into_boxed_slice()),
-        };
-        let lease = match (row.lease_id, row.lease_runner) {
-            (Some(id), Some(runner)) => Some(Lease {
-                id: id.into(),
-                runner: syms.intern(&runner),
-                expires_at: row.lease_expires,
-            }),
-            _ => None,
-        };
-        let refused_by = strings(row.refused_by)?
-            .iter()
-            .map(|r| syms.intern(r))
-            .collect();
-        let job = Job {
-            seq: row.seq,
-            id: row.id.into(),
-            kind: syms.intern(&row.kind),
-            envelope,
-            size_class: syms.intern(&row.size_class),
-            audience: syms.intern(&row.audience),
-            purpose: row.purpose.map(Into::into),
-            owner: syms.intern(&row.owner),
-            audience_allow,
-            depends_on: strings(row.depends_on)?
-                .into_iter()
-                .map(String::into_boxed_str)
-                .collect(),
-            state,
-            lease,
-            completed_by_lease_id: row.completed_by.map(Into::into),
-            created_at: row.created_at,
-            claimable_at: row.claimable_at,
-            ttl_ms: row.ttl_ms,
-            deadline_at: row.deadline_at,
-            refused_by,
-            attempts: row.attempts,
-            outcome: row.outcome.map(Into::into),
-            provenance: row.provenance.map(Into::into),
-            provenance_runner: row.provenance_runner.map(Into::into),
-            updated_at: row.updated_at,
-        };
         if store.by_id.contains_key(&job.id) {
             return Err(DurableError::Format(format!(
                 "job {} is stored twice",
                 job.id
             )));
         }
-        let r = JobRef { slot, seq: job.seq };
-        if job.claimable_at.is_none() && !job.depends_on.is_empty() {
-            blocked.push(r);
+        if job.claimable_at.is_none() {
+            // Still waiting on a dependency, found again when it completes.
+            let r = JobRef { slot, seq: job.seq };
+            note_dependents(&mut store.dependents, &job.depends_on, r);
         }
-        if let Some(order) = row.cancel_order {
+        if let Some(order) = cancel_order {
             let order = order as u64;
             store.cancel_ids.insert(job.id.clone(), order);
             store.cancel_order.insert(order, job.id.clone());
@@ -677,21 +588,6 @@ fn load(conn: &Connection, store: &mut Store) -> Result<(), DurableError> {
             .add(&job, slot, reach, store.options.retention_ms.is_some());
         store.slots.push(Some(job));
     }
-    // Jobs still waiting on a dependency, found again when it completes.
-    for r in blocked {
-        let Some(job) = store.live(r) else { continue };
-        let mut seen: HashSet<&str> = HashSet::new();
-        let deps: Vec<Box<str>> = job
-            .depends_on
-            .iter()
-            .filter(|dep| seen.insert(dep))
-            .cloned()
-            .collect();
-        for dep in deps {
-            store.dependents.entry(dep).or_default().push(r);
-        }
-    }
-
     let mut pairings = conn.prepare("select record from pairings order by seq")?;
     for text in pairings.query_map([], |row| row.get::<_, String>(0))? {
         if !store.people.create_pairing_json(text?) {
@@ -700,16 +596,11 @@ fn load(conn: &Connection, store: &mut Store) -> Result<(), DurableError> {
     }
     let mut runners = conn.prepare("select record from runners order by pos")?;
     for text in runners.query_map([], |row| row.get::<_, String>(0))? {
-        store.people.load_runner(record_from(&text?)?);
+        if !store.people.load_runner(text?) {
+            return Err(DurableError::Format("a runner record".into()));
+        }
     }
     Ok(())
-}
-
-fn record_from(text: &str) -> Result<Record, DurableError> {
-    match serde_json::from_str(text) {
-        Ok(serde_json::Value::Object(map)) => Ok(map),
-        _ => Err(DurableError::Format("a pairing or runner record".into())),
-    }
 }
 
 /// `PRAGMA integrity_check` of the file at `path` (opened read-only): `"ok"`
@@ -764,8 +655,8 @@ mod tests {
         }
     }
 
-    fn pairing(hash: &str, code: &str) -> Record {
-        let mut record = Record::new();
+    fn pairing(hash: &str, code: &str) -> crate::store::tests::Record {
+        let mut record = crate::store::tests::Record::new();
         record.insert("deviceCodeHash".into(), hash.into());
         record.insert("userCode".into(), code.into());
         record.insert("state".into(), "pending".into());
@@ -781,7 +672,7 @@ mod tests {
             out.push_str(&Store::lease_refs_json(&store.list_cancel_requests(runner)));
             out.push_str(&store.jobs_json(&store.list_claimed_by(runner)));
         }
-        out.push_str(&serde_json::to_string(&store.people.list_runners(None)).unwrap_or_default());
+        out.push_str(&store.people.list_runners(None));
         for code in ["C0", "C1", "C2"] {
             out.push_str(
                 &serde_json::to_string(&store.people.pairing_by_code(code)).unwrap_or_default(),
@@ -908,8 +799,8 @@ mod tests {
                     2 => {
                         store.people.touch(
                             runner,
-                            serde_json::json!([{"kind": "llm.generate"}]),
-                            "0.1.1".into(),
+                            r#"[{"kind":"llm.generate"}]"#,
+                            "\"0.1.1\"",
                             now,
                         );
                     }

@@ -137,28 +137,6 @@ impl Store {
         claimed
     }
 
-    /// `renewLeases`: sweep, then extend each named grant this runner holds.
-    pub fn renew_leases(
-        &mut self,
-        runner_id: &str,
-        leases: &[LeaseRef],
-        lease_ms: f64,
-        now: f64,
-    ) -> RenewResult {
-        let each = self.renew_leases_each(runner_id, leases, lease_ms, now);
-        let mut result = RenewResult {
-            renewed: Vec::new(),
-            lost: Vec::new(),
-        };
-        for (lease_ref, renewed) in leases.iter().zip(each) {
-            match renewed {
-                Some(expires_at) => result.renewed.push((lease_ref.job_id.clone(), expires_at)),
-                None => result.lost.push(lease_ref.clone()),
-            }
-        }
-        result
-    }
-
     /// `renewLeases`, answered per lease ref: the new expiry, or `None` = lost.
     pub fn renew_leases_each(
         &mut self,
@@ -325,20 +303,6 @@ impl Store {
         if !still_blocked.is_empty() {
             self.dependents.insert(done_id.into(), still_blocked);
         }
-    }
-
-    /// `release`: back to the queue, remembering a refusal.
-    pub fn release(
-        &mut self,
-        runner_id: &str,
-        leases: &[LeaseRef],
-        refused: bool,
-        now: f64,
-    ) -> Vec<String> {
-        self.release_each(runner_id, leases, refused, now)
-            .into_iter()
-            .filter_map(|at| leases.get(at).map(|r| r.job_id.clone()))
-            .collect()
     }
 
     /// `release`, answered as the positions of the refs that were released.

@@ -41,7 +41,9 @@ use crate::envelope::deferred::DeferredSeal;
 use index::{reach_of, Entry, Indexes, Key, Reach};
 
 pub use out::{split_json_array, JOB_KEYS};
-pub use people::{ApproveError, PairingStore, MAX_PAIRINGS, PAIRING_GRACE_MS, RUNNER_KEYS};
+pub use people::{
+    ApproveError, PairingStore, RunnerFacts, MAX_PAIRINGS, PAIRING_GRACE_MS, RUNNER_KEYS,
+};
 
 /// The reference's default time a claimable job may wait: 15 minutes.
 pub const DEFAULT_TTL_MS: f64 = 900_000.0;
@@ -59,6 +61,23 @@ pub enum JobState {
 }
 
 impl JobState {
+    const ALL: [JobState; 7] = [
+        JobState::Queued,
+        JobState::Claimed,
+        JobState::Running,
+        JobState::Ok,
+        JobState::Error,
+        JobState::Canceled,
+        JobState::Expired,
+    ];
+
+    /// The state [`JobState::as_str`] spells `text`.
+    pub fn parse(text: &str) -> Option<JobState> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Queued => "queued",
@@ -80,10 +99,22 @@ impl JobState {
 /// across thousands of jobs; storing them once keeps a job record small.
 type Sym = u32;
 
-#[derive(Default)]
 struct Interner {
     ids: HashMap<Box<str>, Sym>,
     names: Vec<Box<str>>,
+}
+
+impl Default for Interner {
+    /// Every interner starts with the empty string: [`ADOPTED`].
+    fn default() -> Self {
+        let mut syms = Interner {
+            ids: HashMap::new(),
+            names: Vec::new(),
+        };
+        let adopted = syms.intern("");
+        debug_assert_eq!(adopted, ADOPTED);
+        syms
+    }
 }
 
 impl Interner {
@@ -148,6 +179,25 @@ enum Envelope {
     Deferred(Arc<DeferredSeal>),
 }
 
+impl Envelope {
+    /// The length of a sealed envelope's ciphertext text (base64url), made
+    /// or not; `None` for a caller's own envelope of another shape.
+    fn ciphertext_chars(&self) -> Option<usize> {
+        match self {
+            Envelope::Sealed {
+                ciphertext: Ciphertext::Bytes(bytes),
+                ..
+            } => Some(bytes.len().saturating_mul(4).div_ceil(3)),
+            Envelope::Sealed {
+                ciphertext: Ciphertext::Text(text),
+                ..
+            } => Some(text.len()),
+            Envelope::Raw(_) => None,
+            Envelope::Deferred(deferred) => Some(deferred.ciphertext_chars()),
+        }
+    }
+}
+
 /// A deferred seal that has been made is kept in the compact sealed form
 /// (its ciphertext as bytes, its key ids interned) from the job's next write
 /// on: the same envelope, a few hundred bytes less per job.
@@ -165,6 +215,21 @@ fn settle_deferred(syms: &mut Interner, job: &mut Job) {
         direction: syms.intern(&sealed.direction),
         deadline_at: sealed.deadline_at,
     };
+}
+
+/// Register `r` as waiting on each job it depends on (once per id), in the
+/// order the waiting jobs were created.
+fn note_dependents(
+    dependents: &mut HashMap<Box<str>, Vec<JobRef>>,
+    depends_on: &[Box<str>],
+    r: JobRef,
+) {
+    let mut seen: HashSet<&str> = HashSet::new();
+    for dep in depends_on {
+        if seen.insert(dep) {
+            dependents.entry(dep.clone()).or_default().push(r);
+        }
+    }
 }
 
 /// How a caller hands an envelope in.
@@ -259,12 +324,6 @@ pub struct LeaseRef {
     pub lease_id: String,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct RenewResult {
-    pub renewed: Vec<(String, f64)>,
-    pub lost: Vec<LeaseRef>,
-}
-
 /// Who claims to hold a job when completing it.
 pub enum Holder<'a> {
     Runner(&'a str),
@@ -347,6 +406,7 @@ impl Default for StoreOptions {
 }
 
 /// The store.
+#[derive(Default)]
 pub struct Store {
     options: StoreOptions,
     syms: Interner,
@@ -387,36 +447,11 @@ struct Changes {
     dropped: Vec<u64>,
 }
 
-impl Default for Store {
-    fn default() -> Self {
-        Store::new(StoreOptions::default())
-    }
-}
-
 impl Store {
     pub fn new(options: StoreOptions) -> Store {
-        let mut syms = Interner::default();
-        let adopted = syms.intern("");
-        debug_assert_eq!(adopted, ADOPTED);
         Store {
             options,
-            syms,
-            slots: Vec::new(),
-            free: Vec::new(),
-            by_id: HashMap::new(),
-            next_seq: 0,
-            idx: Indexes::default(),
-            dependents: HashMap::new(),
-            cancel_order: BTreeMap::new(),
-            cancel_ids: HashMap::new(),
-            next_cancel: 0,
-            watched: HashSet::new(),
-            write_log: Vec::new(),
-            counter_lease_ids: None,
-            omit_envelopes: false,
-            unsettled: VecDeque::new(),
-            changes: None,
-            people: PairingStore::default(),
+            ..Store::default()
         }
     }
 
@@ -572,12 +607,7 @@ impl Store {
         };
         let r = JobRef { slot, seq };
         if blocked {
-            let mut seen: HashSet<&str> = HashSet::new();
-            for dep in job.depends_on.iter() {
-                if seen.insert(dep) {
-                    self.dependents.entry(dep.clone()).or_default().push(r);
-                }
-            }
+            note_dependents(&mut self.dependents, &job.depends_on, r);
         }
         self.by_id.insert(job.id.clone(), slot);
         let reach = self.reach(&job);
@@ -665,18 +695,7 @@ impl Store {
             claimable_at: job.claimable_at,
             ttl_ms: job.ttl_ms,
             deadline_at: job.deadline_at,
-            sealed_ciphertext_chars: match &job.envelope {
-                Envelope::Sealed {
-                    ciphertext: Ciphertext::Bytes(bytes),
-                    ..
-                } => Some(bytes.len().saturating_mul(4).div_ceil(3)),
-                Envelope::Sealed {
-                    ciphertext: Ciphertext::Text(text),
-                    ..
-                } => Some(text.len()),
-                Envelope::Raw(_) => None,
-                Envelope::Deferred(deferred) => Some(deferred.ciphertext_chars()),
-            },
+            sealed_ciphertext_chars: job.envelope.ciphertext_chars(),
         })
     }
 
@@ -770,14 +789,5 @@ impl Store {
     /// The ids of watched jobs written since the last call, one per write, in order.
     pub fn drain_writes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.write_log)
-    }
-}
-
-#[cfg(test)]
-impl Store {
-    /// Deterministic lease ids (`lease-1`, `lease-2`, …), for tests that
-    /// compare two stores operation by operation.
-    pub fn use_counter_lease_ids(&mut self) {
-        self.counter_lease_ids = Some(0);
     }
 }

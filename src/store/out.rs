@@ -293,19 +293,11 @@ impl Store {
     fn omits_envelope(&self, job: &Job) -> bool {
         self.omit_envelopes
             && match &job.envelope {
-                Envelope::Sealed {
-                    ciphertext: Ciphertext::Bytes(b),
-                    ..
-                } => b.len() >= OMIT_ENVELOPE_BYTES,
-                Envelope::Sealed {
-                    ciphertext: Ciphertext::Text(t),
-                    ..
-                } => t.len() >= OMIT_ENVELOPE_BYTES,
-                Envelope::Raw(_) => false,
-                Envelope::Deferred(deferred) => {
-                    !deferred.is_sealed()
-                        || deferred.ciphertext_chars() / 4 * 3 >= OMIT_ENVELOPE_BYTES
-                }
+                Envelope::Deferred(deferred) if !deferred.is_sealed() => true,
+                // The ciphertext's size in bytes, from its base64url text.
+                envelope => envelope
+                    .ciphertext_chars()
+                    .is_some_and(|chars| chars.saturating_mul(3) / 4 >= OMIT_ENVELOPE_BYTES),
             }
     }
 
@@ -367,22 +359,10 @@ impl Store {
 
     fn json_size_hint(&self, r: JobRef) -> usize {
         let Some(job) = self.live(r) else { return 4 };
-        let envelope = match &job.envelope {
-            Envelope::Sealed {
-                ciphertext: Ciphertext::Bytes(b),
-                ..
-            } => b.len() * 4 / 3 + 4,
-            Envelope::Sealed {
-                ciphertext: Ciphertext::Text(t),
-                ..
-            } => t.len() + 4,
-            Envelope::Raw(json) => json.len(),
-            Envelope::Deferred(deferred) => deferred.ciphertext_chars() + 120,
-        };
-        let envelope = if self.omits_envelope(job) {
-            2
-        } else {
-            envelope
+        let envelope = match (&job.envelope, self.omits_envelope(job)) {
+            (_, true) => 2,
+            (Envelope::Raw(json), _) => json.len(),
+            (envelope, _) => envelope.ciphertext_chars().unwrap_or(0) + 120,
         };
         let opaque = job.outcome.as_deref().map_or(0, str::len)
             + job.provenance.as_deref().map_or(0, str::len);
@@ -391,25 +371,20 @@ impl Store {
 
     /// `[{jobId, leaseId}]` as JSON.
     pub fn lease_refs_json(refs: &[LeaseRef]) -> String {
-        let mut out = String::new();
-        push_lease_refs(&mut out, refs);
+        let mut out = String::from("[");
+        for (at, r) in refs.iter().enumerate() {
+            if at > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"jobId\":");
+            write_json_str(&r.job_id, &mut out);
+            out.push_str(",\"leaseId\":");
+            write_json_str(&r.lease_id, &mut out);
+            out.push('}');
+        }
+        out.push(']');
         out
     }
-}
-
-fn push_lease_refs(out: &mut String, refs: &[LeaseRef]) {
-    out.push('[');
-    for (at, r) in refs.iter().enumerate() {
-        if at > 0 {
-            out.push(',');
-        }
-        out.push_str("{\"jobId\":");
-        write_json_str(&r.job_id, out);
-        out.push_str(",\"leaseId\":");
-        write_json_str(&r.lease_id, out);
-        out.push('}');
-    }
-    out.push(']');
 }
 
 /// Split a JSON array of records (as the store writes them) into JSON arrays of

@@ -1,16 +1,17 @@
 //! Pairings and runners (store.md §11).
 //!
-//! Few and small, so they are kept as the JSON objects the caller gave
-//! (`serde_json` with `preserve_order`): a write changes values in place and
-//! appends new keys at the end, which is what the reference's object spread
-//! does to key order.
+//! Few and small, so each is kept as the JSON text of its record (key order
+//! kept, read with the core's own [`json`] model), beside the fields the
+//! store's rules read. A change is an object spread on that text
+//! ([`spread`]): a changed key keeps its place and a new one goes at the
+//! end, which is what the reference's `{...record, ...changes}` does to key
+//! order.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-use serde_json::{Map, Value};
-
-pub type Record = Map<String, Value>;
+use crate::json::{self, write_json_str, Doc, Node, NodeId};
+use crate::keys::PublicIdentity;
 
 /// A runner record's keys in the reference's order, as an approval writes
 /// them (the shell reads it through `protocolConstants().runnerKeys`).
@@ -47,24 +48,94 @@ impl fmt::Display for ApproveError {
 
 impl std::error::Error for ApproveError {}
 
-/// The map key of a pairing: its `deviceCodeHash`. A non-string hash (only a
-/// hand-built record has one) is keyed by its JSON text behind a NUL, so it
-/// never collides with a string.
-fn hash_key(value: Option<&Value>) -> String {
-    match value {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => format!("\u{0}{other}"),
-        None => "\u{0}undefined".to_string(),
+/// A record's JSON text parsed, when it is the text of an object.
+fn object(json: &str) -> Option<(Doc, NodeId)> {
+    let doc = json::parse(json).ok()?;
+    let root = doc.root();
+    matches!(doc.node(root), Node::Object(_)).then_some((doc, root))
+}
+
+/// `obj[key]` when it is a string (a lone surrogate reads as U+FFFD).
+fn text(doc: &Doc, obj: NodeId, key: &str) -> Option<String> {
+    doc.str(doc.get(obj, key)?).map(|s| s.as_str().to_owned())
+}
+
+fn number(doc: &Doc, obj: NodeId, key: &str) -> Option<f64> {
+    match doc.node(doc.get(obj, key)?) {
+        Node::Number(n) => Some(*n),
+        _ => None,
     }
 }
 
-/// JS's `${value}` for the values a pairing state can hold.
-fn display(value: Option<&Value>) -> String {
-    match value {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
+/// JS's `${obj[key]}` for the values a pairing state can hold.
+fn display(doc: &Doc, obj: NodeId, key: &str) -> String {
+    match doc.get(obj, key) {
+        Some(id) => match doc.node(id) {
+            Node::String(s) => s.as_str().to_owned(),
+            _ => doc.to_json(id),
+        },
         None => "undefined".to_string(),
     }
+}
+
+/// The map key of a pairing: its `deviceCodeHash`. A hash that is not a
+/// string (only a hand-built record has one) is keyed by its JSON text
+/// behind a NUL, so it never collides with a string; `null` keys as a
+/// missing hash.
+fn hash_key(doc: &Doc, obj: NodeId) -> String {
+    match doc.get(obj, "deviceCodeHash").map(|id| (id, doc.node(id))) {
+        Some((_, Node::String(s))) => s.as_str().to_owned(),
+        Some((id, node)) if *node != Node::Null => format!("\u{0}{}", doc.to_json(id)),
+        _ => "\u{0}undefined".to_string(),
+    }
+}
+
+/// `{...record, ...changes}` on JSON texts (`changes` values are JSON
+/// texts): a changed key keeps its place, a new one goes at the end. `None`
+/// when `record` is not the text of an object.
+fn spread(record: &str, changes: &[(&str, &str)]) -> Option<String> {
+    let (doc, root) = object(record)?;
+    let Node::Object(entries) = doc.node(root) else {
+        return None;
+    };
+    let mut out = String::with_capacity(record.len() + 64);
+    out.push('{');
+    for (key, value) in entries {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        key.write_json(&mut out);
+        out.push(':');
+        match changes.iter().find(|(changed, _)| key.is(changed)) {
+            Some((_, new)) => out.push_str(new),
+            None => out.push_str(&doc.to_json(*value)),
+        }
+    }
+    for (key, value) in changes {
+        if !entries.iter().any(|(k, _)| k.is(key)) {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            write_json_str(key, &mut out);
+            out.push(':');
+            out.push_str(value);
+        }
+    }
+    out.push('}');
+    Some(out)
+}
+
+/// `JSON.stringify` of a string or a number, for [`spread`].
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    write_json_str(s, &mut out);
+    out
+}
+
+fn json_num(n: f64) -> String {
+    let mut out = String::new();
+    json::push_json_number(&mut out, n);
+    out
 }
 
 /// How long a pairing is kept after its `expiresAt`: the protocol's clock
@@ -91,44 +162,22 @@ struct Pairing {
     collected: bool,
 }
 
-/// The fields of a pairing record the store's rules read; the rest of the
-/// text is checked to be JSON and skipped.
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Head {
-    device_code_hash: Option<Value>,
-    user_code: Option<Value>,
-    state: Option<Value>,
-    expires_at: Option<Value>,
-    collected: Option<Value>,
-    created_at: Option<Value>,
-}
-
 impl Pairing {
-    fn from_record(record: &Record, hash: String) -> Pairing {
-        Pairing {
-            hash,
-            // Serialising a map of JSON values cannot fail.
-            json: serde_json::to_string(record).unwrap_or_default().into(),
-            code: record
-                .get("userCode")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            state: record
-                .get("state")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            expires_at: record.get("expiresAt").and_then(Value::as_f64),
-            collected: record.get("collected") == Some(&Value::Bool(true)),
-        }
-    }
-
-    /// The record as a value. The text is `JSON.stringify`'s, which writes a
-    /// lone surrogate as an escape serde_json refuses: it is read as U+FFFD
-    /// (what a lone surrogate becomes crossing into Rust anyway), so a label
-    /// holding one still gives a whole runner record.
-    fn record(&self) -> Record {
-        serde_json::from_str(&crate::json::lone_surrogates_replaced(&self.json)).unwrap_or_default()
+    /// A pairing from the JSON text of its record (`JSON.stringify`'s), kept
+    /// as given, and the record's `createdAt`. `None` when it is not the
+    /// text of a JSON object.
+    fn parse(json: String) -> Option<(Pairing, Option<f64>)> {
+        let (doc, root) = object(&json)?;
+        let collected = doc.get(root, "collected").map(|id| doc.node(id));
+        let pairing = Pairing {
+            hash: hash_key(&doc, root),
+            code: text(&doc, root, "userCode"),
+            state: text(&doc, root, "state"),
+            expires_at: number(&doc, root, "expiresAt"),
+            collected: collected == Some(&Node::Bool(true)),
+            json: json.into_boxed_str(),
+        };
+        Some((pairing, number(&doc, root, "createdAt")))
     }
 
     fn is(&self, state: &str) -> bool {
@@ -151,6 +200,55 @@ impl Pairing {
     }
 }
 
+/// One runner: the record as JSON text, and what the rules and a signed
+/// request read of it.
+struct Runner {
+    json: Box<str>,
+    id: Option<String>,
+    owner: Option<String>,
+    /// `revokedAt` holds `null`: the runner may still sign requests.
+    active: bool,
+    device: Option<PublicIdentity>,
+}
+
+impl Runner {
+    fn parse(json: String) -> Option<Runner> {
+        // A runner record is built natively, where a lone surrogate is
+        // U+FFFD (what one becomes crossing into Rust as a string anyway).
+        let json = match json::lone_surrogates_replaced(&json) {
+            std::borrow::Cow::Owned(replaced) => replaced,
+            std::borrow::Cow::Borrowed(_) => json,
+        };
+        let (doc, root) = object(&json)?;
+        let device = doc.get(root, "device");
+        let key = |name| device.and_then(|device| text(&doc, device, name));
+        let revoked_at = doc.get(root, "revokedAt").map(|id| doc.node(id));
+        let runner = Runner {
+            id: text(&doc, root, "id"),
+            owner: text(&doc, root, "owner"),
+            active: revoked_at == Some(&Node::Null),
+            device: key("identity")
+                .zip(key("encryption"))
+                .map(|(identity, encryption)| PublicIdentity {
+                    identity,
+                    encryption,
+                    encryption_sig: key("encryptionSig").unwrap_or_default(),
+                }),
+            json: json.into_boxed_str(),
+        };
+        Some(runner)
+    }
+}
+
+/// What a signed request is checked against: an unrevoked runner's id,
+/// owner and device keys, all strings as the record holds them.
+#[derive(Debug, Clone)]
+pub struct RunnerFacts {
+    pub id: String,
+    pub owner: String,
+    pub device: PublicIdentity,
+}
+
 #[derive(Default)]
 pub struct PairingStore {
     /// Pairings by insertion sequence; an overwrite keeps the sequence.
@@ -164,7 +262,7 @@ pub struct PairingStore {
     /// No pairing expires before this (a lower bound; `None`: none
     /// expires): a sweep with nothing to prune costs one comparison.
     next_expiry: Option<f64>,
-    runners: Vec<Record>,
+    runners: Vec<Runner>,
     runner_at: HashMap<String, usize>,
     /// The pairings (by device code hash) and runners (by position) written
     /// since the durable file last took them (`crate::store::durable`);
@@ -185,14 +283,18 @@ impl PairingStore {
         }
     }
 
-    /// A runner read back from the durable file, after those before it.
+    /// A runner read back from the durable file, after those before it;
+    /// `false` when its text is not a JSON object.
     #[cfg(not(target_arch = "wasm32"))]
-    pub(super) fn load_runner(&mut self, record: Record) {
-        let id = record.get("id").and_then(Value::as_str).map(str::to_owned);
-        self.runners.push(record);
-        if let Some(id) = id {
-            self.runner_at.insert(id, self.runners.len() - 1);
+    pub(super) fn load_runner(&mut self, json: String) -> bool {
+        let Some(runner) = Runner::parse(json) else {
+            return false;
+        };
+        if let Some(id) = runner.id.clone() {
+            self.runner_at.insert(id, self.runners.len());
         }
+        self.runners.push(runner);
+        true
     }
 
     /// The pairing stored under `hash`: its insertion sequence and JSON text.
@@ -204,56 +306,21 @@ impl PairingStore {
 
     /// The runner at position `at` (insertion order).
     #[cfg(not(target_arch = "wasm32"))]
-    pub(super) fn runner_at(&self, at: usize) -> Option<&Record> {
-        self.runners.get(at)
+    pub(super) fn runner_at(&self, at: usize) -> Option<&str> {
+        self.runners.get(at).map(|r| &*r.json)
     }
 
-    /// `createPairing`: store by `deviceCodeHash`; the same hash overwrites.
-    /// Expired pairings are pruned as the count doubles (the record's
-    /// `createdAt` is the clock), and past [`MAX_PAIRINGS`] the oldest are
-    /// dropped.
-    pub fn create_pairing(&mut self, record: Record) {
-        let key = hash_key(record.get("deviceCodeHash"));
-        let created_at = record.get("createdAt").and_then(Value::as_f64);
-        let pairing = Pairing::from_record(&record, key.clone());
-        drop(record);
-        self.insert_pairing(key, pairing, created_at);
-    }
-
-    /// [`Self::create_pairing`] for a record given as the JSON text of an
-    /// object (`JSON.stringify`'s), kept as given: only the fields the rules
-    /// read are taken out of it. `false` (nothing stored) when it is not the
-    /// text of a JSON object.
+    /// `createPairing`, for a record given as the JSON text of an object
+    /// (`JSON.stringify`'s): stored by `deviceCodeHash`; the same hash
+    /// overwrites. Expired pairings are pruned as the count doubles (the
+    /// record's `createdAt` is the clock), and past [`MAX_PAIRINGS`] the
+    /// oldest are dropped. `false` (nothing stored) when it is not the text
+    /// of a JSON object.
     pub fn create_pairing_json(&mut self, json: String) -> bool {
-        if !json.trim_start().starts_with('{') {
-            return false;
-        }
-        let Ok(head) = serde_json::from_str::<Head>(&crate::json::lone_surrogates_replaced(&json))
-        else {
+        let Some((pairing, created_at)) = Pairing::parse(json) else {
             return false;
         };
-        let key = hash_key(head.device_code_hash.as_ref());
-        let pairing = Pairing {
-            hash: key.clone(),
-            json: json.into_boxed_str(),
-            code: head
-                .user_code
-                .as_ref()
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            state: head
-                .state
-                .as_ref()
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            expires_at: head.expires_at.as_ref().and_then(Value::as_f64),
-            collected: head.collected == Some(Value::Bool(true)),
-        };
-        self.insert_pairing(
-            key,
-            pairing,
-            head.created_at.as_ref().and_then(Value::as_f64),
-        );
+        self.insert_pairing(pairing.hash.clone(), pairing, created_at);
         true
     }
 
@@ -383,19 +450,18 @@ impl PairingStore {
     }
 
     /// `approvePairing`: create the runner from the pending, unexpired
-    /// pairing with this code. Without one, the first pairing with the code
-    /// says why (the reference's messages).
+    /// pairing with this code, answering its record's JSON text. Without
+    /// one, the first pairing with the code says why (the reference's
+    /// messages).
     pub fn approve(
         &mut self,
         code: &str,
         owner: &str,
         runner_id: &str,
         now: f64,
-    ) -> Result<&Record, ApproveError> {
-        let seqs = self
-            .by_code
-            .get(code)
-            .ok_or_else(|| ApproveError::Unknown(code.to_string()))?;
+    ) -> Result<&str, ApproveError> {
+        let unknown = || ApproveError::Unknown(code.to_string());
+        let seqs = self.by_code.get(code).ok_or_else(unknown)?;
         let live = seqs
             .iter()
             .copied()
@@ -404,20 +470,20 @@ impl PairingStore {
             let first = seqs
                 .first()
                 .and_then(|seq| self.pairings.get(seq))
-                .ok_or_else(|| ApproveError::Unknown(code.to_string()))?;
+                .ok_or_else(unknown)?;
             if first.expired(now) {
                 return Err(ApproveError::Expired);
             }
-            return Err(ApproveError::Already(display(first.record().get("state"))));
+            let (doc, root) = object(&first.json).ok_or_else(unknown)?;
+            return Err(ApproveError::Already(display(&doc, root, "state")));
         };
-        let (mut pairing, hash) = self
-            .pairings
-            .get(&seq)
-            .map(|p| (p.record(), p.hash.clone()))
-            .ok_or_else(|| ApproveError::Unknown(code.to_string()))?;
-        let mut runner = Record::new();
-        runner.insert("id".into(), Value::from(runner_id));
-        runner.insert("owner".into(), Value::from(owner));
+        let pairing = self.pairings.get(&seq).ok_or_else(unknown)?;
+        let (doc, root) = object(&pairing.json).ok_or_else(unknown)?;
+        let mut runner = format!(
+            "{{\"id\":{},\"owner\":{}",
+            json_str(runner_id),
+            json_str(owner)
+        );
         // Carried from the pairing: the user approved this machine.
         for field in [
             "device",
@@ -426,135 +492,150 @@ impl PairingStore {
             "daemonVersion",
             "capabilities",
         ] {
-            if let Some(value) = pairing.get(field) {
-                runner.insert(field.into(), value.clone());
+            if let Some(value) = doc.get(root, field) {
+                runner.push_str(&format!(",\"{field}\":{}", doc.to_json(value)));
             }
         }
-        runner.insert("revokedAt".into(), Value::Null);
-        runner.insert("lastHeartbeatAt".into(), Value::from(now));
-        runner.insert("createdAt".into(), Value::from(now));
-        pairing.insert("state".into(), Value::from("approved"));
-        pairing.insert("owner".into(), Value::from(owner));
-        pairing.insert("runnerId".into(), Value::from(runner_id));
-        pairing.insert("collected".into(), Value::Bool(false));
+        let now = json_num(now);
+        runner.push_str(&format!(
+            ",\"revokedAt\":null,\"lastHeartbeatAt\":{now},\"createdAt\":{now}}}"
+        ));
+        let approved = spread(
+            &pairing.json,
+            &[
+                ("state", "\"approved\""),
+                ("owner", &json_str(owner)),
+                ("runnerId", &json_str(runner_id)),
+                ("collected", "false"),
+            ],
+        );
+        let hash = pairing.hash.clone();
         self.pairing_changed(&hash);
-        self.pairings
-            .insert(seq, Pairing::from_record(&pairing, hash));
+        if let Some((approved, _)) = approved.and_then(Pairing::parse) {
+            self.pairings.insert(seq, approved);
+        }
+        let runner = Runner::parse(runner).ok_or_else(unknown)?;
         let at = match self.runner_at.get(runner_id) {
-            Some(&at) => {
-                if let Some(slot) = self.runners.get_mut(at) {
-                    *slot = runner;
-                }
-                at
-            }
+            Some(&at) => at,
             None => {
-                self.runners.push(runner);
-                let at = self.runners.len() - 1;
-                self.runner_at.insert(runner_id.to_string(), at);
-                at
+                self.runner_at
+                    .insert(runner_id.to_string(), self.runners.len());
+                self.runners.len()
             }
         };
+        if at == self.runners.len() {
+            self.runners.push(runner);
+        } else if let Some(slot) = self.runners.get_mut(at) {
+            *slot = runner;
+        }
         self.runner_changed(at);
-        self.runners
-            .get(at)
-            .ok_or_else(|| ApproveError::Unknown(code.to_string()))
+        self.runners.get(at).map(|r| &*r.json).ok_or_else(unknown)
     }
 
     /// `denyPairing`: the pairing the code names ([`Self::named`]: a
     /// pending one first) becomes `denied`.
     pub fn deny(&mut self, code: &str) {
         if let Some(seq) = self.named(code) {
-            self.rewrite(seq, |pairing| {
-                pairing.insert("state".into(), Value::from("denied"));
-            });
+            self.rewrite(seq, &[("state", "\"denied\"")]);
         }
     }
 
     /// `consumePairingToken`: mark the approval collected (deliver once).
     pub fn consume(&mut self, hash: &str) {
         if let Some(&seq) = self.by_hash.get(hash) {
-            self.rewrite(seq, |pairing| {
-                pairing.insert("collected".into(), Value::Bool(true));
-            });
+            self.rewrite(seq, &[("collected", "true")]);
         }
     }
 
-    fn rewrite(&mut self, seq: u64, change: impl FnOnce(&mut Record)) {
+    fn rewrite(&mut self, seq: u64, changes: &[(&str, &str)]) {
         let Some(stored) = self.pairings.get_mut(&seq) else {
             return;
         };
-        let mut record = stored.record();
-        change(&mut record);
-        let hash = std::mem::take(&mut stored.hash);
-        *stored = Pairing::from_record(&record, hash.clone());
+        let Some((changed, _)) = spread(&stored.json, changes).and_then(Pairing::parse) else {
+            return;
+        };
+        *stored = changed;
+        let hash = stored.hash.clone();
         if let Some(at) = stored.expires_at {
             self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
         }
         self.pairing_changed(&hash);
     }
 
-    pub fn runner(&self, id: &str) -> Option<&Record> {
+    /// The runner's record as JSON text.
+    pub fn runner(&self, id: &str) -> Option<&str> {
+        self.find_runner(id).map(|r| &*r.json)
+    }
+
+    fn find_runner(&self, id: &str) -> Option<&Runner> {
         self.runner_at.get(id).and_then(|&at| self.runners.get(at))
     }
 
-    /// `touchRunner`: new capabilities and version, heartbeat now.
+    /// What a signed request from this runner is checked against; `None`
+    /// for an unknown or revoked runner, or a record without those strings.
+    pub fn active_runner(&self, id: &str) -> Option<RunnerFacts> {
+        let runner = self.find_runner(id).filter(|r| r.active)?;
+        Some(RunnerFacts {
+            id: runner.id.clone()?,
+            owner: runner.owner.clone()?,
+            device: runner.device.clone()?,
+        })
+    }
+
+    /// Spread `changes` onto runner `id`'s record; its new JSON text.
+    fn change_runner(&mut self, id: &str, changes: &[(&str, &str)]) -> Option<&str> {
+        let at = *self.runner_at.get(id)?;
+        let changed = spread(&self.runners.get(at)?.json, changes).and_then(Runner::parse)?;
+        *self.runners.get_mut(at)? = changed;
+        self.runner_changed(at);
+        self.runners.get(at).map(|r| &*r.json)
+    }
+
+    /// `touchRunner`: new capabilities and version (JSON texts), heartbeat now.
     pub fn touch(
         &mut self,
         id: &str,
-        capabilities: Value,
-        daemon_version: Value,
+        capabilities: &str,
+        daemon_version: &str,
         now: f64,
-    ) -> Option<&Record> {
-        let at = *self.runner_at.get(id)?;
-        let runner = self.runners.get_mut(at)?;
-        runner.insert("capabilities".into(), capabilities);
-        runner.insert("daemonVersion".into(), daemon_version);
-        runner.insert("lastHeartbeatAt".into(), Value::from(now));
-        self.runner_changed(at);
-        self.runners.get(at)
+    ) -> Option<&str> {
+        let now = json_num(now);
+        self.change_runner(
+            id,
+            &[
+                ("capabilities", capabilities),
+                ("daemonVersion", daemon_version),
+                ("lastHeartbeatAt", &now),
+            ],
+        )
     }
 
     /// `revokeRunner`: one-way; the first revocation time is kept.
     pub fn revoke(&mut self, id: &str, now: f64) {
-        let Some(&at) = self.runner_at.get(id) else {
-            return;
-        };
-        if let Some(runner) = self.runners.get_mut(at) {
-            if runner.get("revokedAt") == Some(&Value::Null) {
-                runner.insert("revokedAt".into(), Value::from(now));
-                self.runner_changed(at);
-            }
+        if self.find_runner(id).is_some_and(|r| r.active) {
+            self.change_runner(id, &[("revokedAt", &json_num(now))]);
         }
     }
 
-    /// `listRunners`: all, or one owner's, revoked included, in insertion order.
-    pub fn list_runners(&self, owner: Option<&str>) -> Vec<&Record> {
-        self.runners
+    /// `listRunners`: all, or one owner's, revoked included, in insertion
+    /// order, as a JSON array.
+    pub fn list_runners(&self, owner: Option<&str>) -> String {
+        let listed: Vec<&str> = self
+            .runners
             .iter()
-            .filter(|r| owner.is_none_or(|o| r.get("owner").and_then(Value::as_str) == Some(o)))
-            .collect()
+            .filter(|r| owner.is_none_or(|o| r.owner.as_deref() == Some(o)))
+            .map(|r| &*r.json)
+            .collect();
+        format!("[{}]", listed.join(","))
     }
 }
 
-/// Pairings as values, and what they hold, for the tests.
+/// What pairings hold, for the tests.
 #[cfg(test)]
 impl PairingStore {
     /// How many pairings are kept, and the bytes of their records.
     pub fn pairing_footprint(&self) -> (usize, usize) {
         let bytes = self.pairings.values().map(|p| p.json.len()).sum();
         (self.pairings.len(), bytes)
-    }
-
-    pub fn pairing_by_hash(&self, hash: &str) -> Option<Record> {
-        self.by_hash
-            .get(hash)
-            .and_then(|seq| self.pairings.get(seq))
-            .map(Pairing::record)
-    }
-
-    pub fn pairing_by_code(&self, code: &str) -> Option<Record> {
-        self.named(code)
-            .and_then(|seq| self.pairings.get(&seq))
-            .map(Pairing::record)
     }
 }

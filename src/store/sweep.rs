@@ -5,16 +5,10 @@
 use super::*;
 
 impl Store {
-    /// `expireDue`: the three-pass sweep; a JSON array of the records
-    /// written, in order, each as it was at its write (a job requeued in
-    /// pass 1 and expired in pass 3 appears twice, first as `queued`).
-    pub fn expire_due(&mut self, now: f64) -> String {
-        let mut changed = String::new();
-        self.expire_due_into(now, &mut changed);
-        changed
-    }
-
-    /// [`Store::expire_due`], appending the JSON array to `out`.
+    /// `expireDue`: the three-pass sweep, appending to `out` a JSON array of
+    /// the records written, in order, each as it was at its write (a job
+    /// requeued in pass 1 and expired in pass 3 appears twice, first as
+    /// `queued`).
     pub fn expire_due_into(&mut self, now: f64, out: &mut String) {
         let start = out.len();
         out.push('[');
