@@ -174,6 +174,14 @@ export declare class SiteKeyring {
    * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
    */
   openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
+  /**
+   * Open a device's result for `jobId` and accept it, or refuse it with
+   * the reference's message (`crate::direct::acceptance`): the general
+   * path's and the cloud lane's one call per result (on the thread pool
+   * past [`ASYNC_CRYPTO_THRESHOLD`] bytes). Values a relay sent that are
+   * not even strings do not open: refused, not thrown.
+   */
+  acceptResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string, disposition: string, source: ResultSource): { ok: true; accepted: string } | { ok: false; why: string } | Promise<{ ok: true; accepted: string } | { ok: false; why: string }>
   /** The site plane's request signature over `site/<endpoint>`. */
   signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string
 }
@@ -431,6 +439,17 @@ export interface RequestToSign {
 }
 
 /**
+ * `acceptResult`'s answer: `accepted`, the JSON text of `{outcome,
+ * provenance}` (V8 builds the objects from text faster than they are
+ * built across the boundary), or `why` the result was refused.
+ */
+export interface ResultAcceptance {
+  ok: boolean
+  accepted?: string
+  why?: string
+}
+
+/**
  * The result answer's JSON text, written by the function the fast path
  * writes it with.
  */
@@ -445,6 +464,14 @@ export interface ResultProvenance {
   untrusted: boolean
   stop?: string
   stopReported?: boolean
+}
+
+/** Who a result is accepted from (`crate::direct::acceptance::Source`). */
+export interface ResultSource {
+  /** The job's audience as stored (an unknown spelling is echoed, untrusted). */
+  audience: string
+  runnerId: string
+  runnerOwner: string
 }
 
 /**

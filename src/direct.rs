@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 
-use crate::audience::{self, BackendClass, ProvenanceInput, StopReason};
 use crate::envelope::deferred::DeferredSeal;
 use crate::envelope::{self, OpenFailure, Text};
 use crate::fingerprint;
@@ -29,6 +28,7 @@ use crate::store::{
 };
 use crate::wire::{self, Endpoint};
 
+pub mod acceptance;
 pub mod reseal;
 
 /// Envelopes from this many ciphertext characters are sealed and opened on
@@ -613,44 +613,23 @@ fn result(store: &mut Store, site: &Site<'_>, asked: &Asked<'_>, doc: &Doc) -> O
             return None;
         }
     }
-    let (audience, state_before) = (job.audience, job.state);
-
-    let plaintext = open_result(site.keys, &sealed, asked.job_id, &runner.device.identity).ok()?;
-    let sealed_outcome = canonical_outcome(&plaintext)?;
-    let root = sealed_outcome.root();
-    let outcome = sealed_outcome.get(root, "outcome")?;
-    let ran = sealed_outcome.get(root, "ran")?;
-    let tag = text(&sealed_outcome, outcome, "outcome")?;
-    if tag != disposition {
-        return None;
-    }
-    let stop = match sealed_outcome.get(ran, "stop") {
-        Some(id) => Some(StopReason::parse(sealed_outcome.str(id)?.as_str())?),
-        None => None,
-    };
-    let stop_reported = match sealed_outcome.get(ran, "stopReported") {
-        Some(id) => match sealed_outcome.node(id) {
-            Node::Bool(b) => Some(*b),
-            _ => return None,
-        },
-        None => None,
-    };
-    let provenance = audience::provenance_for(&ProvenanceInput {
-        audience,
+    let state_before = job.state;
+    let source = acceptance::Source {
+        audience: job.audience,
         runner_id: &runner.id,
         runner_owner: &runner.owner,
-        backend_class: BackendClass::parse(text(&sealed_outcome, ran, "backendClass")?)?,
-        model: text(&sealed_outcome, ran, "model")?,
-        stop,
-        stop_reported,
-    });
-    let provenance_json = serde_json::to_string(&provenance).ok()?;
+    };
+    let opened = open_result(site.keys, &sealed, asked.job_id, &runner.device.identity);
+    // A refusal is the general path's to answer (a 400 with its message);
+    // an `artifactUrl` needs `URL.canParse`, which only the general path has.
+    let accepted = acceptance::accept(&opened, Some(disposition), &source, &|_| false).ok()?;
+    let provenance_json = accepted.provenance_json()?;
     let done = store.complete(&CompleteArgs {
         job_id: asked.job_id,
         runner_id: &runner.id,
         holder: Holder::Lease(asked.lease_id),
-        outcome_tag: tag,
-        outcome_json: &sealed_outcome.to_json(outcome),
+        outcome_tag: &accepted.tag,
+        outcome_json: &accepted.outcome_json(),
         provenance_json: &provenance_json,
         provenance_runner: Some(&runner.id),
         now: asked.now,

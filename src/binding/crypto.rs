@@ -240,35 +240,36 @@ pub(super) fn canonical_outcome(opened: &std::result::Result<JsStr, OpenFailure>
         .then_some(true)
 }
 
+/// A text for JavaScript: holding a lone surrogate, as exact UTF-16.
+/// Otherwise the cheapest form V8 can take without a UTF-8 decoding pass
+/// (a megabyte plaintext spends ~15% of its open there): ASCII as Latin-1
+/// (a copy), anything else as UTF-16.
+pub(super) fn js_text(text: JsStr) -> Either3<Latin1String, Utf16String, String> {
+    match text.lone_utf16() {
+        Some(units) => Either3::B(Utf16String::from(units.to_vec())),
+        None => {
+            let text = text.into_string();
+            if text.is_ascii() {
+                Either3::A(Latin1String::from(text))
+            } else {
+                Either3::B(Utf16String::from(text))
+            }
+        }
+    }
+}
+
 /// An open's answer, carrying `canonicalOutcome` (see [`JsOpenResult`]).
 pub(super) fn open_result_with(
     result: std::result::Result<JsStr, OpenFailure>,
     canonical_outcome: Option<bool>,
 ) -> JsOpenResult {
     match result {
-        Ok(text) => {
-            // A plaintext holding a lone surrogate goes back as exact UTF-16.
-            // Otherwise the cheapest form V8 can take without a UTF-8
-            // decoding pass (a megabyte plaintext spends ~15% of its open
-            // there): ASCII as Latin-1 (a copy), anything else as UTF-16.
-            let plaintext = match text.lone_utf16() {
-                Some(units) => Either3::B(Utf16String::from(units.to_vec())),
-                None => {
-                    let text = text.into_string();
-                    if text.is_ascii() {
-                        Either3::A(Latin1String::from(text))
-                    } else {
-                        Either3::B(Utf16String::from(text))
-                    }
-                }
-            };
-            JsOpenResult {
-                ok: true,
-                plaintext: Some(plaintext),
-                reason: None,
-                canonical_outcome,
-            }
-        }
+        Ok(text) => JsOpenResult {
+            ok: true,
+            plaintext: Some(js_text(text)),
+            reason: None,
+            canonical_outcome,
+        },
         Err(reason) => JsOpenResult {
             ok: false,
             plaintext: None,

@@ -79,7 +79,7 @@ pub(crate) fn payload_kind(kind: Unknown<'_>) -> Result<(Option<String>, String)
 /// A JS value as the lease rules compare it: the string when it is one
 /// (without lone surrogates, which no id of ours holds), else `None`, which
 /// matches no string.
-fn rule_text(value: Unknown<'_>) -> Result<Option<String>> {
+pub(super) fn rule_text(value: Unknown<'_>) -> Result<Option<String>> {
     if value.get_type()? != ValueType::String {
         return Ok(None);
     }
