@@ -173,7 +173,7 @@ export declare class SiteKeyring {
    * Open a device's result envelope addressed to this site (on the
    * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
    */
-  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
+  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
   /**
    * Open a device's result for `jobId` and accept it, or refuse it with
    * the reference's message (`crate::direct::acceptance`): the general
@@ -327,7 +327,7 @@ export declare function nativeVersion(): string
 export declare function normalizeUserCode(input: string): string
 
 /** Never throws for a bad envelope or bad keys: those are reasons. */
-export declare function open(opts: OpenOptions): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }
+export declare function open(opts: OpenOptions): { ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }
 
 export interface OpenExpected {
   jobId: string
@@ -348,13 +348,6 @@ export interface OpenResult {
   ok: boolean
   plaintext?: string
   reason?: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch"
-  /**
-   * Set by `openResult` only: the plaintext is a sealed outcome, valid and
-   * canonical, so `JSON.parse(plaintext)` is exactly what
-   * `parseSealedOutcome` would answer (its `outcome` and `ran`) and the
-   * caller may build it that way. Absent or false says nothing.
-   */
-  canonicalOutcome?: boolean
 }
 
 /**

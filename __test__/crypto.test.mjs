@@ -233,28 +233,6 @@ test("SiteKeyring: seal at rest, reseal to a device, open its result (inline whe
   assert.deepEqual(ring.openResult(result, jobId, fx.device.identityPublic), { ok: true, plaintext: "the outcome" });
   assert.deepEqual(ring.openResult(result, jobId, fx.stranger.identityPublic), { ok: false, reason: "not-for-us" });
   assert.deepEqual(ring.openResult(result, "other", fx.device.identityPublic), { ok: false, reason: "context-mismatch" });
-
-  // A sealed outcome as a daemon writes it is flagged canonical (the result
-  // handler then JSON.parses it instead of asking parseSealedOutcome); the
-  // flag is only ever true when parseSealedOutcome accepts the same objects.
-  const sealOutcome = (plaintext) =>
-    native.seal({
-      plaintext,
-      senderKeys: fx.device,
-      recipientEncryptionPublic: fx.site.encryptionPublic,
-      context: { jobId, senderKeyId: native.keyId(fx.device.identityPublic), recipientKeyId: ring.keyId, deadlineAt: T0 + 5, direction: "result" },
-    });
-  const daemonText = JSON.stringify({ outcome: { outcome: "ok", text: "done é \"x\"" }, ran: { model: "m", backendClass: "http", durationMs: 3 } });
-  assert.deepEqual(ring.openResult(sealOutcome(daemonText), jobId, fx.device.identityPublic), { ok: true, plaintext: daemonText, canonicalOutcome: true });
-  assert.deepEqual({ ok: true, ...JSON.parse(daemonText) }, native.parseSealedOutcome(daemonText));
-  // Valid but not canonical (keys out of order, an artifact URL left to the full check): no flag.
-  for (const text of [
-    JSON.stringify({ ran: { model: "m", backendClass: "http", durationMs: 3 }, outcome: { outcome: "canceled" } }),
-    JSON.stringify({ outcome: { outcome: "ok", text: "t", artifactUrl: "https://x.test/a" }, ran: { model: "m", backendClass: "http", durationMs: 3 } }),
-  ]) {
-    assert.equal(native.parseSealedOutcome(text).ok, true);
-    assert.deepEqual(ring.openResult(sealOutcome(text), jobId, fx.device.identityPublic), { ok: true, plaintext: text });
-  }
 });
 
 test("SiteKeyring.acceptResult: the outcome and the site's provenance, or the reference's refusal", async () => {

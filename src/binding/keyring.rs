@@ -9,8 +9,8 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::crypto::{
-    canonical_outcome, invalid, js_text, open_result_with, seal_error, JsOpenResult,
-    JsPublicIdentity, JsSealedEnvelope, JsStoredKeys,
+    invalid, js_text, open_result_with, seal_error, JsOpenResult, JsPublicIdentity,
+    JsSealedEnvelope, JsStoredKeys,
 };
 use super::strings::ExactString;
 use super::tasks::{
@@ -58,8 +58,8 @@ impl JsSealedPayload {
 /// A payload validated, its at-rest seal prepared, or the validator's message.
 type Prepared = std::result::Result<(crate::direct::AtRestSeal, &'static str), String>;
 
-/// An opened result and whether it is a canonical sealed outcome.
-type Opened = (std::result::Result<JsStr, OpenFailure>, Option<bool>);
+/// An opened result.
+type Opened = std::result::Result<JsStr, OpenFailure>;
 
 /// `NativeMemoryStore.enqueue`'s refusal: the payload validator's message.
 #[napi(object, js_name = "PayloadRefusal")]
@@ -364,7 +364,7 @@ impl SiteKeyring {
     /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
     #[napi(
         catch_unwind,
-        ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" } | Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
+        ts_return_type = "{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" } | Promise<{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
     )]
     pub fn open_result(
         &self,
@@ -375,12 +375,14 @@ impl SiteKeyring {
         let large = envelope.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
         let (handle, envelope) = (self.inner.clone(), SealedEnvelope::from(envelope));
         let run = move || {
-            let opened = crate::direct::open_result(&handle, &envelope, &job_id, &device_identity);
-            let canonical = canonical_outcome(&opened);
-            Ok((opened, canonical))
+            Ok(crate::direct::open_result(
+                &handle,
+                &envelope,
+                &job_id,
+                &device_identity,
+            ))
         };
-        let to_js = |(opened, canonical): Opened| open_result_with(opened, canonical);
-        now_or_pooled(run, to_js, large)
+        now_or_pooled(run, open_result_with, large)
     }
 
     /// Open a device's result for `jobId` and accept it, or refuse it with
