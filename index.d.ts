@@ -307,12 +307,16 @@ export declare function issuedAtHeader(text: string): number | null
 
 export declare function keyId(identityPublic: string): string
 
-/** Both lease rules' answers for one request. */
+/**
+ * The lease rules' answers for one request (`crate::direct::lease_check`):
+ * the job's lease id, runner and expiry, the lease id asked for, the
+ * asking runner, the clock.
+ */
 export declare function leaseCheck(leaseId: unknown, leaseRunnerId: unknown, leaseExpiresAt: number, askedLeaseId: string, runnerId: unknown, now: number): LeaseCheck
 
 /**
- * What a job's lease allows the request naming `askedLeaseId`, by the two
- * lease rules (`crate::direct::fetch_lease_held`, `result_lease_refused`).
+ * What a job's lease allows the request naming `askedLeaseId`
+ * (`crate::direct::LeaseCheck`).
  */
 export interface LeaseCheck {
   /** A fetch may have the payload. */
