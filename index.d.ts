@@ -173,7 +173,15 @@ export declare class SiteKeyring {
    * Open a device's result envelope addressed to this site (on the
    * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
    */
-  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
+  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
+  /**
+   * Open a device's result for `jobId` and accept it, or refuse it with
+   * the reference's message (`crate::direct::acceptance`): the general
+   * path's and the cloud lane's one call per result (on the thread pool
+   * past [`ASYNC_CRYPTO_THRESHOLD`] bytes). Values a relay sent that are
+   * not even strings do not open: refused, not thrown.
+   */
+  acceptResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string, disposition: string, source: ResultSource): { ok: true; accepted: string } | { ok: false; why: string } | Promise<{ ok: true; accepted: string } | { ok: false; why: string }>
   /** The site plane's request signature over `site/<endpoint>`. */
   signSiteRequest(endpoint: string, siteId: string, issuedAt: number, body: string): string
 }
@@ -299,12 +307,16 @@ export declare function issuedAtHeader(text: string): number | null
 
 export declare function keyId(identityPublic: string): string
 
-/** Both lease rules' answers for one request. */
+/**
+ * The lease rules' answers for one request (`crate::direct::lease_check`):
+ * the job's lease id, runner and expiry, the lease id asked for, the
+ * asking runner, the clock.
+ */
 export declare function leaseCheck(leaseId: unknown, leaseRunnerId: unknown, leaseExpiresAt: number, askedLeaseId: string, runnerId: unknown, now: number): LeaseCheck
 
 /**
- * What a job's lease allows the request naming `askedLeaseId`, by the two
- * lease rules (`crate::direct::fetch_lease_held`, `result_lease_refused`).
+ * What a job's lease allows the request naming `askedLeaseId`
+ * (`crate::direct::LeaseCheck`).
  */
 export interface LeaseCheck {
   /** A fetch may have the payload. */
@@ -319,7 +331,7 @@ export declare function nativeVersion(): string
 export declare function normalizeUserCode(input: string): string
 
 /** Never throws for a bad envelope or bad keys: those are reasons. */
-export declare function open(opts: OpenOptions): { ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }
+export declare function open(opts: OpenOptions): { ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }
 
 export interface OpenExpected {
   jobId: string
@@ -340,13 +352,6 @@ export interface OpenResult {
   ok: boolean
   plaintext?: string
   reason?: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch"
-  /**
-   * Set by `openResult` only: the plaintext is a sealed outcome, valid and
-   * canonical, so `JSON.parse(plaintext)` is exactly what
-   * `parseSealedOutcome` would answer (its `outcome` and `ran`) and the
-   * caller may build it that way. Absent or false says nothing.
-   */
-  canonicalOutcome?: boolean
 }
 
 /**
@@ -431,6 +436,17 @@ export interface RequestToSign {
 }
 
 /**
+ * `acceptResult`'s answer: `accepted`, the JSON text of `{outcome,
+ * provenance}` (V8 builds the objects from text faster than they are
+ * built across the boundary), or `why` the result was refused.
+ */
+export interface ResultAcceptance {
+  ok: boolean
+  accepted?: string
+  why?: string
+}
+
+/**
  * The result answer's JSON text, written by the function the fast path
  * writes it with.
  */
@@ -445,6 +461,14 @@ export interface ResultProvenance {
   untrusted: boolean
   stop?: string
   stopReported?: boolean
+}
+
+/** Who a result is accepted from (`crate::direct::acceptance::Source`). */
+export interface ResultSource {
+  /** The job's audience as stored (an unknown spelling is echoed, untrusted). */
+  audience: string
+  runnerId: string
+  runnerOwner: string
 }
 
 /**

@@ -233,28 +233,54 @@ test("SiteKeyring: seal at rest, reseal to a device, open its result (inline whe
   assert.deepEqual(ring.openResult(result, jobId, fx.device.identityPublic), { ok: true, plaintext: "the outcome" });
   assert.deepEqual(ring.openResult(result, jobId, fx.stranger.identityPublic), { ok: false, reason: "not-for-us" });
   assert.deepEqual(ring.openResult(result, "other", fx.device.identityPublic), { ok: false, reason: "context-mismatch" });
+});
 
-  // A sealed outcome as a daemon writes it is flagged canonical (the result
-  // handler then JSON.parses it instead of asking parseSealedOutcome); the
-  // flag is only ever true when parseSealedOutcome accepts the same objects.
+test("SiteKeyring.acceptResult: the outcome and the site's provenance, or the reference's refusal", async () => {
+  const ring = new native.SiteKeyring(fx.site);
+  const jobId = "job-accept";
+  const device = fx.device.identityPublic;
+  const source = { audience: "team", runnerId: "r1", runnerOwner: "bob" };
   const sealOutcome = (plaintext) =>
     native.seal({
       plaintext,
       senderKeys: fx.device,
       recipientEncryptionPublic: fx.site.encryptionPublic,
-      context: { jobId, senderKeyId: native.keyId(fx.device.identityPublic), recipientKeyId: ring.keyId, deadlineAt: T0 + 5, direction: "result" },
+      context: { jobId, senderKeyId: native.keyId(device), recipientKeyId: ring.keyId, deadlineAt: T0 + 5, direction: "result" },
     });
-  const daemonText = JSON.stringify({ outcome: { outcome: "ok", text: "done é \"x\"" }, ran: { model: "m", backendClass: "http", durationMs: 3 } });
-  assert.deepEqual(ring.openResult(sealOutcome(daemonText), jobId, fx.device.identityPublic), { ok: true, plaintext: daemonText, canonicalOutcome: true });
-  assert.deepEqual({ ok: true, ...JSON.parse(daemonText) }, native.parseSealedOutcome(daemonText));
-  // Valid but not canonical (keys out of order, an artifact URL left to the full check): no flag.
+  // What the handlers built from parseSealedOutcome and provenanceFor.
+  const composed = (text) => {
+    const { outcome, ran } = native.parseSealedOutcome(text);
+    const { backendClass, model, stop, stopReported } = ran;
+    return { outcome, provenance: { ...native.provenanceFor({ ...source, backendClass, model, stop, stopReported }) } };
+  };
+  const ran = { model: "m", backendClass: "http", durationMs: 3, stop: "end", stopReported: true };
+  const big = "x".repeat(70_000);
   for (const text of [
-    JSON.stringify({ ran: { model: "m", backendClass: "http", durationMs: 3 }, outcome: { outcome: "canceled" } }),
-    JSON.stringify({ outcome: { outcome: "ok", text: "t", artifactUrl: "https://x.test/a" }, ran: { model: "m", backendClass: "http", durationMs: 3 } }),
+    JSON.stringify({ outcome: { outcome: "ok", text: "done é \"x\"" }, ran }),
+    JSON.stringify({ ran: { model: "m", backendClass: "process", durationMs: 3 }, outcome: { outcome: "ok", text: "t" } }),
+    JSON.stringify({ outcome: { outcome: "ok", text: "t", artifactUrl: " https://x.test/a\n" }, ran }),
+    // Opened on the thread pool; its URL is checked back on the main thread.
+    JSON.stringify({ outcome: { outcome: "ok", text: big, artifactUrl: " https://x.test/a\n" }, ran }),
+    JSON.stringify({ outcome: { outcome: "ok", text: big }, ran }),
   ]) {
-    assert.equal(native.parseSealedOutcome(text).ok, true);
-    assert.deepEqual(ring.openResult(sealOutcome(text), jobId, fx.device.identityPublic), { ok: true, plaintext: text });
+    const answer = await ring.acceptResult(sealOutcome(text), jobId, device, "ok", source);
+    assert.equal(answer.ok, true, text.slice(0, 80));
+    assert.equal(answer.accepted, JSON.stringify(composed(text)));
   }
+  const refused = async (envelope, disposition, why, id = jobId, identity = device) =>
+    assert.deepEqual({ ...(await ring.acceptResult(envelope, id, identity, disposition, source)) }, { ok: false, why });
+  const plain = sealOutcome(JSON.stringify({ outcome: { outcome: "ok", text: "t" }, ran }));
+  await refused(plain, "error", "the declared disposition is not the one that was sealed");
+  await refused(plain, 5, "the declared disposition is not the one that was sealed");
+  await refused(plain, "ok", "the result did not verify as coming from this device", "other");
+  await refused(plain, "ok", "the result did not verify as coming from this device", jobId, fx.stranger.identityPublic);
+  // Values a relay sent that are not even strings are refused, not thrown.
+  await refused({ ...plain, ciphertext: 7 }, "ok", "the result did not verify as coming from this device");
+  await refused(plain, "ok", "the result did not verify as coming from this device", 7);
+  await refused(sealOutcome("{"), "ok", "the sealed result was not valid JSON");
+  for (const text of ["null", "x".repeat(70_000)]) await refused(sealOutcome(text), "ok", text === "null" ? "the sealed result was not an outcome" : "the sealed result was not valid JSON");
+  const badUrl = JSON.stringify({ outcome: { outcome: "ok", text: big, artifactUrl: "not a url" }, ran });
+  await refused(sealOutcome(badUrl), "ok", "the sealed result was not an outcome");
 });
 
 test("SiteKeyring: malformed keys throw clear errors; inconsistent keys construct", () => {

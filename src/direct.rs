@@ -10,12 +10,11 @@
 //! anything else it returns `None` before changing anything, and the
 //! general path decides (errors, refusals, odd spellings, large payloads).
 //! The decisions both paths take are the functions below; the general path
-//! calls them through the binding: [`deadline_for`], [`fetch_lease_held`],
-//! [`result_lease_refused`].
+//! calls them through the binding: [`deadline_for`], [`lease_check`], and
+//! the result's acceptance in [`acceptance`].
 
 use std::sync::Arc;
 
-use crate::audience::{self, BackendClass, ProvenanceInput, StopReason};
 use crate::envelope::deferred::DeferredSeal;
 use crate::envelope::{self, OpenFailure, Text};
 use crate::fingerprint;
@@ -29,6 +28,7 @@ use crate::store::{
 };
 use crate::wire::{self, Endpoint};
 
+pub mod acceptance;
 pub mod reseal;
 
 /// Envelopes from this many ciphertext characters are sealed and opened on
@@ -48,45 +48,69 @@ pub fn deadline_for(
     deadline_at.unwrap_or(claimable_at.unwrap_or(now) + ttl_ms)
 }
 
-/// Whether a fetch may have the payload: the job's lease is the one named,
-/// is held by the runner asking, and has not expired (a lapsed lease that no
-/// sweep has reclaimed yet hands out nothing; the reference checks the id
-/// and holder only). One answer for "no such job", "not yours" and "a lease
-/// you no longer hold", so nothing here says which. `None` stands for a
-/// value that is not a string (a JS store's odd record), which matches
-/// nothing; a lease clock that is not a number (NaN) has lapsed.
-pub fn fetch_lease_held(
-    lease_id: Option<&str>,
-    lease_runner_id: Option<&str>,
-    lease_expires_at: f64,
-    asked_lease_id: &str,
-    runner_id: Option<&str>,
-    now: f64,
-) -> bool {
-    lease_runner_id.is_some()
-        && lease_runner_id == runner_id
-        && lease_id == Some(asked_lease_id)
-        && lease_expires_at > now
+/// A job's lease as the lease rules read it. `None` stands for a value that
+/// is not a string (a JS store's odd record), which matches nothing; a
+/// lease clock that is not a number (NaN) has lapsed.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseFacts<'a> {
+    pub id: Option<&'a str>,
+    pub runner_id: Option<&'a str>,
+    pub expires_at: f64,
 }
 
-/// Whether a result naming `asked_lease_id` is refused before its envelope
-/// is opened: a live lease answers only to the runner it was granted to, and
-/// only until it expires (the reference checks the lease id alone, and lets
-/// a lapsed lease complete until a sweep happens to run). Adopted leases
-/// (runner `""`, relay-granted) have no runner and no lease clock; the
-/// store's own holder check decides those, as it does a lease id that is
-/// not the current one. `None` stands for a value that is not a string.
-pub fn result_lease_refused(
-    lease_id: Option<&str>,
-    lease_runner_id: Option<&str>,
-    lease_expires_at: f64,
+impl<'a> From<&LeaseView<'a>> for LeaseFacts<'a> {
+    fn from(lease: &LeaseView<'a>) -> Self {
+        LeaseFacts {
+            id: Some(lease.id),
+            runner_id: Some(lease.runner_id),
+            expires_at: lease.expires_at,
+        }
+    }
+}
+
+/// What a job's lease (`None`: it has none) allows a fetch or a result
+/// naming `asked_lease_id` from `runner_id` at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseCheck {
+    /// A fetch may have the payload: the job's lease is the one named, is
+    /// held by the runner asking, and has not expired (a lapsed lease that
+    /// no sweep has reclaimed yet hands out nothing; the reference checks
+    /// the id and holder only). One answer for "no such job", "not yours"
+    /// and "a lease you no longer hold", so nothing here says which.
+    pub fetch_held: bool,
+    /// A result is refused before its envelope is opened: a live lease
+    /// answers only to the runner it was granted to, and only until it
+    /// expires (the reference checks the lease id alone, and lets a lapsed
+    /// lease complete until a sweep happens to run). Adopted leases (runner
+    /// `""`, relay-granted) have no runner and no lease clock; the store's
+    /// own holder check decides those, as it does a lease id that is not
+    /// the current one.
+    pub result_refused: bool,
+}
+
+/// The lease rules of both paths (see [`LeaseCheck`]).
+pub fn lease_check(
+    lease: Option<LeaseFacts<'_>>,
     asked_lease_id: &str,
     runner_id: Option<&str>,
     now: f64,
-) -> bool {
-    lease_id == Some(asked_lease_id)
-        && lease_runner_id != Some("")
-        && (lease_runner_id.is_none() || lease_runner_id != runner_id || lease_expires_at <= now)
+) -> LeaseCheck {
+    let Some(lease) = lease else {
+        return LeaseCheck {
+            fetch_held: false,
+            result_refused: false,
+        };
+    };
+    let named = lease.id == Some(asked_lease_id);
+    let holder = lease.runner_id.is_some() && lease.runner_id == runner_id;
+    // Not `!live` for a result: a lease clock that is not a number leaves
+    // the result to the store's holder check.
+    LeaseCheck {
+        fetch_held: named && holder && lease.expires_at > now,
+        result_refused: named
+            && lease.runner_id != Some("")
+            && (!holder || lease.expires_at <= now),
+    }
 }
 
 // ---------------------------------------------------------------- the payload's two seals
@@ -544,15 +568,8 @@ fn write_stub(out: &mut String, job: &Stub<'_>, site_id: &str, now: f64) {
 
 fn fetch(store: &Store, site: &Site<'_>, asked: &Asked<'_>) -> Option<String> {
     let job = store.view(asked.job)?;
-    let lease = job.lease.as_ref();
-    if !fetch_lease_held(
-        lease.map(|l| l.id),
-        lease.map(|l| l.runner_id),
-        lease.map_or(f64::NAN, |l| l.expires_at),
-        asked.lease_id,
-        Some(&asked.runner.id),
-        asked.now,
-    ) {
+    let lease = job.lease.as_ref().map(LeaseFacts::from);
+    if !lease_check(lease, asked.lease_id, Some(&asked.runner.id), asked.now).fetch_held {
         return None;
     }
     // A large payload is resealed on the thread pool by the general path.
@@ -601,56 +618,27 @@ fn result(store: &mut Store, site: &Site<'_>, asked: &Asked<'_>, doc: &Doc) -> O
         return None;
     }
     let job = store.view(asked.job)?;
-    if let Some(lease) = &job.lease {
-        if result_lease_refused(
-            Some(lease.id),
-            Some(lease.runner_id),
-            lease.expires_at,
-            asked.lease_id,
-            Some(&runner.id),
-            asked.now,
-        ) {
-            return None;
-        }
-    }
-    let (audience, state_before) = (job.audience, job.state);
-
-    let plaintext = open_result(site.keys, &sealed, asked.job_id, &runner.device.identity).ok()?;
-    let sealed_outcome = canonical_outcome(&plaintext)?;
-    let root = sealed_outcome.root();
-    let outcome = sealed_outcome.get(root, "outcome")?;
-    let ran = sealed_outcome.get(root, "ran")?;
-    let tag = text(&sealed_outcome, outcome, "outcome")?;
-    if tag != disposition {
+    let lease = job.lease.as_ref().map(LeaseFacts::from);
+    if lease_check(lease, asked.lease_id, Some(&runner.id), asked.now).result_refused {
         return None;
     }
-    let stop = match sealed_outcome.get(ran, "stop") {
-        Some(id) => Some(StopReason::parse(sealed_outcome.str(id)?.as_str())?),
-        None => None,
-    };
-    let stop_reported = match sealed_outcome.get(ran, "stopReported") {
-        Some(id) => match sealed_outcome.node(id) {
-            Node::Bool(b) => Some(*b),
-            _ => return None,
-        },
-        None => None,
-    };
-    let provenance = audience::provenance_for(&ProvenanceInput {
-        audience,
+    let state_before = job.state;
+    let source = acceptance::Source {
+        audience: job.audience,
         runner_id: &runner.id,
         runner_owner: &runner.owner,
-        backend_class: BackendClass::parse(text(&sealed_outcome, ran, "backendClass")?)?,
-        model: text(&sealed_outcome, ran, "model")?,
-        stop,
-        stop_reported,
-    });
-    let provenance_json = serde_json::to_string(&provenance).ok()?;
+    };
+    let opened = open_result(site.keys, &sealed, asked.job_id, &runner.device.identity);
+    // A refusal is the general path's to answer (a 400 with its message);
+    // an `artifactUrl` needs `URL.canParse`, which only the general path has.
+    let accepted = acceptance::accept(&opened, Some(disposition), &source, &|_| false).ok()?;
+    let provenance_json = accepted.provenance_json()?;
     let done = store.complete(&CompleteArgs {
         job_id: asked.job_id,
         runner_id: &runner.id,
         holder: Holder::Lease(asked.lease_id),
-        outcome_tag: tag,
-        outcome_json: &sealed_outcome.to_json(outcome),
+        outcome_tag: &accepted.tag,
+        outcome_json: &accepted.outcome_json(),
         provenance_json: &provenance_json,
         provenance_runner: Some(&runner.id),
         now: asked.now,
@@ -697,8 +685,18 @@ mod tests {
 
     #[test]
     fn a_fetch_needs_the_named_lease_held_by_the_asking_runner() {
-        let fetch_lease_held =
-            |id, runner, asked, asking| fetch_lease_held(id, runner, 101.0, asked, asking, 100.0);
+        let fetch_lease_held = |id, runner_id, asked, asking| {
+            let lease = LeaseFacts {
+                id,
+                runner_id,
+                expires_at: 101.0,
+            };
+            lease_check(Some(lease), asked, asking, 100.0).fetch_held
+        };
+        assert!(
+            !lease_check(None, "l1", Some("r1"), 100.0).fetch_held,
+            "no lease"
+        );
         assert!(fetch_lease_held(Some("l1"), Some("r1"), "l1", Some("r1")));
         assert!(
             !fetch_lease_held(Some("l1"), Some("r1"), "l2", Some("r1")),
@@ -725,7 +723,12 @@ mod tests {
     #[test]
     fn a_fetch_on_a_lapsed_lease_hands_out_nothing_even_before_a_sweep() {
         let held = |expires_at: f64, now: f64| {
-            fetch_lease_held(Some("l1"), Some("r1"), expires_at, "l1", Some("r1"), now)
+            let lease = LeaseFacts {
+                id: Some("l1"),
+                runner_id: Some("r1"),
+                expires_at,
+            };
+            lease_check(Some(lease), "l1", Some("r1"), now).fetch_held
         };
         assert!(held(101.0, 100.0), "in time");
         assert!(!held(100.0, 100.0), "at expiry");
@@ -736,8 +739,13 @@ mod tests {
     #[test]
     fn a_result_on_a_live_lease_answers_only_to_its_runner_until_it_expires() {
         let refused =
-            |lease_runner: Option<&str>, expires_at: f64, asked: &str, runner: Option<&str>| {
-                result_lease_refused(Some("l1"), lease_runner, expires_at, asked, runner, 100.0)
+            |runner_id: Option<&str>, expires_at: f64, asked: &str, asking: Option<&str>| {
+                let lease = LeaseFacts {
+                    id: Some("l1"),
+                    runner_id,
+                    expires_at,
+                };
+                lease_check(Some(lease), asked, asking, 100.0).result_refused
             };
         assert!(
             !refused(Some("r1"), 101.0, "l1", Some("r1")),
@@ -760,17 +768,23 @@ mod tests {
             "adopted: the store decides"
         );
         assert!(
+            !refused(Some("r1"), f64::NAN, "l1", Some("r1")),
+            "a lease clock that is not a number: the store decides"
+        );
+        assert!(
             !refused(Some("r2"), 0.0, "l2", Some("r1")),
             "not the current lease: the store decides"
         );
-        assert!(!result_lease_refused(
-            None,
-            Some("r2"),
-            0.0,
-            "l1",
-            Some("r1"),
-            100.0
-        ));
+        let unnamed = LeaseFacts {
+            id: None,
+            runner_id: Some("r2"),
+            expires_at: 0.0,
+        };
+        assert!(!lease_check(Some(unnamed), "l1", Some("r1"), 100.0).result_refused);
+        assert!(
+            !lease_check(None, "l1", Some("r1"), 100.0).result_refused,
+            "no lease"
+        );
     }
 
     use crate::keys::StoredKeys;

@@ -1,7 +1,7 @@
 // The six protocol endpoints over any ByollmStore, without a transport.
 // Crypto, schemas and provenance are the core's; this file is the order of
 // operations and the wire answers.
-import { native, PROTOCOL, type ProvenanceInput, type SiteKeyringHandle } from "./native.js";
+import { native, PROTOCOL, type ResultSource, type SiteKeyringHandle } from "./native.js";
 import { generateDeviceCode, generateUserCode, hashSecret } from "./ids.js";
 import { serveDirect, servesDirectly, unreadEnvelopeStore } from "./memory.js";
 import { sqlStorePaths } from "./sql-store.js";
@@ -570,16 +570,10 @@ export class Endpoints {
 
 export type OpenedOutcome = { ok: true; outcome: JobOutcome; provenance: ResultProvenance } | { ok: false; why: string };
 
-/** Who a result is accepted from, as the site knows it: the job's audience and the authenticated runner. */
-export type ResultSource = Pick<ProvenanceInput, "audience" | "runnerId" | "runnerOwner">;
-
 /**
- * Open a sealed result from a device and check it: signature and context, a
- * SealedOutcome inside, and the clear-text disposition equal to the sealed one
- * (the disposition travels in the clear for routing, so it is checked, never
- * believed). The outcome and its provenance, built from the job and the
- * authenticated runner, never from the daemon's word. Shared by the
- * handlers and the cloud lane.
+ * Open a device's sealed result and accept it, or say why not, in one call
+ * to the core (`SiteKeyring.acceptResult`, the rules the fast path uses
+ * too). Shared by the handlers and the cloud lane.
  */
 export async function openOutcome(
   keyring: SiteKeyringHandle,
@@ -589,30 +583,8 @@ export async function openOutcome(
   disposition: string,
   source: ResultSource,
 ): Promise<OpenedOutcome> {
-  const refused = { ok: false, why: "the result did not verify as coming from this device" } as const;
-  let opened;
-  try {
-    opened = await keyring.openResult(envelope, jobId, deviceIdentity);
-  } catch {
-    // Only reachable with values a relay sent that are not even strings.
-    return refused;
-  }
-  if (!opened.ok) return refused;
-  let outcome: Record<string, unknown>;
-  let ran: Record<string, unknown>;
-  if (opened.canonicalOutcome === true) {
-    // The core found it valid and canonical: V8 builds the same objects faster.
-    ({ outcome, ran } = JSON.parse(opened.plaintext) as { outcome: Record<string, unknown>; ran: Record<string, unknown> });
-  } else {
-    const parsed = native.parseSealedOutcome(opened.plaintext);
-    if (!parsed.ok) return { ok: false, why: parsed.message };
-    ({ outcome, ran } = parsed);
-  }
-  if (outcome["outcome"] !== disposition) {
-    return { ok: false, why: "the declared disposition is not the one that was sealed" };
-  }
-  // The sealed outcome's schema holds these to their types.
-  const { backendClass, model, stop, stopReported } = ran as Pick<ProvenanceInput, "backendClass" | "model" | "stop" | "stopReported">;
-  const provenance = native.provenanceFor({ ...source, backendClass, model, stop, stopReported }) as ResultProvenance;
-  return { ok: true, outcome: outcome as unknown as JobOutcome, provenance };
+  const answer = await keyring.acceptResult(envelope, jobId, deviceIdentity, disposition, source);
+  if (!answer.ok) return answer;
+  const { outcome, provenance } = JSON.parse(answer.accepted) as { outcome: JobOutcome; provenance: ResultProvenance };
+  return { ok: true, outcome, provenance };
 }

@@ -84,11 +84,6 @@ pub struct JsOpenResult {
         ts_type = "\"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\""
     )]
     pub reason: Option<String>,
-    /// Set by `openResult` only: the plaintext is a sealed outcome, valid and
-    /// canonical, so `JSON.parse(plaintext)` is exactly what
-    /// `parseSealedOutcome` would answer (its `outcome` and `ran`) and the
-    /// caller may build it that way. Absent or false says nothing.
-    pub canonical_outcome: Option<bool>,
 }
 
 #[napi(object)]
@@ -230,50 +225,36 @@ impl From<JsSealedEnvelope> for envelope::SealedEnvelope {
     }
 }
 
-/// `canonicalOutcome` for an opened result: `Some(true)` when the plaintext
-/// is a canonical sealed outcome (the check `isCanonicalRequestBody` makes,
-/// over the sealed-outcome schema; a lone surrogate never is), else absent.
-pub(super) fn canonical_outcome(opened: &std::result::Result<JsStr, OpenFailure>) -> Option<bool> {
-    opened
-        .as_ref()
-        .is_ok_and(|text| crate::direct::canonical_outcome(text).is_some())
-        .then_some(true)
-}
-
-/// An open's answer, carrying `canonicalOutcome` (see [`JsOpenResult`]).
-pub(super) fn open_result_with(
-    result: std::result::Result<JsStr, OpenFailure>,
-    canonical_outcome: Option<bool>,
-) -> JsOpenResult {
-    match result {
-        Ok(text) => {
-            // A plaintext holding a lone surrogate goes back as exact UTF-16.
-            // Otherwise the cheapest form V8 can take without a UTF-8
-            // decoding pass (a megabyte plaintext spends ~15% of its open
-            // there): ASCII as Latin-1 (a copy), anything else as UTF-16.
-            let plaintext = match text.lone_utf16() {
-                Some(units) => Either3::B(Utf16String::from(units.to_vec())),
-                None => {
-                    let text = text.into_string();
-                    if text.is_ascii() {
-                        Either3::A(Latin1String::from(text))
-                    } else {
-                        Either3::B(Utf16String::from(text))
-                    }
-                }
-            };
-            JsOpenResult {
-                ok: true,
-                plaintext: Some(plaintext),
-                reason: None,
-                canonical_outcome,
+/// A text for JavaScript: holding a lone surrogate, as exact UTF-16.
+/// Otherwise the cheapest form V8 can take without a UTF-8 decoding pass
+/// (a megabyte plaintext spends ~15% of its open there): ASCII as Latin-1
+/// (a copy), anything else as UTF-16.
+pub(super) fn js_text(text: JsStr) -> Either3<Latin1String, Utf16String, String> {
+    match text.lone_utf16() {
+        Some(units) => Either3::B(Utf16String::from(units.to_vec())),
+        None => {
+            let text = text.into_string();
+            if text.is_ascii() {
+                Either3::A(Latin1String::from(text))
+            } else {
+                Either3::B(Utf16String::from(text))
             }
         }
+    }
+}
+
+/// An open's answer.
+pub(super) fn open_result_with(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult {
+    match result {
+        Ok(text) => JsOpenResult {
+            ok: true,
+            plaintext: Some(js_text(text)),
+            reason: None,
+        },
         Err(reason) => JsOpenResult {
             ok: false,
             plaintext: None,
             reason: Some(reason.as_str().to_string()),
-            canonical_outcome: None,
         },
     }
 }
@@ -410,7 +391,7 @@ pub fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
 /// Never throws for a bad envelope or bad keys: those are reasons.
 #[napi(
     catch_unwind,
-    ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
+    ts_return_type = "{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
 )]
 pub fn open(opts: OpenOptions) -> JsOpenResult {
     let opened = envelope::open_with_keys(
@@ -419,7 +400,7 @@ pub fn open(opts: OpenOptions) -> JsOpenResult {
         &opts.sender_identity_public,
         &core_expected(opts.expected),
     );
-    open_result_with(opened, None)
+    open_result_with(opened)
 }
 
 // ---------------------------------------------------------------- request signatures

@@ -9,13 +9,14 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::crypto::{
-    canonical_outcome, invalid, open_result_with, seal_error, JsOpenResult, JsPublicIdentity,
+    invalid, js_text, open_result_with, seal_error, JsOpenResult, JsPublicIdentity,
     JsSealedEnvelope, JsStoredKeys,
 };
 use super::strings::ExactString;
 use super::tasks::{
     now_or_pooled, CheckedPayload, NowOrLater, PayloadSource, PreparedPayload, Work,
 };
+use crate::direct::acceptance::{self, NOT_FROM_DEVICE};
 use crate::direct::ASYNC_CRYPTO_THRESHOLD;
 use crate::envelope::{self, OpenFailure, SealedEnvelope, Text};
 use crate::json::JsStr;
@@ -57,13 +58,127 @@ impl JsSealedPayload {
 /// A payload validated, its at-rest seal prepared, or the validator's message.
 type Prepared = std::result::Result<(crate::direct::AtRestSeal, &'static str), String>;
 
-/// An opened result and whether it is a canonical sealed outcome.
-type Opened = (std::result::Result<JsStr, OpenFailure>, Option<bool>);
+/// An opened result.
+type Opened = std::result::Result<JsStr, OpenFailure>;
 
 /// `NativeMemoryStore.enqueue`'s refusal: the payload validator's message.
 #[napi(object, js_name = "PayloadRefusal")]
 pub struct JsPayloadRefusal {
     pub message: String,
+}
+
+/// Who a result is accepted from (`crate::direct::acceptance::Source`).
+#[napi(object, js_name = "ResultSource")]
+pub struct JsResultSource {
+    /// The job's audience as stored (an unknown spelling is echoed, untrusted).
+    pub audience: String,
+    pub runner_id: String,
+    pub runner_owner: String,
+}
+
+/// `acceptResult`'s answer: `accepted`, the JSON text of `{outcome,
+/// provenance}` (V8 builds the objects from text faster than they are
+/// built across the boundary), or `why` the result was refused.
+#[napi(object, js_name = "ResultAcceptance")]
+pub struct JsResultAcceptance {
+    pub ok: bool,
+    #[napi(ts_type = "string")]
+    pub accepted: Option<Either3<Latin1String, Utf16String, String>>,
+    pub why: Option<String>,
+}
+
+impl JsResultAcceptance {
+    fn from_core(answer: std::result::Result<String, &'static str>) -> Self {
+        match answer {
+            Ok(text) => JsResultAcceptance {
+                ok: true,
+                accepted: Some(js_text(JsStr::new(text))),
+                why: None,
+            },
+            Err(why) => JsResultAcceptance {
+                ok: false,
+                accepted: None,
+                why: Some(why.to_owned()),
+            },
+        }
+    }
+}
+
+/// A result to open and accept, as `acceptResult` read it.
+struct ResultToAccept {
+    site: Arc<KeyHandle>,
+    envelope: SealedEnvelope,
+    job_id: String,
+    device_identity: String,
+    disposition: Option<String>,
+    source: JsResultSource,
+}
+
+impl ResultToAccept {
+    fn open(&self) -> std::result::Result<JsStr, OpenFailure> {
+        crate::direct::open_result(
+            &self.site,
+            &self.envelope,
+            &self.job_id,
+            &self.device_identity,
+        )
+    }
+
+    fn accept(
+        &self,
+        opened: &std::result::Result<JsStr, OpenFailure>,
+        url_ok: &dyn Fn(&str) -> bool,
+    ) -> std::result::Result<String, &'static str> {
+        let source = acceptance::Source {
+            audience: &self.source.audience,
+            runner_id: &self.source.runner_id,
+            runner_owner: &self.source.runner_owner,
+        };
+        let accepted = acceptance::accept(opened, self.disposition.as_deref(), &source, url_ok)?;
+        // Unreachable: serde writes the provenance's strings and enums.
+        accepted
+            .to_json()
+            .ok_or("the accepted result could not be written")
+    }
+}
+
+/// A large result's acceptance on the thread pool: opened, and accepted
+/// there unless the answer turned on an `artifactUrl`, which is checked
+/// again on the main thread, where `URL.canParse` is.
+pub struct PooledAcceptance(ResultToAccept);
+
+/// What the thread pool settled, or the opened result the main thread decides.
+pub enum Pooled {
+    Settled(std::result::Result<String, &'static str>),
+    Recheck(std::result::Result<JsStr, OpenFailure>),
+}
+
+impl Task for PooledAcceptance {
+    type Output = Pooled;
+    type JsValue = JsResultAcceptance;
+
+    fn compute(&mut self) -> Result<Pooled> {
+        super::tasks::guard(|| {
+            let opened = self.0.open();
+            let asked = std::cell::Cell::new(false);
+            let answer = self.0.accept(&opened, &|_| {
+                asked.set(true);
+                false
+            });
+            Ok(match answer {
+                Err(_) if asked.get() => Pooled::Recheck(opened),
+                answer => Pooled::Settled(answer),
+            })
+        })
+    }
+
+    fn resolve(&mut self, env: Env, output: Pooled) -> Result<JsResultAcceptance> {
+        let answer = match output {
+            Pooled::Settled(answer) => answer,
+            Pooled::Recheck(opened) => self.0.accept(&opened, &super::requests::node_url_ok(&env)),
+        };
+        Ok(JsResultAcceptance::from_core(answer))
+    }
 }
 
 // ---------------------------------------------------------------- SiteKeyring
@@ -249,7 +364,7 @@ impl SiteKeyring {
     /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
     #[napi(
         catch_unwind,
-        ts_return_type = "{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" } | Promise<{ ok: true; plaintext: string; canonicalOutcome?: boolean } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
+        ts_return_type = "{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" } | Promise<{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
     )]
     pub fn open_result(
         &self,
@@ -260,12 +375,61 @@ impl SiteKeyring {
         let large = envelope.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
         let (handle, envelope) = (self.inner.clone(), SealedEnvelope::from(envelope));
         let run = move || {
-            let opened = crate::direct::open_result(&handle, &envelope, &job_id, &device_identity);
-            let canonical = canonical_outcome(&opened);
-            Ok((opened, canonical))
+            Ok(crate::direct::open_result(
+                &handle,
+                &envelope,
+                &job_id,
+                &device_identity,
+            ))
         };
-        let to_js = |(opened, canonical): Opened| open_result_with(opened, canonical);
-        now_or_pooled(run, to_js, large)
+        now_or_pooled(run, open_result_with, large)
+    }
+
+    /// Open a device's result for `jobId` and accept it, or refuse it with
+    /// the reference's message (`crate::direct::acceptance`): the general
+    /// path's and the cloud lane's one call per result (on the thread pool
+    /// past [`ASYNC_CRYPTO_THRESHOLD`] bytes). Values a relay sent that are
+    /// not even strings do not open: refused, not thrown.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(
+        catch_unwind,
+        ts_args_type = "envelope: SealedEnvelope, jobId: string, deviceIdentity: string, disposition: string, source: ResultSource",
+        ts_return_type = "{ ok: true; accepted: string } | { ok: false; why: string } | Promise<{ ok: true; accepted: string } | { ok: false; why: string }>"
+    )]
+    pub fn accept_result(
+        &self,
+        env: Env,
+        envelope: Unknown<'_>,
+        job_id: Unknown<'_>,
+        device_identity: Unknown<'_>,
+        disposition: Unknown<'_>,
+        source: JsResultSource,
+    ) -> Result<Either<JsResultAcceptance, AsyncTask<PooledAcceptance>>> {
+        let relayed = || -> Result<(JsSealedEnvelope, String, String)> {
+            Ok((
+                JsSealedEnvelope::from_unknown(envelope)?,
+                String::from_unknown(job_id)?,
+                String::from_unknown(device_identity)?,
+            ))
+        };
+        let Ok((envelope, job_id, device_identity)) = relayed() else {
+            return Ok(Either::A(JsResultAcceptance::from_core(Err(
+                NOT_FROM_DEVICE,
+            ))));
+        };
+        let result = ResultToAccept {
+            site: self.inner.clone(),
+            envelope: envelope.into(),
+            job_id,
+            device_identity,
+            disposition: super::rules::rule_text(disposition)?,
+            source,
+        };
+        if result.envelope.ciphertext.len() > ASYNC_CRYPTO_THRESHOLD {
+            return Ok(Either::B(AsyncTask::new(PooledAcceptance(result))));
+        }
+        let answer = result.accept(&result.open(), &super::requests::node_url_ok(&env));
+        Ok(Either::A(JsResultAcceptance::from_core(answer)))
     }
 
     /// The site plane's request signature over `site/<endpoint>`.

@@ -201,7 +201,7 @@ fn json_parse(env: &Env, text: JsString<'_>) -> Result<sys::napi_value> {
 
 /// The URL check zod's `z.url()` makes: Node's own `URL.canParse`. Only
 /// reached for a sealed outcome's `artifactUrl`.
-fn node_url_ok(env: &Env) -> impl Fn(&str) -> bool + '_ {
+pub(super) fn node_url_ok(env: &Env) -> impl Fn(&str) -> bool + '_ {
     move |text: &str| -> bool {
         let can_parse = || -> Result<bool> {
             let global = env.get_global()?;

@@ -79,7 +79,7 @@ pub(crate) fn payload_kind(kind: Unknown<'_>) -> Result<(Option<String>, String)
 /// A JS value as the lease rules compare it: the string when it is one
 /// (without lone surrogates, which no id of ours holds), else `None`, which
 /// matches no string.
-fn rule_text(value: Unknown<'_>) -> Result<Option<String>> {
+pub(super) fn rule_text(value: Unknown<'_>) -> Result<Option<String>> {
     if value.get_type()? != ValueType::String {
         return Ok(None);
     }
@@ -98,8 +98,8 @@ pub fn deadline_for(
     crate::direct::deadline_for(deadline_at, claimable_at, ttl_ms, now)
 }
 
-/// What a job's lease allows the request naming `askedLeaseId`, by the two
-/// lease rules (`crate::direct::fetch_lease_held`, `result_lease_refused`).
+/// What a job's lease allows the request naming `askedLeaseId`
+/// (`crate::direct::LeaseCheck`).
 #[napi(object, js_name = "LeaseCheck")]
 pub struct JsLeaseCheck {
     /// A fetch may have the payload.
@@ -108,11 +108,9 @@ pub struct JsLeaseCheck {
     pub result_refused: bool,
 }
 
-/// A lease rule of `crate::direct`: the job's lease id, runner and expiry,
-/// the lease id asked for, the asking runner, the clock.
-type LeaseRule = fn(Option<&str>, Option<&str>, f64, &str, Option<&str>, f64) -> bool;
-
-/// Both lease rules' answers for one request.
+/// The lease rules' answers for one request (`crate::direct::lease_check`):
+/// the job's lease id, runner and expiry, the lease id asked for, the
+/// asking runner, the clock.
 #[napi(catch_unwind)]
 pub fn lease_check(
     lease_id: Unknown<'_>,
@@ -122,23 +120,17 @@ pub fn lease_check(
     runner_id: Unknown<'_>,
     now: f64,
 ) -> Result<JsLeaseCheck> {
-    let lease_id = rule_text(lease_id)?;
-    let lease_runner_id = rule_text(lease_runner_id)?;
-    let runner_id = rule_text(runner_id)?;
-    // Both rules read the same facts, in the same order.
-    let answer = |rule: LeaseRule| {
-        rule(
-            lease_id.as_deref(),
-            lease_runner_id.as_deref(),
-            lease_expires_at,
-            &asked_lease_id,
-            runner_id.as_deref(),
-            now,
-        )
+    let (lease_id, lease_runner_id) = (rule_text(lease_id)?, rule_text(lease_runner_id)?);
+    let lease = crate::direct::LeaseFacts {
+        id: lease_id.as_deref(),
+        runner_id: lease_runner_id.as_deref(),
+        expires_at: lease_expires_at,
     };
+    let runner_id = rule_text(runner_id)?;
+    let check = crate::direct::lease_check(Some(lease), &asked_lease_id, runner_id.as_deref(), now);
     Ok(JsLeaseCheck {
-        fetch_held: answer(crate::direct::fetch_lease_held),
-        result_refused: answer(crate::direct::result_lease_refused),
+        fetch_held: check.fetch_held,
+        result_refused: check.result_refused,
     })
 }
 

@@ -193,7 +193,7 @@ impl Task for ResealTask {
 
 /// `catch_unwind` for work on the thread pool, where the attribute does not
 /// reach: a panic becomes a rejected promise.
-fn guard<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+pub(super) fn guard<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|_| {
         Err(Error::new(
             Status::GenericFailure,
