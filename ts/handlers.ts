@@ -78,8 +78,9 @@ function prepared(text: string): HandlerResult {
 }
 
 /**
- * The refusal for a runner that the request's own store call found unknown
- * or revoked (SQL stores read it there, see `#authed`), else null.
+ * The refusal for a runner that is unknown or revoked, else null: checked
+ * after the signature in `#authed`, and again on the runner a SQL store's
+ * own call read with the request's work.
  */
 function runnerRefusal(fresh: RunnerRecord | null): HandlerResult | null {
   if (!fresh) return fail("unauthorized", "this runner is not recognised");
@@ -282,7 +283,8 @@ export class Endpoints {
       now: this.#now(),
     });
     if (failure !== null) return fail("unauthorized", "this request's signature is not valid");
-    if (runner.revokedAt !== null) return fail("revoked", "this runner has been revoked by its owner");
+    const revoked = runnerRefusal(runner);
+    if (revoked) return revoked;
     if (!checked.ok) return fail("bad-request", "request body failed schema validation");
     // Every signed body names its runner, which must be the signer (the
     // reference skips this on fetch; a body naming someone else is never honest).
