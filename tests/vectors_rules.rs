@@ -80,6 +80,24 @@ fn backend_registry_matches() {
     }
 }
 
+/// The server's audience decision for a table row: a job owned by `alice`,
+/// the runner's owner `alice` ("same") or `bob`, offering `backend`.
+fn admits(row: &Value, backend: &str) -> Result<(), Refusal> {
+    let allow = allow_list(s(row, "audienceAllow"));
+    audience::server_admits(
+        "alice",
+        Audience::parse(s(row, "audience")).unwrap(),
+        allow.as_deref(),
+        OfferScope::parse(s(row, "offerScope")).unwrap(),
+        backend,
+        if s(row, "owner") == "same" {
+            "alice"
+        } else {
+            "bob"
+        },
+    )
+}
+
 /// The reference's full matcher table, on the rows whose device-side facts
 /// are the ones the server assumes (spend acknowledged, everyone admitted),
 /// with a registered backend of the row's cost.
@@ -98,20 +116,11 @@ fn match_audience_table_server_rows() {
             BackendCost::Metered => "openai",
             BackendCost::Subscription => "claude-cli",
         };
-        let allow = allow_list(s(row, "audienceAllow"));
-        let got = audience::server_admits(
-            "alice",
-            Audience::parse(s(row, "audience")).unwrap(),
-            allow.as_deref(),
-            OfferScope::parse(s(row, "offerScope")).unwrap(),
-            backend,
-            if s(row, "owner") == "same" {
-                "alice"
-            } else {
-                "bob"
-            },
+        assert_eq!(
+            admits(row, backend),
+            expected_result(&row["result"]),
+            "{row}"
         );
-        assert_eq!(got, expected_result(&row["result"]), "{row}");
         checked += 1;
     }
     assert_eq!(checked, 96);
@@ -125,20 +134,7 @@ fn server_side_table() {
     for row in rows {
         let id = s(row, "backendId");
         assert_eq!(audience::server_cost(id).as_str(), s(row, "serverCost"));
-        let allow = allow_list(s(row, "audienceAllow"));
-        let got = audience::server_admits(
-            "alice",
-            Audience::parse(s(row, "audience")).unwrap(),
-            allow.as_deref(),
-            OfferScope::parse(s(row, "offerScope")).unwrap(),
-            id,
-            if s(row, "owner") == "same" {
-                "alice"
-            } else {
-                "bob"
-            },
-        );
-        assert_eq!(got, expected_result(&row["result"]), "{row}");
+        assert_eq!(admits(row, id), expected_result(&row["result"]), "{row}");
     }
 }
 
