@@ -556,12 +556,6 @@ export declare function tooLargeMessage(bytes: number): string
  */
 export declare function validatePayload(kind: unknown, payloadJson: string | undefined): { ok: true; canonical: string; textLength: number; sizeClass: "small" | "medium" | "large" } | { ok: false; message: string }
 
-/**
- * The strict schema alone, for `ByollmHandlers.handle(endpoint, body)`
- * callers that already hold JSON text.
- */
-export declare function validateRequestBody(endpointName: string, jsonText: string): { ok: true; body: Record<string, unknown> } | { ok: false }
-
 /** Never throws: anything that is not an object of three strings is `false`. */
 export declare function verifyPublicIdentity(identity: unknown): boolean
 

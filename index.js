@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, claimAnswer, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, isCanonicalRequestBody, issuedAtHeader, keyId, leaseCheck, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, resultAnswer, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, validateRequestBody, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, claimAnswer, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, isCanonicalRequestBody, issuedAtHeader, keyId, leaseCheck, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, resultAnswer, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { NativeMemoryStore }
 export { PreparedPayload }
 export { SiteKeyring }
@@ -811,7 +811,6 @@ export { signRequest }
 export { siteKeysFromEnvValue }
 export { tooLargeMessage }
 export { validatePayload }
-export { validateRequestBody }
 export { verifyPublicIdentity }
 export { verifyRequest }
 export const __napiBindingTarget = __napiLoadedBindingTarget

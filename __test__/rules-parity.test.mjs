@@ -284,8 +284,6 @@ for (const endpoint of Object.keys(SCHEMAS)) {
       if (theirs.stage === "ok") {
         assert.deepStrictEqual(ours.body, theirs.body, where);
         assert.equal(JSON.stringify(ours.body), JSON.stringify(theirs.body), `key order, ${where}`);
-        const again = native.validateRequestBody(endpoint, text);
-        assert.equal(again.ok, true, where);
       }
     }
     // The generator must exercise every stage, or the comparison proves little.

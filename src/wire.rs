@@ -595,17 +595,6 @@ pub fn inspect_request(endpoint: Endpoint, raw: &str, url_ok: &dyn Fn(&str) -> b
     }
 }
 
-/// The strict schema alone (what `ByollmHandlers.handle` runs, without the
-/// HTTP layer's version check).
-pub fn validate_doc(endpoint: Endpoint, doc: &Doc, url_ok: &dyn Fn(&str) -> bool) -> Option<Out> {
-    let v = schema::validate(doc, Some(doc.root()), endpoint.schema(), url_ok, 1);
-    if v.ok() {
-        v.out
-    } else {
-        None
-    }
-}
-
 /// `text` parsed, when it is valid for `schema` **and** canonical: then
 /// `JSON.parse(text)` is exactly the validated body, and a caller may take
 /// the parsed document (or let V8 parse the text) as it is. `None` says

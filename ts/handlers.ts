@@ -165,12 +165,10 @@ function checkValue(endpoint: Endpoint, body: unknown): CheckedBody {
     return { ok: false };
   }
   if (json === undefined) return { ok: false };
-  // Valid and canonical (keys in schema order, as a daemon's are): what
-  // JSON.parse builds is the checked body, as on the HTTP path, and V8
-  // builds it faster than objects made across the boundary.
-  if (native.isCanonicalRequestBody(endpoint, json)) return { ok: true, body: JSON.parse(json) as Record<string, unknown> };
-  const checked = native.validateRequestBody(endpoint, json);
-  return checked.ok ? { ok: true, body: checked.body } : { ok: false };
+  // The HTTP path's one inspection. A wrong protocol version is a schema
+  // failure here (the schemas pin it), so any stage but "ok" is a refusal.
+  const inspected = native.inspectRequest(endpoint, json);
+  return inspected.stage === "ok" ? { ok: true, body: inspected.body } : { ok: false };
 }
 
 /**

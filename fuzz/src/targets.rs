@@ -94,9 +94,8 @@ pub fn inspect(seeds: Vec<Vec<u8>>) -> Target {
                 );
             }
             match &inspection {
-                Inspection::Ok { doc, .. } => {
+                Inspection::Ok { .. } => {
                     assert!(inspection.error(ep).is_none());
-                    assert!(wire::validate_doc(ep, doc, &wire::basic_url_ok).is_some());
                 }
                 other => {
                     let err = other.error(ep).expect("a failed stage has an error body");

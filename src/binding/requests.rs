@@ -14,7 +14,7 @@ use napi::bindgen_prelude::*;
 use napi::{sys, JsString, JsValue};
 use napi_derive::napi;
 
-use crate::json::{self, Doc, JsStr};
+use crate::json::{Doc, JsStr};
 use crate::wire::schema::Out;
 use crate::wire::{self, Endpoint, Inspection, SealedOutcomeResult, WireError};
 
@@ -318,28 +318,6 @@ fn endpoint_of(env: &Env, name: JsString<'_>) -> Result<Endpoint> {
         Endpoint::parse(text)
     };
     found.ok_or_else(|| type_error(format!("unknown protocol endpoint: {text}")))
-}
-
-/// The strict schema alone, for `ByollmHandlers.handle(endpoint, body)`
-/// callers that already hold JSON text.
-#[napi(
-    catch_unwind,
-    ts_return_type = "{ ok: true; body: Record<string, unknown> } | { ok: false }"
-)]
-pub fn validate_request_body(env: Env, endpoint_name: String, json_text: String) -> Result<Reply> {
-    let ep = Endpoint::parse(&endpoint_name)
-        .ok_or_else(|| type_error(format!("unknown protocol endpoint: {endpoint_name}")))?;
-    let url_ok = node_url_ok(&env);
-    let validated = json::parse(&json_text)
-        .ok()
-        .and_then(|doc| wire::validate_doc(ep, &doc, &url_ok).map(|out| (doc, out)));
-    Ok(Reply(match validated {
-        Some((doc, out)) => vec![
-            ("ok", ReplyValue::Bool(true)),
-            ("body", ReplyValue::Validated(SharedDoc::new(doc), out)),
-        ],
-        None => vec![("ok", ReplyValue::Bool(false))],
-    }))
 }
 
 /// The plaintext of a result envelope: `{ok: true, outcome, ran}` or
