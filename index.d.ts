@@ -292,14 +292,6 @@ export declare function inspectRequest(endpoint: string, rawBody: string): { sta
 export declare function isAudience(text: string): boolean
 
 /**
- * True when `rawBody` is valid for the endpoint **and** canonical: then
- * `JSON.parse(rawBody)` is exactly the validated body, and a caller in
- * JavaScript can skip `inspectRequest` and parse it itself (the fastest way
- * to build the object). False says nothing: call `inspectRequest`.
- */
-export declare function isCanonicalRequestBody(endpoint: string, rawBody: string): boolean
-
-/**
  * The `x-byollm-issued-at` header as a timestamp (`Number(text)` when it
  * is finite, else `null`), as the fast path reads it.
  */

@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, claimAnswer, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, isCanonicalRequestBody, issuedAtHeader, keyId, leaseCheck, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, resultAnswer, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, claimAnswer, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, leaseCheck, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, resultAnswer, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { NativeMemoryStore }
 export { PreparedPayload }
 export { SiteKeyring }
@@ -792,7 +792,6 @@ export { generateUserCode }
 export { hashSecret }
 export { inspectRequest }
 export { isAudience }
-export { isCanonicalRequestBody }
 export { issuedAtHeader }
 export { keyId }
 export { leaseCheck }

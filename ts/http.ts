@@ -144,18 +144,11 @@ export function createFetchHandler(
     // JSON, protocol version and the endpoint's schema in one pass. JSON and
     // version failures are answered now; a schema failure only after the
     // signature is checked, so strangers learn nothing about the wire format.
-    // A body the core finds valid and canonical (what a daemon sends) is
-    // exactly what JSON.parse builds, and V8 builds it faster than objects
-    // made across the boundary; anything else takes the full inspection.
+    const inspected = native.inspectRequest(endpoint, rawBody);
     let checked: CheckedBody;
-    if (native.isCanonicalRequestBody(endpoint, rawBody)) {
-      checked = { ok: true, body: JSON.parse(rawBody) as Record<string, unknown> };
-    } else {
-      const inspected = native.inspectRequest(endpoint, rawBody);
-      if (inspected.stage === "ok") checked = { ok: true, body: inspected.body };
-      else if (inspected.stage === "schema") checked = { ok: false };
-      else return json(inspected.status, inspected.error);
-    }
+    if (inspected.stage === "ok") checked = { ok: true, body: inspected.body };
+    else if (inspected.stage === "schema") checked = { ok: false };
+    else return json(inspected.status, inspected.error);
 
     const result = await endpoints.dispatch(endpoint, checked, {
       endpoint,

@@ -347,21 +347,3 @@ pub fn parse_sealed_outcome(env: Env, plaintext: String) -> Result<Reply> {
         },
     ))
 }
-
-/// True when `rawBody` is valid for the endpoint **and** canonical: then
-/// `JSON.parse(rawBody)` is exactly the validated body, and a caller in
-/// JavaScript can skip `inspectRequest` and parse it itself (the fastest way
-/// to build the object). False says nothing: call `inspectRequest`.
-#[napi(catch_unwind, ts_args_type = "endpoint: string, rawBody: string")]
-pub fn is_canonical_request_body(
-    env: Env,
-    endpoint_name: JsString<'_>,
-    raw_body: JsString<'_>,
-) -> Result<bool> {
-    let ep = endpoint_of(&env, endpoint_name)?;
-    let url_ok = node_url_ok(&env);
-    BODY_BUF.with_borrow_mut(|buf| -> Result<bool> {
-        let text = read_utf8(&env, raw_body, buf)?;
-        Ok(wire::canonical_doc(ep.schema(), text, &url_ok).is_some())
-    })
-}
