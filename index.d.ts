@@ -118,7 +118,7 @@ export declare class NativeMemoryStore {
    * not become a JS string only to be read back. `null` when the store
    * has no sealed envelope under that id, as for one that does not open.
    */
-  resealForDeviceAsync(keyring: SiteKeyring, jobId: string, createdAt: number, device: PublicIdentity): Promise<SealedEnvelope | null>
+  resealForDeviceAsync(keyring: SiteKeyring, jobId: string, createdAt: number, device: PublicIdentity): Promise<FetchAnswer | null>
 }
 
 /**
@@ -165,10 +165,10 @@ export declare class SiteKeyring {
   prepareCheckedAsync(kind: unknown, payloadJson: string | undefined | null, keys: Array<ExactString> | undefined | null, values: Array<ExactString> | undefined | null, jobId: string, deadlineAt: number): Promise<PreparedPayload | PayloadRefusal>
   /**
    * Open the at-rest payload and seal it to the claiming device (on the
-   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes);
-   * `null` when the at-rest envelope does not open.
+   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes), with the fetch
+   * answer around it; `null` when the at-rest envelope does not open.
    */
-  resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): SealedEnvelope | null | Promise<SealedEnvelope | null>
+  resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): FetchAnswer | null | Promise<FetchAnswer | null>
   /**
    * Open a device's result envelope addressed to this site (on the
    * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
@@ -266,6 +266,15 @@ export interface EnvelopeContext {
   recipientKeyId: string
   deadlineAt: number
   direction: "payload" | "result"
+}
+
+/**
+ * A payload resealed for a device: the envelope, and the fetch answer's
+ * text as the core writes it (`direct::fetch_answer`).
+ */
+export interface FetchAnswer {
+  envelope: SealedEnvelope
+  text: string
 }
 
 export declare function formatSiteKeys(keys: StoredKeys): string

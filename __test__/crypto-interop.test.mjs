@@ -151,7 +151,7 @@ test(`SiteKeyring reseal and result round trips against the reference (${CASES /
       recipientEncryptionPublic: site.encryptionPublic,
       context: { jobId, senderKeyId: ring.keyId, recipientKeyId: ring.keyId, deadlineAt: createdAt + 86_400_000, direction: "payload" },
     });
-    const toDevice = await ring.resealForDevice(atRest, jobId, createdAt, ref.publicIdentityOf(device));
+    const { envelope: toDevice } = await ring.resealForDevice(atRest, jobId, createdAt, ref.publicIdentityOf(device));
     const opened = await refOpen(toDevice, device, site.identityPublic, {
       jobId,
       senderKeyId: ring.keyId,

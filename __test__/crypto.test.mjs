@@ -210,8 +210,10 @@ test("SiteKeyring: seal at rest, reseal to a device, open its result (inline whe
   assert.equal(atRest.direction, "payload");
 
   const device = native.publicIdentityOf(fx.device);
-  const env = ring.resealForDevice(atRest, jobId, T0, device);
-  assert.equal(env instanceof Promise, false, "a small envelope is resealed inline");
+  const answer = ring.resealForDevice(atRest, jobId, T0, device);
+  assert.equal(answer instanceof Promise, false, "a small envelope is resealed inline");
+  const env = answer.envelope;
+  assert.equal(answer.text, JSON.stringify({ envelope: env }), "the core's fetch answer is JSON.stringify's");
   assert.equal(env.recipientKeyId, native.keyId(fx.device.identityPublic));
   assert.equal(env.deadlineAt, T0 + 86_400_000);
   const opened = native.open({
@@ -301,7 +303,8 @@ test("large payloads go through the thread pool", async () => {
   const env = await sealing;
   const resealing = ring.resealForDevice(env, "job", T0, native.publicIdentityOf(fx.device));
   assert.ok(resealing instanceof Promise);
-  const toDevice = await resealing;
+  const { envelope: toDevice, text } = await resealing;
+  assert.equal(text, JSON.stringify({ envelope: toDevice }));
   const opened = native.open({
     envelope: toDevice,
     recipientKeys: fx.device,

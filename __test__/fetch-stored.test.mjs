@@ -51,8 +51,10 @@ for (const chars of [40_000, 100]) {
     const identity = native.publicIdentityOf(device);
     const record = await store.get(id);
 
-    const fromStore = await store.native.resealForDeviceAsync(ring, id, record.createdAt, identity);
-    const fromRecord = await ring.resealForDevice(record.envelope, id, record.createdAt, identity);
+    const stored = await store.native.resealForDeviceAsync(ring, id, record.createdAt, identity);
+    const fromStore = stored.envelope;
+    assert.equal(stored.text, JSON.stringify({ envelope: fromStore }));
+    const fromRecord = (await ring.resealForDevice(record.envelope, id, record.createdAt, identity)).envelope;
     const openAsDevice = (envelope) =>
       native.open({
         envelope,

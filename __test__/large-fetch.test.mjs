@@ -1,12 +1,11 @@
 // A large job through the fetch handler: the record's envelope is read lazily
-// from the native store, and the fetch answer's text is spliced together
-// rather than JSON.stringify'd. Both must give exactly the bytes the plain
+// from the native store, and the fetch answer's text is written by the core
+// with the reseal rather than JSON.stringify'd. Both must give exactly the bytes the plain
 // path would. No reference package is imported, so this runs under Node 20 too.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as native from "../index.js";
 import { ByollmApp, MemoryStore, createFetchHandler, generateSiteKeys } from "../dist/index.js";
-import { fetchAnswerText } from "../dist/handlers.js";
 
 const ORIGIN = "https://site.example";
 const SITE = generateSiteKeys();
@@ -23,13 +22,6 @@ async function call(handler, keys, runnerId, endpoint, body, sign = true) {
   const response = await handler(new Request(`${ORIGIN}/byollm/${endpoint}`, { method: "POST", headers, body: text }));
   return { status: response.status, text: await response.text() };
 }
-
-test("fetchAnswerText is JSON.stringify({ envelope }) for a sealed envelope, and declines other shapes", () => {
-  const envelope = { ciphertext: "q83v-_Ej".repeat(20_000), recipientKeyId: "r\"1", senderKeyId: "s", direction: "payload", deadlineAt: 1.5e12 };
-  assert.equal(fetchAnswerText(envelope), JSON.stringify({ envelope }));
-  assert.equal(fetchAnswerText({ recipientKeyId: "r", ciphertext: "abc" }), undefined, "ciphertext not first");
-  assert.equal(fetchAnswerText({ ciphertext: 1 }), undefined);
-});
 
 test("a 300 KB prompt: fetch answers canonical JSON the device opens to the exact payload", async () => {
   const store = new MemoryStore();
@@ -53,9 +45,9 @@ test("a 300 KB prompt: fetch answers canonical JSON the device opens to the exac
   const fetched = await call(handler, keys, runner.id, "fetch", { runnerId: runner.id, jobId: stub.id, leaseId: stub.lease.id });
   assert.equal(fetched.status, 200);
   const body = JSON.parse(fetched.text);
-  assert.equal(fetched.text, JSON.stringify(body), "the spliced text is what JSON.stringify writes");
+  assert.equal(fetched.text, JSON.stringify(body), "the core's text is what JSON.stringify writes");
   assert.deepEqual(Object.keys(body.envelope), ["ciphertext", "recipientKeyId", "senderKeyId", "direction", "deadlineAt"]);
-  assert.ok(body.envelope.ciphertext.length > 64 * 1024, "large enough for the spliced path");
+  assert.ok(body.envelope.ciphertext.length > 64 * 1024, "large enough for the thread pool");
   const opened = native.open({
     envelope: body.envelope,
     recipientKeys: keys,

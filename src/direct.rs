@@ -584,6 +584,13 @@ fn fetch(store: &Store, site: &Site<'_>, asked: &Asked<'_>) -> Option<String> {
         device: asked.runner.device.clone(),
     };
     let sealed = inputs.reseal().ok()??;
+    Some(fetch_answer(&sealed))
+}
+
+/// The fetch answer, `{"envelope":{…}}` with the envelope's keys in the
+/// reference's order, for both paths (the general path gets it with its
+/// reseal, so a megabyte answer is never `JSON.stringify`'d).
+pub fn fetch_answer(sealed: &envelope::SealedEnvelope) -> String {
     let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
     out.push_str("{\"envelope\":{\"ciphertext\":");
     write_json_str(&sealed.ciphertext, &mut out);
@@ -596,7 +603,7 @@ fn fetch(store: &Store, site: &Site<'_>, asked: &Asked<'_>) -> Option<String> {
     out.push_str(",\"deadlineAt\":");
     json::push_json_number(&mut out, sealed.deadline_at);
     out.push_str("}}");
-    Some(out)
+    out
 }
 
 fn result(store: &mut Store, site: &Site<'_>, asked: &Asked<'_>, doc: &Doc) -> Option<String> {

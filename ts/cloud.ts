@@ -105,7 +105,7 @@ export class CloudLane {
       // device) refuses this one job rather than failing the whole cycle.
       let envelope: SealedEnvelope | null;
       try {
-        envelope = await this.#keyring.resealForDevice(record.envelope, record.id, record.createdAt, claim.device);
+        envelope = (await this.#keyring.resealForDevice(record.envelope, record.id, record.createdAt, claim.device))?.envelope ?? null;
       } catch {
         envelope = null;
       }

@@ -1,7 +1,7 @@
 // The six protocol endpoints over any ByollmStore, without a transport.
 // Crypto, schemas and provenance are the core's; this file is the order of
 // operations and the wire answers.
-import { native, PROTOCOL, type ResultSource, type SiteKeyringHandle } from "./native.js";
+import { native, PROTOCOL, type FetchAnswer, type ResultSource, type SiteKeyringHandle } from "./native.js";
 import { generateDeviceCode, generateUserCode, hashSecret } from "./ids.js";
 import { serveDirect, servesDirectly, unreadEnvelopeStore } from "./memory.js";
 import { sqlStorePaths } from "./sql-store.js";
@@ -102,24 +102,6 @@ export function bodyText(body: unknown): string | undefined {
     if (text !== undefined) return text;
   }
   return JSON.stringify(body);
-}
-
-const FETCH_ANSWER_HEAD = '{"envelope":{"ciphertext":"';
-
-/**
- * `JSON.stringify({ envelope })` for an envelope our keyring just sealed,
- * without scanning the ciphertext for characters to escape: it is base64url,
- * which has none (the seal writes nothing else). The small rest is
- * serialized as usual and the ciphertext is spliced into its slot, which
- * leaves V8 a cons string to flatten with a copy. Undefined when the
- * envelope does not have the shape this relies on (ciphertext first).
- */
-export function fetchAnswerText(envelope: SealedEnvelope): string | undefined {
-  const ciphertext: unknown = envelope.ciphertext;
-  if (typeof ciphertext !== "string") return undefined;
-  const shell = JSON.stringify({ envelope: { ...envelope, ciphertext: "" } });
-  if (!shell.startsWith(FETCH_ANSWER_HEAD)) return undefined;
-  return FETCH_ANSWER_HEAD + ciphertext + shell.slice(FETCH_ANSWER_HEAD.length);
 }
 
 /** A body already checked against its endpoint's schema, or the fact that it failed. */
@@ -426,10 +408,9 @@ export class Endpoints {
     // A large envelope our MemoryStore has not handed to JS yet is resealed
     // where it lies (same open and seal, no megabyte string in and out).
     const stored = unreadEnvelopeStore(job);
-    const big = stored !== undefined || job.envelope.ciphertext.length > ASYNC_CRYPTO_THRESHOLD;
-    let envelope: SealedEnvelope | null;
+    let answer: FetchAnswer | null;
     try {
-      envelope =
+      answer =
         stored !== undefined
           ? await stored.resealForDeviceAsync(this.#keyring, job.id, job.createdAt, runner.device)
           : await this.#keyring.resealForDevice(job.envelope, job.id, job.createdAt, runner.device);
@@ -440,12 +421,10 @@ export class Endpoints {
       // request reject (a host 500); it is the client's key, so say so with a 400.
       return fail("bad-request", "this device's encryption key cannot be sealed to");
     }
-    if (envelope === null) return fail("server-error", "this job's payload could not be opened");
-    const body = { envelope };
-    if (big) {
-      const text = fetchAnswerText(envelope);
-      if (text !== undefined) preparedTexts.set(body, text);
-    }
+    if (answer === null) return fail("server-error", "this job's payload could not be opened");
+    // The core wrote the answer's text with the reseal.
+    const body = { envelope: answer.envelope };
+    preparedTexts.set(body, answer.text);
     return ok(body);
   }
 

@@ -33,6 +33,23 @@ pub struct JsSealedPayload {
     pub message: Option<String>,
 }
 
+/// A payload resealed for a device: the envelope, and the fetch answer's
+/// text as the core writes it (`direct::fetch_answer`).
+#[napi(object, js_name = "FetchAnswer")]
+pub struct JsFetchAnswer {
+    pub envelope: JsSealedEnvelope,
+    pub text: String,
+}
+
+impl From<SealedEnvelope> for JsFetchAnswer {
+    fn from(sealed: SealedEnvelope) -> Self {
+        JsFetchAnswer {
+            text: crate::direct::fetch_answer(&sealed),
+            envelope: sealed.into(),
+        }
+    }
+}
+
 /// A payload's seal: the envelope and size class, or the validator's message.
 type Checked = std::result::Result<(SealedEnvelope, &'static str), String>;
 
@@ -335,11 +352,11 @@ impl SiteKeyring {
     }
 
     /// Open the at-rest payload and seal it to the claiming device (on the
-    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes);
-    /// `null` when the at-rest envelope does not open.
+    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes), with the fetch
+    /// answer around it; `null` when the at-rest envelope does not open.
     #[napi(
         catch_unwind,
-        ts_return_type = "SealedEnvelope | null | Promise<SealedEnvelope | null>"
+        ts_return_type = "FetchAnswer | null | Promise<FetchAnswer | null>"
     )]
     pub fn reseal_for_device(
         &self,
@@ -347,7 +364,7 @@ impl SiteKeyring {
         job_id: String,
         created_at: f64,
         device: JsPublicIdentity,
-    ) -> Result<NowOrLater<Option<SealedEnvelope>, Option<JsSealedEnvelope>>> {
+    ) -> Result<NowOrLater<Option<SealedEnvelope>, Option<JsFetchAnswer>>> {
         let large = at_rest.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
         let inputs = crate::direct::reseal::Inputs {
             site: self.inner.clone(),
@@ -356,7 +373,7 @@ impl SiteKeyring {
             created_at,
             device: device_from_js(&device),
         };
-        let to_js = |sealed: Option<SealedEnvelope>| sealed.map(JsSealedEnvelope::from);
+        let to_js = |sealed: Option<SealedEnvelope>| sealed.map(JsFetchAnswer::from);
         now_or_pooled(move || inputs.reseal().map_err(seal_error), to_js, large)
     }
 

@@ -777,7 +777,7 @@ impl NativeMemoryStore {
     /// store, on the thread pool: read here, so a megabyte ciphertext does
     /// not become a JS string only to be read back. `null` when the store
     /// has no sealed envelope under that id, as for one that does not open.
-    #[napi(catch_unwind, ts_return_type = "Promise<SealedEnvelope | null>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<FetchAnswer | null>")]
     pub fn reseal_for_device_async(
         &mut self,
         keyring: &SiteKeyring,

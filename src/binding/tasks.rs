@@ -177,7 +177,7 @@ pub struct ResealTask {
 
 impl Task for ResealTask {
     type Output = Option<envelope::SealedEnvelope>;
-    type JsValue = Option<super::crypto::JsSealedEnvelope>;
+    type JsValue = Option<super::keyring::JsFetchAnswer>;
 
     fn compute(&mut self) -> Result<Self::Output> {
         guard(|| match &self.inputs {
