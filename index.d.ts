@@ -9,6 +9,27 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** The engine for one site. */
+export declare class Engine {
+  constructor(keyring: SiteKeyring, settings: EngineSettings)
+  /**
+   * A request from HTTP: the body text and the `x-byollm-*` header values.
+   * `rereads`: the store reads the runner again with each request's work.
+   */
+  request(endpoint: string, body: string, runnerId: string | undefined | null, issuedAt: string | undefined | null, signature: string | undefined | null, now: number, rereads: boolean): PendingRequest
+  /**
+   * A request from `ByollmHandlers.handle`: the parsed body written as
+   * JSON (`undefined` when it cannot be), and what the signature covers.
+   */
+  handle(endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, rereads: boolean): PendingRequest
+  /**
+   * A request from HTTP served on our own store, in place: the answer's
+   * text when it is a 200 reached without the thread pool, else the
+   * request (answered, or waiting for `work`).
+   */
+  serveNative(store: NativeMemoryStore, endpoint: string, body: string, runnerId: string | undefined | null, issuedAt: string | undefined | null, signature: string | undefined | null, now: number): string | PendingRequest
+}
+
 export declare class NativeMemoryStore {
   /**
    * A store in memory, or, given `path`, one written through to that
@@ -119,6 +140,33 @@ export declare class NativeMemoryStore {
    * has no sealed envelope under that id, as for one that does not open.
    */
   resealForDeviceAsync(keyring: SiteKeyring, jobId: string, createdAt: number, device: PublicIdentity): Promise<FetchAnswer | null>
+}
+
+/** One request in progress (see `Engine`). */
+export declare class PendingRequest {
+  /**
+   * What the request needs next: a store operation's name, `"work"`
+   * (call `work()`), or `null` once answered.
+   */
+  next(): string | null
+  /** The arguments of the operation asked for, as JSON text. */
+  get args(): string | null
+  /** The store's result of the operation asked for, as JSON text. */
+  resume(result: string): void
+  /** The store failed the operation asked for (threw, or never answered). */
+  fail(cause: string): void
+  /** Run the heavy work asked for on the thread pool; `next()` afterwards. */
+  work(): Promise<void>
+  /**
+   * Perform the operations asked for on our own store, until the answer
+   * or heavy work; whether it is answered.
+   */
+  runOn(store: NativeMemoryStore): boolean
+  get status(): number
+  /** The answer's JSON text. */
+  get body(): string | null
+  /** Why the store failed, for the server's log. */
+  get cause(): string | null
 }
 
 /**
@@ -244,6 +292,14 @@ export declare function deadlineFor(deadlineAt: number | undefined | null, claim
  * Never throws.
  */
 export declare function deviceIdentityRefusal(identity: unknown): string | null
+
+/** A site's settings, as `createFetchHandler` resolved them. */
+export interface EngineSettings {
+  leaseMs: number
+  pairingTtlMs: number
+  pollIntervalMs: number
+  verificationUrl: string
+}
 
 /**
  * An enqueued job's fields besides its kind and payload, as `create` takes

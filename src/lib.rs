@@ -24,6 +24,7 @@ pub mod wire;
 // --- the in-memory store, and the direct lane served on it
 pub mod chores;
 pub mod direct;
+pub mod engine;
 pub mod store;
 
 #[cfg(feature = "node")]

@@ -3,7 +3,6 @@
 // Daemons never reach this site on this lane, so the site polls, signing each
 // call with its identity key (`site/<endpoint>`).
 import { EnqueueRefused, RelayUnavailable } from "./errors.js";
-import { openOutcome } from "./handlers.js";
 import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
 import type {
   ByollmStore,
@@ -12,6 +11,7 @@ import type {
   JobRecord,
   PublicIdentity,
   PumpReport,
+  ResultProvenance,
   SealedEnvelope,
   StoredKeys,
 } from "./types.js";
@@ -137,17 +137,19 @@ export class CloudLane {
       // The relay names the device; the device's signature has to agree.
       const source = { audience: record.audience, runnerId: done.runnerId, runnerOwner: done.runnerOwner };
       const { envelope, jobId, device, disposition } = done;
-      const opened = await openOutcome(this.#keyring, envelope, jobId, device.identity, disposition, source);
+      // Opened and accepted by the core's rules for a device's result.
+      const opened = await this.#keyring.acceptResult(envelope, jobId, device.identity, disposition, source);
       if (!opened.ok) {
         refused.push(done.jobId);
         continue;
       }
+      const { outcome, provenance } = JSON.parse(opened.accepted) as { outcome: JobOutcome; provenance: ResultProvenance };
       await this.#store.complete({
         jobId: done.jobId,
         runnerId: done.runnerId,
         holder: { by: "lease", leaseId: done.leaseId },
-        outcome: opened.outcome,
-        provenance: opened.provenance,
+        outcome,
+        provenance,
         now: this.#now(),
       });
       completed.push(done.jobId);

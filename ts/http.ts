@@ -1,6 +1,6 @@
 // The web-standard Request → Response mount of the protocol: method, route,
 // size limits, one parse of the body in the core, then the handlers.
-import { Endpoints, bodyText, type CheckedBody } from "./handlers.js";
+import { Endpoints } from "./handlers.js";
 import { native, PROTOCOL } from "./native.js";
 import type { Endpoint, HandlerConfig } from "./types.js";
 
@@ -102,10 +102,8 @@ async function readBody(request: Request, cap: number): Promise<BodyRead> {
   return { failed: false, text: UTF8.decode(bytes) };
 }
 
-function json(status: number, body: unknown, retryAfterSeconds?: number): Response {
-  const headers: Record<string, string> = { ...HEADERS };
-  if (retryAfterSeconds !== undefined) headers["retry-after"] = String(retryAfterSeconds);
-  return new Response(bodyText(body), { status, headers });
+function json(status: number, body: unknown): Response {
+  return new Response(JSON.stringify(body), { status, headers: { ...HEADERS } });
 }
 
 /** A `(Request) => Promise<Response>` handler for the whole protocol (Next.js, Hono, Bun, Deno, Workers…). */
@@ -134,27 +132,7 @@ export function createFetchHandler(
     if (read.overBytes !== undefined) {
       return json(400, { error: "bad-request", message: native.tooLargeMessage(read.overBytes) });
     }
-    const rawBody = read.text;
-
-    // A daemon's ordinary claim, fetch or result on our MemoryStore: served
-    // natively in one call, with the answer the path below would give.
-    const direct = endpoints.serveDirect(endpoint, rawBody, request.headers);
-    if (direct !== null) return new Response(direct, { status: 200, headers: { ...HEADERS } });
-
-    // JSON, protocol version and the endpoint's schema in one pass. JSON and
-    // version failures are answered now; a schema failure only after the
-    // signature is checked, so strangers learn nothing about the wire format.
-    const inspected = native.inspectRequest(endpoint, rawBody);
-    let checked: CheckedBody;
-    if (inspected.stage === "ok") checked = { ok: true, body: inspected.body };
-    else if (inspected.stage === "schema") checked = { ok: false };
-    else return json(inspected.status, inspected.error);
-
-    const result = await endpoints.dispatch(endpoint, checked, {
-      endpoint,
-      rawBody,
-      signature: signatureFrom(request.headers),
-    });
-    return json(result.status, result.body, result.retryAfterSeconds);
+    const answer = await endpoints.serve(endpoint, read.text, request.headers);
+    return new Response(answer.text, { status: answer.status, headers: { ...HEADERS } });
   };
 }

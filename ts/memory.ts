@@ -110,16 +110,6 @@ function deferredOwner(of: object): object | undefined {
   return undefined;
 }
 
-/**
- * The native store holding `job`'s envelope when the record has not read it
- * yet: the fetch handler then reseals it there without the envelope ever
- * becoming a JS string.
- */
-export function unreadEnvelopeStore(job: JobRecord): NativeMemoryStoreHandle | undefined {
-  const state = deferred.get(job);
-  return state === undefined || state.loaded ? undefined : state.store;
-}
-
 /** `record` now holds `value`: a plain property from here on, unless it is sealed or frozen. */
 function settleDeferred(record: object, state: Deferred, value: unknown): void {
   state.loaded = true;
@@ -301,33 +291,12 @@ export function servesDirectly(store: unknown): store is MemoryStore {
   return true;
 }
 
-/** The signed request a direct-lane call serves: the endpoint, the body and the `x-byollm-*` header values. */
-export interface DirectCall {
-  readonly endpoint: string;
-  readonly body: string;
-  readonly runnerId: string;
-  readonly issuedAt: string;
-  readonly signature: string;
-}
-
 /**
- * Serve a signed claim, fetch or result end to end in the native store (the
- * handlers' fast path; src/direct.rs), then tell the store's watchers about
- * what it wrote. The answer's JSON text, or null when the handlers' general
- * path must answer (the store is unchanged then).
+ * Our native store when the engine may run its operations in place (a store
+ * `servesDirectly` accepts), and the bell for its watchers; else undefined.
  */
-export function serveDirect(
-  store: MemoryStore,
-  keyring: SiteKeyringHandle,
-  call: DirectCall,
-  leaseMs: number,
-  now: number,
-): string | null {
-  const lane = lanes.get(store) as Lane;
-  const { endpoint, body, runnerId, issuedAt, signature } = call;
-  const answer = lane.native.serve(keyring, endpoint, body, runnerId, issuedAt, signature, leaseMs, now);
-  if (answer !== null) lane.notify();
-  return answer;
+export function nativeStoreOf(store: unknown): { native: NativeMemoryStoreHandle; notify: () => void } | undefined {
+  return servesDirectly(store) ? lanes.get(store) : undefined;
 }
 
 /** What an enqueue stores besides its envelope and size class (`StoredJobInput`'s other fields). */

@@ -7,7 +7,7 @@ import { binding as loaded } from "./native-loader.js";
 import type { NativeMemoryStore, SiteKeyring } from "../index.js";
 
 export type NativeBinding = typeof import("../index.js");
-export type { EnqueuedJob, FetchAnswer, NativeMemoryStore, ResultSource, SiteKeyring } from "../index.js";
+export type { EnqueuedJob, FetchAnswer, NativeMemoryStore, PendingRequest, ResultSource, SiteKeyring } from "../index.js";
 /** A site keyring instance (`new native.SiteKeyring(keys)`). */
 export type SiteKeyringHandle = SiteKeyring;
 /** A native store instance, as `MemoryStore.native` hands it out. */

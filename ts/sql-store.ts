@@ -3,6 +3,7 @@
 // in SQL; this file only names the function each method calls, passes the
 // caller's arguments (every `now` included, as epoch ms) and gives the JSON the
 // database returns the key order of the in-memory records.
+import type { Operations } from "./handlers.js";
 import { PROTOCOL } from "./native.js";
 import type {
   ByollmStore,
@@ -132,37 +133,14 @@ export function pairingFromJson(v: unknown): PairingRecord {
 const maybe = <T>(v: unknown, f: (v: unknown) => T): T | null => (v === null || v === undefined ? null : f(v));
 
 /**
- * One database call per daemon request (and per `ByollmApp.job`), which the
- * SQL stores offer beside the store contract. Each call reads the request's
- * runner in the same statement as its work and works only for a runner that
- * exists and is not revoked; `runner` is that fresh record (null: unknown),
- * from which the handlers give the refusals they always give.
+ * What the SQL stores offer beside the store contract: the engine's
+ * operations as one SQL function call each (the work calls read the
+ * request's runner again in the same statement and work only for a runner
+ * that exists and is not revoked), and `ByollmApp.job`'s sweep and read in
+ * one call.
  */
 export interface SqlStorePaths {
-  /**
-   * The runner as this store last read it, to check a request's signature
-   * without a round trip: the identity is pinned at approval and never
-   * changes. Only runners not revoked when last read are known; one
-   * revoked since is refused by the calls below, which re-read it.
-   */
-  knownRunner(runnerId: string): RunnerRecord | undefined;
-  claimFor(args: Omit<ClaimArgs, "runnerOwner">): Promise<{ runner: RunnerRecord | null; jobs: JobRecord[] }>;
-  getJobFor(runnerId: string, jobId: string): Promise<{ runner: RunnerRecord | null; job: JobRecord | null }>;
-  /** touchRunner, renewLeases and listCancelRequests, in that order. */
-  heartbeatFor(
-    args: TouchArgs & { readonly leases: readonly LeaseRef[]; readonly leaseMs: number },
-  ): Promise<{ runner: RunnerRecord | null; lost: LeaseRef[]; cancel: LeaseRef[] }>;
-  /**
-   * A daemon's result: completed in the same call when the request plainly
-   * holds the job (a live runner presenting its own live lease, and
-   * `provenance` built for the job's audience); then `accepted` is true and
-   * `state` the job's end state. Otherwise nothing is written and `job` is
-   * the job as read (null: unknown), for the handlers to decide on as after
-   * a plain read.
-   */
-  resultFor(
-    args: Pick<CompleteArgs, "runnerId" | "jobId" | "outcome" | "provenance" | "now"> & { readonly leaseId: string },
-  ): Promise<{ runner: RunnerRecord | null; accepted: true; state: JobRecord["state"] } | { runner: RunnerRecord | null; accepted: false; job: JobRecord | null }>;
+  readonly operations: Operations;
   /** expireDue(now) then get(jobId). */
   sweepGet(jobId: string, now: number): Promise<JobRecord | null>;
 }
@@ -174,8 +152,26 @@ export function sqlStorePaths(store: ByollmStore): SqlStorePaths | undefined {
   return (store as { [PATHS]?: SqlStorePaths })[PATHS];
 }
 
-/** How many runners `knownRunner` remembers (the oldest read is forgotten first). */
-const KNOWN_RUNNERS = 4096;
+/** The engine's operations on a store built by `sqlStore`, else undefined. */
+export function sqlOperations(store: ByollmStore): Operations | undefined {
+  return sqlStorePaths(store)?.operations;
+}
+
+/** The SQL function behind each engine operation (src/engine/ops.rs), which takes its arguments by name. */
+const OPERATIONS = {
+  runner: "byollm_get_runner",
+  pairingByCode: "byollm_get_pairing_by_user_code",
+  createPairing: "byollm_create_pairing",
+  pairingByHash: "byollm_get_pairing_by_device_code_hash",
+  consumePairing: "byollm_consume_pairing_token",
+  claim: "byollm_claim_for",
+  job: "byollm_get_job_for",
+  heartbeat: "byollm_heartbeat_for",
+  resultFor: "byollm_result_for",
+  complete: "byollm_complete_job",
+  cancelRequests: "byollm_list_cancel_requests",
+  release: "byollm_release",
+} as const satisfies Record<string, SqlFunction>;
 
 /** In-process watchers: the fallback push seam (see SqlStoreOptions.subscribe). */
 export class Watchers {
@@ -305,56 +301,16 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       return { jobId: x["jobId"] as string, leaseId: x["leaseId"] as string };
     });
 
-  const known = new Map<string, RunnerRecord>();
-  // Only live runners are kept: a request from a revoked or removed one is
-  // answered from a fresh read, as without this memory.
-  const remember = (runner: RunnerRecord | null): RunnerRecord | null => {
-    if (runner === null) return null;
-    const id = String(runner.id);
-    known.delete(id);
-    if (runner.revokedAt !== null) return runner;
-    if (known.size >= KNOWN_RUNNERS) {
-      const oldest = known.keys().next();
-      if (oldest.done !== true) known.delete(oldest.value);
-    }
-    known.set(id, runner);
-    return runner;
-  };
-  const freshRunner = (v: unknown): RunnerRecord | null => remember(maybe(v, runnerFromJson));
-
   const paths: SqlStorePaths = {
-    knownRunner: (runnerId) => known.get(runnerId),
-
-    async claimFor(args) {
-      const out = obj(await run("byollm_claim_for", args), "claim");
-      const claimed = jobs(out["jobs"]);
-      notify(claimed);
-      return { runner: freshRunner(out["runner"]), jobs: claimed };
-    },
-
-    async getJobFor(runnerId, jobId) {
-      const out = obj(await run("byollm_get_job_for", { runnerId, jobId }), "job");
-      return { runner: freshRunner(out["runner"]), job: maybe(out["job"], jobFromJson) };
-    },
-
-    async heartbeatFor(args) {
-      const out = obj(await run("byollm_heartbeat_for", { ...args, leases: refs(args.leases) }), "heartbeat");
-      notifyIds(list(out["renewed"]).map((r) => String(obj(r, "renewal")["jobId"])));
-      return {
-        runner: freshRunner(out["runner"]),
-        lost: leaseRefs(out["lost"], "lease"),
-        cancel: leaseRefs(out["cancel"], "cancel request"),
-      };
-    },
-
-    async resultFor(args) {
-      const out = obj(await run("byollm_result_for", args), "result");
-      const runner = freshRunner(out["runner"]);
-      if (out["accepted"] === true) {
-        notifyIds([args.jobId]);
-        return { runner, accepted: true, state: out["state"] as JobRecord["state"] };
+    async operations(op, args) {
+      const values = JSON.parse(args) as Record<string, unknown>;
+      if (op === "cancel") {
+        for (const jobId of values["jobIds"] as string[]) await store.cancel(jobId, values["now"] as number);
+        return "null";
       }
-      return { runner, accepted: false, job: maybe(out["job"], jobFromJson) };
+      const fn = OPERATIONS[op as keyof typeof OPERATIONS];
+      if (fn === undefined) throw new Error(`unknown store operation ${op}`);
+      return JSON.stringify(await run(fn, values as never)) ?? "null";
     },
 
     async sweepGet(jobId, now) {
@@ -454,7 +410,7 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     approvePairing: async (args) => runnerFromJson(await run("byollm_approve_pairing_as", args)),
     denyPairing: (userCode, now) => run("byollm_deny_pairing", { userCode, now }).then(nothing),
     consumePairingToken: (deviceCodeHash) => run("byollm_consume_pairing_token", { hash: deviceCodeHash }).then(nothing),
-    getRunner: async (runnerId) => freshRunner(await run("byollm_get_runner", { runnerId })),
+    getRunner: async (runnerId) => maybe(await run("byollm_get_runner", { runnerId }), runnerFromJson),
     touchRunner: async (args) => maybe(await run("byollm_touch_runner", args), runnerFromJson),
     revokeRunner: (runnerId, now) => run("byollm_revoke_runner", { runnerId, now }).then(nothing),
     listRunners: async (owner) => list(await run("byollm_list_runners", { owner: owner ?? null })).map(runnerFromJson),

@@ -9,6 +9,7 @@
 //! export below and checks every export carries the attribute.
 
 mod crypto;
+mod engine;
 mod keyring;
 mod protocol;
 mod requests;

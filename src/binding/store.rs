@@ -57,7 +57,7 @@ fn json_or_null(json: &str) -> &str {
 
 /// `text` as a JS string. Most answers are pure ASCII (ids, base64url,
 /// numbers); V8 takes those as Latin-1 without a UTF-8 decoding pass.
-fn js_text<'env>(env: &'env Env, text: &str) -> Result<JsString<'env>> {
+pub(super) fn js_text<'env>(env: &'env Env, text: &str) -> Result<JsString<'env>> {
     if text.is_ascii() {
         env.create_string_latin1(text.as_bytes())
     } else {
@@ -126,6 +126,20 @@ impl NativeMemoryStore {
 }
 
 impl NativeMemoryStore {
+    /// One of the engine's operations, performed here and written through
+    /// to the durable file before the engine sees its result.
+    pub(super) fn run_op(
+        &mut self,
+        op: &crate::engine::Op,
+    ) -> std::result::Result<crate::engine::Output, crate::engine::Fault> {
+        let output = crate::engine::native::run(&mut self.inner, op)?;
+        if op.writes() {
+            self.persist()
+                .map_err(|e| crate::engine::Fault(e.reason.clone()))?;
+        }
+        Ok(output)
+    }
+
     /// `create`, answering the new record's row (also `enqueue`'s).
     pub(super) fn create_job<'env>(
         &mut self,

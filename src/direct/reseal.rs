@@ -22,6 +22,15 @@ pub enum AtRest {
     Deferred(Arc<DeferredSeal>),
 }
 
+impl std::fmt::Debug for AtRest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AtRest::Sealed(sealed) => f.debug_tuple("Sealed").field(sealed).finish(),
+            AtRest::Deferred(_) => f.write_str("Deferred"),
+        }
+    }
+}
+
 /// Everything a reseal is computed from.
 pub struct Inputs {
     pub site: Arc<KeyHandle>,

@@ -243,6 +243,14 @@ impl Store {
         Some(parts)
     }
 
+    /// A caller's own envelope of another shape, as the JSON text it arrived as.
+    pub fn raw_envelope(&self, r: JobRef) -> Option<&str> {
+        match &self.live(r)?.envelope {
+            Envelope::Raw(json) => Some(json),
+            _ => None,
+        }
+    }
+
     /// A sealed envelope as stored, made now or deferred: its ciphertext
     /// and its other parts. `None` for a caller's own envelope, and for a
     /// deferred seal that failed (never for a key `DeferredSeal::new`

@@ -582,6 +582,20 @@ impl PairingStore {
         })
     }
 
+    /// What a signed request is checked against, revoked or not: the facts
+    /// (`None` for a record without those strings) and whether it is revoked.
+    pub fn runner_facts(&self, id: &str) -> Option<(Option<RunnerFacts>, bool)> {
+        let runner = self.find_runner(id)?;
+        let facts = (|| {
+            Some(RunnerFacts {
+                id: runner.id.clone()?,
+                owner: runner.owner.clone()?,
+                device: runner.device.clone()?,
+            })
+        })();
+        Some((facts, !runner.active))
+    }
+
     /// Spread `changes` onto runner `id`'s record; its new JSON text.
     fn change_runner(&mut self, id: &str, changes: &[(&str, &str)]) -> Option<&str> {
         let at = *self.runner_at.get(id)?;

@@ -1,0 +1,352 @@
+//! The engine as JavaScript drives it: `Engine` (one per site) starts a
+//! `PendingRequest` per request, which asks for store operations until it
+//! has the answer. On our own store the operations run in place
+//! (`serveNative`, `runOn`); heavy crypto runs on the thread pool (`work`).
+
+// `#[napi]` items compile to nothing under `cfg(test)`, leaving their helpers unused there.
+#![cfg_attr(test, allow(dead_code))]
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+use napi::bindgen_prelude::*;
+use napi::{JsString, KeyCollectionMode, KeyConversion, KeyFilter, ValueType};
+use napi_derive::napi;
+
+use super::keyring::SiteKeyring;
+use super::requests::node_url_ok;
+use super::store::NativeMemoryStore;
+use super::tasks;
+use crate::engine::{Answer, Fault, Got, Machine, Mode, Request, Settings, Site, Step};
+use crate::signing::RequestSignature;
+use crate::wire::{self, Endpoint};
+
+/// A site's settings, as `createFetchHandler` resolved them.
+#[napi(object, js_name = "EngineSettings")]
+pub struct JsEngineSettings {
+    pub lease_ms: f64,
+    pub pairing_ttl_ms: f64,
+    pub poll_interval_ms: f64,
+    pub verification_url: String,
+}
+
+/// The engine for one site.
+#[napi]
+pub struct Engine {
+    site: Arc<Site>,
+}
+
+/// The `x-byollm-*` header values as one signature; `None` when any is
+/// missing or the timestamp is not a number (`Number()`'s reading).
+fn header_signature(
+    runner_id: Option<String>,
+    issued_at: Option<String>,
+    signature: Option<String>,
+) -> Option<RequestSignature> {
+    Some(RequestSignature {
+        issued_at: wire::issued_at_header(&issued_at?)?,
+        runner_id: runner_id?,
+        signature: signature?,
+    })
+}
+
+/// `auth.signature` of `ByollmHandlers.handle`: exactly the keys `runnerId`,
+/// `issuedAt` and `signature` (own, enumerable), of types string, number
+/// and string; anything else is no signature.
+fn object_signature(value: Unknown<'_>) -> Result<Option<RequestSignature>> {
+    if value.get_type()? != ValueType::Object || value.is_array()? {
+        return Ok(None);
+    }
+    // SAFETY: the value was just checked to be an object.
+    let object: Object = unsafe { value.cast()? };
+    // `Object.keys`: own, enumerable, symbols left out.
+    let keys = object.get_all_property_names(
+        KeyCollectionMode::OwnOnly,
+        KeyFilter::Enumerable,
+        KeyConversion::NumbersToStrings,
+    )?;
+    for at in 0..keys.get_array_length()? {
+        let key: Unknown = keys.get_element(at)?;
+        if key.get_type()? != ValueType::String {
+            continue;
+        }
+        // SAFETY: checked to be a string.
+        let key: String = unsafe { key.cast()? };
+        if !matches!(key.as_str(), "runnerId" | "issuedAt" | "signature") {
+            return Ok(None);
+        }
+    }
+    let text = |name: &str| -> Result<Option<String>> {
+        let v: Unknown = object.get_named_property(name)?;
+        Ok(if v.get_type()? == ValueType::String {
+            // SAFETY: checked to be a string.
+            Some(unsafe { v.cast::<String>()? })
+        } else {
+            None
+        })
+    };
+    let issued_at: Unknown = object.get_named_property("issuedAt")?;
+    if issued_at.get_type()? != ValueType::Number {
+        return Ok(None);
+    }
+    // SAFETY: checked to be a number.
+    let issued_at: f64 = unsafe { issued_at.cast()? };
+    Ok(text("runnerId")?
+        .zip(text("signature")?)
+        .map(|(runner_id, signature)| RequestSignature {
+            runner_id,
+            issued_at,
+            signature,
+        }))
+}
+
+#[napi]
+impl Engine {
+    #[napi(constructor, catch_unwind)]
+    pub fn new(keyring: &SiteKeyring, settings: JsEngineSettings) -> Self {
+        let site = Site::new(
+            Arc::clone(keyring.handle()),
+            Settings {
+                lease_ms: settings.lease_ms,
+                pairing_ttl_ms: settings.pairing_ttl_ms,
+                poll_interval_ms: settings.poll_interval_ms,
+                verification_url: settings.verification_url,
+            },
+        );
+        Engine {
+            site: Arc::new(site),
+        }
+    }
+
+    fn pending(&self, endpoint: &str, request: impl FnOnce(Endpoint) -> Request) -> PendingRequest {
+        let machine = match Endpoint::parse(endpoint) {
+            Some(endpoint) => Ok(Machine::start(Arc::clone(&self.site), request(endpoint))),
+            None => Err(Machine::unknown_endpoint()),
+        };
+        PendingRequest {
+            machine,
+            done: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// A request from HTTP: the body text and the `x-byollm-*` header values.
+    /// `rereads`: the store reads the runner again with each request's work.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind)]
+    pub fn request(
+        &self,
+        endpoint: String,
+        body: String,
+        runner_id: Option<String>,
+        issued_at: Option<String>,
+        signature: Option<String>,
+        now: f64,
+        rereads: bool,
+    ) -> PendingRequest {
+        self.pending(&endpoint, |endpoint| Request {
+            endpoint,
+            body: Some(body),
+            signed: None,
+            signature: header_signature(runner_id, issued_at, signature),
+            mode: Mode::Http,
+            now,
+            rereads,
+        })
+    }
+
+    /// A request from `ByollmHandlers.handle`: the parsed body written as
+    /// JSON (`undefined` when it cannot be), and what the signature covers.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind, ts_args_type = "endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, rereads: boolean")]
+    pub fn handle(
+        &self,
+        endpoint: String,
+        body: Option<String>,
+        signed_endpoint: String,
+        signed_body: String,
+        signature: Unknown<'_>,
+        now: f64,
+        rereads: bool,
+    ) -> Result<PendingRequest> {
+        let signature = object_signature(signature)?;
+        Ok(self.pending(&endpoint, |endpoint| Request {
+            endpoint,
+            body,
+            signed: Some((signed_endpoint, signed_body)),
+            signature,
+            mode: Mode::Handle,
+            now,
+            rereads,
+        }))
+    }
+
+    /// A request from HTTP served on our own store, in place: the answer's
+    /// text when it is a 200 reached without the thread pool, else the
+    /// request (answered, or waiting for `work`).
+    #[allow(clippy::too_many_arguments)]
+    #[napi(catch_unwind)]
+    pub fn serve_native<'env>(
+        &self,
+        env: &'env Env,
+        store: &mut NativeMemoryStore,
+        endpoint: String,
+        body: String,
+        runner_id: Option<String>,
+        issued_at: Option<String>,
+        signature: Option<String>,
+        now: f64,
+    ) -> Result<Either<JsString<'env>, PendingRequest>> {
+        let mut pending = self.request(endpoint, body, runner_id, issued_at, signature, now, false);
+        pending.run_on(*env, store)?;
+        if let Ok(machine) = &pending.machine {
+            if let Some(answer) = machine.answer().filter(|a| a.status == 200) {
+                return super::store::js_text(env, &answer.body).map(Either::A);
+            }
+        }
+        Ok(Either::B(pending))
+    }
+}
+
+/// One request in progress (see `Engine`).
+#[napi]
+pub struct PendingRequest {
+    /// `Err`: answered before the engine saw it (an unknown endpoint).
+    machine: std::result::Result<Machine, Answer>,
+    /// Where the thread pool leaves heavy work's result.
+    done: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
+}
+
+impl PendingRequest {
+    /// Hand over what the thread pool finished, and answer URL checks here.
+    fn settle(&mut self, env: &Env) {
+        let Ok(machine) = &mut self.machine else {
+            return;
+        };
+        let finished = self.done.lock().ok().and_then(|mut slot| slot.take());
+        if let Some(done) = finished {
+            machine.resume(Got::Work(done));
+        }
+        while let Step::Urls(urls) = machine.step() {
+            let url_ok = node_url_ok(env);
+            let verdicts = urls.iter().map(|u| url_ok(u)).collect();
+            machine.resume(Got::Urls(verdicts));
+        }
+    }
+
+    fn answer(&self) -> Option<&Answer> {
+        match &self.machine {
+            Ok(machine) => machine.answer(),
+            Err(answer) => Some(answer),
+        }
+    }
+}
+
+#[napi]
+impl PendingRequest {
+    /// What the request needs next: a store operation's name, `"work"`
+    /// (call `work()`), or `null` once answered.
+    #[napi(catch_unwind)]
+    pub fn next(&mut self, env: Env) -> Option<&'static str> {
+        self.settle(&env);
+        match &self.machine {
+            Err(_) => None,
+            Ok(machine) => match machine.step() {
+                Step::Answer(_) => None,
+                Step::Store(op) => Some(op.name()),
+                Step::Work | Step::Urls(_) => Some("work"),
+            },
+        }
+    }
+
+    /// The arguments of the operation asked for, as JSON text.
+    #[napi(getter, catch_unwind)]
+    pub fn args(&self) -> Option<String> {
+        match &self.machine {
+            Ok(machine) => match machine.step() {
+                Step::Store(op) => Some(op.args_json()),
+                _ => None,
+            },
+            Err(_) => None,
+        }
+    }
+
+    /// The store's result of the operation asked for, as JSON text.
+    #[napi(catch_unwind)]
+    pub fn resume(&mut self, result: String) {
+        if let Ok(machine) = &mut self.machine {
+            if let Step::Store(op) = machine.step() {
+                let output = op.output_from_json(&result);
+                machine.resume(Got::Store(output));
+            }
+        }
+    }
+
+    /// The store failed the operation asked for (threw, or never answered).
+    #[napi(catch_unwind)]
+    pub fn fail(&mut self, cause: String) {
+        if let Ok(machine) = &mut self.machine {
+            if let Step::Store(_) = machine.step() {
+                machine.resume(Got::Store(Err(Fault(cause))));
+            }
+        }
+    }
+
+    /// Run the heavy work asked for on the thread pool; `next()` afterwards.
+    #[napi(catch_unwind, ts_return_type = "Promise<void>")]
+    pub fn work(&mut self) -> Result<AsyncTask<tasks::Work<(), ()>>> {
+        let work = self
+            .machine
+            .as_mut()
+            .ok()
+            .and_then(Machine::take_work)
+            .ok_or_else(|| Error::from_reason("byollm-server-native: this request has no work waiting"))?;
+        let slot = Arc::clone(&self.done);
+        Ok(AsyncTask::new(tasks::Work::new(
+            move || {
+                let done = work.run();
+                if let Ok(mut slot) = slot.lock() {
+                    *slot = Some(done);
+                }
+                Ok(())
+            },
+            |()| (),
+        )))
+    }
+
+    /// Perform the operations asked for on our own store, until the answer
+    /// or heavy work; whether it is answered.
+    #[napi(catch_unwind)]
+    pub fn run_on(&mut self, env: Env, store: &mut NativeMemoryStore) -> Result<bool> {
+        loop {
+            self.settle(&env);
+            let Ok(machine) = &mut self.machine else {
+                return Ok(true);
+            };
+            match machine.step() {
+                Step::Answer(_) => return Ok(true),
+                Step::Work | Step::Urls(_) => return Ok(false),
+                Step::Store(op) => {
+                    let output = store.run_op(op);
+                    machine.resume(Got::Store(output));
+                }
+            }
+        }
+    }
+
+    #[napi(getter, catch_unwind)]
+    pub fn status(&self) -> u32 {
+        self.answer().map_or(0, |a| u32::from(a.status))
+    }
+
+    /// The answer's JSON text.
+    #[napi(getter, catch_unwind)]
+    pub fn body(&self) -> Option<String> {
+        self.answer().map(|a| a.body.clone())
+    }
+
+    /// Why the store failed, for the server's log.
+    #[napi(getter, catch_unwind)]
+    pub fn cause(&self) -> Option<String> {
+        self.answer().and_then(|a| a.cause.clone())
+    }
+}

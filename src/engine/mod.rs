@@ -1,0 +1,1169 @@
+//! The engine: the order of operations of the six protocol endpoints, once,
+//! for every store.
+//!
+//! It does no I/O. A request goes in (the endpoint, the exact body text, the
+//! signature, the time); what comes out is either the wire answer or the one
+//! thing it needs next: a store operation ([`Op`]), heavy crypto to run off
+//! the event loop ([`Work`]), or Node's verdict on some URLs. Whoever holds
+//! the store performs the operation and hands the result back
+//! ([`Machine::resume`]) until the answer. Our own store runs its operations
+//! in place ([`native`]); the TypeScript shell maps them to a SQL function
+//! call or to a user store's methods.
+//!
+//! The endpoints are written as plain `async` functions: awaiting an
+//! operation suspends the machine until its result is fed back, so the order
+//! of operations reads top to bottom, the way the protocol describes it. The
+//! future is only ever polled by [`Machine`], with a no-op waker.
+//!
+//! Every request makes a bounded number of operations ([`MAX_OPS`]): a
+//! signed request at most one runner read plus its endpoint's work (three
+//! for `release`), `pair start` at most eight user-code lookups and one write.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use hashlink::LruCache;
+
+use crate::direct::{self, acceptance, reseal, LeaseFacts};
+use crate::envelope::{OpenFailure, SealedEnvelope};
+use crate::ids;
+use crate::json::{self, write_json_str, Doc, JsStr};
+use crate::keys::{self, KeyHandle, PublicIdentity};
+use crate::signing::{self, RequestSignature};
+use crate::store::LeaseRef;
+use crate::wire::schema::Out;
+use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
+
+pub mod native;
+pub mod ops;
+
+pub use ops::{Fault, Op, Output};
+
+/// The most store operations one request makes (`pair start`: eight user
+/// code lookups and the write). The machine answers `server-error` rather
+/// than ask for more.
+pub const MAX_OPS: usize = 9;
+
+/// How many runners' identities a site remembers for stores that re-read
+/// the runner with each request's work (the oldest read is forgotten first).
+const KNOWN_RUNNERS: usize = 4096;
+
+/// How many fresh user codes `pair start` tries before it gives up.
+const USER_CODE_DRAWS: usize = 8;
+
+// The refusals, worded as the reference words them.
+const NOT_SIGNED: &str = "this request is not signed";
+const NOT_RECOGNISED: &str = "this runner is not recognised";
+const BAD_SIGNATURE: &str = "this request's signature is not valid";
+const REVOKED: &str = "this runner has been revoked by its owner";
+const OTHER_RUNNER: &str = "runner id does not match the signing key";
+const NO_LEASE: &str = "no such lease on this job";
+const UNSEALABLE_DEVICE: &str = "this device's encryption key cannot be sealed to";
+const UNOPENABLE_PAYLOAD: &str = "this job's payload could not be opened";
+const UNKNOWN_JOB: &str = "unknown job";
+const UNKNOWN_DEVICE_CODE: &str = "unknown device code";
+const COLLECTED: &str = "this pairing has already been collected";
+const NO_FREE_CODE: &str = "no free pairing code was found; try again";
+const UNKNOWN_ENDPOINT: &str = "unknown endpoint";
+/// A store that failed: the cause goes to the server's log, not to the caller.
+const STORE_FAILED: &str = "the site's store failed; try again later";
+
+/// One site's side of the protocol: its keys and settings, and the
+/// identities of runners it has verified (see [`Request::rereads`]).
+pub struct Site {
+    keys: Arc<KeyHandle>,
+    lease_ms: f64,
+    pairing_ttl_ms: f64,
+    poll_interval_ms: f64,
+    verification_url: String,
+    /// `{"<site key id>":{identity,encryption,encryptionSig}}`, written once.
+    sites_json: String,
+    known: Mutex<LruCache<String, ops::Runner>>,
+}
+
+/// A site's settings, as `createFetchHandler` takes them.
+pub struct Settings {
+    pub lease_ms: f64,
+    pub pairing_ttl_ms: f64,
+    pub poll_interval_ms: f64,
+    pub verification_url: String,
+}
+
+impl Site {
+    pub fn new(keys: Arc<KeyHandle>, settings: Settings) -> Site {
+        let mut sites_json = String::from("{");
+        write_json_str(keys.key_id(), &mut sites_json);
+        sites_json.push(':');
+        sites_json.push_str(&identity_json(&keys.public_identity()));
+        sites_json.push('}');
+        Site {
+            keys,
+            lease_ms: settings.lease_ms,
+            pairing_ttl_ms: settings.pairing_ttl_ms,
+            poll_interval_ms: settings.poll_interval_ms,
+            verification_url: settings.verification_url,
+            sites_json,
+            known: Mutex::new(LruCache::new(KNOWN_RUNNERS)),
+        }
+    }
+
+    pub fn keys(&self) -> &Arc<KeyHandle> {
+        &self.keys
+    }
+
+    fn known(&self, runner_id: &str) -> Option<ops::Runner> {
+        self.known.lock().ok()?.get(runner_id).cloned()
+    }
+
+    /// Remember a live runner's identity; forget a revoked or removed one.
+    fn remember(&self, runner_id: &str, runner: Option<&ops::Runner>) {
+        let Ok(mut known) = self.known.lock() else {
+            return;
+        };
+        match runner {
+            Some(r) if !r.revoked => {
+                known.insert(runner_id.to_owned(), r.clone());
+            }
+            _ => {
+                known.remove(runner_id);
+            }
+        }
+    }
+}
+
+fn identity_json(identity: &PublicIdentity) -> String {
+    let mut out = String::from("{\"identity\":");
+    write_json_str(&identity.identity, &mut out);
+    out.push_str(",\"encryption\":");
+    write_json_str(&identity.encryption, &mut out);
+    out.push_str(",\"encryptionSig\":");
+    write_json_str(&identity.encryption_sig, &mut out);
+    out.push('}');
+    out
+}
+
+/// How a transport hands a request over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// From HTTP: a body that is not JSON, or declares the wrong protocol
+    /// version, is answered at once, before the signature is looked at.
+    Http,
+    /// From `ByollmHandlers.handle`, with a body the caller parsed: every
+    /// failure of the body is its schema's, answered after the signature.
+    Handle,
+}
+
+/// One request, as the engine takes it.
+pub struct Request {
+    pub endpoint: Endpoint,
+    /// The text checked against the endpoint's schema (`None`: the caller's
+    /// body could not be written as JSON, a schema failure).
+    pub body: Option<String>,
+    /// The endpoint and text the signature covers, when they are not
+    /// `endpoint` and `body` (`handle` is told them separately).
+    pub signed: Option<(String, String)>,
+    /// `None` when the request carries none.
+    pub signature: Option<RequestSignature>,
+    pub mode: Mode,
+    pub now: f64,
+    /// The store reads the runner again with each request's work (the SQL
+    /// stores), so a runner verified before may check a signature without a
+    /// read of its own; whether it still exists and is not revoked comes back
+    /// with the work.
+    pub rereads: bool,
+}
+
+/// The wire answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub status: u16,
+    /// The JSON text of the body.
+    pub body: String,
+    /// The error code of a refusal.
+    pub error: Option<ErrorCode>,
+    /// Why the store failed, for the server's log (never sent).
+    pub cause: Option<String>,
+}
+
+impl Answer {
+    fn ok(body: String) -> Answer {
+        Answer {
+            status: 200,
+            body,
+            error: None,
+            cause: None,
+        }
+    }
+
+    fn refuse(error: ErrorCode, message: &str) -> Answer {
+        Answer::wire(WireError::new(error, message))
+    }
+
+    fn wire(error: WireError) -> Answer {
+        Answer {
+            status: error.status(),
+            body: error.to_json(),
+            error: Some(error.error),
+            cause: None,
+        }
+    }
+
+    fn store_failed(fault: Fault) -> Answer {
+        Answer {
+            cause: Some(fault.0),
+            ..Answer::refuse(ErrorCode::ServerError, STORE_FAILED)
+        }
+    }
+}
+
+impl From<Fault> for Answer {
+    fn from(fault: Fault) -> Answer {
+        Answer::store_failed(fault)
+    }
+}
+
+/// Work the engine wants run off the event loop (a large payload's crypto);
+/// its result is handed back with [`Machine::resume`] as [`Got::Work`].
+pub struct Work(Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>);
+
+impl Work {
+    pub fn run(self) -> Box<dyn Any + Send> {
+        (self.0)()
+    }
+}
+
+/// What the machine waits for.
+pub enum Need {
+    Store(Op),
+    Work(Work),
+    /// `URL.canParse` of each (a sealed outcome's `artifactUrl`).
+    Urls(Vec<String>),
+}
+
+/// What the machine is handed back.
+pub enum Got {
+    Store(Result<Output, Fault>),
+    Work(Box<dyn Any + Send>),
+    Urls(Vec<bool>),
+}
+
+/// Where a machine stands.
+pub enum Step<'a> {
+    Answer(&'a Answer),
+    Store(&'a Op),
+    Work,
+    Urls(&'a [String]),
+}
+
+#[derive(Default)]
+struct Io {
+    need: RefCell<Option<Need>>,
+    got: RefCell<Option<Got>>,
+}
+
+/// A suspension point: hands `need` out, then waits to be given what it asked for.
+struct Ask<'a> {
+    io: &'a Io,
+    need: Option<Need>,
+}
+
+impl Future for Ask<'_> {
+    type Output = Got;
+
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Got> {
+        if let Some(need) = self.need.take() {
+            *self.io.need.borrow_mut() = Some(need);
+            return Poll::Pending;
+        }
+        match self.io.got.borrow_mut().take() {
+            Some(got) => Poll::Ready(got),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// One request in progress.
+pub struct Machine {
+    future: Pin<Box<dyn Future<Output = Answer>>>,
+    io: Rc<Io>,
+    waiting: Option<Need>,
+    answer: Option<Answer>,
+    ops: usize,
+}
+
+impl Machine {
+    /// Start serving `request` for `site`; it runs until its first need.
+    pub fn start(site: Arc<Site>, request: Request) -> Machine {
+        let io = Rc::new(Io::default());
+        let inner = Rc::clone(&io);
+        let future = Box::pin(async move {
+            let cx = Cx {
+                site: &site,
+                io: &inner,
+                req: &request,
+            };
+            match serve(&cx).await {
+                Ok(answer) | Err(answer) => answer,
+            }
+        });
+        let mut machine = Machine {
+            future,
+            io,
+            waiting: None,
+            answer: None,
+            ops: 0,
+        };
+        machine.poll();
+        machine
+    }
+
+    /// The answer to a request for an endpoint this engine does not serve.
+    pub fn unknown_endpoint() -> Answer {
+        Answer::refuse(ErrorCode::NotFound, UNKNOWN_ENDPOINT)
+    }
+
+    pub fn step(&self) -> Step<'_> {
+        if let Some(answer) = &self.answer {
+            return Step::Answer(answer);
+        }
+        match &self.waiting {
+            Some(Need::Store(op)) => Step::Store(op),
+            Some(Need::Work(_)) => Step::Work,
+            Some(Need::Urls(urls)) => Step::Urls(urls),
+            // Unreachable: `poll` leaves either an answer or a need.
+            None => Step::Work,
+        }
+    }
+
+    /// The answer, once there is one.
+    pub fn answer(&self) -> Option<&Answer> {
+        self.answer.as_ref()
+    }
+
+    /// The work the machine waits for, to run elsewhere; feed its result back.
+    pub fn take_work(&mut self) -> Option<Work> {
+        match self.waiting.take() {
+            Some(Need::Work(work)) => Some(work),
+            other => {
+                self.waiting = other;
+                None
+            }
+        }
+    }
+
+    /// Hand back what the machine waits for. Anything but the kind it asked
+    /// for (a caller's mistake) ends the request with `server-error`.
+    pub fn resume(&mut self, got: Got) {
+        if self.answer.is_some() {
+            return;
+        }
+        let fits = matches!(
+            (&self.waiting, &got),
+            (Some(Need::Store(_)), Got::Store(_))
+                | (Some(Need::Work(_)) | None, Got::Work(_))
+                | (Some(Need::Urls(_)), Got::Urls(_))
+        );
+        if !fits {
+            self.answer = Some(Answer::store_failed(Fault(
+                "the engine was handed something it did not ask for".into(),
+            )));
+            return;
+        }
+        self.waiting = None;
+        *self.io.got.borrow_mut() = Some(got);
+        self.poll();
+    }
+
+    fn poll(&mut self) {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.future.as_mut().poll(&mut cx) {
+            Poll::Ready(answer) => self.answer = Some(answer),
+            Poll::Pending => {
+                let need = self.io.need.borrow_mut().take();
+                if matches!(need, Some(Need::Store(_))) {
+                    self.ops += 1;
+                }
+                if need.is_none() || self.ops > MAX_OPS {
+                    self.answer = Some(Answer::store_failed(Fault(
+                        "the engine asked for more store operations than any request makes".into(),
+                    )));
+                } else {
+                    self.waiting = need;
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the endpoints
+
+/// A refusal or a finished answer short-circuits with `?`.
+type Flow<T> = Result<T, Answer>;
+
+struct Cx<'a> {
+    site: &'a Site,
+    io: &'a Io,
+    req: &'a Request,
+}
+
+/// A body that passed its schema: the document and the validated output.
+struct Body {
+    doc: Doc,
+    out: Out,
+}
+
+impl Body {
+    fn field(&self, key: &str) -> Option<&Out> {
+        self.out.field(key)
+    }
+
+    /// A string field; lone surrogates read as U+FFFD (no id holds one).
+    fn text(&self, key: &str) -> &str {
+        self.field(key)
+            .and_then(|v| v.as_js_str(&self.doc))
+            .map_or("", JsStr::as_str)
+    }
+
+    fn js_text(&self, key: &str) -> Option<&JsStr> {
+        self.field(key).and_then(|v| v.as_js_str(&self.doc))
+    }
+
+    fn json(&self, key: &str) -> String {
+        let mut out = String::new();
+        match self.field(key) {
+            Some(value) => value.write_json(&self.doc, &mut out),
+            None => out.push_str("null"),
+        }
+        out
+    }
+
+    fn number(&self, key: &str) -> f64 {
+        match self.field(key) {
+            Some(Out::Num(n)) => *n,
+            _ => f64::NAN,
+        }
+    }
+
+    fn refs(&self, key: &str) -> Vec<LeaseRef> {
+        let Some(Out::Arr(items)) = self.field(key) else {
+            return Vec::new();
+        };
+        let text = |item: &Out, key: &str| {
+            item.field(key)
+                .and_then(|v| v.as_js_str(&self.doc))
+                .map_or_else(String::new, |s| s.as_str().to_owned())
+        };
+        items
+            .iter()
+            .map(|item| LeaseRef {
+                job_id: text(item, "jobId"),
+                lease_id: text(item, "leaseId"),
+            })
+            .collect()
+    }
+}
+
+impl Cx<'_> {
+    async fn ask(&self, need: Need) -> Got {
+        Ask {
+            io: self.io,
+            need: Some(need),
+        }
+        .await
+    }
+
+    async fn op(&self, op: Op) -> Flow<Output> {
+        match self.ask(Need::Store(op)).await {
+            Got::Store(result) => result.map_err(Answer::from),
+            _ => Err(Answer::store_failed(Fault("a store operation went unanswered".into()))),
+        }
+    }
+
+    /// Run `f` here, or off the event loop when `heavy`.
+    async fn work<T: Send + 'static>(&self, heavy: bool, f: impl FnOnce() -> T + Send + 'static) -> Flow<T> {
+        if !heavy {
+            return Ok(f());
+        }
+        let work = Work(Box::new(move || Box::new(f()) as Box<dyn Any + Send>));
+        match self.ask(Need::Work(work)).await {
+            Got::Work(done) => done
+                .downcast::<T>()
+                .map(|t| *t)
+                .map_err(|_| Answer::store_failed(Fault("heavy work came back as something else".into()))),
+            _ => Err(Answer::store_failed(Fault("heavy work went unanswered".into()))),
+        }
+    }
+
+    /// The body against its endpoint's schema. From HTTP, a body that is not
+    /// JSON or declares another protocol version is answered here and now.
+    fn inspect(&self) -> Flow<Option<Body>> {
+        let Some(text) = self.req.body.as_deref() else {
+            return Ok(None);
+        };
+        // Request schemas hold no URLs; only a sealed outcome's do.
+        match wire::inspect_request(self.req.endpoint, text, &|_| false) {
+            Inspection::Ok { doc, body, .. } => Ok(Some(Body { doc, out: body })),
+            failed @ (Inspection::Json | Inspection::Version(_)) if self.req.mode == Mode::Http => {
+                Err(failed.error(self.req.endpoint).map_or_else(
+                    || Answer::refuse(ErrorCode::BadRequest, "request body is not valid JSON"),
+                    Answer::wire,
+                ))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn schema_failure(&self) -> Answer {
+        Answer::refuse(
+            ErrorCode::BadRequest,
+            self.req.endpoint.schema_failure_message(),
+        )
+    }
+}
+
+async fn serve(cx: &Cx<'_>) -> Flow<Answer> {
+    let body = cx.inspect()?;
+    if cx.req.endpoint == Endpoint::Pair {
+        let body = body.ok_or_else(|| cx.schema_failure())?;
+        return pair(cx, &body).await;
+    }
+    let (runner, body) = authenticate(cx, body).await?;
+    match cx.req.endpoint {
+        Endpoint::Claim => claim(cx, &runner, &body).await,
+        Endpoint::Fetch => fetch(cx, &runner, &body).await,
+        Endpoint::Heartbeat => heartbeat(cx, &runner, &body).await,
+        Endpoint::Result => result(cx, &runner, &body).await,
+        Endpoint::Release => release(cx, &runner, &body).await,
+        Endpoint::Pair => Err(cx.schema_failure()),
+    }
+}
+
+/// A signed request's runner, in this order: a signature at all, the runner
+/// (known or read), the signature against the identity pinned at approval
+/// (one message for stale and forged, so a forger learns nothing), revoked,
+/// then the schema (so a stranger probing learns nothing of the wire
+/// format), then the body naming the signer.
+async fn authenticate(cx: &Cx<'_>, body: Option<Body>) -> Flow<(ops::Runner, Body)> {
+    let sig = cx
+        .req
+        .signature
+        .as_ref()
+        .filter(|s| {
+            !s.runner_id.is_empty()
+                && !s.signature.is_empty()
+                && keys::is_positive_safe_integer(s.issued_at)
+        })
+        .ok_or_else(|| Answer::refuse(ErrorCode::Unauthorized, NOT_SIGNED))?;
+    // Only a request whose own work re-reads the runner may skip the read.
+    let rereads = cx.req.rereads && body.is_some() && cx.req.endpoint != Endpoint::Release;
+    let runner = match rereads.then(|| cx.site.known(&sig.runner_id)).flatten() {
+        Some(known) => known,
+        None => {
+            let read = match cx
+                .op(Op::Runner {
+                    runner_id: sig.runner_id.clone(),
+                })
+                .await?
+            {
+                Output::Runner(runner) => runner,
+                _ => return Err(mismatch("runner")),
+            };
+            if cx.req.rereads {
+                cx.site.remember(&sig.runner_id, read.as_ref());
+            }
+            read.ok_or_else(|| Answer::refuse(ErrorCode::Unauthorized, NOT_RECOGNISED))?
+        }
+    };
+    let (endpoint, signed_body) = match &cx.req.signed {
+        Some((endpoint, text)) => (endpoint.as_str(), text.as_str()),
+        None => (cx.req.endpoint.as_str(), cx.req.body.as_deref().unwrap_or("")),
+    };
+    let key = signing::pinned_key(&runner.device.identity);
+    if signing::verify_request(
+        key.as_ref(),
+        endpoint,
+        signed_body,
+        sig,
+        cx.req.now,
+        signing::MAX_CLOCK_SKEW_MS,
+    )
+    .is_some()
+    {
+        return Err(Answer::refuse(ErrorCode::Unauthorized, BAD_SIGNATURE));
+    }
+    if runner.revoked {
+        return Err(Answer::refuse(ErrorCode::Revoked, REVOKED));
+    }
+    let body = body.ok_or_else(|| cx.schema_failure())?;
+    // Every signed body names its runner, which must be the signer.
+    if !body.js_text("runnerId").is_some_and(|id| id.is(&runner.id)) {
+        return Err(Answer::refuse(ErrorCode::Unauthorized, OTHER_RUNNER));
+    }
+    Ok((runner, body))
+}
+
+/// An operation's output that is not the one it returns (our own store's bug).
+fn mismatch(op: &str) -> Answer {
+    Answer::store_failed(Fault(format!("`{op}` came back as another operation's output")))
+}
+
+/// The refusal for a runner its store read again with the request's work.
+fn check_fresh(cx: &Cx<'_>, runner: &ops::Runner, fresh: ops::Fresh) -> Flow<()> {
+    match fresh {
+        None => Ok(()),
+        Some(None) => {
+            cx.site.remember(&runner.id, None);
+            Err(Answer::refuse(ErrorCode::Unauthorized, NOT_RECOGNISED))
+        }
+        Some(Some(r)) if r.revoked => {
+            cx.site.remember(&runner.id, None);
+            Err(Answer::refuse(ErrorCode::Revoked, REVOKED))
+        }
+        Some(Some(_)) => Ok(()),
+    }
+}
+
+async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
+    let now = cx.req.now;
+    let mut matched = Vec::new();
+    if let Some(Out::Arr(items)) = body.field("capabilities") {
+        for item in items {
+            let text = |key: &str| {
+                item.field(key)
+                    .and_then(|v| v.as_js_str(&body.doc))
+                    .map_or_else(String::new, |s| s.as_str().to_owned())
+            };
+            matched.push(ops::ClaimCapability {
+                kind: text("kind"),
+                backend_id: text("backendId"),
+                offer_scope: text("offerScope"),
+            });
+        }
+    }
+    // The capabilities of this request, not the stored ones: a daemon that
+    // just lost a backend must not be handed work for it.
+    let out = cx
+        .op(Op::Claim {
+            runner_id: runner.id.clone(),
+            runner_owner: runner.owner.clone(),
+            capabilities: body.json("capabilities"),
+            matched,
+            max: body.number("max"),
+            lease_ms: cx.site.lease_ms,
+            now,
+        })
+        .await?;
+    let Output::Claimed { runner: fresh, jobs } = out else {
+        return Err(mismatch("claim"));
+    };
+    check_fresh(cx, runner, fresh)?;
+    Ok(Answer::ok(claim_answer(
+        &jobs,
+        cx.site.keys.key_id(),
+        cx.site.lease_ms,
+        now,
+    )?))
+}
+
+/// `{"jobs":[stub…],"leaseMs":…}`: each stub exactly the fields the daemon
+/// parses (never `audienceAllow`), in the wire's key order.
+fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> Flow<String> {
+    let mut out = String::with_capacity(64 + jobs.len() * 320);
+    out.push_str("{\"jobs\":[");
+    for (at, job) in jobs.iter().enumerate() {
+        let Some(lease) = &job.lease else {
+            return Err(Answer::store_failed(Fault(format!(
+                "store returned job {} from claim with no lease; the store contract requires a claimed job to hold one",
+                job.id
+            ))));
+        };
+        if at > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"id\":");
+        write_json_str(&job.id, &mut out);
+        out.push_str(",\"kind\":");
+        write_json_str(&job.kind, &mut out);
+        out.push_str(",\"audience\":");
+        write_json_str(&job.audience, &mut out);
+        out.push_str(",\"owner\":");
+        write_json_str(&job.owner, &mut out);
+        out.push_str(",\"site\":");
+        write_json_str(site_id, &mut out);
+        if let Some(purpose) = &job.purpose {
+            out.push_str(",\"purpose\":");
+            out.push_str(purpose);
+        }
+        out.push_str(",\"sizeClass\":");
+        write_json_str(&job.size_class, &mut out);
+        out.push_str(",\"streaming\":false,\"deadlineAt\":");
+        json::push_json_number(
+            &mut out,
+            direct::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now),
+        );
+        out.push_str(",\"lease\":{\"id\":");
+        write_json_value(lease.id.as_deref(), &mut out);
+        out.push_str(",\"runnerId\":");
+        write_json_value(lease.runner_id.as_deref(), &mut out);
+        out.push_str(",\"expiresAt\":");
+        json::push_json_number(&mut out, lease.expires_at);
+        out.push_str("}}");
+    }
+    out.push_str("],\"leaseMs\":");
+    json::push_json_number(&mut out, lease_ms);
+    out.push('}');
+    Ok(out)
+}
+
+fn write_json_value(text: Option<&str>, out: &mut String) {
+    match text {
+        Some(text) => write_json_str(text, out),
+        None => out.push_str("null"),
+    }
+}
+
+fn lease_facts(lease: &Option<ops::Lease>) -> Option<LeaseFacts<'_>> {
+    lease.as_ref().map(|l| LeaseFacts {
+        id: l.id.as_deref(),
+        runner_id: l.runner_id.as_deref(),
+        expires_at: l.expires_at,
+    })
+}
+
+async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
+    let job_id = body.text("jobId");
+    let out = cx
+        .op(Op::Job {
+            runner_id: runner.id.clone(),
+            job_id: job_id.to_owned(),
+        })
+        .await?;
+    let Output::Job { runner: fresh, job } = out else {
+        return Err(mismatch("job"));
+    };
+    check_fresh(cx, runner, fresh)?;
+    // One answer for "no such job", "not yours" and "a lease you no longer hold".
+    let job = job
+        .filter(|job| {
+            direct::lease_check(
+                lease_facts(&job.lease),
+                body.text("leaseId"),
+                Some(&runner.id),
+                cx.req.now,
+            )
+            .fetch_held
+        })
+        .ok_or_else(|| Answer::refuse(ErrorCode::NotFound, NO_LEASE))?;
+    let heavy = job.ciphertext_chars > direct::ASYNC_CRYPTO_THRESHOLD;
+    let at_rest = job
+        .envelope
+        .ok_or_else(|| Answer::refuse(ErrorCode::ServerError, UNOPENABLE_PAYLOAD))?;
+    let inputs = reseal::Inputs {
+        site: Arc::clone(&cx.site.keys),
+        job_id: job_id.to_owned(),
+        at_rest,
+        created_at: job.created_at,
+        device: runner.device.clone(),
+    };
+    // Written with the reseal: a megabyte answer is never copied again.
+    let answer = cx
+        .work(heavy, move || {
+            inputs
+                .reseal()
+                .map(|sealed| sealed.map(|e| direct::fetch_answer(&e)))
+        })
+        .await?;
+    match answer {
+        Ok(Some(text)) => Ok(Answer::ok(text)),
+        Ok(None) => Err(Answer::refuse(ErrorCode::ServerError, UNOPENABLE_PAYLOAD)),
+        // The device's pinned encryption key is not a key anything can be
+        // sealed to (signed, so it passed pairing): the client's key, a 400.
+        Err(_) => Err(Answer::refuse(ErrorCode::BadRequest, UNSEALABLE_DEVICE)),
+    }
+}
+
+async fn heartbeat(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
+    let now = cx.req.now;
+    let out = cx
+        .op(Op::Heartbeat {
+            runner_id: runner.id.clone(),
+            capabilities: body.json("capabilities"),
+            daemon_version: body.text("daemonVersion").to_owned(),
+            leases: body.refs("activeLeases"),
+            lease_ms: cx.site.lease_ms,
+            now,
+        })
+        .await?;
+    let Output::Heartbeat {
+        runner: fresh,
+        lost,
+        cancel,
+    } = out
+    else {
+        return Err(mismatch("heartbeat"));
+    };
+    check_fresh(cx, runner, fresh)?;
+    let mut out = String::from("{\"sites\":");
+    out.push_str(&cx.site.sites_json);
+    out.push_str(",\"awaitingConsent\":[],\"cancel\":");
+    ops::push_refs(&mut out, &cancel);
+    out.push_str(",\"lost\":");
+    ops::push_refs(&mut out, &lost);
+    out.push_str(",\"serverTime\":");
+    json::push_json_number(&mut out, now);
+    out.push('}');
+    Ok(Answer::ok(out))
+}
+
+/// A device's result, opened: the plaintext, or why it did not open.
+type Opened = Result<JsStr, OpenFailure>;
+
+/// Whether an accepted result is one, and what to store with it.
+struct Acceptance {
+    tag: String,
+    outcome: String,
+    provenance: String,
+}
+
+async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
+    let now = cx.req.now;
+    let job_id = body.text("jobId");
+    let lease_id = body.text("leaseId");
+    let disposition = body.text("disposition");
+    let sealed = sealed_envelope(body);
+    let heavy = sealed.ciphertext.len() > direct::ASYNC_CRYPTO_THRESHOLD;
+    // The result is sealed to the job id it names, so it opens before the
+    // job is read; as a private job's (the common case), a store that can
+    // completes it in the same call as it reads the job.
+    let (site, id, identity) = (
+        Arc::clone(&cx.site.keys),
+        job_id.to_owned(),
+        runner.device.identity.clone(),
+    );
+    let opened: Opened = cx
+        .work(heavy, move || direct::open_result(&site, &sealed, &id, &identity))
+        .await?;
+    let private = accept(cx, &opened, disposition, runner, "private").await?;
+    let out = match &private {
+        Ok(accepted) => {
+            cx.op(Op::ResultFor {
+                runner_id: runner.id.clone(),
+                job_id: job_id.to_owned(),
+                lease_id: lease_id.to_owned(),
+                audience: "private".into(),
+                outcome: accepted.outcome.clone(),
+                provenance: accepted.provenance.clone(),
+                now,
+            })
+            .await?
+        }
+        Err(_) => {
+            cx.op(Op::Job {
+                runner_id: runner.id.clone(),
+                job_id: job_id.to_owned(),
+            })
+            .await?
+        }
+    };
+    let (fresh, accepted, job) = match out {
+        Output::ResultFor {
+            runner,
+            accepted,
+            job,
+        } => (runner, accepted, job),
+        Output::Job { runner, job } => (runner, None, job),
+        _ => return Err(mismatch("resultFor")),
+    };
+    check_fresh(cx, runner, fresh)?;
+    if let Some(state) = accepted {
+        return Ok(Answer::ok(result_answer(true, false, &state)));
+    }
+    let job = job.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_JOB))?;
+    // A live lease answers only to the runner it was granted to, and only
+    // until it expires; refused with the store's own non-holder answer.
+    if direct::lease_check(lease_facts(&job.lease), lease_id, Some(&runner.id), now).result_refused {
+        return Ok(Answer::ok(result_answer(false, false, &job.state)));
+    }
+    let accepted = if job.audience == "private" {
+        private
+    } else {
+        accept(cx, &opened, disposition, runner, &job.audience).await?
+    };
+    let accepted = accepted.map_err(|why| Answer::refuse(ErrorCode::BadRequest, why))?;
+    let out = cx
+        .op(Op::Complete {
+            job_id: job_id.to_owned(),
+            runner_id: runner.id.clone(),
+            // The holder is the grant: any paired runner presenting the live
+            // lease id and a result sealed with its own key is accepted.
+            lease_id: lease_id.to_owned(),
+            outcome_tag: accepted.tag,
+            outcome: accepted.outcome,
+            provenance: accepted.provenance,
+            now,
+        })
+        .await?;
+    let Output::Completed {
+        accepted,
+        duplicate,
+        state,
+    } = out
+    else {
+        return Err(mismatch("complete"));
+    };
+    let state = state.unwrap_or(job.state);
+    Ok(Answer::ok(result_answer(accepted, duplicate, &state)))
+}
+
+/// The result's envelope as the request carries it.
+fn sealed_envelope(body: &Body) -> SealedEnvelope {
+    let envelope = body.field("envelope");
+    let text = |key: &str| {
+        envelope
+            .and_then(|e| e.field(key))
+            .and_then(|v| v.as_js_str(&body.doc))
+            .map_or_else(String::new, |s| s.as_str().to_owned())
+    };
+    SealedEnvelope {
+        ciphertext: text("ciphertext"),
+        recipient_key_id: text("recipientKeyId"),
+        sender_key_id: text("senderKeyId"),
+        direction: text("direction"),
+        deadline_at: match envelope.and_then(|e| e.field("deadlineAt")) {
+            Some(Out::Num(n)) => *n,
+            _ => f64::NAN,
+        },
+    }
+}
+
+/// A device's opened result accepted for a job of `audience`, or the
+/// reference's refusal. An `artifactUrl` in it is checked by Node's own
+/// `URL.canParse`, asked for when one is there.
+async fn accept(
+    cx: &Cx<'_>,
+    opened: &Opened,
+    disposition: &str,
+    runner: &ops::Runner,
+    audience: &str,
+) -> Flow<Result<Acceptance, &'static str>> {
+    let source = acceptance::Source {
+        audience,
+        runner_id: &runner.id,
+        runner_owner: &runner.owner,
+    };
+    let asked = RefCell::new(Vec::new());
+    let first = acceptance::accept(opened, Some(disposition), &source, &|url| {
+        asked.borrow_mut().push(url.to_owned());
+        false
+    });
+    let asked = asked.into_inner();
+    let accepted = if asked.is_empty() {
+        first
+    } else {
+        let verdicts = match cx.ask(Need::Urls(asked.clone())).await {
+            Got::Urls(verdicts) => verdicts,
+            _ => return Err(Answer::store_failed(Fault("URLs went unchecked".into()))),
+        };
+        acceptance::accept(opened, Some(disposition), &source, &|url| {
+            asked
+                .iter()
+                .position(|u| u == url)
+                .and_then(|at| verdicts.get(at).copied())
+                .unwrap_or(false)
+        })
+    };
+    Ok(accepted.and_then(|a| {
+        Ok(Acceptance {
+            outcome: a.outcome_json(),
+            provenance: a
+                .provenance_json()
+                .ok_or("the accepted result could not be written")?,
+            tag: a.tag,
+        })
+    }))
+}
+
+/// `{"accepted":…[,"duplicate":true],"state":…}`; `state` is JSON text.
+fn result_answer(accepted: bool, duplicate: bool, state: &str) -> String {
+    let mut out = String::with_capacity(64);
+    out.push_str(if accepted {
+        "{\"accepted\":true"
+    } else {
+        "{\"accepted\":false"
+    });
+    if duplicate {
+        out.push_str(",\"duplicate\":true");
+    }
+    out.push_str(",\"state\":");
+    out.push_str(state);
+    out.push('}');
+    out
+}
+
+async fn release(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
+    let now = cx.req.now;
+    // A cancel request outlives a release in the store (it is keyed by job,
+    // and only a completion clears it), so the job would go back to the
+    // queue and the request reach whichever runner claims it next. The
+    // owner asked for a cancel: a released job that was asked to stop ends
+    // canceled instead.
+    let Output::Refs(pending) = cx
+        .op(Op::CancelRequests {
+            runner_id: runner.id.clone(),
+        })
+        .await?
+    else {
+        return Err(mismatch("cancelRequests"));
+    };
+    let Output::Ids(released) = cx
+        .op(Op::Release {
+            runner_id: runner.id.clone(),
+            leases: body.refs("leases"),
+            reason: body.text("reason").to_owned(),
+            now,
+        })
+        .await?
+    else {
+        return Err(mismatch("release"));
+    };
+    let asked: Vec<String> = released
+        .iter()
+        .filter(|id| pending.iter().any(|r| &r.job_id == *id))
+        .cloned()
+        .collect();
+    if !asked.is_empty() {
+        cx.op(Op::Cancel { job_ids: asked, now }).await?;
+    }
+    let mut out = String::from("{\"released\":[");
+    for (at, id) in released.iter().enumerate() {
+        if at > 0 {
+            out.push(',');
+        }
+        write_json_str(id, &mut out);
+    }
+    out.push_str("]}");
+    Ok(Answer::ok(out))
+}
+
+async fn pair(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
+    if body.text("action") == "start" {
+        pair_start(cx, body).await
+    } else {
+        pair_poll(cx, body).await
+    }
+}
+
+async fn pair_start(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
+    let now = cx.req.now;
+    let field = |obj: &str, key: &str| {
+        body.field(obj)
+            .and_then(|o| o.field(key))
+            .and_then(|v| v.as_js_str(&body.doc))
+    };
+    let plain = |obj: &str, key: &str| field(obj, key).map_or_else(String::new, |s| s.as_str().to_owned());
+    let device = PublicIdentity {
+        identity: plain("device", "identity"),
+        encryption: plain("device", "encryption"),
+        encryption_sig: plain("device", "encryptionSig"),
+    };
+    // Otherwise a caller could pair someone's identity with an encryption
+    // key it holds the secret for, and read everything later sealed to it;
+    // and what is kept is exactly the keys, never keys padded with junk.
+    if let Some(refusal) = keys::device_identity_refusal(&device) {
+        return Err(Answer::refuse(ErrorCode::BadRequest, refusal));
+    }
+    let device_code = ids::generate_device_code();
+    let expires_at = now + cx.site.pairing_ttl_ms;
+    // A code a live pairing holds is never handed out twice: approving it
+    // would pair whichever device the approver did not mean.
+    let mut free = None;
+    for _ in 0..USER_CODE_DRAWS {
+        let user_code = ids::generate_user_code();
+        let Output::Pairing(holder) = cx
+            .op(Op::PairingByCode {
+                user_code: user_code.clone(),
+            })
+            .await?
+        else {
+            return Err(mismatch("pairingByCode"));
+        };
+        let held = holder.is_some_and(|p| p.state.as_deref() == Some("pending") && !(p.expires_at <= now));
+        if !held {
+            free = Some(user_code);
+            break;
+        }
+    }
+    let user_code = free.ok_or_else(|| Answer::refuse(ErrorCode::ServerError, NO_FREE_CODE))?;
+    let js = |obj: &str, key: &str, out: &mut String| match field(obj, key) {
+        Some(s) => s.write_json(out),
+        None => out.push_str("\"\""),
+    };
+    let mut record = String::with_capacity(1024);
+    record.push_str("{\"deviceCodeHash\":");
+    write_json_str(&ids::hash_secret(&device_code), &mut record);
+    record.push_str(",\"userCode\":");
+    write_json_str(&user_code, &mut record);
+    record.push_str(
+        ",\"state\":\"pending\",\"owner\":null,\"runnerId\":null,\"collected\":false,\"label\":",
+    );
+    js("daemon", "label", &mut record);
+    record.push_str(",\"platform\":");
+    js("daemon", "platform", &mut record);
+    record.push_str(",\"daemonVersion\":");
+    js("daemon", "version", &mut record);
+    record.push_str(",\"capabilities\":");
+    record.push_str(&body.json("capabilities"));
+    record.push_str(",\"device\":");
+    record.push_str(&identity_json(&device));
+    record.push_str(",\"expiresAt\":");
+    json::push_json_number(&mut record, expires_at);
+    record.push_str(",\"createdAt\":");
+    json::push_json_number(&mut record, now);
+    record.push('}');
+    cx.op(Op::CreatePairing { record }).await?;
+    let mut out = String::from("{\"deviceCode\":");
+    write_json_str(&device_code, &mut out);
+    out.push_str(",\"userCode\":");
+    write_json_str(&user_code, &mut out);
+    out.push_str(",\"verificationUrl\":");
+    write_json_str(&cx.site.verification_url, &mut out);
+    out.push_str(",\"expiresAt\":");
+    json::push_json_number(&mut out, expires_at);
+    out.push_str(",\"pollIntervalMs\":");
+    json::push_json_number(&mut out, cx.site.poll_interval_ms);
+    out.push('}');
+    Ok(Answer::ok(out))
+}
+
+async fn pair_poll(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
+    let hash = ids::hash_secret(body.text("deviceCode"));
+    let Output::Pairing(pairing) = cx.op(Op::PairingByHash { hash: hash.clone() }).await? else {
+        return Err(mismatch("pairingByHash"));
+    };
+    let pairing = pairing.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_DEVICE_CODE))?;
+    let status = |s: &str| Answer::ok(format!("{{\"status\":\"{s}\"}}"));
+    match pairing.state.as_deref() {
+        Some("denied") => Ok(status("denied")),
+        Some("pending") if pairing.expires_at <= cx.req.now => Ok(status("expired")),
+        Some("approved") => match (&pairing.runner_id, &pairing.owner, pairing.collected) {
+            (Some(runner_id), Some(owner), false) => {
+                // The site's keys travel only with an approval, and only once.
+                cx.op(Op::ConsumePairing { hash }).await?;
+                Ok(Answer::ok(format!(
+                    "{{\"status\":\"approved\",\"runnerId\":{runner_id},\"owner\":{owner},\"sites\":{}}}",
+                    cx.site.sites_json
+                )))
+            }
+            _ => Err(Answer::refuse(ErrorCode::NotFound, COLLECTED)),
+        },
+        _ => Ok(status("pending")),
+    }
+}
+
+#[cfg(test)]
+mod tests;
