@@ -147,9 +147,18 @@ export interface SqlStorePaths {
 
 const PATHS = Symbol("byollm.sqlStorePaths");
 
-/** The one-call paths of a store built by `sqlStore`, else undefined. */
+/**
+ * The one-call paths of a store exactly as `sqlStore` built it, else
+ * undefined: an object derived from one, or one whose methods were replaced
+ * (to log or change them), is served through its methods.
+ */
 export function sqlStorePaths(store: ByollmStore): SqlStorePaths | undefined {
-  return (store as { [PATHS]?: SqlStorePaths })[PATHS];
+  if (!Object.prototype.hasOwnProperty.call(store, PATHS)) return undefined;
+  const paths = (store as unknown as { [PATHS]: SqlStorePaths & { methods: Record<string, unknown> } })[PATHS];
+  for (const [name, method] of Object.entries(paths.methods)) {
+    if ((store as unknown as Record<string, unknown>)[name] !== method) return undefined;
+  }
+  return paths;
 }
 
 /** The engine's operations on a store built by `sqlStore`, else undefined. */
@@ -415,6 +424,6 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     revokeRunner: (runnerId, now) => run("byollm_revoke_runner", { runnerId, now }).then(nothing),
     listRunners: async (owner) => list(await run("byollm_list_runners", { owner: owner ?? null })).map(runnerFromJson),
   };
-  Object.defineProperty(store, PATHS, { value: paths });
+  Object.defineProperty(store, PATHS, { value: { ...paths, methods: { ...store } } });
   return store;
 }

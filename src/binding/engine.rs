@@ -157,7 +157,10 @@ impl Engine {
     /// A request from `ByollmHandlers.handle`: the parsed body written as
     /// JSON (`undefined` when it cannot be), and what the signature covers.
     #[allow(clippy::too_many_arguments)]
-    #[napi(catch_unwind, ts_args_type = "endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, rereads: boolean")]
+    #[napi(
+        catch_unwind,
+        ts_args_type = "endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, rereads: boolean"
+    )]
     pub fn handle(
         &self,
         endpoint: String,
@@ -299,7 +302,9 @@ impl PendingRequest {
             .as_mut()
             .ok()
             .and_then(Machine::take_work)
-            .ok_or_else(|| Error::from_reason("byollm-server-native: this request has no work waiting"))?;
+            .ok_or_else(|| {
+                Error::from_reason("byollm-server-native: this request has no work waiting")
+            })?;
         let slot = Arc::clone(&self.done);
         Ok(AsyncTask::new(tasks::Work::new(
             move || {

@@ -98,42 +98,6 @@ pub fn deadline_for(
     crate::direct::deadline_for(deadline_at, claimable_at, ttl_ms, now)
 }
 
-/// What a job's lease allows the request naming `askedLeaseId`
-/// (`crate::direct::LeaseCheck`).
-#[napi(object, js_name = "LeaseCheck")]
-pub struct JsLeaseCheck {
-    /// A fetch may have the payload.
-    pub fetch_held: bool,
-    /// A result is refused before it is opened (for a job that has a lease).
-    pub result_refused: bool,
-}
-
-/// The lease rules' answers for one request (`crate::direct::lease_check`):
-/// the job's lease id, runner and expiry, the lease id asked for, the
-/// asking runner, the clock.
-#[napi(catch_unwind)]
-pub fn lease_check(
-    lease_id: Unknown<'_>,
-    lease_runner_id: Unknown<'_>,
-    lease_expires_at: f64,
-    asked_lease_id: String,
-    runner_id: Unknown<'_>,
-    now: f64,
-) -> Result<JsLeaseCheck> {
-    let (lease_id, lease_runner_id) = (rule_text(lease_id)?, rule_text(lease_runner_id)?);
-    let lease = crate::direct::LeaseFacts {
-        id: lease_id.as_deref(),
-        runner_id: lease_runner_id.as_deref(),
-        expires_at: lease_expires_at,
-    };
-    let runner_id = rule_text(runner_id)?;
-    let check = crate::direct::lease_check(Some(lease), &asked_lease_id, runner_id.as_deref(), now);
-    Ok(JsLeaseCheck {
-        fetch_held: check.fetch_held,
-        result_refused: check.result_refused,
-    })
-}
-
 /// The too-large message for `bytes` (the limit is the body cap).
 #[napi(catch_unwind)]
 pub fn too_large_message(bytes: f64) -> String {

@@ -11,9 +11,9 @@ use napi::bindgen_prelude::*;
 use napi::JsString;
 use napi_derive::napi;
 
-use super::crypto::{invalid, seal_error, JsPublicIdentity};
-use super::keyring::{device_from_js, JsPayloadRefusal, SiteKeyring};
-use super::tasks::{PreparedPayload, ResealTask};
+use super::crypto::{invalid, seal_error};
+use super::keyring::{JsPayloadRefusal, SiteKeyring};
+use super::tasks::PreparedPayload;
 use crate::store::durable::{Durable, Sync};
 use crate::store::{
     split_json_array, ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobInput,
@@ -747,68 +747,5 @@ impl NativeMemoryStore {
             deadline_at: job.deadline_at,
         };
         self.create_job(env, input, now)
-    }
-
-    /// A signed `claim`, `fetch` or `result` served end to end on this
-    /// store (see `crate::direct::serve`): the answer's JSON text (status
-    /// 200), or `null` when the general path must answer, in which case
-    /// nothing has changed.
-    #[allow(clippy::too_many_arguments)]
-    #[napi(catch_unwind)]
-    pub fn serve<'env>(
-        &mut self,
-        env: &'env Env,
-        keyring: &SiteKeyring,
-        endpoint: String,
-        body: String,
-        runner_id: String,
-        issued_at: String,
-        signature: String,
-        lease_ms: f64,
-        now: f64,
-    ) -> Result<Option<JsString<'env>>> {
-        let Some(endpoint) = crate::wire::Endpoint::parse(&endpoint) else {
-            return Ok(None);
-        };
-        let call = crate::direct::Call {
-            endpoint,
-            body: &body,
-            runner_id: &runner_id,
-            issued_at: &issued_at,
-            signature: &signature,
-        };
-        let site = crate::direct::Site {
-            keys: keyring.handle(),
-            lease_ms,
-        };
-        let answer = crate::direct::serve(&mut self.inner, &site, &call, now);
-        // What the request changed is on disk before the device hears of it.
-        self.persist()?;
-        answer.map(|answer| js_text(env, &answer)).transpose()
-    }
-
-    /// `SiteKeyring.resealForDevice` for a job whose envelope is in this
-    /// store, on the thread pool: read here, so a megabyte ciphertext does
-    /// not become a JS string only to be read back. `null` when the store
-    /// has no sealed envelope under that id, as for one that does not open.
-    #[napi(catch_unwind, ts_return_type = "Promise<FetchAnswer | null>")]
-    pub fn reseal_for_device_async(
-        &mut self,
-        keyring: &SiteKeyring,
-        job_id: String,
-        created_at: f64,
-        device: JsPublicIdentity,
-    ) -> AsyncTask<ResealTask> {
-        AsyncTask::new(ResealTask {
-            inputs: (self.inner.get(&job_id))
-                .and_then(|r| crate::direct::at_rest_of(&self.inner, r))
-                .map(|at_rest| crate::direct::reseal::Inputs {
-                    site: keyring.handle().clone(),
-                    job_id,
-                    at_rest,
-                    created_at,
-                    device: device_from_js(&device),
-                }),
-        })
     }
 }

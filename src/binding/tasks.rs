@@ -168,29 +168,6 @@ pub struct PreparedPayload {
     pub(super) prepared: Option<(crate::direct::AtRestSeal, &'static str)>,
 }
 
-/// A reseal for a claiming device; its own type because the store's
-/// `resealForDeviceAsync` builds it too.
-pub struct ResealTask {
-    /// `None`: nothing to open (a stored job without a sealed envelope).
-    pub(super) inputs: Option<crate::direct::reseal::Inputs>,
-}
-
-impl Task for ResealTask {
-    type Output = Option<envelope::SealedEnvelope>;
-    type JsValue = Option<super::keyring::JsFetchAnswer>;
-
-    fn compute(&mut self) -> Result<Self::Output> {
-        guard(|| match &self.inputs {
-            Some(inputs) => inputs.reseal().map_err(seal_error),
-            None => Ok(None),
-        })
-    }
-
-    fn resolve(&mut self, _env: Env, output: Self::Output) -> Result<Self::JsValue> {
-        Ok(output.map(Into::into))
-    }
-}
-
 /// `catch_unwind` for work on the thread pool, where the attribute does not
 /// reach: a panic becomes a rejected promise.
 pub(super) fn guard<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {

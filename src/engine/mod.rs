@@ -35,7 +35,6 @@ use crate::ids;
 use crate::json::{self, write_json_str, Doc, JsStr};
 use crate::keys::{self, KeyHandle, PublicIdentity};
 use crate::signing::{self, RequestSignature};
-use crate::store::LeaseRef;
 use crate::wire::schema::Out;
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
 
@@ -245,7 +244,8 @@ pub enum Need {
     Urls(Vec<String>),
 }
 
-/// What the machine is handed back.
+/// What the machine is handed back (one at a time, moved once: not boxed).
+#[allow(clippy::large_enum_variant)]
 pub enum Got {
     Store(Result<Output, Fault>),
     Work(Box<dyn Any + Send>),
@@ -449,18 +449,19 @@ impl Body {
         }
     }
 
-    fn refs(&self, key: &str) -> Vec<LeaseRef> {
+    fn refs(&self, key: &str) -> Vec<ops::Ref> {
         let Some(Out::Arr(items)) = self.field(key) else {
             return Vec::new();
         };
         let text = |item: &Out, key: &str| {
             item.field(key)
                 .and_then(|v| v.as_js_str(&self.doc))
-                .map_or_else(String::new, |s| s.as_str().to_owned())
+                .cloned()
+                .unwrap_or_else(|| JsStr::new(""))
         };
         items
             .iter()
-            .map(|item| LeaseRef {
+            .map(|item| ops::Ref {
                 job_id: text(item, "jobId"),
                 lease_id: text(item, "leaseId"),
             })
@@ -480,22 +481,29 @@ impl Cx<'_> {
     async fn op(&self, op: Op) -> Flow<Output> {
         match self.ask(Need::Store(op)).await {
             Got::Store(result) => result.map_err(Answer::from),
-            _ => Err(Answer::store_failed(Fault("a store operation went unanswered".into()))),
+            _ => Err(Answer::store_failed(Fault(
+                "a store operation went unanswered".into(),
+            ))),
         }
     }
 
     /// Run `f` here, or off the event loop when `heavy`.
-    async fn work<T: Send + 'static>(&self, heavy: bool, f: impl FnOnce() -> T + Send + 'static) -> Flow<T> {
+    async fn work<T: Send + 'static>(
+        &self,
+        heavy: bool,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Flow<T> {
         if !heavy {
             return Ok(f());
         }
         let work = Work(Box::new(move || Box::new(f()) as Box<dyn Any + Send>));
         match self.ask(Need::Work(work)).await {
-            Got::Work(done) => done
-                .downcast::<T>()
-                .map(|t| *t)
-                .map_err(|_| Answer::store_failed(Fault("heavy work came back as something else".into()))),
-            _ => Err(Answer::store_failed(Fault("heavy work went unanswered".into()))),
+            Got::Work(done) => done.downcast::<T>().map(|t| *t).map_err(|_| {
+                Answer::store_failed(Fault("heavy work came back as something else".into()))
+            }),
+            _ => Err(Answer::store_failed(Fault(
+                "heavy work went unanswered".into(),
+            ))),
         }
     }
 
@@ -581,7 +589,10 @@ async fn authenticate(cx: &Cx<'_>, body: Option<Body>) -> Flow<(ops::Runner, Bod
     };
     let (endpoint, signed_body) = match &cx.req.signed {
         Some((endpoint, text)) => (endpoint.as_str(), text.as_str()),
-        None => (cx.req.endpoint.as_str(), cx.req.body.as_deref().unwrap_or("")),
+        None => (
+            cx.req.endpoint.as_str(),
+            cx.req.body.as_deref().unwrap_or(""),
+        ),
     };
     let key = signing::pinned_key(&runner.device.identity);
     if signing::verify_request(
@@ -609,7 +620,9 @@ async fn authenticate(cx: &Cx<'_>, body: Option<Body>) -> Flow<(ops::Runner, Bod
 
 /// An operation's output that is not the one it returns (our own store's bug).
 fn mismatch(op: &str) -> Answer {
-    Answer::store_failed(Fault(format!("`{op}` came back as another operation's output")))
+    Answer::store_failed(Fault(format!(
+        "`{op}` came back as another operation's output"
+    )))
 }
 
 /// The refusal for a runner its store read again with the request's work.
@@ -658,7 +671,11 @@ async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
             now,
         })
         .await?;
-    let Output::Claimed { runner: fresh, jobs } = out else {
+    let Output::Claimed {
+        runner: fresh,
+        jobs,
+    } = out
+    else {
         return Err(mismatch("claim"));
     };
     check_fresh(cx, runner, fresh)?;
@@ -846,7 +863,9 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
         runner.device.identity.clone(),
     );
     let opened: Opened = cx
-        .work(heavy, move || direct::open_result(&site, &sealed, &id, &identity))
+        .work(heavy, move || {
+            direct::open_result(&site, &sealed, &id, &identity)
+        })
         .await?;
     let private = accept(cx, &opened, disposition, runner, "private").await?;
     let out = match &private {
@@ -886,7 +905,8 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     let job = job.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_JOB))?;
     // A live lease answers only to the runner it was granted to, and only
     // until it expires; refused with the store's own non-holder answer.
-    if direct::lease_check(lease_facts(&job.lease), lease_id, Some(&runner.id), now).result_refused {
+    if direct::lease_check(lease_facts(&job.lease), lease_id, Some(&runner.id), now).result_refused
+    {
         return Ok(Answer::ok(result_answer(false, false, &job.state)));
     }
     let accepted = if job.audience == "private" {
@@ -1031,20 +1051,24 @@ async fn release(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer>
     else {
         return Err(mismatch("release"));
     };
-    let asked: Vec<String> = released
+    let asked: Vec<JsStr> = released
         .iter()
         .filter(|id| pending.iter().any(|r| &r.job_id == *id))
         .cloned()
         .collect();
     if !asked.is_empty() {
-        cx.op(Op::Cancel { job_ids: asked, now }).await?;
+        cx.op(Op::Cancel {
+            job_ids: asked,
+            now,
+        })
+        .await?;
     }
     let mut out = String::from("{\"released\":[");
     for (at, id) in released.iter().enumerate() {
         if at > 0 {
             out.push(',');
         }
-        write_json_str(id, &mut out);
+        id.write_json(&mut out);
     }
     out.push_str("]}");
     Ok(Answer::ok(out))
@@ -1065,7 +1089,8 @@ async fn pair_start(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
             .and_then(|o| o.field(key))
             .and_then(|v| v.as_js_str(&body.doc))
     };
-    let plain = |obj: &str, key: &str| field(obj, key).map_or_else(String::new, |s| s.as_str().to_owned());
+    let plain =
+        |obj: &str, key: &str| field(obj, key).map_or_else(String::new, |s| s.as_str().to_owned());
     let device = PublicIdentity {
         identity: plain("device", "identity"),
         encryption: plain("device", "encryption"),
@@ -1092,7 +1117,8 @@ async fn pair_start(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
         else {
             return Err(mismatch("pairingByCode"));
         };
-        let held = holder.is_some_and(|p| p.state.as_deref() == Some("pending") && !(p.expires_at <= now));
+        let held = holder
+            .is_some_and(|p| p.state.as_deref() == Some("pending") && !expired(p.expires_at, now));
         if !held {
             free = Some(user_code);
             break;
@@ -1140,16 +1166,22 @@ async fn pair_start(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
     Ok(Answer::ok(out))
 }
 
+/// `expiresAt <= now`, as JavaScript compares (a NaN never has).
+fn expired(expires_at: f64, now: f64) -> bool {
+    expires_at <= now
+}
+
 async fn pair_poll(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
     let hash = ids::hash_secret(body.text("deviceCode"));
     let Output::Pairing(pairing) = cx.op(Op::PairingByHash { hash: hash.clone() }).await? else {
         return Err(mismatch("pairingByHash"));
     };
-    let pairing = pairing.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_DEVICE_CODE))?;
+    let pairing =
+        pairing.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_DEVICE_CODE))?;
     let status = |s: &str| Answer::ok(format!("{{\"status\":\"{s}\"}}"));
     match pairing.state.as_deref() {
         Some("denied") => Ok(status("denied")),
-        Some("pending") if pairing.expires_at <= cx.req.now => Ok(status("expired")),
+        Some("pending") if expired(pairing.expires_at, cx.req.now) => Ok(status("expired")),
         Some("approved") => match (&pairing.runner_id, &pairing.owner, pairing.collected) {
             (Some(runner_id), Some(owner), false) => {
                 // The site's keys travel only with an approval, and only once.

@@ -5,7 +5,7 @@ use crate::direct::{self, AtRestSeal};
 use crate::json::write_json_str;
 use crate::store::{ClaimArgs, ClaimCapability, CompleteArgs, Holder, JobRef, Store};
 
-use super::ops::{Fault, Job, Lease, Op, Output, Runner, Stub};
+use super::ops::{Fault, Job, Lease, Op, Output, Ref, Runner, Stub};
 
 /// Perform `op` on `store`. Our store never re-reads the runner with a
 /// request's work (the read before it is in process and current), so the
@@ -14,7 +14,10 @@ pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
     Ok(match op {
         Op::Runner { runner_id } => Output::Runner(runner(store, runner_id)?),
         Op::PairingByCode { user_code } => {
-            let text = store.people.pairing_json_by_code(user_code).unwrap_or("null");
+            let text = store
+                .people
+                .pairing_json_by_code(user_code)
+                .unwrap_or("null");
             op.output_from_json(text)?
         }
         Op::PairingByHash { hash } => {
@@ -80,7 +83,9 @@ pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
             let mut version = String::with_capacity(daemon_version.len() + 2);
             write_json_str(daemon_version, &mut version);
             store.people.touch(runner_id, capabilities, &version, *now);
-            let renewed = store.renew_leases_each(runner_id, leases, *lease_ms, *now);
+            let refs: Vec<_> = leases.iter().map(Ref::to_store).collect();
+            let renewed = store.renew_leases_each(runner_id, &refs, *lease_ms, *now);
+            // The refs as the request spelled them.
             let lost = leases
                 .iter()
                 .zip(renewed)
@@ -90,7 +95,7 @@ pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
             Output::Heartbeat {
                 runner: None,
                 lost,
-                cancel: store.list_cancel_requests(runner_id),
+                cancel: cancel_requests(store, runner_id),
             }
         }
         Op::Complete {
@@ -115,17 +120,21 @@ pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
             Output::Completed {
                 accepted: done.accepted && !done.duplicate,
                 duplicate: done.duplicate,
-                state: done.job.and_then(|r| store.view(r)).map(|j| quoted(j.state.as_str())),
+                state: done
+                    .job
+                    .and_then(|r| store.view(r))
+                    .map(|j| quoted(j.state.as_str())),
             }
         }
-        Op::CancelRequests { runner_id } => Output::Refs(store.list_cancel_requests(runner_id)),
+        Op::CancelRequests { runner_id } => Output::Refs(cancel_requests(store, runner_id)),
         Op::Release {
             runner_id,
             leases,
             reason,
             now,
         } => {
-            let released = store.release_each(runner_id, leases, reason == "refused", *now);
+            let refs: Vec<_> = leases.iter().map(Ref::to_store).collect();
+            let released = store.release_each(runner_id, &refs, reason == "refused", *now);
             Output::Ids(
                 released
                     .into_iter()
@@ -135,11 +144,19 @@ pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
         }
         Op::Cancel { job_ids, now } => {
             for id in job_ids {
-                store.cancel(id, *now);
+                store.cancel(id.as_str(), *now);
             }
             Output::Done
         }
     })
+}
+
+fn cancel_requests(store: &Store, runner_id: &str) -> Vec<Ref> {
+    store
+        .list_cancel_requests(runner_id)
+        .into_iter()
+        .map(Ref::from)
+        .collect()
 }
 
 fn quoted(text: &str) -> String {

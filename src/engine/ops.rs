@@ -15,9 +15,37 @@ use serde_json::Value;
 
 use crate::direct::AtRestSeal;
 use crate::envelope::SealedEnvelope;
-use crate::json::{self, write_json_str};
+use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
 use crate::keys::PublicIdentity;
 use crate::store::LeaseRef;
+
+/// `{jobId, leaseId}` exactly as the request or the store spelled it (lone
+/// surrogates too: the answers that list refs echo them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ref {
+    pub job_id: JsStr,
+    pub lease_id: JsStr,
+}
+
+impl Ref {
+    /// As our store looks it up (a lone surrogate reads as U+FFFD, which no
+    /// id it holds can match: ids holding one are refused at enqueue).
+    pub fn to_store(&self) -> LeaseRef {
+        LeaseRef {
+            job_id: self.job_id.as_str().to_owned(),
+            lease_id: self.lease_id.as_str().to_owned(),
+        }
+    }
+}
+
+impl From<LeaseRef> for Ref {
+    fn from(r: LeaseRef) -> Ref {
+        Ref {
+            job_id: JsStr::new(r.job_id),
+            lease_id: JsStr::new(r.lease_id),
+        }
+    }
+}
 
 /// One capability of a claim, as the store's match reads it.
 #[derive(Debug, Clone)]
@@ -57,7 +85,7 @@ pub enum Op {
         runner_id: String,
         capabilities: String,
         daemon_version: String,
-        leases: Vec<LeaseRef>,
+        leases: Vec<Ref>,
         lease_ms: f64,
         now: f64,
     },
@@ -89,12 +117,12 @@ pub enum Op {
     /// `release`.
     Release {
         runner_id: String,
-        leases: Vec<LeaseRef>,
+        leases: Vec<Ref>,
         reason: String,
         now: f64,
     },
     /// `cancel`, for each job.
-    Cancel { job_ids: Vec<String>, now: f64 },
+    Cancel { job_ids: Vec<JsStr>, now: f64 },
 }
 
 impl Op {
@@ -228,7 +256,7 @@ impl Op {
                     if at > 0 {
                         w.out.push(',');
                     }
-                    write_json_str(id, &mut w.out);
+                    id.write_json(&mut w.out);
                 }
                 w.out.push(']');
                 w.num("now", *now);
@@ -268,7 +296,7 @@ impl Obj {
         self.key(key);
         json::push_json_number(&mut self.out, value);
     }
-    fn refs(&mut self, key: &str, refs: &[LeaseRef]) {
+    fn refs(&mut self, key: &str, refs: &[Ref]) {
         self.key(key);
         push_refs(&mut self.out, refs);
     }
@@ -279,16 +307,16 @@ impl Obj {
 }
 
 /// `[{"jobId":…,"leaseId":…},…]`.
-pub fn push_refs(out: &mut String, refs: &[LeaseRef]) {
+pub fn push_refs(out: &mut String, refs: &[Ref]) {
     out.push('[');
     for (at, r) in refs.iter().enumerate() {
         if at > 0 {
             out.push(',');
         }
         out.push_str("{\"jobId\":");
-        write_json_str(&r.job_id, out);
+        r.job_id.write_json(out);
         out.push_str(",\"leaseId\":");
-        write_json_str(&r.lease_id, out);
+        r.lease_id.write_json(out);
         out.push('}');
     }
     out.push(']');
@@ -398,8 +426,8 @@ pub enum Output {
     },
     Heartbeat {
         runner: Fresh,
-        lost: Vec<LeaseRef>,
-        cancel: Vec<LeaseRef>,
+        lost: Vec<Ref>,
+        cancel: Vec<Ref>,
     },
     /// `accepted`: the job's end state, when the store completed it.
     ResultFor {
@@ -413,8 +441,8 @@ pub enum Output {
         /// JSON text of the job's state after the call.
         state: Option<String>,
     },
-    Refs(Vec<LeaseRef>),
-    Ids(Vec<String>),
+    Refs(Vec<Ref>),
+    Ids(Vec<JsStr>),
 }
 
 impl Op {
@@ -423,7 +451,9 @@ impl Op {
         let op = self.name();
         let bad = |e: serde_json::Error| Fault::malformed(op, e);
         Ok(match self {
-            Op::CreatePairing { .. } | Op::ConsumePairing { .. } | Op::Cancel { .. } => Output::Done,
+            Op::CreatePairing { .. } | Op::ConsumePairing { .. } | Op::Cancel { .. } => {
+                Output::Done
+            }
             Op::Runner { .. } => {
                 let runner: Option<RunnerJson> = serde_json::from_str(text).map_err(bad)?;
                 Output::Runner(runner.map(RunnerJson::into_runner).transpose()?)
@@ -450,19 +480,23 @@ impl Op {
                     job: out.job.map(JobJson::into_job).transpose()?,
                 }
             }
+            // Lists a store echoes back are read exactly, lone surrogates too.
             Op::Heartbeat { .. } => {
-                let out: HeartbeatJson = serde_json::from_str(text).map_err(bad)?;
+                let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
+                let root = doc.root();
                 Output::Heartbeat {
-                    runner: fresh(out.runner),
-                    lost: refs(out.lost),
-                    cancel: refs(out.cancel),
+                    runner: fresh_in(&doc, root),
+                    lost: refs_in(&doc, doc.get(root, "lost")),
+                    cancel: refs_in(&doc, doc.get(root, "cancel")),
                 }
             }
             Op::ResultFor { .. } => {
                 let out: ResultForJson = serde_json::from_str(text).map_err(bad)?;
                 let accepted = match (out.accepted, out.state) {
                     (true, Some(state)) => Some(state.get().to_owned()),
-                    (true, None) => return Err(Fault::malformed(op, "an acceptance with no state")),
+                    (true, None) => {
+                        return Err(Fault::malformed(op, "an acceptance with no state"))
+                    }
                     (false, _) => None,
                 };
                 Output::ResultFor {
@@ -476,27 +510,71 @@ impl Op {
                 Output::Completed {
                     accepted: out.accepted,
                     duplicate: out.duplicate == Some(true),
-                    state: out.job.and_then(|job| job.state).map(|s| s.get().to_owned()),
+                    state: out
+                        .job
+                        .and_then(|job| job.state)
+                        .map(|s| s.get().to_owned()),
                 }
             }
             Op::CancelRequests { .. } => {
-                let out: Vec<RefJson> = serde_json::from_str(text).map_err(bad)?;
-                Output::Refs(refs(out))
+                let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
+                Output::Refs(refs_in(&doc, Some(doc.root())))
             }
             Op::Release { .. } => {
-                let out: Vec<Value> = serde_json::from_str(text).map_err(bad)?;
-                Output::Ids(out.into_iter().map(|v| js_string(&v)).collect())
+                let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
+                let ids = match doc.node(doc.root()) {
+                    Node::Array(items) => items.iter().map(|&id| js_string(&doc, id)).collect(),
+                    _ => Vec::new(),
+                };
+                Output::Ids(ids)
             }
         })
     }
 }
 
 /// `String(value)` for the values a store's lists hold.
-fn js_string(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+fn js_string(doc: &Doc, id: NodeId) -> JsStr {
+    match doc.str(id) {
+        Some(s) => s.clone(),
+        None => JsStr::new(match doc.node(id) {
+            Node::Number(n) => json::js_number_to_string(*n),
+            _ => doc.to_json(id),
+        }),
     }
+}
+
+/// The refs of an array of `{jobId, leaseId}`.
+fn refs_in(doc: &Doc, list: Option<NodeId>) -> Vec<Ref> {
+    let Some(Node::Array(items)) = list.map(|id| doc.node(id)) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .map(|&item| {
+            let field = |key| {
+                doc.get(item, key)
+                    .map_or_else(|| JsStr::new("undefined"), |id| js_string(doc, id))
+            };
+            Ref {
+                job_id: field("jobId"),
+                lease_id: field("leaseId"),
+            }
+        })
+        .collect()
+}
+
+/// The `runner` a store read again, from a parsed answer.
+fn fresh_in(doc: &Doc, root: NodeId) -> Fresh {
+    let runner = doc.get(root, "runner")?;
+    Some(match doc.node(runner) {
+        Node::Null => None,
+        _ => Some(Revocation {
+            revoked: !matches!(
+                doc.get(runner, "revokedAt").map(|id| doc.node(id)),
+                Some(Node::Null)
+            ),
+        }),
+    })
 }
 
 // The JSON shapes, as lenient as the handlers' reads of a record were.
@@ -535,15 +613,6 @@ fn fresh(runner: Option<Option<RevocationJson>>) -> Fresh {
     })
 }
 
-fn refs(list: Vec<RefJson>) -> Vec<LeaseRef> {
-    list.into_iter()
-        .map(|r| LeaseRef {
-            job_id: js_string(&r.job_id),
-            lease_id: js_string(&r.lease_id),
-        })
-        .collect()
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RunnerJson {
@@ -565,7 +634,8 @@ struct IdentityJson {
 
 impl RunnerJson {
     fn into_runner(self) -> Result<Runner, Fault> {
-        let (Value::String(id), Value::String(owner), Some(device)) = (self.id, self.owner, self.device)
+        let (Value::String(id), Value::String(owner), Some(device)) =
+            (self.id, self.owner, self.device)
         else {
             return Err(Fault::malformed(
                 "runner",
@@ -624,7 +694,8 @@ fn truthy(value: &Value) -> bool {
 
 impl PairingJson {
     fn into_pairing(self) -> Pairing {
-        let given = |raw: Option<Box<RawValue>>| raw.map(|r| r.get().to_owned()).filter(|r| r != "null");
+        let given =
+            |raw: Option<Box<RawValue>>| raw.map(|r| r.get().to_owned()).filter(|r| r != "null");
         Pairing {
             state: self.state,
             expires_at: self.expires_at,
@@ -780,24 +851,6 @@ struct JobForJson {
     #[serde(default, deserialize_with = "present")]
     runner: Option<Option<RevocationJson>>,
     job: Option<JobJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RefJson {
-    job_id: Value,
-    lease_id: Value,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct HeartbeatJson {
-    #[serde(default, deserialize_with = "present")]
-    runner: Option<Option<RevocationJson>>,
-    #[serde(default)]
-    lost: Vec<RefJson>,
-    #[serde(default)]
-    cancel: Vec<RefJson>,
 }
 
 #[derive(Deserialize)]

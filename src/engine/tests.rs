@@ -1,0 +1,743 @@
+//! The engine, driven as each shell drives it: on our own store in place,
+//! and step by step with canned store answers, as the TypeScript shell feeds
+//! a JavaScript or SQL store's.
+
+use super::*;
+use crate::direct::{seal_at_rest, AtRestSeal};
+use crate::envelope::{self, Text};
+use crate::keys::StoredKeys;
+use crate::store::{JobInput, Store, StoreOptions};
+
+const NOW: f64 = 1_764_500_000_000.0;
+
+/// A daemon's ordinary claim body, as runner `r1`.
+const CLAIM: &str = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1}"#;
+
+fn handle(seed: u8) -> KeyHandle {
+    match KeyHandle::new(StoredKeys::from_secrets(
+        &[seed; 32],
+        &[seed.wrapping_add(1); 32],
+        1,
+    )) {
+        Ok(h) => h,
+        Err(e) => panic!("keys: {e}"),
+    }
+}
+
+fn site_of(keys: &Arc<KeyHandle>) -> Arc<Site> {
+    Arc::new(Site::new(
+        Arc::clone(keys),
+        Settings {
+            lease_ms: 60_000.0,
+            pairing_ttl_ms: 600_000.0,
+            poll_interval_ms: 2_000.0,
+            verification_url: "https://app.example/pair".into(),
+        },
+    ))
+}
+
+/// A store with runner `r1` (owner bob, paired with `device`) and one job
+/// for bob, sealed at rest by `site` (now, or `deferred` as our enqueue does).
+struct Lane {
+    store: Store,
+    keys: Arc<KeyHandle>,
+    site: Arc<Site>,
+    device: KeyHandle,
+}
+
+fn lane_with(deferred: bool) -> Lane {
+    let (keys, device) = (Arc::new(handle(1)), handle(7));
+    let mut store = Store::new(StoreOptions::default());
+    store.set_omit_envelopes(deferred);
+    let identity = device.public_identity();
+    let pairing = serde_json::json!({
+        "deviceCodeHash": "h", "userCode": "CODE", "state": "pending",
+        "device": {"identity": identity.identity, "encryption": identity.encryption, "encryptionSig": identity.encryption_sig},
+    });
+    assert!(store.people.create_pairing_json(pairing.to_string()));
+    assert!(store.people.approve("CODE", "bob", "r1", NOW).is_ok());
+    let deadline_at = NOW + envelope::ENVELOPE_MAX_AGE_MS;
+    let at_rest = if deferred {
+        seal_at_rest(
+            &keys,
+            &store,
+            "{\"prompt\":\"hi\"}".into(),
+            "job-1",
+            deadline_at,
+        )
+    } else {
+        envelope::seal_with_handle(
+            Text::Utf8("{\"prompt\":\"hi\"}"),
+            &keys,
+            &keys.keys().encryption_public,
+            &direct::at_rest_context(&keys, "job-1", deadline_at),
+        )
+        .map(AtRestSeal::Sealed)
+    };
+    let at_rest = at_rest.unwrap_or_else(|e| panic!("seal: {e}"));
+    assert_eq!(matches!(at_rest, AtRestSeal::Deferred(_)), deferred);
+    store.create(
+        JobInput {
+            id: "job-1",
+            kind: "llm.generate",
+            envelope: at_rest.as_input(),
+            size_class: "small",
+            owner: "bob",
+            audience: None,
+            purpose_json: None,
+            audience_allow: None,
+            depends_on: None,
+            ttl_ms: None,
+            deadline_at: None,
+        },
+        NOW - 1_000.0,
+    );
+    let site = site_of(&keys);
+    Lane {
+        store,
+        keys,
+        site,
+        device,
+    }
+}
+
+fn signed(by: &KeyHandle, endpoint: Endpoint, body: &str, issued_at: f64) -> RequestSignature {
+    signing::sign_request(by, endpoint.as_str(), "r1", issued_at, body)
+}
+
+fn request(endpoint: Endpoint, body: &str, signature: Option<RequestSignature>) -> Request {
+    Request {
+        endpoint,
+        body: Some(body.to_owned()),
+        signed: None,
+        signature,
+        mode: Mode::Http,
+        now: NOW,
+        rereads: false,
+    }
+}
+
+/// Run a machine to its answer on our store, heavy work inline.
+fn drive(machine: &mut Machine, store: &mut Store) -> Answer {
+    loop {
+        let got = match machine.step() {
+            Step::Answer(answer) => return answer.clone(),
+            Step::Store(op) => Got::Store(native::run(store, op)),
+            Step::Urls(urls) => Got::Urls(urls.iter().map(|u| wire::basic_url_ok(u)).collect()),
+            Step::Work => match machine.take_work() {
+                Some(work) => Got::Work(work.run()),
+                None => panic!("work asked for and not there"),
+            },
+        };
+        machine.resume(got);
+    }
+}
+
+fn serve(lane: &mut Lane, endpoint: Endpoint, body: &str) -> Answer {
+    let sig = signed(&lane.device, endpoint, body, NOW);
+    let mut machine = Machine::start(Arc::clone(&lane.site), request(endpoint, body, Some(sig)));
+    drive(&mut machine, &mut lane.store)
+}
+
+fn all_jobs(store: &Store) -> String {
+    store.jobs_json(&store.all_jobs())
+}
+
+fn lease_id(store: &Store) -> String {
+    match store
+        .view(store.get("job-1").expect("stored"))
+        .and_then(|j| j.lease)
+    {
+        Some(lease) => lease.id.to_string(),
+        None => panic!("no lease"),
+    }
+}
+
+fn result_body(lane: &Lane, lease_id: &str, outcome: &str, disposition: &str) -> String {
+    let context = envelope::Context {
+        job_id: "job-1".into(),
+        sender_key_id: lane.device.key_id().into(),
+        recipient_key_id: lane.keys.key_id().into(),
+        deadline_at: NOW + 1.0,
+        direction: "result".into(),
+    };
+    let sealed = envelope::seal_with_handle(
+        Text::Utf8(outcome),
+        &lane.device,
+        &lane.keys.keys().encryption_public,
+        &context,
+    )
+    .expect("seal");
+    format!(
+        r#"{{"protocolVersion":"2","runnerId":"r1","jobId":"job-1","leaseId":"{lease_id}","envelope":{{"ciphertext":"{}","recipientKeyId":"{}","senderKeyId":"{}","direction":"result","deadlineAt":{}}},"disposition":"{disposition}"}}"#,
+        sealed.ciphertext,
+        sealed.recipient_key_id,
+        sealed.sender_key_id,
+        NOW + 1.0,
+    )
+}
+
+const OUTCOME: &str = r#"{"outcome":{"outcome":"ok","text":"done"},"ran":{"model":"m","backendClass":"http","durationMs":4,"stop":"end"}}"#;
+
+#[test]
+fn a_signed_claim_fetch_and_result_are_served_end_to_end() {
+    claim_fetch_result(false);
+}
+
+#[test]
+fn the_same_for_a_payload_whose_seal_at_rest_is_deferred() {
+    claim_fetch_result(true);
+}
+
+fn claim_fetch_result(deferred: bool) {
+    let mut lane = lane_with(deferred);
+    let answer = serve(&mut lane, Endpoint::Claim, CLAIM);
+    let lease_id = lease_id(&lane.store);
+    let expected = format!(
+        r#"{{"jobs":[{{"id":"job-1","kind":"llm.generate","audience":"private","owner":"bob","site":"{}","sizeClass":"small","streaming":false,"deadlineAt":{},"lease":{{"id":"{lease_id}","runnerId":"r1","expiresAt":{}}}}}],"leaseMs":60000}}"#,
+        lane.keys.key_id(),
+        NOW - 1_000.0 + 900_000.0,
+        NOW + 60_000.0,
+    );
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (200, expected.as_str())
+    );
+
+    let fetch = format!(
+        r#"{{"protocolVersion":"2","runnerId":"r1","jobId":"job-1","leaseId":"{lease_id}"}}"#
+    );
+    let answer = serve(&mut lane, Endpoint::Fetch, &fetch);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let doc = json::parse(&answer.body).expect("the answer is JSON");
+    let env = doc.get(doc.root(), "envelope").expect("an envelope");
+    let text = |key: &str| {
+        doc.str(doc.get(env, key).expect(key))
+            .expect(key)
+            .as_str()
+            .to_string()
+    };
+    let for_device = SealedEnvelope {
+        ciphertext: text("ciphertext"),
+        recipient_key_id: text("recipientKeyId"),
+        sender_key_id: text("senderKeyId"),
+        direction: text("direction"),
+        deadline_at: NOW - 1_000.0 + envelope::ENVELOPE_MAX_AGE_MS,
+    };
+    let expected = envelope::Expected {
+        job_id: "job-1".into(),
+        sender_key_id: lane.keys.key_id().into(),
+        recipient_key_id: lane.device.key_id().into(),
+        direction: "payload".into(),
+    };
+    let opened = envelope::open_with_handle(
+        &for_device,
+        &lane.device,
+        lane.keys.identity_key(),
+        &expected,
+    );
+    assert_eq!(
+        opened.map(|t| t.into_string()),
+        Ok("{\"prompt\":\"hi\"}".to_string())
+    );
+
+    let result = result_body(&lane, &lease_id, OUTCOME, "ok");
+    let answer = serve(&mut lane, Endpoint::Result, &result);
+    assert_eq!(answer.body, r#"{"accepted":true,"state":"ok"}"#);
+    let record = all_jobs(&lane.store);
+    assert!(
+        record.contains(r#"{"outcome":"ok","text":"done"}"#),
+        "{record}"
+    );
+    assert!(
+        record.contains(r#"{"audience":"private","runnerId":"r1","runnerOwner":"bob","backendClass":"http","model":"m","untrusted":false,"stop":"end"}"#),
+        "{record}"
+    );
+    let replay = serve(&mut lane, Endpoint::Result, &result);
+    assert_eq!(
+        replay.body, r#"{"accepted":false,"duplicate":true,"state":"ok"}"#,
+        "a replay"
+    );
+}
+
+#[test]
+fn a_deferred_seal_once_made_is_kept_compact_from_the_next_write() {
+    let mut lane = lane_with(true);
+    let r = lane.store.get("job-1").expect("stored");
+    let Some(deferred) = lane.store.deferred_seal(r).cloned() else {
+        panic!("the enqueue did not defer");
+    };
+    deferred.seal_now();
+    let mut made = String::new();
+    assert!(lane.store.sealed_envelope_parts(r, &mut made).is_some());
+    assert_eq!(serve(&mut lane, Endpoint::Claim, CLAIM).status, 200);
+    assert!(
+        lane.store.deferred_seal(r).is_none(),
+        "still deferred after a write"
+    );
+    let mut again = String::new();
+    assert!(lane.store.sealed_envelope_parts(r, &mut again).is_some());
+    assert_eq!(again, made, "another envelope after settling");
+    assert!(
+        all_jobs(&lane.store).contains(&made),
+        "a small sealed envelope rides in its record"
+    );
+}
+
+#[test]
+fn refusals_are_answered_in_the_order_the_protocol_gives_and_change_nothing() {
+    let mut lane = lane_with(false);
+    let stranger = handle(42);
+    let before = all_jobs(&lane.store);
+    let refused =
+        |lane: &mut Lane, sig: Option<RequestSignature>, body: &str, endpoint: Endpoint| {
+            let mut machine = Machine::start(Arc::clone(&lane.site), request(endpoint, body, sig));
+            drive(&mut machine, &mut lane.store)
+        };
+    let good = signed(&lane.device, Endpoint::Claim, CLAIM, NOW);
+    type Case<'a> = (
+        &'a str,
+        Option<RequestSignature>,
+        String,
+        Endpoint,
+        u16,
+        &'a str,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "no signature",
+            None,
+            CLAIM.into(),
+            Endpoint::Claim,
+            401,
+            NOT_SIGNED,
+        ),
+        (
+            "forged",
+            Some(signed(&stranger, Endpoint::Claim, CLAIM, NOW)),
+            CLAIM.into(),
+            Endpoint::Claim,
+            401,
+            BAD_SIGNATURE,
+        ),
+        (
+            "stale",
+            Some(signed(
+                &lane.device,
+                Endpoint::Claim,
+                CLAIM,
+                NOW - 600_000.0,
+            )),
+            CLAIM.into(),
+            Endpoint::Claim,
+            401,
+            BAD_SIGNATURE,
+        ),
+        (
+            "a fractional timestamp, signed as such",
+            Some(signed(&lane.device, Endpoint::Claim, CLAIM, NOW + 0.5)),
+            CLAIM.into(),
+            Endpoint::Claim,
+            401,
+            NOT_SIGNED,
+        ),
+        (
+            "unknown runner",
+            Some(RequestSignature {
+                runner_id: "r9".into(),
+                ..good.clone()
+            }),
+            CLAIM.into(),
+            Endpoint::Claim,
+            401,
+            NOT_RECOGNISED,
+        ),
+        (
+            "signed for another endpoint",
+            Some(good.clone()),
+            CLAIM.into(),
+            Endpoint::Fetch,
+            401,
+            BAD_SIGNATURE,
+        ),
+        (
+            "schema failure, after the signature",
+            Some(signed(
+                &lane.device,
+                Endpoint::Claim,
+                "{\"protocolVersion\":\"2\"}",
+                NOW,
+            )),
+            "{\"protocolVersion\":\"2\"}".into(),
+            Endpoint::Claim,
+            400,
+            "request body failed schema validation",
+        ),
+        (
+            "another runner in the body",
+            Some(signed(
+                &lane.device,
+                Endpoint::Claim,
+                &CLAIM.replace("\"r1\"", "\"r2\""),
+                NOW,
+            )),
+            CLAIM.replace("\"r1\"", "\"r2\""),
+            Endpoint::Claim,
+            401,
+            OTHER_RUNNER,
+        ),
+    ];
+    for (name, sig, body, endpoint, status, message) in cases {
+        let answer = refused(&mut lane, sig, &body, endpoint);
+        assert_eq!(answer.status, status, "{name}: {}", answer.body);
+        assert!(answer.body.contains(message), "{name}: {}", answer.body);
+        assert_eq!(all_jobs(&lane.store), before, "{name}: nothing changed");
+    }
+    // From HTTP, JSON and version failures are answered before the signature.
+    let answer = refused(&mut lane, None, "{nope", Endpoint::Claim);
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (
+            400,
+            r#"{"error":"bad-request","message":"request body is not valid JSON"}"#
+        )
+    );
+    // A valid body in another key order is served all the same.
+    let reordered = CLAIM.replace(
+        r#""protocolVersion":"2","runnerId":"r1""#,
+        r#""runnerId":"r1","protocolVersion":"2""#,
+    );
+    assert_eq!(serve(&mut lane, Endpoint::Claim, &reordered).status, 200);
+    lane.store.people.revoke("r1", NOW);
+    let answer = serve(&mut lane, Endpoint::Claim, CLAIM);
+    assert_eq!(answer.status, 403, "{}", answer.body);
+}
+
+// ---------------------------------------------------------------- step by step
+
+/// A machine fed canned store answers: each expected op's name, and the JSON
+/// the store gives; the answer at the end.
+fn script(req: Request, site: &Arc<Site>, steps: &[(&str, &str)]) -> (Answer, Vec<String>) {
+    let mut machine = Machine::start(Arc::clone(site), req);
+    let mut args = Vec::new();
+    for (name, output) in steps {
+        let got = match machine.step() {
+            Step::Store(op) => {
+                assert_eq!(op.name(), *name, "asked for");
+                args.push(op.args_json());
+                Got::Store(op.output_from_json(output))
+            }
+            Step::Answer(a) => panic!("answered before `{name}`: {}", a.body),
+            _ => panic!("asked for something else before `{name}`"),
+        };
+        machine.resume(got);
+    }
+    match machine.step() {
+        Step::Answer(answer) => (answer.clone(), args),
+        Step::Store(op) => panic!("asked for `{}` after the script", op.name()),
+        _ => panic!("not answered after the script"),
+    }
+}
+
+fn runner_json(device: &KeyHandle, revoked: &str) -> String {
+    let identity = device.public_identity();
+    format!(
+        r#"{{"id":"r1","owner":"bob","label":"l","device":{{"identity":"{}","encryption":"{}","encryptionSig":"{}"}},"revokedAt":{revoked}}}"#,
+        identity.identity, identity.encryption, identity.encryption_sig
+    )
+}
+
+#[test]
+fn a_js_store_is_asked_for_one_operation_at_a_time_with_its_methods_arguments() {
+    let lane = lane_with(false);
+    let runner = runner_json(&lane.device, "null");
+    let sig = signed(&lane.device, Endpoint::Claim, CLAIM, NOW);
+    let job = r#"{"id":"job-1","kind":"llm.generate","envelope":{},"sizeClass":"small","audience":"private","owner":"bob","dependsOn":[],"state":"claimed","lease":{"id":"L","runnerId":"r1","expiresAt":1764500060000},"createdAt":1,"claimableAt":1,"ttlMs":10,"deadlineAt":null}"#;
+    let (answer, args) = script(
+        request(Endpoint::Claim, CLAIM, Some(sig)),
+        &lane.site,
+        &[
+            ("runner", &runner),
+            ("claim", &format!(r#"{{"jobs":[{job}]}}"#)),
+        ],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer
+            .body
+            .contains(r#""lease":{"id":"L","runnerId":"r1","expiresAt":1764500060000}"#),
+        "{}",
+        answer.body
+    );
+    assert_eq!(args[0], r#"{"runnerId":"r1"}"#);
+    assert_eq!(
+        args[1],
+        r#"{"runnerId":"r1","runnerOwner":"bob","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"private"}],"max":1,"leaseMs":60000,"now":1764500000000}"#
+    );
+}
+
+#[test]
+fn a_store_that_fails_or_answers_nonsense_gives_a_server_error_with_its_cause() {
+    let lane = lane_with(false);
+    let runner = runner_json(&lane.device, "null");
+    let claim = || {
+        request(
+            Endpoint::Claim,
+            CLAIM,
+            Some(signed(&lane.device, Endpoint::Claim, CLAIM, NOW)),
+        )
+    };
+    for (name, output) in [
+        ("not JSON", "{nope"),
+        (
+            "a claimed job without a lease",
+            r#"{"jobs":[{"id":"j","kind":"k","audience":"private","owner":"o","sizeClass":"small","ttlMs":1}]}"#,
+        ),
+        (
+            "a job with a number for its id",
+            r#"{"jobs":[{"id":7,"kind":"k","audience":"private","owner":"o","sizeClass":"small","ttlMs":1}]}"#,
+        ),
+        ("not a list of jobs", r#"{"jobs":7}"#),
+    ] {
+        let (answer, _) = script(
+            claim(),
+            &lane.site,
+            &[("runner", &runner), ("claim", output)],
+        );
+        assert_eq!(answer.status, 500, "{name}");
+        assert_eq!(
+            answer.body,
+            r#"{"error":"server-error","message":"the site's store failed; try again later"}"#,
+            "{name}"
+        );
+        assert!(
+            answer.cause.is_some(),
+            "{name}: the cause is kept for the log"
+        );
+    }
+    // A throw (the shell's `fail`).
+    let mut machine = Machine::start(Arc::clone(&lane.site), claim());
+    machine.resume(Got::Store(Err(Fault("connection reset".into()))));
+    let answer = machine.answer().cloned().expect("answered");
+    assert_eq!(
+        (answer.status, answer.cause.as_deref()),
+        (500, Some("connection reset"))
+    );
+    // Handed something it did not ask for.
+    let mut machine = Machine::start(Arc::clone(&lane.site), claim());
+    machine.resume(Got::Urls(vec![]));
+    assert_eq!(machine.answer().map(|a| a.status), Some(500));
+}
+
+#[test]
+fn with_a_store_that_rereads_the_runner_a_verified_identity_skips_the_read() {
+    let lane = lane_with(false);
+    let site = site_of(&lane.keys);
+    let runner = runner_json(&lane.device, "null");
+    let claim = || Request {
+        rereads: true,
+        ..request(
+            Endpoint::Claim,
+            CLAIM,
+            Some(signed(&lane.device, Endpoint::Claim, CLAIM, NOW)),
+        )
+    };
+    let fresh = r#"{"runner":{"id":"r1","revokedAt":null},"jobs":[]}"#;
+    let (first, _) = script(claim(), &site, &[("runner", &runner), ("claim", fresh)]);
+    assert_eq!(first.body, r#"{"jobs":[],"leaseMs":60000}"#);
+    let (second, _) = script(claim(), &site, &[("claim", fresh)]);
+    assert_eq!(second.status, 200);
+    // Revoked since: the work's own read refuses it, and it is read again next time.
+    let (revoked, _) = script(
+        claim(),
+        &site,
+        &[("claim", r#"{"runner":{"revokedAt":5},"jobs":[]}"#)],
+    );
+    assert_eq!(revoked.status, 403);
+    let (gone, _) = script(claim(), &site, &[("runner", "null")]);
+    assert_eq!(gone.status, 401);
+    // A forged request is refused against the remembered identity, with no read.
+    let (_, _) = script(claim(), &site, &[("runner", &runner), ("claim", fresh)]);
+    let forged = Request {
+        rereads: true,
+        ..request(
+            Endpoint::Claim,
+            CLAIM,
+            Some(signed(&handle(9), Endpoint::Claim, CLAIM, NOW)),
+        )
+    };
+    let (answer, _) = script(forged, &site, &[]);
+    assert_eq!(answer.status, 401);
+}
+
+fn pair_start_body(device: &KeyHandle) -> String {
+    let identity = device.public_identity();
+    format!(
+        r#"{{"protocolVersion":"2","action":"start","daemon":{{"version":"0.1.1","label":"l","platform":"linux"}},"device":{{"identity":"{}","encryption":"{}","encryptionSig":"{}"}},"capabilities":[]}}"#,
+        identity.identity, identity.encryption, identity.encryption_sig
+    )
+}
+
+#[test]
+fn pair_start_draws_a_code_no_live_pairing_holds_and_gives_up_after_eight() {
+    let lane = lane_with(false);
+    let body = pair_start_body(&lane.device);
+    let held = format!(r#"{{"state":"pending","expiresAt":{}}}"#, NOW + 1.0);
+    let lapsed = format!(r#"{{"state":"pending","expiresAt":{NOW}}}"#);
+    let (answer, args) = script(
+        request(Endpoint::Pair, &body, None),
+        &lane.site,
+        &[
+            ("pairingByCode", &held),
+            ("pairingByCode", &lapsed),
+            ("createPairing", "null"),
+        ],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let code = |args: &str| {
+        args.trim_start_matches(r#"{"userCode":""#)
+            .trim_end_matches(r#""}"#)
+            .to_owned()
+    };
+    assert!(
+        answer.body.contains(&code(&args[1])),
+        "the lapsed pairing's code is free"
+    );
+    assert!(
+        args[2].starts_with(r#"{"pairing":{"deviceCodeHash":""#),
+        "{}",
+        args[2]
+    );
+    assert!(args[2].contains(&format!(r#","userCode":"{}","state":"pending","owner":null,"runnerId":null,"collected":false,"label":"l","platform":"linux","daemonVersion":"0.1.1","capabilities":[],"device":"#, code(&args[1]))), "{}", args[2]);
+    let all_held: Vec<(&str, &str)> = (0..USER_CODE_DRAWS)
+        .map(|_| ("pairingByCode", held.as_str()))
+        .collect();
+    let (answer, _) = script(request(Endpoint::Pair, &body, None), &lane.site, &all_held);
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (
+            500,
+            r#"{"error":"server-error","message":"no free pairing code was found; try again"}"#
+        )
+    );
+}
+
+#[test]
+fn pair_poll_answers_each_state_and_hands_out_an_approval_once() {
+    let lane = lane_with(false);
+    let body = r#"{"protocolVersion":"2","action":"poll","deviceCode":"dc-0123456789abcdefghij"}"#;
+    let poll =
+        |steps: &[(&str, &str)]| script(request(Endpoint::Pair, body, None), &lane.site, steps).0;
+    assert_eq!(poll(&[("pairingByHash", "null")]).status, 404);
+    assert_eq!(
+        poll(&[("pairingByHash", r#"{"state":"denied"}"#)]).body,
+        r#"{"status":"denied"}"#
+    );
+    assert_eq!(
+        poll(&[(
+            "pairingByHash",
+            &format!(r#"{{"state":"pending","expiresAt":{NOW}}}"#)
+        )])
+        .body,
+        r#"{"status":"expired"}"#
+    );
+    assert_eq!(
+        poll(&[(
+            "pairingByHash",
+            &format!(r#"{{"state":"pending","expiresAt":{}}}"#, NOW + 1.0)
+        )])
+        .body,
+        r#"{"status":"pending"}"#
+    );
+    let approved = r#"{"state":"approved","collected":false,"runnerId":"r1","owner":"bob"}"#;
+    let answer = poll(&[("pairingByHash", approved), ("consumePairing", "null")]);
+    assert!(
+        answer
+            .body
+            .starts_with(r#"{"status":"approved","runnerId":"r1","owner":"bob","sites":{""#),
+        "{}",
+        answer.body
+    );
+    let collected = r#"{"state":"approved","collected":true,"runnerId":"r1","owner":"bob"}"#;
+    assert_eq!(poll(&[("pairingByHash", collected)]).status, 404);
+}
+
+#[test]
+fn a_release_cancels_the_released_jobs_the_owner_asked_to_stop() {
+    let lane = lane_with(false);
+    let body = r#"{"protocolVersion":"2","runnerId":"r1","leases":[{"jobId":"a","leaseId":"1"},{"jobId":"b","leaseId":"2"}],"reason":"shutdown"}"#;
+    let sig = signed(&lane.device, Endpoint::Release, body, NOW);
+    let runner = runner_json(&lane.device, "null");
+    let (answer, args) = script(
+        request(Endpoint::Release, body, Some(sig)),
+        &lane.site,
+        &[
+            ("runner", &runner),
+            (
+                "cancelRequests",
+                r#"[{"jobId":"b","leaseId":"2"},{"jobId":"c","leaseId":"3"}]"#,
+            ),
+            ("release", r#"["a","b"]"#),
+            ("cancel", "null"),
+        ],
+    );
+    assert_eq!(answer.body, r#"{"released":["a","b"]}"#);
+    assert_eq!(args[3], format!(r#"{{"jobIds":["b"],"now":{NOW}}}"#));
+}
+
+#[test]
+fn from_handle_any_failure_of_the_body_is_its_schemas_after_the_signature() {
+    let lane = lane_with(false);
+    let runner = runner_json(&lane.device, "null");
+    let sig = signed(&lane.device, Endpoint::Claim, CLAIM, NOW);
+    let req = Request {
+        body: Some(CLAIM.replace("\"2\"", "\"1\"")),
+        signed: Some(("claim".into(), CLAIM.into())),
+        mode: Mode::Handle,
+        ..request(Endpoint::Claim, CLAIM, Some(sig))
+    };
+    let (answer, _) = script(req, &lane.site, &[("runner", &runner)]);
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (
+            400,
+            r#"{"error":"bad-request","message":"request body failed schema validation"}"#
+        )
+    );
+}
+
+#[test]
+fn every_request_asks_for_a_bounded_number_of_operations() {
+    // A store that answers every read with "not there" and every write with
+    // nothing: no request asks for more than MAX_OPS, whatever the endpoint.
+    let lane = lane_with(false);
+    let runner = runner_json(&lane.device, "null");
+    let bodies = [
+        (Endpoint::Pair, pair_start_body(&lane.device)),
+        (Endpoint::Claim, CLAIM.to_owned()),
+        (
+            Endpoint::Release,
+            r#"{"protocolVersion":"2","runnerId":"r1","leases":[],"reason":"pause"}"#.to_owned(),
+        ),
+    ];
+    for (endpoint, body) in bodies {
+        let sig = signed(&lane.device, endpoint, &body, NOW);
+        let mut machine =
+            Machine::start(Arc::clone(&lane.site), request(endpoint, &body, Some(sig)));
+        let mut ops = 0;
+        while let Step::Store(op) = machine.step() {
+            ops += 1;
+            let output = match op.name() {
+                "runner" => runner.clone(),
+                "pairingByCode" => format!(r#"{{"state":"pending","expiresAt":{}}}"#, NOW + 1.0),
+                "claim" => r#"{"jobs":[]}"#.into(),
+                "cancelRequests" | "release" => "[]".into(),
+                _ => "null".into(),
+            };
+            let got = Got::Store(op.output_from_json(&output));
+            machine.resume(got);
+        }
+        assert!(ops <= MAX_OPS, "{endpoint:?}: {ops}");
+        assert!(machine.answer().is_some());
+    }
+}
