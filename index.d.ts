@@ -22,12 +22,15 @@ export declare class Engine {
    * JSON (`undefined` when it cannot be), and what the signature covers.
    */
   handle(endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, rereads: boolean): PendingRequest
-  /**
-   * A request from HTTP served on our own store, in place: the answer's
-   * text when it is a 200 reached without the thread pool, else the
-   * request (answered, or waiting for `work`).
-   */
+  /** `request`, served on our own store in place (see `status`). */
   serveNative(store: NativeMemoryStore, endpoint: string, body: string, runnerId: string | undefined | null, issuedAt: string | undefined | null, signature: string | undefined | null, now: number): string | PendingRequest
+  /** `handle`, served on our own store in place (see `status`). */
+  handleNative(store: NativeMemoryStore, endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number): string | PendingRequest
+  /**
+   * The status of the answer the last `serveNative` or `handleNative`
+   * call returned as text.
+   */
+  get status(): number
 }
 
 export declare class NativeMemoryStore {
@@ -126,20 +129,6 @@ export declare class NativeMemoryStore {
    * prepared with. Throws if `prepared` was used already.
    */
   enqueuePrepared(prepared: PreparedPayload, kind: string, job: EnqueuedJob, now: number): string
-  /**
-   * A signed `claim`, `fetch` or `result` served end to end on this
-   * store (see `crate::direct::serve`): the answer's JSON text (status
-   * 200), or `null` when the general path must answer, in which case
-   * nothing has changed.
-   */
-  serve(keyring: SiteKeyring, endpoint: string, body: string, runnerId: string, issuedAt: string, signature: string, leaseMs: number, now: number): string | null
-  /**
-   * `SiteKeyring.resealForDevice` for a job whose envelope is in this
-   * store, on the thread pool: read here, so a megabyte ciphertext does
-   * not become a JS string only to be read back. `null` when the store
-   * has no sealed envelope under that id, as for one that does not open.
-   */
-  resealForDeviceAsync(keyring: SiteKeyring, jobId: string, createdAt: number, device: PublicIdentity): Promise<FetchAnswer | null>
 }
 
 /** One request in progress (see `Engine`). */
@@ -163,10 +152,13 @@ export declare class PendingRequest {
    */
   runOn(store: NativeMemoryStore): boolean
   get status(): number
-  /** The answer's JSON text. */
-  get body(): string | null
   /** Why the store failed, for the server's log. */
   get cause(): string | null
+  /**
+   * The answer's JSON text, handed over once: everything the request
+   * held is freed now, not when the garbage collector gets to this object.
+   */
+  take(): string | null
 }
 
 /**
@@ -256,32 +248,6 @@ export declare function canonicalRequest(endpoint: string, runnerId: string, iss
  */
 export declare function capabilityFor(caps: readonly Capability[], kind: string): Capability | undefined
 
-/**
- * The claim answer's JSON text for jobs a store just claimed, written by
- * the function the fast path writes it with.
- */
-export declare function claimAnswer(jobs: Array<ClaimedJob>, siteId: string, leaseMs: number, now: number): string
-
-/**
- * A claimed job as the general path reads it from any store's record (see
- * [`direct::Stub`]).
- */
-export interface ClaimedJob {
-  id: string
-  kind: string
-  audience: string
-  owner: string
-  /** `JSON.stringify(purpose)`; absent when the job has none. */
-  purposeJson?: string
-  sizeClass: string
-  deadlineAt?: number
-  claimableAt?: number
-  ttlMs: number
-  leaseId: string
-  leaseRunnerId: string
-  leaseExpiresAt: number
-}
-
 /** The deadline a claim stub carries (`crate::direct::deadline_for`). */
 export declare function deadlineFor(deadlineAt: number | undefined | null, claimableAt: number | undefined | null, ttlMs: number, now: number): number
 
@@ -363,24 +329,6 @@ export declare function isAudience(text: string): boolean
 export declare function issuedAtHeader(text: string): number | null
 
 export declare function keyId(identityPublic: string): string
-
-/**
- * The lease rules' answers for one request (`crate::direct::lease_check`):
- * the job's lease id, runner and expiry, the lease id asked for, the
- * asking runner, the clock.
- */
-export declare function leaseCheck(leaseId: unknown, leaseRunnerId: unknown, leaseExpiresAt: number, askedLeaseId: string, runnerId: unknown, now: number): LeaseCheck
-
-/**
- * What a job's lease allows the request naming `askedLeaseId`
- * (`crate::direct::LeaseCheck`).
- */
-export interface LeaseCheck {
-  /** A fetch may have the payload. */
-  fetchHeld: boolean
-  /** A result is refused before it is opened (for a job that has a lease). */
-  resultRefused: boolean
-}
 
 /** Version of the native core, for diagnostics. */
 export declare function nativeVersion(): string
@@ -502,12 +450,6 @@ export interface ResultAcceptance {
   accepted?: string
   why?: string
 }
-
-/**
- * The result answer's JSON text, written by the function the fast path
- * writes it with.
- */
-export declare function resultAnswer(accepted: boolean, duplicate: boolean, state: string): string
 
 export interface ResultProvenance {
   audience: string

@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { Engine, NativeMemoryStore, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, claimAnswer, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, leaseCheck, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, resultAnswer, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { Engine, NativeMemoryStore, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { Engine }
 export { NativeMemoryStore }
 export { PendingRequest }
@@ -781,7 +781,6 @@ export { PreparedPayload }
 export { SiteKeyring }
 export { canonicalRequest }
 export { capabilityFor }
-export { claimAnswer }
 export { deadlineFor }
 export { deviceIdentityRefusal }
 export { formatSiteKeys }
@@ -796,7 +795,6 @@ export { inspectRequest }
 export { isAudience }
 export { issuedAtHeader }
 export { keyId }
-export { leaseCheck }
 export { nativeVersion }
 export { normalizeUserCode }
 export { open }
@@ -804,7 +802,6 @@ export { parseSealedOutcome }
 export { protocolConstants }
 export { provenanceFor }
 export { publicIdentityOf }
-export { resultAnswer }
 export { runnerAvailability }
 export { seal }
 export { secretsMatch }

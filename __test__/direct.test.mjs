@@ -32,7 +32,7 @@ const servedNatively = {};
 const nativeServe = binding.Engine.prototype.serveNative;
 binding.Engine.prototype.serveNative = function (store, endpoint, ...rest) {
   const answer = nativeServe.call(this, store, endpoint, ...rest);
-  if (typeof answer === "string") servedNatively[endpoint] = (servedNatively[endpoint] ?? 0) + 1;
+  if (typeof answer === "string" && this.status === 200) servedNatively[endpoint] = (servedNatively[endpoint] ?? 0) + 1;
   return answer;
 };
 const nativeResult = binding.NativeMemoryStore.prototype.sweptResult;

@@ -16,6 +16,9 @@ export const SERVED_PROTOCOL_VERSION = PROTOCOL.version;
 /** How long one store operation may take before the request is answered `server-error`. */
 const DEFAULT_STORE_TIMEOUT_MS = 30_000;
 
+/** Our native store, and the bell for its watchers. */
+type Lane = { readonly native: NativeMemoryStoreHandle; readonly notify: () => void };
+
 /** A store operation: its name and JSON arguments in, its result's JSON text out. */
 export type Operations = (op: string, args: string) => Promise<string>;
 
@@ -77,10 +80,8 @@ export interface Answer {
 /** The engine for one site and store, behind `ByollmHandlers` and `createFetchHandler`. */
 export class Endpoints {
   readonly #engine: InstanceType<typeof native.Engine>;
-  readonly #native: NativeMemoryStoreHandle | undefined;
-  readonly #notify: () => void;
-  readonly #operations: Operations;
-  readonly #rereads: boolean;
+  readonly #store: ByollmStore;
+  readonly #methods: Operations;
   readonly #now: () => number;
   readonly #timeoutMs: number;
 
@@ -105,12 +106,8 @@ export class Endpoints {
       pollIntervalMs: config.pollIntervalMs ?? 2_000,
       verificationUrl: checkVerificationUrl(config.verificationUrl),
     });
-    const lane = nativeStoreOf(config.store);
-    this.#native = lane?.native;
-    this.#notify = lane?.notify ?? (() => undefined);
-    const sql = sqlOperations(config.store);
-    this.#operations = sql ?? methodOperations(config.store);
-    this.#rereads = sql !== undefined;
+    this.#store = config.store;
+    this.#methods = methodOperations(config.store);
     this.#now = config.now ?? Date.now;
     this.#timeoutMs = config.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
   }
@@ -121,15 +118,14 @@ export class Endpoints {
     const issuedAt = headers.get("x-byollm-issued-at") ?? undefined;
     const signature = headers.get("x-byollm-signature") ?? undefined;
     const now = this.#now();
-    if (this.#native !== undefined) {
-      const served = this.#engine.serveNative(this.#native, endpoint, body, runnerId, issuedAt, signature, now);
-      if (typeof served === "string") {
-        this.#notify();
-        return { status: 200, text: served };
-      }
-      return this.#finish(endpoint, served);
+    // Checked on every request: a store patched since (to log or change a
+    // method) is served through its methods from then on.
+    const lane = nativeStoreOf(this.#store);
+    if (lane !== undefined) {
+      return this.#inPlace(endpoint, lane, this.#engine.serveNative(lane.native, endpoint, body, runnerId, issuedAt, signature, now));
     }
-    return this.#finish(endpoint, this.#engine.request(endpoint, body, runnerId, issuedAt, signature, now, this.#rereads));
+    const sql = sqlOperations(this.#store);
+    return this.#finish(endpoint, this.#engine.request(endpoint, body, runnerId, issuedAt, signature, now, sql !== undefined), sql);
   }
 
   /** A request from `ByollmHandlers.handle`. */
@@ -140,34 +136,51 @@ export class Endpoints {
     } catch {
       json = undefined;
     }
-    const p = this.#engine.handle(endpoint, json, auth.endpoint, auth.rawBody, auth.signature, this.#now(), this.#rereads);
-    return this.#finish(endpoint, p);
+    const now = this.#now();
+    const lane = nativeStoreOf(this.#store);
+    if (lane !== undefined) {
+      return this.#inPlace(endpoint, lane, this.#engine.handleNative(lane.native, endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now));
+    }
+    const sql = sqlOperations(this.#store);
+    const p = this.#engine.handle(endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sql !== undefined);
+    return this.#finish(endpoint, p, sql);
   }
 
-  /** Perform what the request asks for until it has its answer. */
-  async #finish(endpoint: string, p: PendingRequest): Promise<Answer> {
-    const store = this.#native;
+  /** A request on our store, answered in place (its text) or to finish. */
+  #inPlace(endpoint: string, lane: Lane, served: string | PendingRequest): Promise<Answer> {
+    if (typeof served !== "string") return this.#finish(endpoint, served, lane);
+    lane.notify();
+    return Promise.resolve({ status: this.#engine.status, text: served });
+  }
+
+  /**
+   * Perform what the request asks for until it has its answer: in place on
+   * our store, else through the SQL functions or the store's methods.
+   */
+  async #finish(endpoint: string, p: PendingRequest, on: Lane | Operations | undefined): Promise<Answer> {
+    const lane = typeof on === "object" ? on : undefined;
+    const operations = typeof on === "function" ? on : this.#methods;
     try {
       for (let op = p.next(); op !== null; op = p.next()) {
         if (op === "work") await p.work();
-        else if (store !== undefined) p.runOn(store);
-        else await this.#perform(p, op);
+        else if (lane !== undefined) p.runOn(lane.native);
+        else await this.#perform(p, op, operations);
       }
     } finally {
-      if (store !== undefined) this.#notify();
+      lane?.notify();
     }
     const cause = p.cause;
     if (cause != null) console.error(`byollm: the store failed on ${endpoint}: ${cause}`);
-    return { status: p.status, text: p.body ?? "null" };
+    return { status: p.status, text: p.take() ?? "null" };
   }
 
-  async #perform(p: PendingRequest, op: string): Promise<void> {
+  async #perform(p: PendingRequest, op: string, operations: Operations): Promise<void> {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`no answer within ${this.#timeoutMs} ms`)), this.#timeoutMs);
     });
     try {
-      p.resume(await Promise.race([this.#operations(op, p.args ?? "{}"), timeout]));
+      p.resume(await Promise.race([operations(op, p.args ?? "{}"), timeout]));
     } catch (error) {
       p.fail(`${op}: ${error instanceof Error ? error.message : String(error)}`);
     } finally {

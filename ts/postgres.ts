@@ -51,7 +51,8 @@ function sqlText(call: SqlCall): string {
   // subquery (kept by OFFSET 0) runs the function before the outer select
   // reads the ids it wrote (byollm_note_changes). The list is local to the
   // statement's own transaction, so it starts empty on every call.
-  return `select s.r, current_setting('byollm.changed', true) as changed from (select ${call.fn}(${args}) as r offset 0) s`;
+  const r = call.text === true ? "s.r::text" : "s.r";
+  return `select ${r} as r, current_setting('byollm.changed', true) as changed from (select ${call.fn}(${args}) as r offset 0) s`;
 }
 
 function sqlValue(value: unknown, type: string): unknown {
@@ -86,9 +87,11 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
       const text = sqlText(c);
       const values = c.args.map(([, value, type]) => sqlValue(value, type));
       // A function's statement text is the same on every call (its argument
-      // list is fixed in sql-store.ts), so its name can be the function's.
+      // list is fixed in sql-store.ts), so its name can be the function's
+      // (and whether it answers text).
       type Row = { r: unknown; changed: string | null };
-      const result = prepared ? await pool.query<Row>({ name: c.fn, text, values }) : await pool.query<Row>(text, values);
+      const name = c.text === true ? `${c.fn}_text` : c.fn;
+      const result = prepared ? await pool.query<Row>({ name, text, values }) : await pool.query<Row>(text, values);
       const row = result.rows[0];
       const changed = (row?.changed ?? "").split(",").filter((id) => id !== "");
       if (changed.length > 0) watchers.notify(changed);

@@ -23,6 +23,8 @@ export type SqlArgType = "text" | "jsonb" | "bigint" | "integer";
 export interface SqlCall {
   readonly fn: string;
   readonly args: readonly (readonly [name: string, value: unknown, type: SqlArgType])[];
+  /** Answer the result as its JSON text, unparsed (for the engine, which reads it itself). */
+  readonly text?: boolean;
 }
 
 /** Error codes our SQL functions raise for a refused request (the message is the answer). */
@@ -298,9 +300,13 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     notifyIds(records.flatMap((r) => (r ? [r.id] : [])));
   };
   /** Call `fn` with its parameters taken from `values` (async: a bad value rejects, it never throws). */
-  const run = async <F extends SqlFunction>(fn: F, values: Record<(typeof FUNCTIONS)[F][number], unknown>): Promise<unknown> => {
+  const run = async <F extends SqlFunction>(
+    fn: F,
+    values: Record<(typeof FUNCTIONS)[F][number], unknown>,
+    text = false,
+  ): Promise<unknown> => {
     const from = values as Record<Param, unknown>;
-    return call({ fn, args: SIGNATURES[fn].map(([name, field, type]) => [name, sqlArg(from[field], type), type] as const) });
+    return call({ fn, text, args: SIGNATURES[fn].map(([name, field, type]) => [name, sqlArg(from[field], type), type] as const) });
   };
   const jobs = (v: unknown): JobRecord[] => list(v).map(jobFromJson);
   const refs = (leases: readonly LeaseRef[]): LeaseRef[] => leases.map((l) => ({ jobId: l.jobId, leaseId: l.leaseId }));
@@ -319,7 +325,9 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       }
       const fn = OPERATIONS[op as keyof typeof OPERATIONS];
       if (fn === undefined) throw new Error(`unknown store operation ${op}`);
-      return JSON.stringify(await run(fn, values as never)) ?? "null";
+      const out = await run(fn, values as never, true);
+      // A caller that cannot answer text (supabase-js parses every answer) answers the value.
+      return typeof out === "string" ? out : (JSON.stringify(out) ?? "null");
     },
 
     async sweepGet(jobId, now) {

@@ -34,6 +34,8 @@ pub struct JsEngineSettings {
 #[napi]
 pub struct Engine {
     site: Arc<Site>,
+    /// The status of the last answer `serveNative` or `handleNative` gave as text.
+    last_status: std::cell::Cell<u16>,
 }
 
 /// The `x-byollm-*` header values as one signature; `None` when any is
@@ -115,6 +117,7 @@ impl Engine {
         );
         Engine {
             site: Arc::new(site),
+            last_status: std::cell::Cell::new(0),
         }
     }
 
@@ -124,7 +127,7 @@ impl Engine {
             None => Err(Machine::unknown_endpoint()),
         };
         PendingRequest {
-            machine,
+            machine: Some(Box::new(machine)),
             done: Arc::new(Mutex::new(None)),
         }
     }
@@ -183,9 +186,29 @@ impl Engine {
         }))
     }
 
-    /// A request from HTTP served on our own store, in place: the answer's
-    /// text when it is a 200 reached without the thread pool, else the
-    /// request (answered, or waiting for `work`).
+    /// Serve `pending` on our own store, in place: the answer's text (its
+    /// status in `status`) when it is reached without the thread pool and
+    /// the store did not fail, else the request (answered, or waiting for
+    /// `work`). No object per request on the common path: its memory is
+    /// freed before this returns.
+    fn in_place<'env>(
+        &self,
+        env: &'env Env,
+        store: &mut NativeMemoryStore,
+        mut pending: PendingRequest,
+    ) -> Result<Either<JsString<'env>, PendingRequest>> {
+        pending.run_on(*env, store);
+        match pending.answer() {
+            Some(answer) if answer.cause.is_none() => {
+                self.last_status.set(answer.status);
+                let body = pending.take().unwrap_or_default();
+                super::store::js_text(env, &body).map(Either::A)
+            }
+            _ => Ok(Either::B(pending)),
+        }
+    }
+
+    /// `request`, served on our own store in place (see `status`).
     #[allow(clippy::too_many_arguments)]
     #[napi(catch_unwind)]
     pub fn serve_native<'env>(
@@ -199,33 +222,60 @@ impl Engine {
         signature: Option<String>,
         now: f64,
     ) -> Result<Either<JsString<'env>, PendingRequest>> {
-        let mut pending = self.request(endpoint, body, runner_id, issued_at, signature, now, false);
-        pending.run_on(*env, store)?;
-        if let Ok(machine) = &pending.machine {
-            if let Some(answer) = machine.answer().filter(|a| a.status == 200) {
-                return super::store::js_text(env, &answer.body).map(Either::A);
-            }
-        }
-        Ok(Either::B(pending))
+        let pending = self.request(endpoint, body, runner_id, issued_at, signature, now, false);
+        self.in_place(env, store, pending)
+    }
+
+    /// `handle`, served on our own store in place (see `status`).
+    #[allow(clippy::too_many_arguments)]
+    #[napi(
+        catch_unwind,
+        ts_args_type = "store: NativeMemoryStore, endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number"
+    )]
+    pub fn handle_native<'env>(
+        &self,
+        env: &'env Env,
+        store: &mut NativeMemoryStore,
+        endpoint: String,
+        body: Option<String>,
+        signed_endpoint: String,
+        signed_body: String,
+        signature: Unknown<'_>,
+        now: f64,
+    ) -> Result<Either<JsString<'env>, PendingRequest>> {
+        let pending = self.handle(endpoint, body, signed_endpoint, signed_body, signature, now, false)?;
+        self.in_place(env, store, pending)
+    }
+
+    /// The status of the answer the last `serveNative` or `handleNative`
+    /// call returned as text.
+    #[napi(getter, catch_unwind)]
+    pub fn status(&self) -> u32 {
+        u32::from(self.last_status.get())
     }
 }
 
 /// One request in progress (see `Engine`).
 #[napi]
 pub struct PendingRequest {
-    /// `Err`: answered before the engine saw it (an unknown endpoint).
-    machine: std::result::Result<Machine, Answer>,
+    /// `Err`: answered before the engine saw it (an unknown endpoint);
+    /// `None` once `take` handed the answer over and freed the rest.
+    machine: Option<Box<std::result::Result<Machine, Answer>>>,
     /// Where the thread pool leaves heavy work's result.
     done: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
 }
 
 impl PendingRequest {
+    fn running(&mut self) -> Option<&mut Machine> {
+        self.machine.as_deref_mut().and_then(|m| m.as_mut().ok())
+    }
+
     /// Hand over what the thread pool finished, and answer URL checks here.
     fn settle(&mut self, env: &Env) {
-        let Ok(machine) = &mut self.machine else {
+        let finished = self.done.lock().ok().and_then(|mut slot| slot.take());
+        let Some(machine) = self.running() else {
             return;
         };
-        let finished = self.done.lock().ok().and_then(|mut slot| slot.take());
         if let Some(done) = finished {
             machine.resume(Got::Work(done));
         }
@@ -236,10 +286,17 @@ impl PendingRequest {
         }
     }
 
+    fn step(&self) -> Option<Step<'_>> {
+        match self.machine.as_deref()? {
+            Ok(machine) => Some(machine.step()),
+            Err(answer) => Some(Step::Answer(answer)),
+        }
+    }
+
     fn answer(&self) -> Option<&Answer> {
-        match &self.machine {
-            Ok(machine) => machine.answer(),
-            Err(answer) => Some(answer),
+        match self.step()? {
+            Step::Answer(answer) => Some(answer),
+            _ => None,
         }
     }
 }
@@ -251,32 +308,26 @@ impl PendingRequest {
     #[napi(catch_unwind)]
     pub fn next(&mut self, env: Env) -> Option<&'static str> {
         self.settle(&env);
-        match &self.machine {
-            Err(_) => None,
-            Ok(machine) => match machine.step() {
-                Step::Answer(_) => None,
-                Step::Store(op) => Some(op.name()),
-                Step::Work | Step::Urls(_) => Some("work"),
-            },
+        match self.step()? {
+            Step::Answer(_) => None,
+            Step::Store(op) => Some(op.name()),
+            Step::Work | Step::Urls(_) => Some("work"),
         }
     }
 
     /// The arguments of the operation asked for, as JSON text.
     #[napi(getter, catch_unwind)]
     pub fn args(&self) -> Option<String> {
-        match &self.machine {
-            Ok(machine) => match machine.step() {
-                Step::Store(op) => Some(op.args_json()),
-                _ => None,
-            },
-            Err(_) => None,
+        match self.step()? {
+            Step::Store(op) => Some(op.args_json()),
+            _ => None,
         }
     }
 
     /// The store's result of the operation asked for, as JSON text.
     #[napi(catch_unwind)]
     pub fn resume(&mut self, result: String) {
-        if let Ok(machine) = &mut self.machine {
+        if let Some(machine) = self.running() {
             if let Step::Store(op) = machine.step() {
                 let output = op.output_from_json(&result);
                 machine.resume(Got::Store(output));
@@ -287,7 +338,7 @@ impl PendingRequest {
     /// The store failed the operation asked for (threw, or never answered).
     #[napi(catch_unwind)]
     pub fn fail(&mut self, cause: String) {
-        if let Ok(machine) = &mut self.machine {
+        if let Some(machine) = self.running() {
             if let Step::Store(_) = machine.step() {
                 machine.resume(Got::Store(Err(Fault(cause))));
             }
@@ -298,13 +349,9 @@ impl PendingRequest {
     #[napi(catch_unwind, ts_return_type = "Promise<void>")]
     pub fn work(&mut self) -> Result<AsyncTask<tasks::Work<(), ()>>> {
         let work = self
-            .machine
-            .as_mut()
-            .ok()
+            .running()
             .and_then(Machine::take_work)
-            .ok_or_else(|| {
-                Error::from_reason("byollm-server-native: this request has no work waiting")
-            })?;
+            .ok_or_else(|| Error::from_reason("byollm-server-native: this request has no work waiting"))?;
         let slot = Arc::clone(&self.done);
         Ok(AsyncTask::new(tasks::Work::new(
             move || {
@@ -321,20 +368,18 @@ impl PendingRequest {
     /// Perform the operations asked for on our own store, until the answer
     /// or heavy work; whether it is answered.
     #[napi(catch_unwind)]
-    pub fn run_on(&mut self, env: Env, store: &mut NativeMemoryStore) -> Result<bool> {
+    pub fn run_on(&mut self, env: Env, store: &mut NativeMemoryStore) -> bool {
         loop {
             self.settle(&env);
-            let Ok(machine) = &mut self.machine else {
-                return Ok(true);
+            let Some(machine) = self.running() else {
+                return true;
             };
-            match machine.step() {
-                Step::Answer(_) => return Ok(true),
-                Step::Work | Step::Urls(_) => return Ok(false),
-                Step::Store(op) => {
-                    let output = store.run_op(op);
-                    machine.resume(Got::Store(output));
-                }
-            }
+            let output = match machine.step() {
+                Step::Answer(_) => return true,
+                Step::Work | Step::Urls(_) => return false,
+                Step::Store(op) => store.run_op(op),
+            };
+            machine.resume(Got::Store(output));
         }
     }
 
@@ -343,15 +388,20 @@ impl PendingRequest {
         self.answer().map_or(0, |a| u32::from(a.status))
     }
 
-    /// The answer's JSON text.
-    #[napi(getter, catch_unwind)]
-    pub fn body(&self) -> Option<String> {
-        self.answer().map(|a| a.body.clone())
-    }
-
     /// Why the store failed, for the server's log.
     #[napi(getter, catch_unwind)]
     pub fn cause(&self) -> Option<String> {
         self.answer().and_then(|a| a.cause.clone())
+    }
+
+    /// The answer's JSON text, handed over once: everything the request
+    /// held is freed now, not when the garbage collector gets to this object.
+    #[napi(catch_unwind)]
+    pub fn take(&mut self) -> Option<String> {
+        let taken = self.machine.take()?;
+        match *taken {
+            Ok(mut machine) => machine.take_answer().map(|a| a.body),
+            Err(answer) => Some(answer.body),
+        }
     }
 }

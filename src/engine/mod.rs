@@ -289,7 +289,8 @@ impl Future for Ask<'_> {
 
 /// One request in progress.
 pub struct Machine {
-    future: Pin<Box<dyn Future<Output = Answer>>>,
+    /// `None` once answered: what the request held is freed with it.
+    future: Option<Pin<Box<dyn Future<Output = Answer>>>>,
     io: Rc<Io>,
     waiting: Option<Need>,
     answer: Option<Answer>,
@@ -312,7 +313,7 @@ impl Machine {
             }
         });
         let mut machine = Machine {
-            future,
+            future: Some(future),
             io,
             waiting: None,
             answer: None,
@@ -345,6 +346,11 @@ impl Machine {
         self.answer.as_ref()
     }
 
+    /// The answer, moved out.
+    pub fn take_answer(&mut self) -> Option<Answer> {
+        self.answer.take()
+    }
+
     /// The work the machine waits for, to run elsewhere; feed its result back.
     pub fn take_work(&mut self) -> Option<Work> {
         match self.waiting.take() {
@@ -369,7 +375,7 @@ impl Machine {
                 | (Some(Need::Urls(_)), Got::Urls(_))
         );
         if !fits {
-            self.answer = Some(Answer::store_failed(Fault(
+            self.finish(Answer::store_failed(Fault(
                 "the engine was handed something it did not ask for".into(),
             )));
             return;
@@ -379,17 +385,27 @@ impl Machine {
         self.poll();
     }
 
+    /// The answer, and what the request held freed.
+    fn finish(&mut self, answer: Answer) {
+        self.answer = Some(answer);
+        self.future = None;
+        self.waiting = None;
+    }
+
     fn poll(&mut self) {
+        let Some(future) = self.future.as_mut() else {
+            return;
+        };
         let mut cx = Context::from_waker(Waker::noop());
-        match self.future.as_mut().poll(&mut cx) {
-            Poll::Ready(answer) => self.answer = Some(answer),
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(answer) => self.finish(answer),
             Poll::Pending => {
                 let need = self.io.need.borrow_mut().take();
                 if matches!(need, Some(Need::Store(_))) {
                     self.ops += 1;
                 }
                 if need.is_none() || self.ops > MAX_OPS {
-                    self.answer = Some(Answer::store_failed(Fault(
+                    self.finish(Answer::store_failed(Fault(
                         "the engine asked for more store operations than any request makes".into(),
                     )));
                 } else {
