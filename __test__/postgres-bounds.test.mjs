@@ -9,7 +9,9 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes, randomUUID } from "node:crypto";
 import { migratePostgres, postgresStore } from "../dist/postgres.js";
+import { ByollmApp, createFetchHandler, generateSiteKeys } from "../dist/index.js";
 import { freshDatabase, testPool, TRUNCATE } from "./postgres-db.mjs";
+import { Device, ORIGIN } from "./helpers/device.mjs";
 
 const T0 = 1_767_225_600_000;
 const KIND = "llm.generate";
@@ -297,4 +299,34 @@ test("the bounds migration is applied: its functions exist and are the server's 
   ]);
   const limits = await pool.query("select byollm_max_pairings() as m, byollm_prune_batch() as b");
   assert.deepEqual(limits.rows[0], { m: MAX_PAIRINGS, b: PRUNE_BATCH });
+});
+
+// The wire bounds are checked with the schema, before any store call: on a
+// SQL store a heartbeat naming more leases than the bound costs the runner's
+// read (for the signature check) and nothing else.
+test("on postgresStore a heartbeat over the lease bound is refused without calling the heartbeat function", async () => {
+  await pool.query(TRUNCATE);
+  const texts = [];
+  const query = pool.query.bind(pool);
+  const watched = Object.create(pool);
+  watched.query = (...args) => {
+    texts.push(typeof args[0] === "string" ? args[0] : args[0]?.text ?? "");
+    return query(...args);
+  };
+  const watchedStore = postgresStore({ pool: watched });
+  const siteKeys = generateSiteKeys();
+  const app = new ByollmApp({ store: watchedStore, siteKeys });
+  const handler = createFetchHandler({ store: watchedStore, siteKeys, verificationUrl: `${ORIGIN}/pair` });
+  const device = new Device(handler);
+  await device.pair(app, randomUUID());
+  texts.length = 0;
+  const leases = Array.from({ length: 1025 }, () => ({ jobId: randomUUID(), leaseId: randomUUID() }));
+  assert.deepEqual(await device.heartbeat(leases), {
+    status: 400,
+    body: { error: "bad-request", message: "activeLeases has 1025 items and the limit is 1024" },
+  });
+  assert.deepEqual(texts.filter((t) => /byollm_(heartbeat_for|renew_leases|touch_runner)/.test(t)), []);
+  assert.ok(texts.length <= 1, `at most the runner's read: ${texts.join(" | ")}`);
+  const ok = await device.heartbeat(leases.slice(0, 1024));
+  assert.deepEqual([ok.status, ok.body.lost.length], [200, 1024]);
 });

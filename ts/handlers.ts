@@ -104,8 +104,12 @@ export function bodyText(body: unknown): string | undefined {
   return JSON.stringify(body);
 }
 
-/** A body already checked against its endpoint's schema, or the fact that it failed. */
-export type CheckedBody = { ok: true; body: Record<string, unknown> } | { ok: false };
+/**
+ * A body already checked against its endpoint's schema, or the fact that it
+ * failed; `message`: the core's answer when it is not the endpoint's usual
+ * schema message (a list over its bound names the field and the bound).
+ */
+export type CheckedBody = { ok: true; body: Record<string, unknown> } | { ok: false; message?: string };
 
 interface PairStart {
   action: "start";
@@ -150,7 +154,8 @@ function checkValue(endpoint: Endpoint, body: unknown): CheckedBody {
   // The HTTP path's one inspection. A wrong protocol version is a schema
   // failure here (the schemas pin it), so any stage but "ok" is a refusal.
   const inspected = native.inspectRequest(endpoint, json);
-  return inspected.stage === "ok" ? { ok: true, body: inspected.body } : { ok: false };
+  if (inspected.stage === "ok") return { ok: true, body: inspected.body };
+  return inspected.stage === "schema" ? { ok: false, message: inspected.error.message } : { ok: false };
 }
 
 /**
@@ -216,7 +221,7 @@ export class Endpoints {
   async dispatch(endpoint: Endpoint, checked: CheckedBody, auth: AuthContext): Promise<HandlerResult> {
     switch (endpoint) {
       case "pair":
-        if (!checked.ok) return fail("bad-request", "pair request failed schema validation");
+        if (!checked.ok) return fail("bad-request", checked.message ?? "pair request failed schema validation");
         return this.#pair(checked.body as unknown as PairStart | PairPoll);
       case "claim":
         return this.#authed(auth, checked, (b, r) => this.#claim(b as unknown as ClaimBody, r));
@@ -265,7 +270,7 @@ export class Endpoints {
     if (failure !== null) return fail("unauthorized", "this request's signature is not valid");
     const revoked = runnerRefusal(runner);
     if (revoked) return revoked;
-    if (!checked.ok) return fail("bad-request", "request body failed schema validation");
+    if (!checked.ok) return fail("bad-request", checked.message ?? "request body failed schema validation");
     // Every signed body names its runner, which must be the signer (the
     // reference skips this on fetch; a body naming someone else is never honest).
     if (checked.body["runnerId"] !== runner.id) {

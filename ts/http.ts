@@ -147,7 +147,7 @@ export function createFetchHandler(
     const inspected = native.inspectRequest(endpoint, rawBody);
     let checked: CheckedBody;
     if (inspected.stage === "ok") checked = { ok: true, body: inspected.body };
-    else if (inspected.stage === "schema") checked = { ok: false };
+    else if (inspected.stage === "schema") checked = { ok: false, message: inspected.error.message };
     else return json(inspected.status, inspected.error);
 
     const result = await endpoints.dispatch(endpoint, checked, {
