@@ -12,11 +12,11 @@ import { migratePostgres, postgresStore } from "../dist/postgres.js";
 import { ByollmApp, createFetchHandler, generateSiteKeys } from "../dist/index.js";
 import { freshDatabase, testPool, TRUNCATE } from "./postgres-db.mjs";
 import { Device, ORIGIN } from "./helpers/device.mjs";
+import { pairingRecord, pairRunner } from "./helpers/sql-jobs.mjs";
 
 const T0 = 1_767_225_600_000;
 const KIND = "llm.generate";
 const ENVELOPE = { ciphertext: "c2VhbGVk", recipientKeyId: "site", senderKeyId: "site", direction: "payload", deadlineAt: T0 + 86_400_000 };
-const DEVICE = { identity: "id-pub", encryption: "enc-pub", encryptionSig: "sig" };
 const CAP = { kind: KIND, service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
 const MAX_PAIRINGS = 4096;
 const PRUNE_BATCH = 512;
@@ -35,29 +35,9 @@ after(async () => {
   await db?.drop();
 });
 
-let n = 0;
-const pairing = (extra = {}) => ({
-  deviceCodeHash: `hash-${++n}`,
-  userCode: `CODE-${n}`,
-  state: "pending",
-  owner: null,
-  runnerId: null,
-  collected: false,
-  label: "l",
-  platform: "linux",
-  daemonVersion: "0.1.1",
-  capabilities: [CAP],
-  device: DEVICE,
-  expiresAt: T0 + 600_000,
-  createdAt: T0,
-  ...extra,
-});
+const pairing = (extra = {}) => pairingRecord({ expiresAt: T0 + 600_000, createdAt: T0, ...extra });
 
-async function pairedRunner(owner = randomUUID(), capabilities = [CAP]) {
-  const p = pairing({ capabilities });
-  await store.createPairing(p);
-  return store.approvePairing({ userCode: p.userCode, owner, runnerId: `runner_${randomUUID()}`, now: T0 });
-}
+const pairedRunner = (owner = randomUUID(), capabilities = [CAP]) => pairRunner(store, owner, capabilities);
 
 /** `count` jobs of `owner`'s, claimed by `runner`: their lease refs. */
 async function heldLeases(runner, count) {
@@ -190,7 +170,7 @@ async function insertPairings(count, { expiresAt = T0 + 600_000, state = "pendin
         'collected', false, 'label', 'l', 'platform', 'linux', 'daemonVersion', '1', 'capabilities', '[]'::jsonb,
         'device', '{}'::jsonb, 'expiresAt', $2::bigint, 'createdAt', $3::bigint))
        from generate_series(1, $5::int) g`,
-    [`bulk-${++n}-`, expiresAt, T0, state, count],
+    [`bulk-${randomUUID()}-`, expiresAt, T0, state, count],
   );
 }
 
@@ -291,10 +271,11 @@ test("the bounds migration is applied: its functions exist and are the server's 
   const { rows } = await pool.query(
     `select p.proname, has_function_privilege('anon', p.oid, 'EXECUTE') as anon,
             has_function_privilege('service_role', p.oid, 'EXECUTE') as service
-       from pg_proc p where p.proname in ('byollm_max_pairings', 'byollm_prune_batch') order by 1`,
+       from pg_proc p where p.proname in ('byollm_max_pairings', 'byollm_named_leases', 'byollm_prune_batch') order by 1`,
   );
   assert.deepEqual(rows, [
     { proname: "byollm_max_pairings", anon: false, service: true },
+    { proname: "byollm_named_leases", anon: false, service: true },
     { proname: "byollm_prune_batch", anon: false, service: true },
   ]);
   const limits = await pool.query("select byollm_max_pairings() as m, byollm_prune_batch() as b");

@@ -26,6 +26,21 @@
 -- Leases
 -- ---------------------------------------------------------------------------
 
+-- The leases a request names, each with its place in the list, the JSON it
+-- gave (echoed in answers) and the texts that name a lease: a job id or
+-- lease id names one only in the spelling its column prints, which is what
+-- byollm_job_key and byollm_try_uuid accept, so the runner's leases are
+-- matched with these by text in one hash join, with no per-lease index probe
+-- or uuid parse. A plain SQL function: inlined where it is used.
+create or replace function byollm_named_leases(p_leases jsonb)
+returns table (n bigint, job_json jsonb, lease_json jsonb, job_text text, lease_text text)
+language sql immutable parallel safe
+as $$
+  select r.n, r.v -> 'jobId', r.v -> 'leaseId', r.v ->> 'jobId', r.v ->> 'leaseId'
+    from jsonb_array_elements(case when jsonb_typeof(p_leases) = 'array' then p_leases
+                                   else '[]'::jsonb end) with ordinality as r(v, n)
+$$;
+
 -- {renewed: [{jobId, expiresAt}], lost: [LeaseRef]}, each lease in the order
 -- given; a lease named twice is reported twice. Sweeps first so a lapsed
 -- lease is reported lost rather than renewed.
@@ -44,16 +59,10 @@ declare
   v_out jsonb;
 begin
   v_swept := byollm_sweep(p_now);
-  -- The runner's leases (few: its jobs in flight, through
-  -- byollm_jobs_lease_runner_idx) are matched with the named ones by their
-  -- text, in one hash join: no per-lease index probe or uuid parse. A job id
-  -- or lease id names a lease only in the spelling the columns print, which
-  -- is what byollm_job_key and byollm_try_uuid accept.
-  with refs as (
-    select r.n, r.v -> 'jobId' as job_json, r.v -> 'leaseId' as lease_json,
-           r.v ->> 'jobId' as job_text, r.v ->> 'leaseId' as lease_text
-      from jsonb_array_elements(case when jsonb_typeof(p_leases) = 'array' then p_leases
-                                     else '[]'::jsonb end) with ordinality as r(v, n)
+  -- The runner's leases (its jobs in flight, through
+  -- byollm_jobs_lease_runner_idx) matched with the named ones.
+  with refs as materialized (
+    select * from byollm_named_leases(p_leases)
   ), renewed as (
     update byollm_jobs j
        set state = 'running',
@@ -96,10 +105,8 @@ declare
   v_out jsonb;
 begin
   -- Matched with the runner's leases by text, as in byollm_renew_leases.
-  with refs as (
-    select r.n, r.v -> 'jobId' as job_json, r.v ->> 'jobId' as job_text, r.v ->> 'leaseId' as lease_text
-      from jsonb_array_elements(case when jsonb_typeof(p_leases) = 'array' then p_leases
-                                     else '[]'::jsonb end) with ordinality as r(v, n)
+  with refs as materialized (
+    select * from byollm_named_leases(p_leases)
   ), released as (
     update byollm_jobs j
        set state = 'queued', lease_id = null, lease_runner = null, lease_expires_at = null,
