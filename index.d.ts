@@ -531,7 +531,8 @@ export declare function signRequest(keys: StoredKeys, req: RequestToSign): Signe
 
 /**
  * `siteKeysFromEnv` given the variable's name and value; the shell reads
- * `process.env`. Throws the reference's three messages.
+ * `process.env`. Throws the reference's three messages. The value (the keys,
+ * private halves included) is wiped here once read.
  */
 export declare function siteKeysFromEnvValue(variable: string, value?: string | undefined | null): StoredKeys
 

@@ -17,6 +17,7 @@ import {
   secretsMatch,
 } from "../dist/index.js";
 import * as native from "../index.js";
+import { CAP, Device } from "./helpers/device.mjs";
 
 const MAX_BODY_BYTES = 6 * 1024 * 1024 + 512 * 1024;
 const MAX_ENVELOPE_BYTES = 6 * 1024 * 1024;
@@ -194,9 +195,13 @@ test("pair start keeps only bounded fields; more is the reference's schema refus
   const over = structuredClone(maximal);
   over.capabilities[0].model += "m";
   assert.deepEqual(await handlers.handle("pair", over, auth), SCHEMA_REFUSAL, "one byte over 8 KiB");
+  // A list over its bound is refused naming the field and the bound.
+  assert.deepEqual(
+    await handlers.handle("pair", startBody(device, { capabilities: Array.from({ length: 33 }, (_, i) => capability(i)) }), auth),
+    { status: 400, body: { error: "bad-request", message: "capabilities has 33 items and the limit is 32" } },
+  );
   for (const [name, body] of [
     ["a daemon version of 65 characters", startBody(device, { daemon: { version: "1".repeat(65) } })],
-    ["33 capabilities", startBody(device, { capabilities: Array.from({ length: 33 }, (_, i) => capability(i)) })],
     ["a megabyte capability", startBody(device, { capabilities: [capability(0, "m".repeat(1_000_000))] })],
     ["an identity of 129 characters", startBody({ ...device, identity: device.identity.padEnd(129, "A") })],
   ]) {
@@ -331,6 +336,95 @@ test("100,000 maximal pair starts leave memory bounded, and a sweep removes expi
   assert.equal(await store.getPairingByDeviceCodeHash(hashSecret(last)), null);
   const polled = await handlers.handle("pair", { protocolVersion: "2", action: "poll", deviceCode: last }, auth);
   assert.deepEqual(polled, { status: 404, body: { error: "not-found", message: "unknown device code" } });
+});
+
+// ---------------------------------------------------------------- lists a paired runner sends
+
+const leaseRefs = (n) => Array.from({ length: n }, (_, i) => ({ jobId: `job-${i}`, leaseId: `lease-${i}` }));
+const overBound = (message) => ({ status: 400, body: { error: "bad-request", message } });
+
+/** A site on the real clock (the device signs with Date.now()) and a device paired with it. */
+async function pairedDevice(store = new MemoryStore()) {
+  const siteKeys = generateSiteKeys();
+  const app = new ByollmApp({ store, siteKeys });
+  const fetchHandler = createFetchHandler({ store, siteKeys, verificationUrl: "https://site.example/pair" });
+  const device = new Device(fetchHandler);
+  await device.pair(app, "alice");
+  return { store, app, fetchHandler, device };
+}
+
+test("every list a signed request carries is bounded: over it, 400 naming the field and the bound", async () => {
+  const { store, device } = await pairedDevice();
+  const heartbeat = (fields) =>
+    device.post("heartbeat", { protocolVersion: "2", runnerId: device.runnerId, daemonVersion: "0.1.1", capabilities: [CAP], activeLeases: [], ...fields });
+  // At the bound: answered (every unknown lease lost).
+  const atBound = await heartbeat({ activeLeases: leaseRefs(1024) });
+  assert.equal(atBound.status, 200);
+  assert.equal(atBound.body.lost.length, 1024);
+  const seen = (await store.getRunner(device.runnerId)).lastHeartbeatAt;
+
+  assert.deepEqual(await heartbeat({ activeLeases: leaseRefs(1025) }), overBound("activeLeases has 1025 items and the limit is 1024"));
+  assert.deepEqual(await heartbeat({ capabilities: Array(33).fill(CAP) }), overBound("capabilities has 33 items and the limit is 32"));
+  assert.deepEqual(
+    await heartbeat({ capabilities: [CAP, { ...CAP, knownModels: Array(65).fill("m") }] }),
+    overBound("capabilities[1].knownModels has 65 items and the limit is 64"),
+  );
+  const wide = Array.from({ length: 20 }, (_, i) => ({ ...CAP, service: `s${i}`, model: "m".repeat(1000) }));
+  assert.deepEqual(
+    await heartbeat({ capabilities: wide }),
+    overBound(`capabilities is ${Buffer.byteLength(JSON.stringify(wide))} bytes as JSON and the limit is 16384`),
+  );
+  assert.deepEqual(await heartbeat({ daemonVersion: "9".repeat(100_000) }), overBound("daemonVersion has 100000 characters and the limit is 64"));
+  const withheld = [{ kind: "llm.generate", claimants: Array(65).fill({ service: "s", offer: "private" }) }];
+  assert.deepEqual(await heartbeat({ withheld }), overBound("withheld[0].claimants has 65 items and the limit is 64"));
+  // None of them reached the store: the runner was not touched.
+  const runner = await store.getRunner(device.runnerId);
+  assert.deepEqual([runner.lastHeartbeatAt, runner.daemonVersion], [seen, "0.1.1"]);
+
+  assert.deepEqual(
+    await device.post("release", { protocolVersion: "2", runnerId: device.runnerId, leases: leaseRefs(1025), reason: "shutdown" }),
+    overBound("leases has 1025 items and the limit is 1024"),
+  );
+  // A claim over its bound is not served by the direct lane either.
+  assert.deepEqual(
+    await device.post("claim", { protocolVersion: "2", runnerId: device.runnerId, capabilities: Array(33).fill(CAP), max: 1 }),
+    overBound("capabilities has 33 items and the limit is 32"),
+  );
+});
+
+test("a bound refusal comes after the signature check: strangers learn nothing about the wire format", async () => {
+  const { device } = await pairedDevice();
+  const body = { protocolVersion: "2", runnerId: device.runnerId, daemonVersion: "0.1.1", capabilities: [CAP], activeLeases: leaseRefs(5000) };
+  assert.deepEqual(await device.post("heartbeat", body, false), { status: 401, body: { error: "unauthorized", message: "this request is not signed" } });
+  const stranger = new Device(device.handler);
+  stranger.runnerId = device.runnerId;
+  assert.deepEqual(await stranger.post("heartbeat", body), {
+    status: 401,
+    body: { error: "unauthorized", message: "this request's signature is not valid" },
+  });
+  assert.deepEqual(await device.post("heartbeat", body), overBound("activeLeases has 5000 items and the limit is 1024"));
+});
+
+test("ByollmHandlers.handle (parsed bodies) answers a bound refusal with the same message", async () => {
+  const { handlers } = site();
+  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const body = startBody(device, { capabilities: [{ ...capability(0), knownModels: Array(65).fill("m") }] });
+  assert.deepEqual(await handlers.handle("pair", body, auth), overBound("capabilities[0].knownModels has 65 items and the limit is 64"));
+});
+
+// ---------------------------------------------------------------- nesting
+
+test("a body of 6 MiB of `[` is refused before anything else, with the nesting message", async () => {
+  const { fetchHandler } = site();
+  const refusal = overBound("request body nests arrays and objects deeper than 64 levels");
+  for (const endpoint of ["pair", "claim", "heartbeat", "result"]) {
+    assert.deepEqual(await answer(await post(fetchHandler, endpoint, "[".repeat(6 << 20))), refusal, endpoint);
+  }
+  // 64 levels are JSON like any other (here: an unknown key, so the schema's answer after the signature).
+  const deepKey = `{"protocolVersion":"2","action":"poll","deviceCode":"${"a".repeat(43)}","x":${"[".repeat(63)}${"]".repeat(63)}}`;
+  assert.deepEqual(await answer(await post(fetchHandler, "pair", deepKey)), SCHEMA_REFUSAL);
+  const tooDeep = deepKey.replace(`${"[".repeat(63)}${"]".repeat(63)}`, `${"[".repeat(64)}${"]".repeat(64)}`);
+  assert.deepEqual(await answer(await post(fetchHandler, "pair", tooDeep)), refusal);
 });
 
 test("secretsMatch: malformed hex is never equal", () => {

@@ -188,6 +188,30 @@ const DELIBERATE = [
       (v.status === 200 && Array.isArray(v.body?.jobs) && v.body.jobs.length === 0) ||
       (v.status === 404 && v.body?.error === "not-found"),
   },
+  {
+    // Ours refuses a list or a kept text over its bound (after the signature
+    // check); the reference takes any length.
+    id: "every list a request carries is bounded",
+    doc: ["README.md", "Every list a request carries has a bound far above what a daemon sends"],
+    also: ["docs/security.md", "Every list in a request body (leases, capabilities, models, withheld kinds)"],
+    // (In a mutation step, what the reference then holds, a claimed job or a
+    // touched runner, is the step's consequence.)
+    label: /^body variants \/ (claim: 200 chat capabilities|heartbeat: daemonVersion 100,000 chars)$|^mutation #\d+ (claim|heartbeat|release|pair-start) \[[^\]]*(array of \d+ at |at daemonVersion)/,
+    ref: (v) => v.status === 200,
+    ours: (v) =>
+      v.status === 400 &&
+      v.body?.error === "bad-request" &&
+      /^[\w.[\]]+ (has \d+ (items|characters)|is \d+ bytes as JSON) and the limit is \d+$/.test(v.body.message),
+  },
+  {
+    // Refused where the 65th level opens, at the JSON stage; the reference
+    // parses any depth and answers the version, signature or schema refusal.
+    id: "JSON nested deeper than 64 levels is refused",
+    doc: ["README.md", "JSON nested deeper than 64 levels is refused where it opens"],
+    also: ["docs/security.md", "nesting of arrays and objects in any JSON the core parses | 64 levels"],
+    label: /^body variants \/ claim: depth (64 extra key|200 extra key|5000 extra key|200 objects|5000 in model)$|^mutation #\d+ .*deep nesting/,
+    ours: (v) => v.status === 400 && v.body?.error === "bad-request" && v.body.message === "request body nests arrays and objects deeper than 64 levels",
+  },
 ];
 
 /**
@@ -443,7 +467,8 @@ dtest("body variants: order, whitespace, escapes, duplicates, extra keys, types,
     ["claim: max null", claimV(`"capabilities":[${cap}],"max":null`)],
     ["claim: capabilities object", claimV(`"capabilities":${cap},"max":1`)],
     ["claim: capabilities empty", claimV(`"capabilities":[],"max":1`)],
-    ["claim: 200 capabilities", claimV(`"capabilities":[${Array(200).fill(cap).join(",")}],"max":1`)],
+    // Of a kind with no job queued: the reference claims nothing, so the queue stays the same on both sides.
+    ["claim: 200 chat capabilities", claimV(`"capabilities":[${Array(200).fill(JSON.stringify({ ...H.CAP, kind: "llm.chat" })).join(",")}],"max":1`)],
     ["claim: model 10,000 chars", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, model: "m".repeat(10_000) })}],"max":1`)],
     ["claim: service empty", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, service: "" })}],"max":1`)],
     ["claim: kind uppercase", claimV(`"capabilities":[${JSON.stringify({ ...H.CAP, kind: "LLM.GENERATE" })}],"max":1`)],

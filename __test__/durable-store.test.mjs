@@ -7,9 +7,10 @@
 // only ours).
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { spawnSync } from "node:child_process";
 import { MemoryStore } from "../dist/memory.js";
 import { NativeMemoryStore } from "../index.js";
@@ -124,7 +125,48 @@ test("an unreadable file is an error, not a crash", () => {
   const path = freshPath();
   const fs = spawnSync("sh", ["-c", `head -c 8192 /dev/urandom > ${JSON.stringify(path)}`]);
   assert.equal(fs.status, 0);
-  assert.throws(() => new MemoryStore({ path }), /not a database|not readable|could not be written/);
+  assert.throws(
+    () => new MemoryStore({ path }),
+    (error) => error.message.startsWith(`the file ${path} is not a byollm store (it is not a SQLite database)`),
+  );
+});
+
+test("another program's SQLite file is refused, named, and left as it was", () => {
+  const path = freshPath();
+  // Made by node:sqlite of the Node 22 the devDependencies install (Node 20 has none).
+  const node22 = fileURLToPath(new URL("../node_modules/node/bin/node", import.meta.url));
+  const made = spawnSync(node22, ["--no-warnings", "--input-type=module", "-e", `
+    import { DatabaseSync } from "node:sqlite";
+    const db = new DatabaseSync(${JSON.stringify(path)});
+    db.exec("create table notes (id integer primary key, text text); insert into notes values (1, 'mine'); pragma user_version = 3;");
+    db.close();
+  `], { encoding: "utf8" });
+  assert.equal(made.status, 0, made.stderr);
+  const before = readFileSync(path);
+  assert.throws(() => new MemoryStore({ path }), (error) => {
+    assert.match(error.message, /is not a byollm store/);
+    assert.ok(error.message.includes(path), error.message);
+    return true;
+  });
+  assert.deepEqual(readFileSync(path), before);
+  assert.equal(existsSync(`${path}-wal`), false);
+});
+
+test("the store's file and its WAL are readable by their owner only", { skip: process.platform === "win32" && "no POSIX modes on Windows" }, () => {
+  const path = freshPath();
+  const store = new MemoryStore({ path });
+  try {
+    store.createPairing({
+      deviceCodeHash: "h", userCode: "C", state: "pending", owner: null, runnerId: null, collected: false,
+      label: "l", platform: "linux", daemonVersion: "1", capabilities: [], device: { identity: "i", encryption: "e", encryptionSig: "s" },
+      expiresAt: Date.now() + 60_000, createdAt: Date.now(),
+    });
+    for (const file of [path, `${path}-wal`]) {
+      assert.equal(statSync(file).mode & 0o777, 0o600, file);
+    }
+  } finally {
+    store.close();
+  }
 });
 
 test("a large payload (the thread-pool enqueue) is on disk sealed and opens after a restart", { timeout: 60_000 }, async () => {

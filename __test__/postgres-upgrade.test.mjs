@@ -154,6 +154,21 @@ test("a database migrated by our earlier files, with queued, held, ended and blo
         "select count(*)::int as n from pg_indexes where tablename = 'byollm_jobs' and indexname in ('byollm_jobs_claim_order_idx', 'byollm_jobs_depends_idx')",
       );
       assert.equal(rows[0].n, 0, "the replaced indexes are gone");
+
+      // The bounds file applied on top: set-based release over the upgraded
+      // rows, the pairing bound's index, no sequence for the browser roles.
+      const released = await store.release({
+        runnerId, leases: [{ jobId: "after-upgrade/1", leaseId: bare[0].lease.id }, { jobId: blocked, leaseId: randomUUID() }], reason: "shutdown", now: T0 + 18,
+      });
+      assert.deepEqual(released, ["after-upgrade/1"]);
+      const { rows: bounds } = await db.query(
+        `select byollm_max_pairings() as max,
+                (select count(*)::int from pg_indexes where indexname = 'byollm_pairings_seq_idx') as idx,
+                (select count(*)::int from unnest(array['byollm_jobs', 'byollm_runners', 'byollm_pairings', 'byollm_job_cancels']) t,
+                        unnest(array['anon', 'authenticated']) r
+                  where has_sequence_privilege(r, pg_get_serial_sequence(t, 'byollm_seq'), 'USAGE')) as granted`,
+      );
+      assert.deepEqual(bounds[0], { max: 4096, idx: 1, granted: 0 });
     } finally {
       await store.close();
     }

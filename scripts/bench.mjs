@@ -14,6 +14,10 @@
 //                                 --concurrent-jobs=N sizes its concurrency part)
 //   npm run bench -- delivery     how soon handle.result() hears of a commit on
 //                                 PostgreSQL (only when named)
+//   npm run bench -- leases       a heartbeat naming 1,000 and 10,000 leases:
+//                                 byollm_heartbeat_for against MemoryStore (in
+//                                 every full run; starts the stores bench's
+//                                 PostgreSQL)
 //
 // The scripts name the Node binary: both devDependencies install a `node`
 // into node_modules/.bin, and which one a bare `node` finds there depends on
@@ -46,6 +50,7 @@ const sections = [
   { key: "scaling", file: "bench/full-cycle.mjs", title: "Full cycle against stored job count (server side, in-process)", scalingOf: "cycle" },
   { key: "durable", file: "bench/durable.mjs", title: "Durable store (a SQLite file) vs in-memory stores" },
   { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
+  { key: "leases", file: "bench/leases.mjs", title: "A heartbeat naming many leases: the SQL store's function vs our in-memory store (starts PostgreSQL)" },
   // Minutes, a PostgreSQL and millions of rows: run only when asked for.
   { key: "stores", file: "bench/stores.mjs", title: "SQL stores against stored job count (ours vs reference supabaseStore)", onlyWhenNamed: true },
   { key: "delivery", file: "bench/delivery.mjs", title: "Result delivery on PostgreSQL (ours postgresDelivery vs the reference's polling)", onlyWhenNamed: true },

@@ -225,9 +225,25 @@ impl StoredKeys {
     }
 
     /// Compact JSON in field order, byte-identical to `JSON.stringify(keys)`.
+    /// Written into room reserved up front, so no partial copy of the private
+    /// keys is left in a buffer outgrown on the way (the caller wipes the
+    /// answer when it is done with it).
     pub fn to_json(&self) -> String {
-        // Serialising plain strings and integers cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        let fields = [
+            &self.identity_public,
+            &*self.identity_private,
+            &self.encryption_public,
+            &*self.encryption_private,
+            &self.encryption_sig,
+        ];
+        // Every character escaped as `\uXXXX` at worst, plus the keys.
+        let room = 160 + fields.iter().map(|f| 6 * f.len()).sum::<usize>();
+        let mut out = Vec::with_capacity(room);
+        // Serialising plain strings and integers into a Vec cannot fail.
+        if serde_json::to_writer(&mut out, self).is_err() {
+            out.clear();
+        }
+        String::from_utf8(out).unwrap_or_default()
     }
 }
 

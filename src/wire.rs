@@ -9,7 +9,7 @@ pub mod schema;
 use crate::audience::{BackendClass, OfferScope, StopReason};
 use crate::json::{self, Doc, JsStr};
 use crate::kinds::JobKind;
-use schema::{array, int, object, opt, req, text, Field, Out, Presence, Schema};
+use schema::{array, bounded, int, object, opt, req, text, Field, Measure, Out, Presence, Schema};
 
 pub use issue::{Issue, IssueKind, Seg};
 pub use schema::Validated;
@@ -299,6 +299,17 @@ pub fn undeliverable_payload_message(kind: &str, bytes: f64) -> String {
     )
 }
 
+/// The refusal of a body whose arrays and objects nest deeper than
+/// [`json::MAX_DEPTH`] (ours: `JSON.parse` has no such limit). Answered
+/// where a body that is not JSON is, before the signature is checked: it
+/// says nothing about the wire format.
+pub fn too_deep_message() -> String {
+    format!(
+        "request body nests arrays and objects deeper than {} levels",
+        json::MAX_DEPTH
+    )
+}
+
 /// The message for a body over [`MAX_BODY_BYTES`] (U+2014 dash).
 pub fn too_large_message(bytes: f64) -> String {
     format!(
@@ -307,6 +318,38 @@ pub fn too_large_message(bytes: f64) -> String {
         describe_bytes(MAX_BODY_BYTES as f64)
     )
 }
+
+// ---------------------------------------------------------------------------
+// Bounds: ours, not the reference's
+//
+// Every list a request carries, and every text a runner's record keeps, has a
+// bound far above what a daemon sends, checked with the schema, before any
+// store call: a request over one is refused with 400 `bad-request` naming the
+// field and the bound (answered where a schema failure is, after the
+// signature checks). The reference has none of these; docs/security.md lists
+// them.
+
+/// Leases a heartbeat's `activeLeases` may name. A daemon holds at most its
+/// concurrency (32 at most in byollm@0.1.1) and a claim grants at most 64.
+pub const MAX_ACTIVE_LEASES: u32 = 1024;
+/// Leases one `release` may name (the same reasoning).
+pub const MAX_RELEASE_LEASES: u32 = 1024;
+/// Capabilities a claim, a heartbeat or a `pair start` may carry. A daemon
+/// sends one per job kind it serves.
+pub const MAX_CAPABILITIES: u32 = 32;
+/// The capabilities of a claim or heartbeat as compact JSON: a heartbeat's
+/// are kept in the runner's record. A `pair start` whole is at most
+/// [`schema::MAX_PAIR_START_BYTES`], so any daemon that could pair fits.
+pub const MAX_CAPABILITIES_BYTES: u32 = 16 * 1024;
+/// `knownModels` in one capability (byollm@0.1.1 sends at most 6).
+pub const MAX_KNOWN_MODELS: u32 = 64;
+/// Entries of a heartbeat's `withheld` (at most one per job kind).
+pub const MAX_WITHHELD: u32 = 32;
+/// `claimants` of one `withheld` entry (one per configured service).
+pub const MAX_CLAIMANTS: u32 = 64;
+/// A heartbeat's `daemonVersion`, kept in the runner's record (the same
+/// bound as a `pair start`'s `daemon.version`).
+pub const MAX_DAEMON_VERSION_CHARS: u32 = 64;
 
 // ---------------------------------------------------------------------------
 // Schemas (protocol.md §4.0–4.6)
@@ -339,11 +382,20 @@ pub static CAPABILITY: Schema = object(&[
     req("backendId", &BACKEND_ID),
     req("backendClass", &BACKEND_CLASS),
     req("model", &S1),
-    opt("knownModels", &array(&S1, None, None)),
+    opt(
+        "knownModels",
+        &bounded(&array(&S1, None, None), MAX_KNOWN_MODELS, Measure::Items),
+    ),
     req("offerScope", &OFFER_SCOPE),
 ]);
 
-static CAPABILITIES: Schema = array(&CAPABILITY, None, None);
+static CAPABILITY_LIST: Schema = array(&CAPABILITY, None, None);
+
+static CAPABILITIES: Schema = bounded(
+    &bounded(&CAPABILITY_LIST, MAX_CAPABILITIES_BYTES, Measure::JsonBytes),
+    MAX_CAPABILITIES,
+    Measure::Items,
+);
 
 pub static GRANT_REF: Schema = object(&[req("jobId", &S1), req("leaseId", &S1)]);
 
@@ -353,10 +405,14 @@ static WITHHELD_KIND: Schema = object(&[
     req("kind", &JOB_KIND),
     req(
         "claimants",
-        &array(
-            &object(&[req("service", &S1), req("offer", &OFFER_SCOPE)]),
-            Some(2),
-            None,
+        &bounded(
+            &array(
+                &object(&[req("service", &S1), req("offer", &OFFER_SCOPE)]),
+                Some(2),
+                None,
+            ),
+            MAX_CLAIMANTS,
+            Measure::Items,
         ),
     ),
 ]);
@@ -371,8 +427,8 @@ pub static SEALED_ENVELOPE: Schema = object(&[
 
 /// What `pair start` may carry is bounded (ours, not the reference's: it is
 /// kept, and anyone may send one): key texts of at most 128 characters
-/// (a device's are 43, 43 and 86), a version of at most 64, at most 32
-/// capabilities, and the whole body at most
+/// (a device's are 43, 43 and 86), a version of at most 64, at most
+/// [`MAX_CAPABILITIES`] capabilities, and the whole body at most
 /// [`schema::MAX_PAIR_START_BYTES`].
 const PAIR_KEY_TEXT: Schema = text(Some(1), Some(128));
 
@@ -382,7 +438,7 @@ static PAIR_DEVICE: Schema = object(&[
     req("encryptionSig", &PAIR_KEY_TEXT),
 ]);
 
-static PAIR_CAPABILITIES: Schema = array(&CAPABILITY, None, Some(32));
+static PAIR_CAPABILITIES: Schema = bounded(&CAPABILITY_LIST, MAX_CAPABILITIES, Measure::Items);
 
 pub static PAIR_START_REQUEST: Schema = Schema::Object {
     fields: &[
@@ -430,14 +486,24 @@ pub static FETCH_REQUEST: Schema = object(&[
 pub static HEARTBEAT_REQUEST: Schema = object(&[
     req("protocolVersion", &VERSION),
     req("runnerId", &S1),
-    req("daemonVersion", &S1),
+    req(
+        "daemonVersion",
+        &bounded(&S1, MAX_DAEMON_VERSION_CHARS, Measure::Chars),
+    ),
     req("capabilities", &CAPABILITIES),
     Field {
         name: "withheld",
-        schema: &array(&WITHHELD_KIND, None, None),
+        schema: &bounded(
+            &array(&WITHHELD_KIND, None, None),
+            MAX_WITHHELD,
+            Measure::Items,
+        ),
         presence: Presence::DefaultEmptyArray,
     },
-    req("activeLeases", &GRANT_REFS),
+    req(
+        "activeLeases",
+        &bounded(&GRANT_REFS, MAX_ACTIVE_LEASES, Measure::Items),
+    ),
 ]);
 
 pub static RESULT_REQUEST: Schema = object(&[
@@ -452,7 +518,10 @@ pub static RESULT_REQUEST: Schema = object(&[
 pub static RELEASE_REQUEST: Schema = object(&[
     req("protocolVersion", &VERSION),
     req("runnerId", &S1),
-    req("leases", &GRANT_REFS),
+    req(
+        "leases",
+        &bounded(&GRANT_REFS, MAX_RELEASE_LEASES, Measure::Items),
+    ),
     req(
         "reason",
         &Schema::Enum(&["shutdown", "pause", "revoked", "backend-down", "refused"]),
@@ -513,12 +582,17 @@ pub enum Inspection {
         body: Out,
         canonical: bool,
     },
-    /// Not JSON: 400 `bad-request` "request body is not valid JSON".
-    Json,
+    /// Not JSON: 400 `bad-request` "request body is not valid JSON", or,
+    /// for arrays and objects nested deeper than [`json::MAX_DEPTH`]
+    /// (`too_deep`, refused where the first one too many opens), a message
+    /// saying so.
+    Json { too_deep: bool },
     /// Version refusal: 400 with the refusal body.
     Version(WireError),
-    /// Strict schema failure: 400 `bad-request` with the endpoint's message.
-    Schema,
+    /// Strict schema failure: 400 `bad-request` with the endpoint's
+    /// message, or, when the body is over one of our bounds, a message
+    /// naming the field and the bound (`bound`).
+    Schema { bound: Option<String> },
 }
 
 impl Inspection {
@@ -526,12 +600,18 @@ impl Inspection {
     pub fn error(&self, endpoint: Endpoint) -> Option<WireError> {
         match self {
             Inspection::Ok { .. } => None,
-            Inspection::Json => Some(WireError::new(
+            Inspection::Json { too_deep: false } => Some(WireError::new(
                 ErrorCode::BadRequest,
                 "request body is not valid JSON",
             )),
+            Inspection::Json { too_deep: true } => {
+                Some(WireError::new(ErrorCode::BadRequest, too_deep_message()))
+            }
             Inspection::Version(refusal) => Some(refusal.clone()),
-            Inspection::Schema => Some(WireError::new(
+            Inspection::Schema {
+                bound: Some(message),
+            } => Some(WireError::new(ErrorCode::BadRequest, message.as_str())),
+            Inspection::Schema { bound: None } => Some(WireError::new(
                 ErrorCode::BadRequest,
                 endpoint.schema_failure_message(),
             )),
@@ -541,9 +621,9 @@ impl Inspection {
     pub fn stage(&self) -> &'static str {
         match self {
             Inspection::Ok { .. } => "ok",
-            Inspection::Json => "json",
+            Inspection::Json { .. } => "json",
             Inspection::Version(_) => "version",
-            Inspection::Schema => "schema",
+            Inspection::Schema { .. } => "schema",
         }
     }
 }
@@ -577,8 +657,13 @@ pub fn basic_url_ok(s: &str) -> bool {
 /// One parse of a raw request body: JSON, then the protocol version, then
 /// the endpoint's strict schema.
 pub fn inspect_request(endpoint: Endpoint, raw: &str, url_ok: &dyn Fn(&str) -> bool) -> Inspection {
-    let Ok(doc) = json::parse(raw) else {
-        return Inspection::Json;
+    let doc = match json::parse(raw) {
+        Ok(doc) => doc,
+        Err(e) => {
+            return Inspection::Json {
+                too_deep: e.too_deep,
+            }
+        }
     };
     if let Some(refusal) = check_protocol_version(&doc) {
         return Inspection::Version(refusal);
@@ -591,7 +676,9 @@ pub fn inspect_request(endpoint: Endpoint, raw: &str, url_ok: &dyn Fn(&str) -> b
             body,
             canonical,
         },
-        _ => Inspection::Schema,
+        _ => Inspection::Schema {
+            bound: v.issues.first().and_then(Issue::bound_refusal),
+        },
     }
 }
 
@@ -690,6 +777,213 @@ mod tests {
         ] {
             assert_eq!(inspect(Endpoint::Claim, bad).stage(), "schema", "{bad}");
         }
+    }
+
+    fn refusal(endpoint: Endpoint, raw: &str) -> String {
+        let inspection = inspect(endpoint, raw);
+        assert_eq!(inspection.stage(), "schema", "{raw:.200}");
+        let error = inspection.error(endpoint).expect("an error body");
+        assert_eq!((error.status(), error.error), (400, ErrorCode::BadRequest));
+        error.message.as_str().to_owned()
+    }
+
+    fn leases(n: usize) -> String {
+        let one = r#"{"jobId":"j","leaseId":"l"}"#;
+        format!("[{}]", vec![one; n].join(","))
+    }
+
+    fn heartbeat(daemon_version: &str, capabilities: &str, withheld: &str, active: &str) -> String {
+        format!(
+            r#"{{"protocolVersion":"2","runnerId":"r","daemonVersion":"{daemon_version}","capabilities":{capabilities},"withheld":{withheld},"activeLeases":{active}}}"#
+        )
+    }
+
+    #[test]
+    fn every_list_a_request_carries_is_bounded_and_a_refusal_names_the_field_and_the_bound() {
+        let caps = |n: usize| format!("[{}]", vec![CAP; n].join(","));
+        let ok = |raw: &str, ep| assert_eq!(inspect(ep, raw).stage(), "ok", "{raw:.200}");
+        let hb = Endpoint::Heartbeat;
+        // At each bound: accepted.
+        ok(
+            &heartbeat(&"v".repeat(64), &caps(32), "[]", &leases(1024)),
+            hb,
+        );
+        // One over: refused with the field and the bound.
+        assert_eq!(
+            refusal(hb, &heartbeat("1", "[]", "[]", &leases(1025))),
+            "activeLeases has 1025 items and the limit is 1024"
+        );
+        assert_eq!(
+            refusal(hb, &heartbeat("1", &caps(33), "[]", "[]")),
+            "capabilities has 33 items and the limit is 32"
+        );
+        assert_eq!(
+            refusal(hb, &heartbeat(&"v".repeat(65), "[]", "[]", "[]")),
+            "daemonVersion has 65 characters and the limit is 64"
+        );
+        let models = |n: usize| format!("[{}]", vec![r#""m""#; n].join(","));
+        let with_models = |n: usize| {
+            format!(
+                r#"[{CAP},{{"kind":"llm.chat","service":"s","backendId":"ollama","backendClass":"http","model":"m","knownModels":{},"offerScope":"private"}}]"#,
+                models(n)
+            )
+        };
+        ok(&heartbeat("1", &with_models(64), "[]", "[]"), hb);
+        assert_eq!(
+            refusal(hb, &heartbeat("1", &with_models(65), "[]", "[]")),
+            "capabilities[1].knownModels has 65 items and the limit is 64"
+        );
+        let claimant = r#"{"service":"s","offer":"private"}"#;
+        let withheld = |kinds: usize, claimants: usize| {
+            let one = format!(
+                r#"{{"kind":"llm.generate","claimants":[{}]}}"#,
+                vec![claimant; claimants].join(",")
+            );
+            format!("[{}]", vec![one.as_str(); kinds].join(","))
+        };
+        ok(&heartbeat("1", "[]", &withheld(32, 64), "[]"), hb);
+        assert_eq!(
+            refusal(hb, &heartbeat("1", "[]", &withheld(33, 2), "[]")),
+            "withheld has 33 items and the limit is 32"
+        );
+        assert_eq!(
+            refusal(hb, &heartbeat("1", "[]", &withheld(1, 65), "[]")),
+            "withheld[0].claimants has 65 items and the limit is 64"
+        );
+
+        // The capabilities a runner's record keeps, in bytes.
+        let wide = |model_chars: usize| {
+            let one = format!(
+                r#"{{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"{}","offerScope":"private"}}"#,
+                "m".repeat(model_chars)
+            );
+            format!("[{}]", vec![one.as_str(); 16].join(","))
+        };
+        let fits = wide(900);
+        assert!(
+            fits.len() <= MAX_CAPABILITIES_BYTES as usize,
+            "{}",
+            fits.len()
+        );
+        ok(&heartbeat("1", &fits, "[]", "[]"), hb);
+        let over = wide(1100);
+        assert_eq!(
+            refusal(hb, &heartbeat("1", &over, "[]", "[]")),
+            format!(
+                "capabilities is {} bytes as JSON and the limit is 16384",
+                over.len()
+            )
+        );
+
+        // The same capabilities bounds on a claim, the release list, pair start's.
+        let claim = |c: &str| {
+            format!(r#"{{"protocolVersion":"2","runnerId":"r","capabilities":{c},"max":1}}"#)
+        };
+        ok(&claim(&caps(32)), Endpoint::Claim);
+        assert_eq!(
+            refusal(Endpoint::Claim, &claim(&caps(33))),
+            "capabilities has 33 items and the limit is 32"
+        );
+        assert_eq!(
+            refusal(Endpoint::Claim, &claim(&over)),
+            format!(
+                "capabilities is {} bytes as JSON and the limit is 16384",
+                over.len()
+            )
+        );
+        let release = |l: &str| {
+            format!(r#"{{"protocolVersion":"2","runnerId":"r","leases":{l},"reason":"shutdown"}}"#)
+        };
+        ok(&release(&leases(1024)), Endpoint::Release);
+        assert_eq!(
+            refusal(Endpoint::Release, &release(&leases(1025))),
+            "leases has 1025 items and the limit is 1024"
+        );
+        let pair = |c: &str| {
+            format!(
+                r#"{{"protocolVersion":"2","action":"start","daemon":{{"version":"1","label":"l","platform":"linux"}},"device":{{"identity":"i","encryption":"e","encryptionSig":"s"}},"capabilities":{c}}}"#
+            )
+        };
+        ok(&pair(&caps(32)), Endpoint::Pair);
+        assert_eq!(
+            refusal(Endpoint::Pair, &pair(&caps(33))),
+            "capabilities has 33 items and the limit is 32"
+        );
+    }
+
+    #[test]
+    fn a_list_over_its_bound_is_refused_before_its_items_are_looked_at() {
+        // Items that are not even objects: the count alone decides.
+        let junk = format!("[{}]", vec!["7"; 5000].join(","));
+        assert_eq!(
+            refusal(Endpoint::Heartbeat, &heartbeat("1", "[]", "[]", &junk)),
+            "activeLeases has 5000 items and the limit is 1024"
+        );
+        // A failure earlier in the body is the first issue: the usual message.
+        let raw = format!(
+            r#"{{"protocolVersion":"2","runnerId":"","daemonVersion":"1","capabilities":[],"activeLeases":{}}}"#,
+            leases(2000)
+        );
+        assert_eq!(
+            refusal(Endpoint::Heartbeat, &raw),
+            "request body failed schema validation"
+        );
+        // The canonical check (the direct lane's) never takes a body over a bound.
+        let claim = format!(
+            r#"{{"protocolVersion":"2","runnerId":"r","capabilities":[{}],"max":1}}"#,
+            vec![CAP; 33].join(",")
+        );
+        assert!(canonical_doc(Endpoint::Claim.schema(), &claim, &basic_url_ok).is_none());
+    }
+
+    #[test]
+    fn the_json_length_of_an_output_is_the_length_of_its_text() {
+        for raw in [
+            format!(
+                r#"{{"protocolVersion":"2","runnerId":"r\ud800\n\"é","capabilities":[{CAP},{CAP}],"max":64}}"#
+            ),
+            r#"{"protocolVersion":"2","runnerId":"\u0001x","capabilities":[],"max":1.0}"#
+                .to_owned(),
+        ] {
+            let Inspection::Ok { doc, body, .. } = inspect(Endpoint::Claim, &raw) else {
+                panic!("{raw}")
+            };
+            let mut text = String::new();
+            body.write_json(&doc, &mut text);
+            assert_eq!(body.json_len(&doc), text.len(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_body_nested_too_deep_is_refused_at_the_json_stage_with_its_own_message() {
+        let brackets = "[".repeat(6 << 20);
+        for endpoint in Endpoint::ALL {
+            let inspection = inspect(*endpoint, &brackets);
+            assert_eq!(inspection.stage(), "json");
+            let error = inspection.error(*endpoint).expect("an error body");
+            assert_eq!(
+                error.to_json(),
+                r#"{"error":"bad-request","message":"request body nests arrays and objects deeper than 64 levels"}"#
+            );
+        }
+        let deep_key = format!(
+            r#"{{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":1,"x":{}{}}}"#,
+            "[".repeat(64),
+            "]".repeat(64)
+        );
+        assert_eq!(
+            inspect(Endpoint::Claim, &deep_key)
+                .error(Endpoint::Claim)
+                .map(|e| e.message.as_str().to_owned()),
+            Some(too_deep_message())
+        );
+        // Unterminated but shallow: the usual answer.
+        assert_eq!(
+            inspect(Endpoint::Claim, "[[[")
+                .error(Endpoint::Claim)
+                .map(|e| e.message.as_str().to_owned()),
+            Some("request body is not valid JSON".to_owned())
+        );
     }
 
     #[test]

@@ -4,15 +4,22 @@ import { randomUUID } from "node:crypto";
 
 export const HTTP_CAP = { kind: "llm.generate", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
 
+/** A pending pairing record under a fresh code, `fields` over it. */
+export function pairingRecord(fields = {}) {
+  const code = `PAIR-${randomUUID().slice(0, 8).toUpperCase()}`;
+  return {
+    deviceCodeHash: `hash-${code}`, userCode: code, state: "pending", owner: null, runnerId: null, collected: false,
+    label: "l", platform: "linux", daemonVersion: "0.1.1", capabilities: [HTTP_CAP],
+    device: { identity: "i", encryption: "e", encryptionSig: "s" }, expiresAt: Date.now() + 600_000, createdAt: Date.now(),
+    ...fields,
+  };
+}
+
 /** A runner of `owner`, paired through a pending pairing and its approval. */
 export async function pairRunner(store, owner, capabilities = [HTTP_CAP]) {
-  const code = `PAIR-${randomUUID().slice(0, 4).toUpperCase()}`;
-  await store.createPairing({
-    deviceCodeHash: `hash-${code}`, userCode: code, state: "pending", owner: null, runnerId: null, collected: false,
-    label: "l", platform: "linux", daemonVersion: "0.1.1", capabilities,
-    device: { identity: "i", encryption: "e", encryptionSig: "s" }, expiresAt: Date.now() + 600_000, createdAt: Date.now(),
-  });
-  return store.approvePairing({ userCode: code, owner, runnerId: randomUUID(), now: Date.now() });
+  const pairing = pairingRecord({ capabilities });
+  await store.createPairing(pairing);
+  return store.approvePairing({ userCode: pairing.userCode, owner, runnerId: randomUUID(), now: Date.now() });
 }
 
 /** Completes `claimed` (a claim's answer) with an `ok` outcome as `runner` of `owner`, with private provenance. */

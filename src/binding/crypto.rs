@@ -345,9 +345,13 @@ pub fn format_site_keys(keys: JsStoredKeys) -> Result<String> {
 }
 
 /// `siteKeysFromEnv` given the variable's name and value; the shell reads
-/// `process.env`. Throws the reference's three messages.
-#[napi(catch_unwind)]
-pub fn site_keys_from_env_value(variable: String, value: Option<String>) -> Result<JsStoredKeys> {
+/// `process.env`. Throws the reference's three messages. The value (the keys,
+/// private halves included) is wiped here once read.
+#[napi(
+    catch_unwind,
+    ts_args_type = "variable: string, value?: string | undefined | null"
+)]
+pub fn site_keys_from_env_value(variable: String, value: Option<KeyText>) -> Result<JsStoredKeys> {
     site_keys::site_keys_from_env(&variable, value.as_deref())
         .map(JsStoredKeys::from_core)
         .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))

@@ -243,7 +243,15 @@ impl Engine {
         signature: Unknown<'_>,
         now: f64,
     ) -> Result<Either<JsString<'env>, PendingRequest>> {
-        let pending = self.handle(endpoint, body, signed_endpoint, signed_body, signature, now, false)?;
+        let pending = self.handle(
+            endpoint,
+            body,
+            signed_endpoint,
+            signed_body,
+            signature,
+            now,
+            false,
+        )?;
         self.in_place(env, store, pending)
     }
 
@@ -348,10 +356,9 @@ impl PendingRequest {
     /// Run the heavy work asked for on the thread pool; `next()` afterwards.
     #[napi(catch_unwind, ts_return_type = "Promise<void>")]
     pub fn work(&mut self) -> Result<AsyncTask<tasks::Work<(), ()>>> {
-        let work = self
-            .running()
-            .and_then(Machine::take_work)
-            .ok_or_else(|| Error::from_reason("byollm-server-native: this request has no work waiting"))?;
+        let work = self.running().and_then(Machine::take_work).ok_or_else(|| {
+            Error::from_reason("byollm-server-native: this request has no work waiting")
+        })?;
         let slot = Arc::clone(&self.done);
         Ok(AsyncTask::new(tasks::Work::new(
             move || {

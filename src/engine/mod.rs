@@ -523,38 +523,39 @@ impl Cx<'_> {
         }
     }
 
-    /// The body against its endpoint's schema. From HTTP, a body that is not
-    /// JSON or declares another protocol version is answered here and now.
-    fn inspect(&self) -> Flow<Option<Body>> {
+    /// The body against its endpoint's schema, or the refusal its failure
+    /// gets after the signature checks. From HTTP, a body that is not JSON
+    /// or declares another protocol version is answered here and now.
+    fn inspect(&self) -> Flow<Result<Body, Answer>> {
+        let endpoint = self.req.endpoint;
+        let schema_failure =
+            || Answer::refuse(ErrorCode::BadRequest, endpoint.schema_failure_message());
         let Some(text) = self.req.body.as_deref() else {
-            return Ok(None);
+            return Ok(Err(schema_failure()));
         };
         // Request schemas hold no URLs; only a sealed outcome's do.
-        match wire::inspect_request(self.req.endpoint, text, &|_| false) {
-            Inspection::Ok { doc, body, .. } => Ok(Some(Body { doc, out: body })),
-            failed @ (Inspection::Json | Inspection::Version(_)) if self.req.mode == Mode::Http => {
-                Err(failed.error(self.req.endpoint).map_or_else(
-                    || Answer::refuse(ErrorCode::BadRequest, "request body is not valid JSON"),
-                    Answer::wire,
-                ))
+        match wire::inspect_request(endpoint, text, &|_| false) {
+            Inspection::Ok { doc, body, .. } => Ok(Ok(Body { doc, out: body })),
+            failed @ (Inspection::Json { .. } | Inspection::Version(_))
+                if self.req.mode == Mode::Http =>
+            {
+                Err(failed
+                    .error(endpoint)
+                    .map_or_else(schema_failure, Answer::wire))
             }
-            _ => Ok(None),
+            // Over one of our bounds: the message names the field and the bound.
+            failed @ Inspection::Schema { .. } => Ok(Err(failed
+                .error(endpoint)
+                .map_or_else(schema_failure, Answer::wire))),
+            _ => Ok(Err(schema_failure())),
         }
-    }
-
-    fn schema_failure(&self) -> Answer {
-        Answer::refuse(
-            ErrorCode::BadRequest,
-            self.req.endpoint.schema_failure_message(),
-        )
     }
 }
 
 async fn serve(cx: &Cx<'_>) -> Flow<Answer> {
     let body = cx.inspect()?;
     if cx.req.endpoint == Endpoint::Pair {
-        let body = body.ok_or_else(|| cx.schema_failure())?;
-        return pair(cx, &body).await;
+        return pair(cx, &body?).await;
     }
     let (runner, body) = authenticate(cx, body).await?;
     match cx.req.endpoint {
@@ -563,7 +564,7 @@ async fn serve(cx: &Cx<'_>) -> Flow<Answer> {
         Endpoint::Heartbeat => heartbeat(cx, &runner, &body).await,
         Endpoint::Result => result(cx, &runner, &body).await,
         Endpoint::Release => release(cx, &runner, &body).await,
-        Endpoint::Pair => Err(cx.schema_failure()),
+        Endpoint::Pair => Err(Machine::unknown_endpoint()),
     }
 }
 
@@ -572,7 +573,7 @@ async fn serve(cx: &Cx<'_>) -> Flow<Answer> {
 /// (one message for stale and forged, so a forger learns nothing), revoked,
 /// then the schema (so a stranger probing learns nothing of the wire
 /// format), then the body naming the signer.
-async fn authenticate(cx: &Cx<'_>, body: Option<Body>) -> Flow<(ops::Runner, Body)> {
+async fn authenticate(cx: &Cx<'_>, body: Result<Body, Answer>) -> Flow<(ops::Runner, Body)> {
     let sig = cx
         .req
         .signature
@@ -584,7 +585,7 @@ async fn authenticate(cx: &Cx<'_>, body: Option<Body>) -> Flow<(ops::Runner, Bod
         })
         .ok_or_else(|| Answer::refuse(ErrorCode::Unauthorized, NOT_SIGNED))?;
     // Only a request whose own work re-reads the runner may skip the read.
-    let rereads = cx.req.rereads && body.is_some() && cx.req.endpoint != Endpoint::Release;
+    let rereads = cx.req.rereads && body.is_ok() && cx.req.endpoint != Endpoint::Release;
     let runner = match rereads.then(|| cx.site.known(&sig.runner_id)).flatten() {
         Some(known) => known,
         None => {
@@ -626,7 +627,7 @@ async fn authenticate(cx: &Cx<'_>, body: Option<Body>) -> Flow<(ops::Runner, Bod
     if runner.revoked {
         return Err(Answer::refuse(ErrorCode::Revoked, REVOKED));
     }
-    let body = body.ok_or_else(|| cx.schema_failure())?;
+    let body = body?;
     // Every signed body names its runner, which must be the signer.
     if !body.js_text("runnerId").is_some_and(|id| id.is(&runner.id)) {
         return Err(Answer::refuse(ErrorCode::Unauthorized, OTHER_RUNNER));

@@ -11,11 +11,13 @@
 //!   numeric order, then the other keys in insertion order. zod reports
 //!   unknown keys in that order, and the enqueue error message shows them;
 //! * **depth**: V8's parser is iterative, so any nesting that fits in the body
-//!   cap parses. A recursive parser (serde_json stops at 128) would answer
-//!   "not valid JSON" where the reference answers with a version or schema
-//!   error. This parser keeps its own stack, and values live in one flat
-//!   arena, so neither parsing nor dropping a deep value can overflow the
-//!   thread stack.
+//!   cap parses there. Ours refuses arrays and objects nested more than
+//!   [`MAX_DEPTH`] deep as soon as it meets the first one too many (a
+//!   difference from `JSON.parse`, on purpose: nothing this protocol carries
+//!   nests past 5, and a body of 6 MiB of `[` would otherwise cost a frame per
+//!   byte before anything could refuse it). Below that it keeps its own stack,
+//!   and values live in one flat arena, so neither parsing nor dropping a
+//!   value can overflow the thread stack.
 //!
 //! Numbers are IEEE doubles exactly as JS reads them (Rust's `f64` parser
 //! rounds correctly, like V8): `1e400` is `Infinity`, `-0` is `-0`, and `5`,
@@ -35,7 +37,7 @@ mod tests;
 mod write;
 
 pub use coerce::{is_js_space, js_to_number, string_to_number};
-pub use parse::{lone_surrogates_replaced, parse};
+pub use parse::{lone_surrogates_replaced, parse, parse_secret};
 use write::write_json_utf16;
 pub use write::{
     js_number_to_string, json_str_len, push_js_number, push_json_number, write_json_str,
@@ -163,17 +165,34 @@ pub struct Doc {
     pub(super) root: NodeId,
 }
 
+/// How deep arrays and objects may nest in a text [`parse`] takes: the
+/// 65th container inside containers is refused where it opens
+/// ([`ParseError::too_deep`]). The deepest body of this protocol nests 5
+/// (a heartbeat's `withheld[].claimants[]`), a payload 3.
+pub const MAX_DEPTH: usize = 64;
+
 /// Why a text is not JSON (the reference never shows the reason; this is for
 /// our own diagnostics and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParseError {
     /// Byte offset where parsing stopped.
     pub offset: usize,
+    /// Stopped at an array or object nested deeper than [`MAX_DEPTH`] (the
+    /// text before it was JSON so far).
+    pub too_deep: bool,
 }
 
 impl std::fmt::Display for ParseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "invalid JSON at byte {}", self.offset)
+        if self.too_deep {
+            write!(
+                f,
+                "JSON nested deeper than {MAX_DEPTH} levels at byte {}",
+                self.offset
+            )
+        } else {
+            write!(f, "invalid JSON at byte {}", self.offset)
+        }
     }
 }
 

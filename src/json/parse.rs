@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Doc, JsStr, Node, NodeId, ParseError};
+use super::{Doc, JsStr, Node, NodeId, ParseError, MAX_DEPTH};
 
 /// Is `key` an array index (canonical decimal below 2^32 - 1)? JS lists
 /// those own keys first, in numeric order.
@@ -126,20 +126,55 @@ pub fn parse(text: &str) -> Result<Doc, ParseError> {
         pos: 0,
         nodes: Vec::new(),
     };
-    let root = p.run()?;
-    p.skip_ws();
-    if p.pos != p.bytes.len() {
-        return Err(p.err());
-    }
+    let root = p.parse_all()?;
     Ok(Doc {
         nodes: p.nodes,
         root,
     })
 }
 
+/// [`parse`] for a text that holds secrets (key material): when parsing
+/// stops partway, the strings read so far are wiped before they are
+/// dropped. (The caller wipes a document it got with [`Doc::wipe`].)
+pub fn parse_secret(text: &str) -> Result<Doc, ParseError> {
+    let mut p = Parser {
+        text,
+        bytes: text.as_bytes(),
+        pos: 0,
+        nodes: Vec::new(),
+    };
+    match p.parse_all() {
+        Ok(root) => Ok(Doc {
+            nodes: p.nodes,
+            root,
+        }),
+        Err(error) => {
+            let mut partial = Doc {
+                nodes: std::mem::take(&mut p.nodes),
+                root: 0,
+            };
+            partial.wipe();
+            Err(error)
+        }
+    }
+}
+
 impl Parser<'_> {
+    /// The whole text as one value (white space around it allowed).
+    fn parse_all(&mut self) -> Result<NodeId, ParseError> {
+        let root = self.run()?;
+        self.skip_ws();
+        if self.pos != self.bytes.len() {
+            return Err(self.err());
+        }
+        Ok(root)
+    }
+
     fn err(&self) -> ParseError {
-        ParseError { offset: self.pos }
+        ParseError {
+            offset: self.pos,
+            too_deep: false,
+        }
     }
 
     fn peek(&self) -> Option<u8> {
@@ -162,6 +197,12 @@ impl Parser<'_> {
         loop {
             // Parse one value start.
             self.skip_ws();
+            if stack.len() >= MAX_DEPTH && matches!(self.peek(), Some(b'{' | b'[')) {
+                return Err(ParseError {
+                    offset: self.pos,
+                    too_deep: true,
+                });
+            }
             let value = match self.peek() {
                 Some(b'{') => {
                     self.pos += 1;
@@ -316,7 +357,10 @@ impl Parser<'_> {
         // rounding and overflows to infinity like JS.
         self.text[start..self.pos]
             .parse::<f64>()
-            .map_err(|_| ParseError { offset: start })
+            .map_err(|_| ParseError {
+                offset: start,
+                too_deep: false,
+            })
     }
 
     fn hex4(&mut self) -> Result<u16, ParseError> {
@@ -406,6 +450,7 @@ impl Parser<'_> {
                 _ => {
                     return Err(ParseError {
                         offset: self.pos - 1,
+                        too_deep: false,
                     })
                 }
             }

@@ -218,14 +218,47 @@ fn lone_surrogates_keep_lengths_and_identity() {
 }
 
 #[test]
-fn deep_nesting_neither_overflows_nor_fails() {
-    let depth = 200_000;
-    let text = "[".repeat(depth) + &"]".repeat(depth);
-    let d = p(&text);
-    assert_eq!(d.len(), depth);
-    let text = "{\"a\":".repeat(depth) + "1" + &"}".repeat(depth);
-    assert!(parse(&text).is_ok());
-    assert!(parse(&"[".repeat(depth)).is_err());
+fn nesting_to_the_limit_parses_and_one_level_more_is_refused_where_it_opens() {
+    use super::MAX_DEPTH;
+    let arrays = |n: usize| "[".repeat(n) + &"]".repeat(n);
+    assert_eq!(p(&arrays(MAX_DEPTH)).len(), MAX_DEPTH);
+    let objects = |n: usize| "{\"a\":".repeat(n - 1) + "{}" + &"}".repeat(n - 1);
+    assert!(parse(&objects(MAX_DEPTH)).is_ok());
+    for text in [arrays(MAX_DEPTH + 1), objects(MAX_DEPTH + 1)] {
+        let e = parse(&text).expect_err("one level too deep");
+        assert!(e.too_deep, "{e}");
+        let opener = text
+            .char_indices()
+            .filter(|(_, c)| matches!(c, '[' | '{'))
+            .nth(MAX_DEPTH)
+            .map(|(at, _)| at);
+        assert_eq!(Some(e.offset), opener, "refused at the 65th opener");
+    }
+    // Mixed, with white space and values before the deep part.
+    let mixed = format!(
+        r#"{{"x": [1, {{"y": {}}}], "z": 2}}"#,
+        arrays(MAX_DEPTH - 3)
+    );
+    assert!(parse(&mixed).is_ok());
+    let mixed = format!(
+        r#"{{"x": [1, {{"y": {}}}], "z": 2}}"#,
+        arrays(MAX_DEPTH - 2)
+    );
+    assert!(parse(&mixed).unwrap_err().too_deep);
+    // Other errors are not "too deep".
+    assert!(!parse("[1,]").unwrap_err().too_deep);
+}
+
+#[test]
+fn a_body_of_six_mebibytes_of_brackets_is_refused_after_sixty_five_bytes() {
+    let text = "[".repeat(6 << 20);
+    let e = parse(&text).expect_err("too deep");
+    assert_eq!((e.too_deep, e.offset), (true, super::MAX_DEPTH));
+    let text = "{\"a\":".repeat(1 << 20);
+    let e = parse(&text).expect_err("too deep");
+    assert_eq!((e.too_deep, e.offset), (true, 5 * super::MAX_DEPTH));
+    // Deep but never closed inside the limit: plain invalid JSON.
+    assert!(!parse(&"[".repeat(10)).unwrap_err().too_deep);
 }
 
 #[test]

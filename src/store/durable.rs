@@ -54,6 +54,10 @@ pub enum DurableError {
     Locked(String),
     /// The file is not a store this version can read.
     Format(String),
+    /// The file at the path is not a store's (another program's SQLite
+    /// database, or not a database at all): refused before anything in it
+    /// changed.
+    Foreign { path: String, why: String },
     /// SQLite refused (I/O error, disk full, not a database, …).
     Sqlite(String),
     /// The store was closed.
@@ -68,6 +72,10 @@ impl fmt::Display for DurableError {
                 "the store file {path} is in use by another process (or another store in this one): one store owns a file"
             ),
             DurableError::Format(why) => write!(f, "the store file is not readable: {why}"),
+            DurableError::Foreign { path, why } => write!(
+                f,
+                "the file {path} is not a byollm store ({why}); it was left as it is. Give MemoryStore({{ path }}) a file it created, or a path where none exists yet"
+            ),
             DurableError::Sqlite(why) => write!(f, "the store file could not be written: {why}"),
             DurableError::Closed => f.write_str("this store is closed"),
         }
@@ -84,6 +92,56 @@ impl From<rusqlite::Error> for DurableError {
 
 /// The schema version in `PRAGMA user_version`.
 const VERSION: i64 = 1;
+
+/// `PRAGMA application_id` of a store file ("bylm" in ASCII), written in the
+/// file's header when the store first sets the file up. A file with another
+/// application id is another program's, and is refused untouched.
+pub const APPLICATION_ID: i64 = 0x6279_6C6D;
+
+/// A store file's tables and their columns, in order. A file written before
+/// the application id existed has no id (0), `user_version` 1 and exactly
+/// these tables: that is how one is recognised as ours (and then given the
+/// id); anything else without our id is refused.
+const TABLES: [(&str, &[&str]); 3] = [
+    (
+        "jobs",
+        &[
+            "seq",
+            "id",
+            "kind",
+            "env_type",
+            "env",
+            "env_recipient",
+            "env_sender",
+            "env_direction",
+            "env_deadline",
+            "size_class",
+            "audience",
+            "purpose",
+            "owner",
+            "audience_allow",
+            "depends_on",
+            "state",
+            "lease_id",
+            "lease_runner",
+            "lease_expires",
+            "completed_by",
+            "created_at",
+            "claimable_at",
+            "ttl_ms",
+            "deadline_at",
+            "refused_by",
+            "attempts",
+            "outcome",
+            "provenance",
+            "provenance_runner",
+            "updated_at",
+            "cancel_order",
+        ],
+    ),
+    ("pairings", &["hash", "seq", "record"]),
+    ("runners", &["pos", "record"]),
+];
 
 const SCHEMA: &str = "
 create table if not exists jobs (
@@ -177,11 +235,34 @@ impl Durable {
                 DurableError::from(error)
             }
         };
+        create_private(path);
         let conn = Connection::open(path)?;
         // Exclusive before WAL: the WAL index then lives in this process's
-        // memory, and the lock taken by the first write below is kept.
+        // memory, and the locks taken from the first read on are kept.
         conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
             .map_err(locked)?;
+        // Whose file it is, before anything is written to it (the WAL switch
+        // below writes its header).
+        let without_id = match identify(&conn).map_err(locked)? {
+            Identity::Ours { version } if version > VERSION => {
+                return Err(DurableError::Format(format!(
+                    "{shown} was written by a newer version (schema {version}, this one reads {VERSION})"
+                )))
+            }
+            Identity::Ours { .. } => false,
+            Identity::OursWithoutId => true,
+            Identity::Empty => {
+                // The id first, so a file that got no further than this is
+                // still known as ours at its next open.
+                conn.pragma_update(None, "application_id", APPLICATION_ID)
+                    .map_err(locked)?;
+                false
+            }
+            Identity::Foreign(why) => {
+                return Err(DurableError::Foreign { path: shown, why })
+            }
+        };
+        make_private(path);
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
             .map_err(locked)?;
@@ -204,16 +285,10 @@ impl Durable {
         // Take the write lock now, so a second owner is refused at open
         // rather than at its first write.
         conn.execute_batch("begin immediate").map_err(locked)?;
-        let version: i64 = conn
-            .query_row("pragma user_version", [], |row| row.get(0))
-            .map_err(locked)?;
-        if version > VERSION {
-            let _ = conn.execute_batch("rollback");
-            return Err(DurableError::Format(format!(
-                "written by a newer version (schema {version}, this one reads {VERSION})"
-            )));
-        }
         conn.execute_batch(SCHEMA)?;
+        if without_id {
+            conn.pragma_update(None, "application_id", APPLICATION_ID)?;
+        }
         conn.pragma_update(None, "user_version", VERSION)?;
         conn.execute_batch("commit")?;
 
@@ -285,6 +360,111 @@ impl Durable {
         }
         Ok(())
     }
+}
+
+/// What a file opened as a store turned out to be.
+enum Identity {
+    /// No pages yet (a new or empty file): set up as a store.
+    Empty,
+    /// A store's file, with its schema version.
+    Ours { version: i64 },
+    /// A store's file from before the application id was written (no id,
+    /// version 1, exactly the store's tables): set up the id.
+    OursWithoutId,
+    /// Anything else, and why.
+    Foreign(String),
+}
+
+/// Read (never write) what the file at the connection is.
+fn identify(conn: &Connection) -> Result<Identity, rusqlite::Error> {
+    let pages = match conn.query_row("pragma page_count", [], |row| row.get::<_, i64>(0)) {
+        Ok(pages) => pages,
+        Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) => {
+            return Ok(Identity::Foreign("it is not a SQLite database".into()))
+        }
+        Err(error) => return Err(error),
+    };
+    if pages == 0 {
+        return Ok(Identity::Empty);
+    }
+    let pragma =
+        |name: &str| conn.query_row(&format!("pragma {name}"), [], |row| row.get::<_, i64>(0));
+    let application_id = pragma("application_id")?;
+    let version = pragma("user_version")?;
+    if application_id == APPLICATION_ID {
+        return Ok(Identity::Ours { version });
+    }
+    if application_id != 0 {
+        return Ok(Identity::Foreign(format!(
+            "its SQLite application_id is {application_id:#x}, a store's is {APPLICATION_ID:#x}"
+        )));
+    }
+    let mut tables: Vec<String> = conn
+        .prepare("select name from sqlite_master where type = 'table' order by name")?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    tables.retain(|t| !t.starts_with("sqlite_"));
+    let ours = version == 1
+        && tables.len() == TABLES.len()
+        && TABLES.iter().all(|(table, columns)| {
+            let found: Result<Vec<String>, _> = conn
+                .prepare(&format!(
+                    "select name from pragma_table_info('{table}') order by cid"
+                ))
+                .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect());
+            found.is_ok_and(|found| found == *columns)
+        });
+    if ours {
+        return Ok(Identity::OursWithoutId);
+    }
+    Ok(Identity::Foreign(format!(
+        "it has no byollm application_id, and its tables ({}) and user_version ({version}) are not a store's",
+        if tables.is_empty() { "none".to_owned() } else { tables.join(", ") }
+    )))
+}
+
+/// Create the file at `path` readable and writable by its owner only, when
+/// there is none: SQLite then gives the WAL (and any other file it makes
+/// beside the database) the database file's mode. Where this fails (a
+/// missing directory), SQLite's own open reports it.
+fn create_private(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
+/// A store's file, its WAL and shared-memory file made readable by their
+/// owner only, where they are more open than that (a file of ours created
+/// before the store made them private). Best effort: a file this process
+/// does not own keeps its mode.
+fn make_private(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mut files = vec![path.to_path_buf()];
+        for suffix in ["-wal", "-shm"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            files.push(name.into());
+        }
+        for file in files {
+            if let Ok(meta) = std::fs::metadata(&file) {
+                if meta.permissions().mode() & 0o077 != 0 {
+                    let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 fn write(
@@ -938,6 +1118,176 @@ mod tests {
         file.close(&mut store).expect("close");
         store.people.create_pairing(pairing("h", "C0"));
         assert!(matches!(file.flush(&mut store), Err(DurableError::Closed)));
+    }
+
+    fn read(path: &Path) -> Vec<u8> {
+        std::fs::read(path).unwrap_or_default()
+    }
+
+    fn wal_of(path: &Path) -> std::path::PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push("-wal");
+        name.into()
+    }
+
+    /// A SQLite file written by `setup`, closed, and its bytes.
+    fn sqlite_file(path: &Path, setup: &str) -> Vec<u8> {
+        let conn = Connection::open(path).expect("open");
+        conn.execute_batch(setup).expect("setup");
+        drop(conn);
+        read(path)
+    }
+
+    fn refused_untouched(path: &Path, before: &[u8]) -> String {
+        let error = match Durable::open(path, options(None), Sync::Normal) {
+            Err(error) => error,
+            Ok(_) => panic!("opened a file that is not a store's"),
+        };
+        assert_eq!(read(path), before, "the file changed");
+        assert!(!wal_of(path).exists(), "a WAL was made");
+        let message = error.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        message
+    }
+
+    #[test]
+    fn another_programs_sqlite_file_is_refused_before_anything_in_it_changes() {
+        let temp = temp_path("foreign");
+        let path = temp.path();
+        let before = sqlite_file(
+            &path,
+            "create table notes (id integer primary key, text text); insert into notes values (1, 'mine'); pragma user_version = 7;",
+        );
+        let message = refused_untouched(&path, &before);
+        assert!(message.contains("is not a byollm store"), "{message}");
+        assert!(message.contains("notes"), "{message}");
+
+        // Another program's application id, even with our tables.
+        let temp = temp_path("foreign-id");
+        let path = temp.path();
+        let before = sqlite_file(
+            &path,
+            &format!("{SCHEMA} pragma application_id = 42; pragma user_version = 1;"),
+        );
+        let message = refused_untouched(&path, &before);
+        assert!(message.contains("application_id is 0x2a"), "{message}");
+
+        // Our tables and version without the id, plus one of someone else's.
+        let temp = temp_path("foreign-extra");
+        let path = temp.path();
+        let before = sqlite_file(
+            &path,
+            &format!("{SCHEMA} create table extra (x); pragma user_version = 1;"),
+        );
+        refused_untouched(&path, &before);
+
+        // Not a database at all.
+        let temp = temp_path("garbage-untouched");
+        let path = temp.path();
+        let junk = b"this is not a database, only some text ... ".repeat(200);
+        std::fs::write(&path, &junk).expect("write");
+        let message = refused_untouched(&path, &junk);
+        assert!(message.contains("not a SQLite database"), "{message}");
+    }
+
+    #[test]
+    fn a_store_file_of_a_newer_version_is_refused_before_the_wal_switch() {
+        let temp = temp_path("newer");
+        let path = temp.path();
+        let before = sqlite_file(
+            &path,
+            &format!("{SCHEMA} pragma application_id = {APPLICATION_ID}; pragma user_version = 2;"),
+        );
+        let error = Durable::open(&path, options(None), Sync::Normal).err();
+        assert!(
+            matches!(&error, Some(DurableError::Format(why)) if why.contains("newer version")),
+            "{error:?}"
+        );
+        assert_eq!(read(&path), before);
+        assert!(!wal_of(&path).exists());
+    }
+
+    #[test]
+    fn a_store_file_from_before_the_application_id_opens_and_gets_it() {
+        let temp = temp_path("before-id");
+        let path = temp.path();
+        // As the store wrote its files before: WAL, the tables, version 1.
+        sqlite_file(
+            &path,
+            &format!(
+                "pragma journal_mode = wal; {SCHEMA} pragma user_version = 1; insert into runners values (0, '{{\"id\":\"r0\",\"owner\":\"alice\",\"revokedAt\":null}}');"
+            ),
+        );
+        let (mut file, mut store) =
+            Durable::open(&path, options(None), Sync::Normal).expect("our older file opens");
+        assert!(store
+            .people
+            .runner("r0")
+            .is_some_and(|r| r.contains("alice")));
+        file.close(&mut store).expect("close");
+        let conn = Connection::open(&path).expect("open");
+        let id: i64 = conn
+            .query_row("pragma application_id", [], |row| row.get(0))
+            .expect("read");
+        assert_eq!(id, APPLICATION_ID);
+    }
+
+    #[test]
+    fn a_new_store_file_carries_the_application_id() {
+        let temp = temp_path("new-id");
+        let path = temp.path();
+        let (mut file, mut store) =
+            Durable::open(&path, options(None), Sync::Normal).expect("open");
+        file.close(&mut store).expect("close");
+        let conn = Connection::open(&path).expect("open");
+        let read = |name: &str| {
+            conn.query_row(&format!("pragma {name}"), [], |row| row.get::<_, i64>(0))
+                .unwrap_or(-1)
+        };
+        assert_eq!(
+            (read("application_id"), read("user_version")),
+            (APPLICATION_ID, VERSION)
+        );
+        drop(conn);
+        // A file that got only its id (a crash before the tables) still opens.
+        let temp = temp_path("only-id");
+        let path = temp.path();
+        sqlite_file(&path, &format!("pragma application_id = {APPLICATION_ID};"));
+        assert!(Durable::open(&path, options(None), Sync::Normal).is_ok());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_store_file_and_its_wal_are_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| {
+            std::fs::metadata(p)
+                .map(|m| m.permissions().mode() & 0o777)
+                .ok()
+        };
+        let temp = temp_path("modes");
+        let path = temp.path();
+        let (mut file, mut store) =
+            Durable::open(&path, options(None), Sync::Normal).expect("open");
+        store.people.create_pairing(pairing("h", "C0"));
+        file.flush(&mut store).expect("flush");
+        assert_eq!(mode(&path), Some(0o600));
+        assert_eq!(
+            mode(&wal_of(&path)),
+            Some(0o600),
+            "the WAL is made with the file's mode"
+        );
+        file.close(&mut store).expect("close");
+
+        // A file of ours made before (world-readable) is made private at open.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let (mut file, mut store) =
+            Durable::open(&path, options(None), Sync::Normal).expect("reopen");
+        store.people.create_pairing(pairing("h2", "C1"));
+        file.flush(&mut store).expect("flush");
+        assert_eq!(mode(&path), Some(0o600));
+        assert_eq!(mode(&wal_of(&path)), Some(0o600));
+        file.close(&mut store).expect("close");
     }
 
     #[test]

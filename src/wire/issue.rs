@@ -1,6 +1,7 @@
 //! What a validation reports: zod's issues, with their paths and zod v4's
 //! English messages (the enqueue error shows them).
 
+use super::schema::Measure;
 use crate::json::{js_number_to_string, Doc, Node, NodeId};
 
 /// One step of an issue path.
@@ -66,6 +67,12 @@ pub enum IssueKind {
     InvalidUrl,
     Custom {
         message: &'static str,
+    },
+    /// Ours, not zod's: over one of our bounds ([`super::schema::Schema::Bounded`]).
+    OverBound {
+        max: u32,
+        measure: Measure,
+        found: usize,
     },
 }
 
@@ -134,7 +141,52 @@ impl Issue {
             }
             IssueKind::InvalidUrl => "Invalid URL".to_owned(),
             IssueKind::Custom { message } => (*message).to_owned(),
+            IssueKind::OverBound {
+                max,
+                measure,
+                found,
+            } => format!(
+                "Too big: has {found} {unit} and the limit is {max}",
+                unit = measure.unit()
+            ),
         }
+    }
+
+    /// The refusal of a request over one of our bounds, naming the field as
+    /// JavaScript would reach it (`capabilities[2].knownModels`): `None` for
+    /// any other issue.
+    pub fn bound_refusal(&self) -> Option<String> {
+        let IssueKind::OverBound {
+            max,
+            measure,
+            found,
+        } = &self.kind
+        else {
+            return None;
+        };
+        let mut field = String::new();
+        for seg in &self.path {
+            match seg {
+                Seg::Key(k) if field.is_empty() => field.push_str(k),
+                Seg::Key(k) => {
+                    field.push('.');
+                    field.push_str(k);
+                }
+                Seg::Index(i) => field.push_str(&format!("[{i}]")),
+            }
+        }
+        if field.is_empty() {
+            field.push_str("the body");
+        }
+        let verb = if *measure == Measure::JsonBytes {
+            "is"
+        } else {
+            "has"
+        };
+        Some(format!(
+            "{field} {verb} {found} {unit} and the limit is {max}",
+            unit = measure.unit()
+        ))
     }
 
     /// The path joined with `.` as the enqueue error prints it, `(root)`

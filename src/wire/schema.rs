@@ -21,6 +21,7 @@
 //!   issue so far has stopped the object.
 
 use super::issue::{received, Cont, Issue, IssueKind, Origin, Seg};
+use crate::json::json_str_len;
 use crate::json::{is_js_space, js_to_number, push_json_number, Doc, JsStr, Node, NodeId};
 
 /// A schema node.
@@ -56,6 +57,39 @@ pub enum Schema {
         key: &'static str,
         options: &'static [(&'static str, &'static Schema)],
     },
+    /// Ours, not the reference's: `inner` with a bound the reference does
+    /// not have, on what a request carries (docs/security.md). Items and
+    /// characters are counted before `inner` looks at the value, so a value
+    /// over its bound costs nothing more; JSON bytes are counted on the
+    /// validated output. Over it: an [`IssueKind::OverBound`] issue that
+    /// stops every later check.
+    Bounded {
+        inner: &'static Schema,
+        max: u32,
+        measure: Measure,
+    },
+}
+
+/// What a [`Schema::Bounded`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// The items of an array.
+    Items,
+    /// The code points of a string (as zod's string lengths count them).
+    Chars,
+    /// The bytes of the validated value written as compact JSON.
+    JsonBytes,
+}
+
+impl Measure {
+    /// The unit as a refusal names it.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Measure::Items => "items",
+            Measure::Chars => "characters",
+            Measure::JsonBytes => "bytes as JSON",
+        }
+    }
 }
 
 /// How a key may be absent.
@@ -132,6 +166,15 @@ pub const fn array(elem: &'static Schema, min: Option<u32>, max: Option<u32>) ->
     Schema::Array { elem, min, max }
 }
 
+/// `inner` with one of our bounds ([`Schema::Bounded`]).
+pub const fn bounded(inner: &'static Schema, max: u32, measure: Measure) -> Schema {
+    Schema::Bounded {
+        inner,
+        max,
+        measure,
+    }
+}
+
 /// `z.object({...}).strict()` without a refinement.
 pub const fn object(fields: &'static [Field]) -> Schema {
     Schema::Object {
@@ -168,6 +211,46 @@ impl Out {
             Out::Str(id) => doc.str(*id),
             Out::Owned(s) => Some(s),
             _ => None,
+        }
+    }
+
+    /// The length in bytes of [`Out::write_json`]'s text, without writing it.
+    pub fn json_len(&self, doc: &Doc) -> usize {
+        let str_len = |s: &JsStr| {
+            if s.has_lone_surrogate() {
+                let mut text = String::new();
+                s.write_json(&mut text);
+                text.len()
+            } else {
+                json_str_len(s.as_str())
+            }
+        };
+        match self {
+            Out::Str(id) => doc.str(*id).map_or(4, str_len),
+            Out::Owned(s) => str_len(s),
+            Out::Num(n) => {
+                let mut text = String::new();
+                push_json_number(&mut text, *n);
+                text.len()
+            }
+            Out::Bool(b) => {
+                if *b {
+                    4
+                } else {
+                    5
+                }
+            }
+            Out::Arr(items) => {
+                2 + items.len().saturating_sub(1)
+                    + items.iter().map(|i| i.json_len(doc)).sum::<usize>()
+            }
+            Out::Obj(fields) => {
+                2 + fields.len().saturating_sub(1)
+                    + fields
+                        .iter()
+                        .map(|(k, v)| json_str_len(k) + 1 + v.json_len(doc))
+                        .sum::<usize>()
+            }
         }
     }
 
@@ -657,6 +740,30 @@ impl<'d> Validator<'d> {
                 }
                 Some(out)
             }
+            Schema::Bounded {
+                inner,
+                max,
+                measure,
+            } => {
+                let counted = match (measure, node) {
+                    (Measure::Items, Some(Node::Array(items))) => Some(items.len()),
+                    (Measure::Chars, Some(Node::String(s))) => Some(s.code_points()),
+                    _ => None,
+                };
+                if let Some(found) = counted.filter(|&n| n > *max as usize) {
+                    self.over_bound(path, *max, *measure, found);
+                    return None;
+                }
+                let out = self.run(inner, value, path)?;
+                if *measure == Measure::JsonBytes && self.issues.len() == start {
+                    let found = out.json_len(self.doc);
+                    if found > *max as usize {
+                        self.over_bound(path, *max, *measure, found);
+                        return None;
+                    }
+                }
+                Some(out)
+            }
             Schema::Union { key, options } => {
                 let Some(Node::Object(_)) = node else {
                     self.wrong_type(path, "object", value);
@@ -680,6 +787,18 @@ impl<'d> Validator<'d> {
                 }
             }
         }
+    }
+
+    fn over_bound(&mut self, path: &Path<'_>, max: u32, measure: Measure, found: usize) {
+        self.push(
+            path,
+            IssueKind::OverBound {
+                max,
+                measure,
+                found,
+            },
+            Cont::Hard,
+        );
     }
 
     fn refine_holds(&self, refine: Refine, out: &Out) -> bool {
