@@ -6,7 +6,9 @@
 // shared machine move the figures less. The keep/remove table of
 // docs/performance.md comes from runs of this script.
 //
-//   node bench/ab.mjs [--rounds=3] label=DIR[:ADDON.node] label=DIR[:ADDON.node] ...
+//   node bench/ab.mjs [--rounds=3] [--rows=in-process,HTTP] label=DIR[:ADDON.node] label=DIR[:ADDON.node] ...
+//
+// `--rows` keeps the rows whose names start with one of the given words.
 //
 // DIR is a checkout with dist/ built; ADDON, if given, loads that build of the
 // native addon instead of DIR's own (NAPI_RS_NATIVE_LIBRARY_PATH). The first
@@ -26,7 +28,9 @@ async function measure(dir) {
   const { cycles } = await import(pathToFileURL(resolve(dir, "bench/full-cycle.mjs")).href);
   const ours = await import(pathToFileURL(resolve(dir, "dist/index.js")).href);
   const rows = {};
+  const only = process.env.BENCH_ROWS?.split(",");
   const row = async (name, options) => {
+    if (only !== undefined && !only.some((prefix) => name.startsWith(prefix))) return;
     // One shorter unrecorded run first: JIT and key tables warm.
     await cycles(ours, { ...options, jobs: Math.max(5, options.jobs >> 3) });
     rows[name] = (await cycles(ours, options)).serverJobsPerSec;
@@ -52,6 +56,8 @@ if (process.argv[2] === "--child") {
   for (let round = 0; round < rounds; round++) {
     for (const v of variants) {
       const env = { ...process.env, BENCH_CPU: "1" };
+      const rows = process.argv.find((a) => a.startsWith("--rows="))?.slice(7);
+      if (rows !== undefined) env.BENCH_ROWS = rows;
       if (v.addon) env.NAPI_RS_NATIVE_LIBRARY_PATH = v.addon;
       const out = execFileSync(process.execPath, [new URL(import.meta.url).pathname, "--child", v.dir], { cwd: v.dir, env });
       v.runs.push(JSON.parse(out.toString()));
