@@ -85,7 +85,7 @@ export class Endpoints {
   readonly #now: () => number;
   readonly #timeoutMs: number;
 
-  constructor(config: HandlerConfig & { readonly storeTimeoutMs?: number }) {
+  constructor(config: HandlerConfig) {
     // Refuse to start with keys whose encryption half is not signed by the
     // identity half: every daemon would refuse this site one pairing at a time.
     let consistent = false;

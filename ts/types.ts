@@ -232,6 +232,12 @@ export interface HandlerConfig {
   readonly now?: () => number;
   /** This site's keys, generated once with `keygen` and supplied by every instance. */
   readonly siteKeys: StoredKeys;
+  /**
+   * How long one store operation may take before the daemon's request is
+   * answered `server-error` (500) and the cause logged (default 30000). A
+   * lease its claim granted meanwhile lapses after `leaseMs`.
+   */
+  readonly storeTimeoutMs?: number;
 }
 
 export interface HandlerResult {
