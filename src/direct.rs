@@ -21,6 +21,7 @@ use crate::fingerprint;
 use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
 use crate::keys::{KeyHandle, PublicIdentity};
 use crate::kinds::ValidPayload;
+use crate::metrics::Metrics;
 use crate::signing::{self, RequestSignature};
 use crate::store::{
     ClaimArgs, ClaimCapability, CompleteArgs, EnvelopeInput, Holder, JobRef, JobView, LeaseView,
@@ -365,6 +366,8 @@ pub struct Call<'a> {
 pub struct Site<'a> {
     pub keys: &'a Arc<KeyHandle>,
     pub lease_ms: f64,
+    /// The site store's registry; `None` with metrics off.
+    pub metrics: Option<&'a Metrics>,
 }
 
 /// The answer (status 200, this JSON text) to `call`, or `None` when the
@@ -477,6 +480,10 @@ fn claim(
         // A job the store just handed out is live and holds its new lease.
         let Some(job) = store.view(r) else { continue };
         let Some(lease) = job.lease else { continue };
+        // metrics: enqueue → first claim
+        if let (Some(metrics), 1.0) = (site.metrics, job.attempts) {
+            metrics.record_queue_wait(job.id, now - job.created_at);
+        }
         stubs.push(Stub::of(&job, lease));
     }
     Some(claim_answer(&stubs, site.keys.key_id(), site.lease_ms, now))
@@ -630,6 +637,7 @@ fn result(store: &mut Store, site: &Site<'_>, asked: &Asked<'_>, doc: &Doc) -> O
         return None;
     }
     let state_before = job.state;
+    let created_at = job.created_at;
     let source = acceptance::Source {
         audience: job.audience,
         runner_id: &runner.id,
@@ -654,6 +662,10 @@ fn result(store: &mut Store, site: &Site<'_>, asked: &Asked<'_>, doc: &Doc) -> O
         .job
         .and_then(|r| store.view(r))
         .map_or(state_before, |j| j.state);
+    // metrics: enqueue → accepted result
+    if let (Some(metrics), true) = (site.metrics, done.accepted && !done.duplicate) {
+        metrics.record_job_done(asked.job_id, asked.now - created_at);
+    }
     Some(result_answer(
         done.accepted && !done.duplicate,
         done.duplicate,
@@ -932,9 +944,11 @@ mod tests {
             site,
             device,
         } = lane_with(deferred);
+        let metrics = crate::metrics::Metrics::new();
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
+            metrics: Some(&metrics),
         };
         let claim = CLAIM;
         let sig = signature(&device, Endpoint::Claim, claim);
@@ -1050,6 +1064,12 @@ mod tests {
             Some(r#"{"accepted":false,"duplicate":true,"state":"ok"}"#),
             "a replay"
         );
+        // The job was enqueued a second before NOW: one first claim and one
+        // accepted result (not the replay), each a second after it.
+        let counted = metrics.snapshot();
+        assert_eq!(counted.queue_wait.count(), 1);
+        assert_eq!(counted.job_total.count(), 1);
+        assert!((counted.job_total.sum - 1.0).abs() < 1e-9);
 
         // The at-rest envelope, read afterwards: the site's own, opening to
         // the payload, the same on every read.
@@ -1119,6 +1139,7 @@ mod tests {
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
+            metrics: None,
         };
         let claim = CLAIM;
         let sig = signature(&device, Endpoint::Claim, claim);
@@ -1192,6 +1213,7 @@ mod tests {
         let site_ref = Site {
             keys: &site,
             lease_ms: 60_000.0,
+            metrics: None,
         };
         let claim = CLAIM;
         let good = signature(&device, Endpoint::Claim, claim);

@@ -26,6 +26,9 @@ pub mod chores;
 pub mod direct;
 pub mod store;
 
+// --- what operators watch
+pub mod metrics;
+
 #[cfg(feature = "node")]
 mod binding;
 

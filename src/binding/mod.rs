@@ -10,6 +10,7 @@
 
 mod crypto;
 mod keyring;
+mod metrics;
 mod protocol;
 mod requests;
 mod rules;

@@ -13,6 +13,7 @@ use napi_derive::napi;
 
 use super::crypto::{invalid, seal_error, JsPublicIdentity};
 use super::keyring::{device_from_js, JsPayloadRefusal, SiteKeyring};
+use super::metrics::{JsStoreCounts, NativeMetrics};
 use super::tasks::{PreparedPayload, ResealTask};
 use crate::store::durable::{Durable, Sync};
 use crate::store::{
@@ -238,6 +239,21 @@ impl NativeMemoryStore {
         obj.set("deadlineAt", parts.deadline_at)?;
         self.reset_out();
         Ok(Some(obj))
+    }
+
+    /// What the store counts for the metrics: jobs by state (kept with the
+    /// indexes), runners by state and pending pairings at `now` (one pass
+    /// over each, one per device and at most 4,096).
+    #[napi(catch_unwind)]
+    pub fn store_counts(&self, now: f64, liveness_ms: f64) -> JsStoreCounts {
+        let people = &self.inner.people;
+        crate::metrics::StoreCounts {
+            ok: true,
+            jobs: Some(self.inner.state_counts()),
+            runners: Some(people.runner_counts(now, liveness_ms)),
+            pairings_pending: Some(people.pending_pairings(now)),
+        }
+        .into()
     }
 
     /// Number of stored jobs.
@@ -752,6 +768,7 @@ impl NativeMemoryStore {
         signature: String,
         lease_ms: f64,
         now: f64,
+        metrics: Option<&NativeMetrics>,
     ) -> Result<Option<JsString<'env>>> {
         let Some(endpoint) = crate::wire::Endpoint::parse(&endpoint) else {
             return Ok(None);
@@ -766,6 +783,7 @@ impl NativeMemoryStore {
         let site = crate::direct::Site {
             keys: keyring.handle(),
             lease_ms,
+            metrics: metrics.map(|m| &*m.inner),
         };
         let answer = crate::direct::serve(&mut self.inner, &site, &call, now);
         // What the request changed is on disk before the device hears of it.
