@@ -3,7 +3,7 @@
 // in SQL; this file only names the function each method calls, passes the
 // caller's arguments (every `now` included, as epoch ms) and gives the JSON the
 // database returns the key order of the in-memory records.
-import { PROTOCOL } from "./native.js";
+import { PROTOCOL, type StoreCounts } from "./native.js";
 import type {
   ByollmStore,
   ClaimArgs,
@@ -162,9 +162,14 @@ export interface SqlStorePaths {
    */
   resultFor(
     args: Pick<CompleteArgs, "runnerId" | "jobId" | "outcome" | "provenance" | "now"> & { readonly leaseId: string },
-  ): Promise<{ runner: RunnerRecord | null; accepted: true; state: JobRecord["state"] } | { runner: RunnerRecord | null; accepted: false; job: JobRecord | null }>;
+  ): Promise<
+    | { runner: RunnerRecord | null; accepted: true; state: JobRecord["state"]; createdAt: number }
+    | { runner: RunnerRecord | null; accepted: false; job: JobRecord | null }
+  >;
   /** expireDue(now) then get(jobId). */
   sweepGet(jobId: string, now: number): Promise<JobRecord | null>;
+  /** The metrics' store counts in one call (`byollm_metrics`: jobs by state from maintained counts). */
+  metricCounts(now: number, livenessMs: number): Promise<StoreCounts>;
 }
 
 const PATHS = Symbol("byollm.sqlStorePaths");
@@ -235,7 +240,8 @@ const FUNCTIONS = {
   byollm_claim_for: ["runnerId", "capabilities", "max", "leaseMs", "now"],
   byollm_get_job_for: ["runnerId", "jobId"],
   byollm_heartbeat_for: ["runnerId", "capabilities", "daemonVersion", "leases", "leaseMs", "now"],
-  byollm_result_for: ["runnerId", "jobId", "leaseId", "outcome", "provenance", "now"],
+  byollm_result_for_timed: ["runnerId", "jobId", "leaseId", "outcome", "provenance", "now"],
+  byollm_metrics: ["now", "livenessMs"],
   byollm_sweep_get_job: ["jobId", "now"],
   byollm_create_job: ["job", "now"],
   byollm_get_job: ["jobId"],
@@ -265,7 +271,7 @@ type Param = (typeof FUNCTIONS)[SqlFunction][number];
 
 /** How each parameter is typed on the SQL side: `text` unless listed here. */
 const JSONB_PARAMS = new Set<Param>(["capabilities", "leases", "holder", "outcome", "provenance", "job", "pairing"]);
-const BIGINT_PARAMS = new Set<Param>(["leaseMs", "expiresAt", "now"]);
+const BIGINT_PARAMS = new Set<Param>(["leaseMs", "expiresAt", "now", "livenessMs"]);
 const sqlType = (field: Param): SqlArgType =>
   JSONB_PARAMS.has(field) ? "jsonb" : BIGINT_PARAMS.has(field) ? "bigint" : field === "max" ? "integer" : "text";
 
@@ -348,11 +354,11 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     },
 
     async resultFor(args) {
-      const out = obj(await run("byollm_result_for", args), "result");
+      const out = obj(await run("byollm_result_for_timed", args), "result");
       const runner = freshRunner(out["runner"]);
       if (out["accepted"] === true) {
         notifyIds([args.jobId]);
-        return { runner, accepted: true, state: out["state"] as JobRecord["state"] };
+        return { runner, accepted: true, state: out["state"] as JobRecord["state"], createdAt: Number(out["createdAt"]) };
       }
       return { runner, accepted: false, job: maybe(out["job"], jobFromJson) };
     },
@@ -361,6 +367,12 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       const out = obj(await run("byollm_sweep_get_job", { jobId, now }), "job");
       notify(jobs(out["swept"]));
       return maybe(out["job"], jobFromJson);
+    },
+
+    async metricCounts(now, livenessMs) {
+      const out = obj(await run("byollm_metrics", { now, livenessMs }), "metrics");
+      const numbers = (v: unknown): number[] => list(v).map(Number);
+      return { ok: true, jobs: numbers(out["jobs"]), runners: numbers(out["runners"]), pairingsPending: Number(out["pairingsPending"]) };
     },
   };
 
