@@ -773,8 +773,9 @@ if (
   }
 }
 
-const { NativeMemoryStore, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, claimAnswer, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, leaseCheck, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, resultAnswer, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { NativeMemoryStore, NativeMetrics, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, claimAnswer, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, leaseCheck, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, refusalReason, resultAnswer, runnerAvailability, runnerCounts, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { NativeMemoryStore }
+export { NativeMetrics }
 export { PreparedPayload }
 export { SiteKeyring }
 export { canonicalRequest }
@@ -802,8 +803,10 @@ export { parseSealedOutcome }
 export { protocolConstants }
 export { provenanceFor }
 export { publicIdentityOf }
+export { refusalReason }
 export { resultAnswer }
 export { runnerAvailability }
+export { runnerCounts }
 export { seal }
 export { secretsMatch }
 export { signRequest }

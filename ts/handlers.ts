@@ -4,6 +4,7 @@
 import { native, PROTOCOL, type FetchAnswer, type ResultSource, type SiteKeyringHandle } from "./native.js";
 import { generateDeviceCode, generateUserCode, hashSecret } from "./ids.js";
 import { serveDirect, servesDirectly, unreadEnvelopeStore } from "./memory.js";
+import { recorderFor, type Registry } from "./metrics.js";
 import { sqlStorePaths } from "./sql-store.js";
 import type {
   AuthContext,
@@ -160,9 +161,11 @@ function checkValue(endpoint: Endpoint, body: unknown): CheckedBody {
  */
 export class ByollmHandlers {
   readonly #endpoints: Endpoints;
+  readonly #metrics: Registry | undefined; // metrics:
 
   constructor(config: HandlerConfig) {
     this.#endpoints = new Endpoints(config);
+    this.#metrics = recorderFor(config.store, config.metrics); // metrics:
   }
 
   /**
@@ -171,7 +174,14 @@ export class ByollmHandlers {
    * endpoint schemas pin `protocolVersion: "2"`, so a wrong one is a schema failure.
    */
   async handle(endpoint: Endpoint, body: unknown, auth: AuthContext): Promise<HandlerResult> {
-    return this.#endpoints.dispatch(endpoint, checkValue(endpoint, body), auth);
+    const started = performance.now(); // metrics:
+    let result: HandlerResult | undefined; // metrics:
+    try {
+      result = await this.#endpoints.dispatch(endpoint, checkValue(endpoint, body), auth);
+      return result;
+    } finally {
+      this.#metrics?.request(endpoint, result?.status ?? 500, false, started, body, result?.body); // metrics:
+    }
   }
 }
 
@@ -189,6 +199,7 @@ export class Endpoints {
   readonly #keyring: SiteKeyringHandle;
   readonly #siteKeyId: string;
   readonly #siteIdentity: PublicIdentity;
+  readonly #metrics: Registry | undefined; // metrics:
 
   constructor(config: HandlerConfig) {
     // Refuse to start with keys whose encryption half is not signed by the
@@ -210,6 +221,7 @@ export class Endpoints {
     this.#pairingTtlMs = config.pairingTtlMs ?? DEFAULT_PAIRING_TTL_MS;
     this.#pollIntervalMs = config.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
     this.#now = config.now ?? Date.now;
+    this.#metrics = recorderFor(config.store, config.metrics); // metrics:
   }
 
   /** Serve one call whose body was checked against its endpoint's schema (one parse per request). */
@@ -291,7 +303,8 @@ export class Endpoints {
     const issuedAt = headers.get("x-byollm-issued-at");
     const signature = headers.get("x-byollm-signature");
     if (runnerId === null || issuedAt === null || signature === null) return null;
-    return serveDirect(store, this.#keyring, { endpoint, body: rawBody, runnerId, issuedAt, signature }, this.#leaseMs, this.#now());
+    const call = { endpoint, body: rawBody, runnerId, issuedAt, signature };
+    return serveDirect(store, this.#keyring, call, this.#leaseMs, this.#now(), this.#metrics?.native ?? null); // metrics: the lane records job latencies
   }
 
   async #pair(request: PairStart | PairPoll): Promise<HandlerResult> {
@@ -372,6 +385,7 @@ export class Endpoints {
     const out = paths ? await paths.claimFor(claimArgs) : { runner, jobs: await this.#store.claim({ ...claimArgs, runnerOwner: runner.owner }) };
     const refused = runnerRefusal(out.runner);
     if (refused) return refused;
+    this.#metrics?.claimed(out.jobs, now); // metrics: enqueue → first claim
     const claimed = out.jobs.map(({ id, kind, audience, owner, purpose, sizeClass, deadlineAt, claimableAt, ttlMs, lease }) => {
       if (!lease) {
         throw new Error(
@@ -488,7 +502,10 @@ export class Endpoints {
         });
         const refused = runnerRefusal(out.runner);
         if (refused) return refused;
-        if (out.accepted) return ok({ accepted: true, state: out.state });
+        if (out.accepted) {
+          this.#metrics?.done(request.jobId, now - out.createdAt); // metrics: enqueue → accepted result
+          return ok({ accepted: true, state: out.state });
+        }
         read = { job: out.job };
       }
     }
@@ -525,6 +542,7 @@ export class Endpoints {
       provenance: outcome.provenance,
       now,
     });
+    if (accepted && duplicate !== true) this.#metrics?.done(request.jobId, now - (updated ?? job).createdAt); // metrics: enqueue → accepted result
     return prepared(native.resultAnswer(accepted, duplicate === true, updated?.state ?? job.state));
   }
 

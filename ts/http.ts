@@ -1,6 +1,7 @@
 // The web-standard Request → Response mount of the protocol: method, route,
 // size limits, one parse of the body in the core, then the handlers.
 import { Endpoints, bodyText, type CheckedBody } from "./handlers.js";
+import { recorderFor } from "./metrics.js";
 import { native, PROTOCOL } from "./native.js";
 import type { Endpoint, HandlerConfig } from "./types.js";
 
@@ -114,16 +115,33 @@ export function createFetchHandler(
 ): (request: Request) => Promise<Response> {
   const endpoints = new Endpoints(config);
   const basePath = normalizeBasePath(config.basePath ?? DEFAULT_BASE_PATH);
+  const metrics = recorderFor(config.store, config.metrics); // metrics: this store's registry (undefined when off)
 
+  // metrics: the request boundary; `seen` collects what the answer alone does not say.
   return async function handle(request: Request): Promise<Response> {
+    const started = performance.now(); // metrics:
+    const seen: Seen = { endpoint: null, tooLarge: false, body: undefined, answer: undefined }; // metrics:
+    let status = 500; // metrics: a store that throws is counted as the host's 500
+    try {
+      const response = await serve(request, seen);
+      status = response.status; // metrics:
+      return response;
+    } finally {
+      metrics?.request(seen.endpoint, status, seen.tooLarge, started, seen.body, seen.answer); // metrics:
+    }
+  };
+
+  async function serve(request: Request, seen: Seen): Promise<Response> {
     if (request.method !== "POST") {
       return json(405, { error: "bad-request", message: "protocol endpoints accept POST only" });
     }
     const endpoint = routeNormalized(new URL(request.url).pathname, basePath);
     if (endpoint === null) return json(404, { error: "not-found", message: `not a ${basePath} endpoint` });
+    seen.endpoint = endpoint; // metrics:
 
     const declared = request.headers.get("content-length");
     if (declared !== null && Number(declared) > PROTOCOL.maxBodyBytes) {
+      seen.tooLarge = true; // metrics:
       return json(400, { error: "bad-request", message: native.tooLargeMessage(Number(declared)) });
     }
 
@@ -132,13 +150,16 @@ export function createFetchHandler(
     const read = await readBody(request, PROTOCOL.maxBodyBytes);
     if (read.failed) return json(400, { error: "bad-request", message: "request body is not valid JSON" });
     if (read.overBytes !== undefined) {
+      seen.tooLarge = true; // metrics:
       return json(400, { error: "bad-request", message: native.tooLargeMessage(read.overBytes) });
     }
     const rawBody = read.text;
+    seen.body = rawBody; // metrics:
 
     // A daemon's ordinary claim, fetch or result on our MemoryStore: served
     // natively in one call, with the answer the path below would give.
     const direct = endpoints.serveDirect(endpoint, rawBody, request.headers);
+    seen.answer = direct; // metrics:
     if (direct !== null) return new Response(direct, { status: 200, headers: { ...HEADERS } });
 
     // JSON, protocol version and the endpoint's schema in one pass. JSON and
@@ -155,6 +176,15 @@ export function createFetchHandler(
       rawBody,
       signature: signatureFrom(request.headers),
     });
+    seen.answer = result.body; // metrics:
     return json(result.status, result.body, result.retryAfterSeconds);
-  };
+  }
+}
+
+/** metrics: what one request's boundary records beside the answer's status. */
+interface Seen {
+  endpoint: Endpoint | null;
+  tooLarge: boolean;
+  body: unknown;
+  answer: unknown;
 }
