@@ -183,6 +183,13 @@ impl NativeMetrics {
     }
 }
 
+/// The refusal reason an answer's status stands for (`tooLarge`: refused
+/// for its body's size), as the metrics label it; `null` for none.
+#[napi(catch_unwind)]
+pub fn refusal_reason(status: u32, too_large: bool) -> Option<String> {
+    Refusal::of(u16::try_from(status).unwrap_or(0), too_large).map(|r| r.as_str().to_owned())
+}
+
 /// Runners `[paired, online, revoked]` among records read from a store of
 /// the app's own (`listRunners()`), by the rule the stores count with.
 #[napi(
