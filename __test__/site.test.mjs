@@ -162,6 +162,16 @@ for (const node of nodes) {
       assert.deepEqual(status.jobs, { queued: 0, running: 0, answered: 1, failed: 0 });
       assert.equal(status.buckets.length, 12);
       assert.deepEqual(status.buckets[11], { answered: 1, failed: 0 });
+      // The whole site, from app.metrics(), and the Prometheus exposition at /metrics.
+      assert.equal(status.site.jobs.ok, 1);
+      assert.equal(status.site.runners.online, 1);
+      assert.equal(status.site.total.count, 1);
+      assert.equal(typeof status.site.claim.p50, "number");
+      assert.ok(Array.isArray(status.site.history));
+      const exposition = await fetch(`${site.origin}/metrics`);
+      assert.equal(exposition.status, 200);
+      assert.match(exposition.headers.get("content-type"), /^text\/plain; version=0\.0\.4/);
+      assert.match(await exposition.text(), /^byollm_jobs\{state="ok"\} 1$/m);
 
       // Revoke asks first; the question itself changes nothing, and only the owner gets it.
       const confirm = await erin.request(`/devices/revoke?id=${encodeURIComponent(daemon.runnerId)}`);
