@@ -982,6 +982,20 @@ async function poll(id, states) {
 }`;
 
 const STATUS_SCRIPT = `
+// Boxes of [key, number, caption] into the element with this id, each marked data-<attr>=key.
+function showNumbers(id, attr, numbers) {
+  document.getElementById(id).replaceChildren(...numbers.map(([key, n, text]) => {
+    const box = document.createElement("div");
+    box.className = "number";
+    box.dataset[attr] = key;
+    const b = document.createElement("b");
+    b.textContent = n;
+    const span = document.createElement("span");
+    span.textContent = text;
+    box.append(b, span);
+    return box;
+  }));
+}
 function render(s) {
   const numbers = [
     ["online", s.devices.online, "device" + (s.devices.online === 1 ? "" : "s") + " online, " + s.devices.paired + " paired"],
@@ -990,17 +1004,7 @@ function render(s) {
     ["answered", s.jobs.answered, "answered in the last hour"],
     ["failed", s.jobs.failed, "failed or expired in the last hour"],
   ];
-  document.getElementById("numbers").replaceChildren(...numbers.map(([key, n, text]) => {
-    const box = document.createElement("div");
-    box.className = "number";
-    box.dataset.count = key;
-    const b = document.createElement("b");
-    b.textContent = n;
-    const span = document.createElement("span");
-    span.textContent = text;
-    box.append(b, span);
-    return box;
-  }));
+  showNumbers("numbers", "count", numbers);
   // Twelve stacked bars, five minutes each: answered below, failed above.
   const W = 600, H = 120, pad = 24, gap = 8, bw = (W - pad - gap * 12) / 12;
   const max = Math.max(1, ...s.buckets.map((b) => b.answered + b.failed));
@@ -1035,17 +1039,7 @@ function renderSite(site) {
     ["wait", ms(site.queueWait.p50), "enqueue to first claim, p50 (p90 " + ms(site.queueWait.p90) + ")"],
     ["total", ms(site.total.p50), "enqueue to result, p50 (p90 " + ms(site.total.p90) + ")"],
   ];
-  document.getElementById("site-numbers").replaceChildren(...numbers.map(([key, n, text]) => {
-    const box = document.createElement("div");
-    box.className = "number";
-    box.dataset.site = key;
-    const b = document.createElement("b");
-    b.textContent = n;
-    const span = document.createElement("span");
-    span.textContent = text;
-    box.append(b, span);
-    return box;
-  }));
+  showNumbers("site-numbers", "site", numbers);
   const W = 600, H = 120, pad = 24, n = 60, bw = (W - pad) / n;
   const h = site.history.slice(-n);
   const max = Math.max(1, ...h.map((x) => Math.max(x.finished, x.queued)));

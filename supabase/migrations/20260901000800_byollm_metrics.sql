@@ -65,22 +65,13 @@ $$;
 
 -- Inserts and deletes: one append per statement, over its transition table
 -- (a bulk insert of a million jobs is one row per state).
-create or replace function byollm_count_inserted_jobs() returns trigger
+create or replace function byollm_count_jobs_written() returns trigger
 language plpgsql security definer
 as $$
 begin
   insert into byollm_job_state_counts (state, n)
-    select state, count(*) from byollm_jobs_inserted group by state;
-  return null;
-end;
-$$;
-
-create or replace function byollm_count_deleted_jobs() returns trigger
-language plpgsql security definer
-as $$
-begin
-  insert into byollm_job_state_counts (state, n)
-    select state, -count(*) from byollm_jobs_deleted group by state;
+    select state, case tg_op when 'DELETE' then -count(*) else count(*) end
+      from byollm_jobs_written_rows group by state;
   return null;
 end;
 $$;
@@ -110,12 +101,12 @@ $$;
 
 drop trigger if exists byollm_jobs_count_insert on byollm_jobs;
 create trigger byollm_jobs_count_insert after insert on byollm_jobs
-  referencing new table as byollm_jobs_inserted
-  for each statement execute function byollm_count_inserted_jobs();
+  referencing new table as byollm_jobs_written_rows
+  for each statement execute function byollm_count_jobs_written();
 drop trigger if exists byollm_jobs_count_delete on byollm_jobs;
 create trigger byollm_jobs_count_delete after delete on byollm_jobs
-  referencing old table as byollm_jobs_deleted
-  for each statement execute function byollm_count_deleted_jobs();
+  referencing old table as byollm_jobs_written_rows
+  for each statement execute function byollm_count_jobs_written();
 drop trigger if exists byollm_jobs_count_transition on byollm_jobs;
 create trigger byollm_jobs_count_transition after update of state on byollm_jobs
   for each row when (old.state is distinct from new.state)
