@@ -54,16 +54,36 @@ const OPERATION_TYPE: Partial<Record<Endpoint, string>> = {
 
 const SYSTEM = "byollm";
 
-/** The ids of the jobs a request's body names (fetch, result) or its answer hands out (claim). */
-function parsed(value: unknown): Record<string, unknown> | undefined {
-  if (typeof value === "string") {
-    try {
-      value = JSON.parse(value);
-    } catch {
-      return undefined;
-    }
+/**
+ * The job id a fetch or result body names. A body as text is searched, not
+ * parsed: the result's body carries its sealed envelope, and only the trace
+ * needs the id (no other key of these bodies holds `"jobId":`).
+ */
+function jobIdOf(body: unknown): string | undefined {
+  if (typeof body === "object" && body !== null) {
+    const id = (body as { jobId?: unknown }).jobId;
+    return typeof id === "string" ? id : undefined;
   }
-  return typeof value === "object" && value !== null ? (value as Record<string, unknown>) : undefined;
+  if (typeof body !== "string") return undefined;
+  const found = /"jobId":("(?:[^"\\]|\\.)*")/.exec(body);
+  return found ? (JSON.parse(found[1] as string) as string) : undefined;
+}
+
+/** The `{id, kind}` of each job a claim answer hands out (the core writes `"id"` then `"kind"` first in each stub). */
+function claimedJobs(answer: unknown): { id: string; kind: string }[] {
+  if (typeof answer === "object" && answer !== null) {
+    const jobs = (answer as { jobs?: unknown }).jobs;
+    if (!Array.isArray(jobs)) return [];
+    return (jobs as { id?: unknown; kind?: unknown }[]).flatMap((j) =>
+      typeof j.id === "string" && typeof j.kind === "string" ? [{ id: j.id, kind: j.kind }] : [],
+    );
+  }
+  if (typeof answer !== "string") return [];
+  const out: { id: string; kind: string }[] = [];
+  for (const m of answer.matchAll(/\{"id":("(?:[^"\\]|\\.)*"),"kind":("(?:[^"\\]|\\.)*")/g)) {
+    out.push({ id: JSON.parse(m[1] as string) as string, kind: JSON.parse(m[2] as string) as string });
+  }
+  return out;
 }
 
 class Otel implements OtelHooks {
@@ -143,7 +163,7 @@ class Otel implements OtelHooks {
   request(endpoint: Endpoint | null, status: number, tooLarge: boolean, started: number, seconds: number, body: unknown, answer: unknown): void {
     const otel = this.#api;
     const operation = endpoint ?? "other";
-    const reason = native.refusalReason(status, tooLarge);
+    const reason = status === 200 ? null : native.refusalReason(status, tooLarge);
     const attributes: OtelApi.Attributes = {
       "messaging.system": SYSTEM,
       "messaging.operation.name": operation,
@@ -159,19 +179,17 @@ class Otel implements OtelHooks {
     const fromRequest = incoming !== undefined && otel.trace.isSpanContextValid(incoming) ? [{ context: incoming }] : undefined;
 
     // A fetch or a result belongs to the job it names: its span is in the job's trace, linked to the incoming one.
-    const named = endpoint === "fetch" || endpoint === "result" ? parsed(body)?.["jobId"] : undefined;
+    const named = endpoint === "fetch" || endpoint === "result" ? jobIdOf(body) : undefined;
     const kind = otel.SpanKind.SERVER;
     let span: OtelApi.Span;
     if (typeof named === "string") span = this.#span(`byollm ${operation}`, kind, this.#jobContext(named), start, end, attributes, fromRequest);
     else {
-      const claimed = endpoint === "claim" && status === 200 ? parsed(answer)?.["jobs"] : undefined;
-      const jobs = Array.isArray(claimed) ? (claimed as { id?: unknown; kind?: unknown }[]) : [];
+      const jobs = endpoint === "claim" && status === 200 ? claimedJobs(answer) : [];
       if (endpoint === "claim") attributes["messaging.batch.message_count"] = jobs.length;
       span = this.#span(`byollm ${operation}`, kind, active, start, end, attributes);
       // Each job handed out: a span in its own trace, linked to the claim.
       const link = [{ context: span.spanContext() }];
       for (const job of jobs) {
-        if (typeof job.id !== "string" || typeof job.kind !== "string") continue;
         this.#span(`receive ${job.kind}`, otel.SpanKind.CONSUMER, this.#jobContext(job.id), start, end, {
           "messaging.system": SYSTEM,
           "messaging.operation.type": "receive",
