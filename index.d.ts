@@ -149,7 +149,8 @@ export declare class NativeMetrics {
   pairing(event: string): void
   /** Keep job events for `drainEvents` (the OpenTelemetry shell's spans). */
   setTracing(on: boolean): void
-  drainEvents(): JobEvents
+  /** The job events kept since the last call; `null` when there are none. */
+  drainEvents(): JobEvents | null
   /** The snapshot as JSON text (`MetricsSnapshot` in `ts/metrics.ts`). */
   json(counts: StoreCounts, atMs: number): string
   /** The Prometheus text exposition (format 0.0.4). */

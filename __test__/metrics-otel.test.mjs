@@ -46,14 +46,13 @@ test("one trace per job from enqueue to result, across the daemon's requests, an
   const { traceId, spanId } = jobTraceContext(handle.id);
   const inJob = finished.filter((s) => s.spanContext().traceId === traceId);
   const names = inJob.map((s) => s.name).sort();
-  assert.deepEqual(names, ["byollm fetch", "byollm job", "byollm result", "receive llm.generate", "send llm.generate"]);
+  // A claim of one job is in that job's trace; so are its fetch and result.
+  assert.deepEqual(names, ["byollm claim", "byollm fetch", "byollm job", "byollm result", "send llm.generate"]);
   for (const span of inJob) assert.equal(span.parentSpanContext?.spanId, spanId, `${span.name} hangs from the job's root`);
   const byName = Object.fromEntries(finished.map((s) => [s.name, s]));
-  // The claim is a request span of its own, linked from the job's receive span.
-  const claimSpan = finished.find((s) => s.name === "byollm claim" && s.attributes["http.response.status_code"] === 200);
-  assert.notEqual(claimSpan.spanContext().traceId, traceId);
-  assert.equal(byName["receive llm.generate"].links[0].context.spanId, claimSpan.spanContext().spanId);
+  const claimSpan = inJob.find((s) => s.name === "byollm claim");
   assert.equal(claimSpan.attributes["messaging.batch.message_count"], 1);
+  assert.equal(claimSpan.attributes["messaging.destination.name"], "llm.generate");
   assert.equal(byName["send llm.generate"].attributes["messaging.operation.type"], "send");
   assert.equal(byName["byollm result"].attributes["messaging.operation.type"], "settle");
   assert.equal(byName["byollm result"].attributes["http.response.status_code"], 200);
@@ -65,6 +64,21 @@ test("one trace per job from enqueue to result, across the daemon's requests, an
   assert.ok(ms(job.endTime) >= ms(job.startTime));
   const refusedSpan = finished.filter((s) => s.name === "byollm claim").find((s) => s.attributes["http.response.status_code"] === 401);
   assert.equal(refusedSpan.attributes["error.type"], "unauthorized");
+
+  // A claim of two jobs: a span of its own, each job a receive span in its trace linked to it.
+  const two = [await app.enqueue({ kind: "llm.generate", payload: { prompt }, owner: OWNER }), await app.enqueue({ kind: "llm.generate", payload: { prompt }, owner: OWNER })];
+  spans.reset();
+  const both = await device.post("claim", { protocolVersion: "2", runnerId: device.runnerId, capabilities: device.capabilities, max: 2 });
+  assert.equal(both.body.jobs.length, 2);
+  const batch = spans.getFinishedSpans();
+  const batchClaim = batch.find((s) => s.name === "byollm claim");
+  assert.equal(batchClaim.attributes["messaging.batch.message_count"], 2);
+  for (const h of two) {
+    const receive = batch.find((s) => s.name === "receive llm.generate" && s.spanContext().traceId === jobTraceContext(h.id).traceId);
+    assert.ok(receive, "a receive span in each job's trace");
+    assert.equal(receive.links[0].context.spanId, batchClaim.spanContext().spanId);
+  }
+  finished.push(...batch);
 
   // Nothing private in a span: names, attributes, events, status.
   const text = JSON.stringify(finished.map((s) => ({ name: s.name, attributes: s.attributes, events: s.events, status: s.status, resource: s.resource?.attributes })));
@@ -79,9 +93,9 @@ test("one trace per job from enqueue to result, across the daemon's requests, an
   const metric = (name) => all.find((m) => m.descriptor.name === name);
   const requests = metric("byollm.request.duration");
   const claims = requests.dataPoints.filter((p) => p.attributes["messaging.operation.name"] === "claim");
-  assert.equal(claims.reduce((n, p) => n + p.value.count, 0), 2);
+  assert.equal(claims.reduce((n, p) => n + p.value.count, 0), 3);
   assert.equal(metric("byollm.job.duration").dataPoints[0].value.count, 1);
-  assert.equal(metric("byollm.job.queue_wait").dataPoints[0].value.count, 1);
+  assert.equal(metric("byollm.job.queue_wait").dataPoints[0].value.count, 3);
   assert.equal(metric("byollm.wait.duration").dataPoints[0].attributes["byollm.wait.outcome"], "answered");
   const okJobs = metric("byollm.jobs").dataPoints.find((p) => p.attributes["byollm.job.state"] === "ok");
   assert.equal(okJobs.value, 1);

@@ -366,7 +366,7 @@ pub struct Call<'a> {
 pub struct Site<'a> {
     pub keys: &'a Arc<KeyHandle>,
     pub lease_ms: f64,
-    /// The site store's registry; `None` with metrics off.
+    /// metrics: the site store's registry; `None` with metrics off.
     pub metrics: Option<&'a Metrics>,
 }
 

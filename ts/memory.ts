@@ -340,11 +340,11 @@ export function serveDirect(
   call: DirectCall,
   leaseMs: number,
   now: number,
-  metrics: NativeMetricsHandle | null,
+  metrics: NativeMetricsHandle | null, // metrics: the registry the lane records job latencies into
 ): string | null {
   const lane = lanes.get(store) as Lane;
   const { endpoint, body, runnerId, issuedAt, signature } = call;
-  const answer = lane.native.serve(keyring, endpoint, body, runnerId, issuedAt, signature, leaseMs, now, metrics);
+  const answer = lane.native.serve(keyring, endpoint, body, runnerId, issuedAt, signature, leaseMs, now, metrics); // metrics: passed on
   if (answer !== null) lane.notify();
   return answer;
 }

@@ -94,12 +94,15 @@ class Otel implements OtelHooks {
   readonly #queueWait: OtelApi.Histogram;
   readonly #jobDuration: OtelApi.Histogram;
   readonly #waitDuration: OtelApi.Histogram;
+  readonly #contexts = new Map<string, OtelApi.Context>();
+  readonly #noTracer: OtelApi.TracerProvider;
 
   constructor(otel: Api, registry: Registry, snapshot: () => Promise<MetricsSnapshot | null>) {
     this.#api = otel;
     this.#registry = registry;
     const version = native.nativeVersion();
     this.#tracer = otel.trace.getTracer("byollm-server-native", version);
+    this.#noTracer = new otel.ProxyTracerProvider().getDelegate();
     const meter = otel.metrics.getMeter("byollm-server-native", version);
     const seconds = (name: string, description: string) => meter.createHistogram(name, { unit: "s", description });
     this.#requestDuration = seconds("byollm.request.duration", "Time from a daemon request's arrival to its answer.");
@@ -133,15 +136,35 @@ class Otel implements OtelHooks {
     );
   }
 
-  /** The parent context of a job's spans: its derived trace, sampled, as if from a remote parent. */
+  /**
+   * The parent context of a job's spans: its derived trace, sampled, as if
+   * from a remote parent. A job's requests come close together, so the last
+   * few hundred are kept rather than hashed again.
+   */
   #jobContext(jobId: string): OtelApi.Context {
-    const { traceId, spanId } = jobTraceContext(jobId);
-    return this.#api.trace.setSpanContext(this.#api.ROOT_CONTEXT, {
-      traceId,
-      spanId,
-      traceFlags: this.#api.TraceFlags.SAMPLED,
-      isRemote: true,
-    });
+    let context = this.#contexts.get(jobId);
+    if (context === undefined) {
+      const { traceId, spanId } = jobTraceContext(jobId);
+      context = this.#api.trace.setSpanContext(this.#api.ROOT_CONTEXT, {
+        traceId,
+        spanId,
+        traceFlags: this.#api.TraceFlags.SAMPLED,
+        isRemote: true,
+      });
+      if (this.#contexts.size >= 256) this.#contexts.delete(this.#contexts.keys().next().value as string);
+      this.#contexts.set(jobId, context);
+    }
+    return context;
+  }
+
+  /**
+   * Whether an SDK's tracer provider is registered: the global provider's
+   * delegate is not the API's no-op one (which a fresh proxy hands out).
+   * Without one no span is made, so nothing is hashed or built for it.
+   */
+  #tracing(): boolean {
+    const provider = this.#api.trace.getTracerProvider() as OtelApi.TracerProvider & { getDelegate?: () => OtelApi.TracerProvider };
+    return provider.getDelegate?.() !== this.#noTracer;
   }
 
   #span(name: string, kind: OtelApi.SpanKind, parent: OtelApi.Context, start: number, end: number, attributes: OtelApi.Attributes, links?: OtelApi.Link[]): OtelApi.Span {
@@ -151,6 +174,7 @@ class Otel implements OtelHooks {
   }
 
   enqueued(record: JobRecord): void {
+    if (!this.#tracing()) return;
     const at = performance.timeOrigin + performance.now();
     this.#span(`send ${record.kind}`, this.#api.SpanKind.PRODUCER, this.#jobContext(record.id), at, at, {
       "messaging.system": SYSTEM,
@@ -172,22 +196,32 @@ class Otel implements OtelHooks {
       ...(reason === null ? {} : { "error.type": reason }),
     };
     this.#requestDuration.record(seconds, { "messaging.operation.name": operation, "http.response.status_code": status });
+    // Job events come only from answered claims and results.
+    const events = status === 200 && (endpoint === "claim" || endpoint === "result") ? this.#registry.native.drainEvents() : null;
+    if (events !== null) {
+      for (let at = 0; at < events.seconds.length; at += 1) {
+        (events.done[at] === true ? this.#jobDuration : this.#queueWait).record(events.seconds[at] as number);
+      }
+    }
+    if (!this.#tracing()) return;
     const start = performance.timeOrigin + started;
     const end = start + seconds * 1000;
     const active = otel.context.active();
     const incoming = otel.trace.getSpanContext(active);
     const fromRequest = incoming !== undefined && otel.trace.isSpanContextValid(incoming) ? [{ context: incoming }] : undefined;
 
-    // A fetch or a result belongs to the job it names: its span is in the job's trace, linked to the incoming one.
-    const named = endpoint === "fetch" || endpoint === "result" ? jobIdOf(body) : undefined;
+    // A fetch, a result, or a claim of one job belongs to that job: its span
+    // is in the job's trace, linked to the incoming one. A claim of several
+    // has a span of its own, and each job a receive span linked to it.
+    const jobs = endpoint === "claim" && status === 200 ? claimedJobs(answer) : [];
+    if (endpoint === "claim") attributes["messaging.batch.message_count"] = jobs.length;
+    const named = endpoint === "fetch" || endpoint === "result" ? jobIdOf(body) : jobs.length === 1 ? jobs[0]?.id : undefined;
+    if (jobs.length === 1) attributes["messaging.destination.name"] = jobs[0]?.kind;
     const kind = otel.SpanKind.SERVER;
     let span: OtelApi.Span;
-    if (typeof named === "string") span = this.#span(`byollm ${operation}`, kind, this.#jobContext(named), start, end, attributes, fromRequest);
+    if (named !== undefined) span = this.#span(`byollm ${operation}`, kind, this.#jobContext(named), start, end, attributes, fromRequest);
     else {
-      const jobs = endpoint === "claim" && status === 200 ? claimedJobs(answer) : [];
-      if (endpoint === "claim") attributes["messaging.batch.message_count"] = jobs.length;
       span = this.#span(`byollm ${operation}`, kind, active, start, end, attributes);
-      // Each job handed out: a span in its own trace, linked to the claim.
       const link = [{ context: span.spanContext() }];
       for (const job of jobs) {
         this.#span(`receive ${job.kind}`, otel.SpanKind.CONSUMER, this.#jobContext(job.id), start, end, {
@@ -200,16 +234,10 @@ class Otel implements OtelHooks {
     }
     if (status >= 500) span.setStatus({ code: otel.SpanStatusCode.ERROR });
 
-    // The job latencies the core recorded during this request.
-    const events = this.#registry.native.drainEvents();
-    for (let at = 0; at < events.jobIds.length; at += 1) {
+    // Each job whose result this request accepted: the job from its enqueue to now.
+    for (let at = 0; events !== null && at < events.jobIds.length; at += 1) {
+      if (events.done[at] !== true) continue;
       const jobSeconds = events.seconds[at] as number;
-      if (events.done[at] !== true) {
-        this.#queueWait.record(jobSeconds);
-        continue;
-      }
-      this.#jobDuration.record(jobSeconds);
-      // The job from its enqueue to this accepted result.
       this.#span("byollm job", otel.SpanKind.INTERNAL, this.#jobContext(events.jobIds[at] as string), end - jobSeconds * 1000, end, {
         "messaging.system": SYSTEM,
         "messaging.operation.name": "job",

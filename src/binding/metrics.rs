@@ -160,14 +160,18 @@ impl NativeMetrics {
         self.inner.set_tracing(on);
     }
 
+    /// The job events kept since the last call; `null` when there are none.
     #[napi(catch_unwind)]
-    pub fn drain_events(&self) -> JsJobEvents {
+    pub fn drain_events(&self) -> Option<JsJobEvents> {
         let events = self.inner.drain_events();
-        JsJobEvents {
+        if events.is_empty() {
+            return None;
+        }
+        Some(JsJobEvents {
             done: events.iter().map(|e| e.done).collect(),
             seconds: events.iter().map(|e| e.seconds).collect(),
             job_ids: events.into_iter().map(|e| e.job_id).collect(),
-        }
+        })
     }
 
     /// The snapshot as JSON text (`MetricsSnapshot` in `ts/metrics.ts`).

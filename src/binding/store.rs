@@ -768,6 +768,7 @@ impl NativeMemoryStore {
         signature: String,
         lease_ms: f64,
         now: f64,
+        // metrics: the site store's registry (null with metrics off)
         metrics: Option<&NativeMetrics>,
     ) -> Result<Option<JsString<'env>>> {
         let Some(endpoint) = crate::wire::Endpoint::parse(&endpoint) else {
@@ -783,7 +784,7 @@ impl NativeMemoryStore {
         let site = crate::direct::Site {
             keys: keyring.handle(),
             lease_ms,
-            metrics: metrics.map(|m| &*m.inner),
+            metrics: metrics.map(|m| &*m.inner), // metrics:
         };
         let answer = crate::direct::serve(&mut self.inner, &site, &call, now);
         // What the request changed is on disk before the device hears of it.
