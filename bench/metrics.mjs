@@ -75,6 +75,8 @@ export async function run({ quick = false, impls } = {}) {
     const on = median(runs[name].on);
     const otel = median(runs[name].otel);
     rows.push({ name, off, on, otel, onRatio: on / off, otelRatio: otel / off });
+    const range = (xs) => `${Math.min(...xs).toFixed(0)}–${Math.max(...xs).toFixed(0)}`;
+    console.log(`  ${name}: rounds off ${range(runs[name].off)}, on ${range(runs[name].on)}, otel ${range(runs[name].otel)} jobs/s`);
   }
   console.log(`  (${rounds} rounds, ${((performance.now() - t0) / 1000).toFixed(0)} s; jobs/s by main-thread CPU; ratio = variant / off, 1.00 = no cost)`);
   return rows;
