@@ -5,6 +5,7 @@
 // call on the SQL stores, as the store's methods on any other.
 import { native, PROTOCOL, type NativeMemoryStoreHandle, type PendingRequest } from "./native.js";
 import { nativeStoreOf } from "./memory.js";
+import { recorderFor, type Registry } from "./metrics.js";
 import { sqlOperations } from "./sql-store.js";
 import type { AuthContext, ByollmStore, Endpoint, HandlerConfig, HandlerResult } from "./types.js";
 
@@ -100,12 +101,15 @@ export class Endpoints {
           "Generate a fresh pair with `npx --no keygen`.",
       );
     }
-    this.#engine = new native.Engine(new native.SiteKeyring(config.siteKeys), {
+    const settings = {
       leaseMs: config.leaseMs ?? 60_000,
       pairingTtlMs: config.pairingTtlMs ?? 600_000,
       pollIntervalMs: config.pollIntervalMs ?? 2_000,
       verificationUrl: checkVerificationUrl(config.verificationUrl),
-    });
+    };
+    // The engine counts what it sees into this store's registry (pairings, queue waits, job times).
+    const metrics = recorderFor(config.store, config.metrics)?.native;
+    this.#engine = new native.Engine(new native.SiteKeyring(config.siteKeys), settings, metrics);
     this.#store = config.store;
     this.#methods = methodOperations(config.store);
     this.#now = config.now ?? Date.now;
@@ -195,9 +199,11 @@ export class Endpoints {
  */
 export class ByollmHandlers {
   readonly #endpoints: Endpoints;
+  readonly #metrics: Registry | undefined;
 
   constructor(config: HandlerConfig) {
     this.#endpoints = new Endpoints(config);
+    this.#metrics = recorderFor(config.store, config.metrics);
   }
 
   /**
@@ -206,7 +212,13 @@ export class ByollmHandlers {
    * endpoint schemas pin `protocolVersion: "2"`, so a wrong one is a schema failure.
    */
   async handle(endpoint: Endpoint, body: unknown, auth: AuthContext): Promise<HandlerResult> {
-    const { status, text } = await this.#endpoints.handle(endpoint, body, auth);
-    return { status, body: JSON.parse(text) as unknown };
+    const started = performance.now();
+    let answer: Answer | undefined;
+    try {
+      answer = await this.#endpoints.handle(endpoint, body, auth);
+      return { status: answer.status, body: JSON.parse(answer.text) as unknown };
+    } finally {
+      this.#metrics?.request(endpoint, answer?.status ?? 500, false, started, auth.rawBody, answer?.text);
+    }
   }
 }

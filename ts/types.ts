@@ -238,6 +238,11 @@ export interface HandlerConfig {
    * lease its claim granted meanwhile lapses after `leaseMs`.
    */
   readonly storeTimeoutMs?: number;
+  /**
+   * Count requests, refusals and latencies for `app.metrics()` and
+   * `createMetricsHandler` (default true; `false` records nothing).
+   */
+  readonly metrics?: boolean;
 }
 
 export interface HandlerResult {
@@ -329,6 +334,8 @@ export interface ByollmAppOptions {
   readonly siteKeys: StoredKeys;
   /** Present = the cloud lane (daemons connect to a relay). */
   readonly lane?: CloudLaneOptions;
+  /** Count enqueues, approvals and waits for `metrics()` (default true; `false` records nothing). */
+  readonly metrics?: boolean;
 }
 
 export interface JobHandle {

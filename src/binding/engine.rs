@@ -14,6 +14,7 @@ use napi::{JsString, KeyCollectionMode, KeyConversion, KeyFilter, ValueType};
 use napi_derive::napi;
 
 use super::keyring::SiteKeyring;
+use super::metrics::NativeMetrics;
 use super::requests::node_url_ok;
 use super::store::NativeMemoryStore;
 use super::tasks;
@@ -105,7 +106,11 @@ fn object_signature(value: Unknown<'_>) -> Result<Option<RequestSignature>> {
 #[napi]
 impl Engine {
     #[napi(constructor, catch_unwind)]
-    pub fn new(keyring: &SiteKeyring, settings: JsEngineSettings) -> Self {
+    pub fn new(
+        keyring: &SiteKeyring,
+        settings: JsEngineSettings,
+        metrics: Option<&NativeMetrics>,
+    ) -> Self {
         let site = Site::new(
             Arc::clone(keyring.handle()),
             Settings {
@@ -113,6 +118,7 @@ impl Engine {
                 pairing_ttl_ms: settings.pairing_ttl_ms,
                 poll_interval_ms: settings.poll_interval_ms,
                 verification_url: settings.verification_url,
+                metrics: metrics.map(|m| Arc::clone(&m.inner)),
             },
         );
         Engine {

@@ -34,6 +34,7 @@ use crate::envelope::{OpenFailure, SealedEnvelope};
 use crate::ids;
 use crate::json::{self, write_json_str, Doc, JsStr};
 use crate::keys::{self, KeyHandle, PublicIdentity};
+use crate::metrics::{Metrics, PairingEvent, Refusal};
 use crate::signing::{self, RequestSignature};
 use crate::wire::schema::Out;
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
@@ -83,6 +84,8 @@ pub struct Site {
     /// `{"<site key id>":{identity,encryption,encryptionSig}}`, written once.
     sites_json: String,
     known: Mutex<LruCache<String, ops::Runner>>,
+    /// Where what only the engine sees is counted (`None`: metrics off).
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// A site's settings, as `createFetchHandler` takes them.
@@ -91,6 +94,7 @@ pub struct Settings {
     pub pairing_ttl_ms: f64,
     pub poll_interval_ms: f64,
     pub verification_url: String,
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Site {
@@ -108,6 +112,13 @@ impl Site {
             verification_url: settings.verification_url,
             sites_json,
             known: Mutex::new(LruCache::new(KNOWN_RUNNERS)),
+            metrics: settings.metrics,
+        }
+    }
+
+    fn count(&self, record: impl FnOnce(&Metrics)) {
+        if let Some(metrics) = &self.metrics {
+            record(metrics);
         }
     }
 
@@ -696,6 +707,11 @@ async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
         return Err(mismatch("claim"));
     };
     check_fresh(cx, runner, fresh)?;
+    cx.site.count(|m| {
+        for job in jobs.iter().filter(|job| job.attempts == 1.0) {
+            m.record_queue_wait(&job.id, now - job.created_at);
+        }
+    });
     Ok(Answer::ok(claim_answer(
         &jobs,
         cx.site.keys.key_id(),
@@ -916,7 +932,9 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
         _ => return Err(mismatch("resultFor")),
     };
     check_fresh(cx, runner, fresh)?;
-    if let Some(state) = accepted {
+    if let Some((state, created_at)) = accepted {
+        cx.site
+            .count(|m| m.record_job_done(job_id, now - created_at));
         return Ok(Answer::ok(result_answer(true, false, &state)));
     }
     let job = job.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_JOB))?;
@@ -953,6 +971,10 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     else {
         return Err(mismatch("complete"));
     };
+    if accepted && !duplicate {
+        cx.site
+            .count(|m| m.record_job_done(job_id, now - job.created_at));
+    }
     let state = state.unwrap_or(job.state);
     Ok(Answer::ok(result_answer(accepted, duplicate, &state)))
 }
@@ -1080,6 +1102,12 @@ async fn release(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer>
         })
         .await?;
     }
+    // The daemon's own audience rules refused these jobs.
+    if body.text("reason") == "refused" {
+        let refused = body.refs("leases").len() as u64;
+        cx.site
+            .count(|m| m.record_refusals(Refusal::Audience, refused));
+    }
     let mut out = String::from("{\"released\":[");
     for (at, id) in released.iter().enumerate() {
         if at > 0 {
@@ -1169,6 +1197,7 @@ async fn pair_start(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
     json::push_json_number(&mut record, now);
     record.push('}');
     cx.op(Op::CreatePairing { record }).await?;
+    cx.site.count(|m| m.record_pairing(PairingEvent::Started));
     let mut out = String::from("{\"deviceCode\":");
     write_json_str(&device_code, &mut out);
     out.push_str(",\"userCode\":");
@@ -1198,11 +1227,15 @@ async fn pair_poll(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
     let status = |s: &str| Answer::ok(format!("{{\"status\":\"{s}\"}}"));
     match pairing.state.as_deref() {
         Some("denied") => Ok(status("denied")),
-        Some("pending") if expired(pairing.expires_at, cx.req.now) => Ok(status("expired")),
+        Some("pending") if expired(pairing.expires_at, cx.req.now) => {
+            cx.site.count(|m| m.record_pairing(PairingEvent::Expired));
+            Ok(status("expired"))
+        }
         Some("approved") => match (&pairing.runner_id, &pairing.owner, pairing.collected) {
             (Some(runner_id), Some(owner), false) => {
                 // The site's keys travel only with an approval, and only once.
                 cx.op(Op::ConsumePairing { hash }).await?;
+                cx.site.count(|m| m.record_pairing(PairingEvent::Collected));
                 Ok(Answer::ok(format!(
                     "{{\"status\":\"approved\",\"runnerId\":{runner_id},\"owner\":{owner},\"sites\":{}}}",
                     cx.site.sites_json

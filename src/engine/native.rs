@@ -202,6 +202,8 @@ fn stub(store: &Store, r: JobRef) -> Option<Stub> {
         claimable_at: job.claimable_at,
         ttl_ms: job.ttl_ms,
         lease: lease(store, r),
+        created_at: job.created_at,
+        attempts: job.attempts,
     })
 }
 

@@ -393,6 +393,10 @@ pub struct Stub {
     pub claimable_at: Option<f64>,
     pub ttl_ms: f64,
     pub lease: Option<Lease>,
+    /// When it was enqueued, and its claims so far (this one included): a
+    /// first claim's wait is counted.
+    pub created_at: f64,
+    pub attempts: f64,
 }
 
 /// A job read for a fetch or a result.
@@ -429,10 +433,11 @@ pub enum Output {
         lost: Vec<Ref>,
         cancel: Vec<Ref>,
     },
-    /// `accepted`: the job's end state, when the store completed it.
+    /// `accepted`: the job's end state (JSON text) and its enqueue time,
+    /// when the store completed it.
     ResultFor {
         runner: Fresh,
-        accepted: Option<String>,
+        accepted: Option<(String, f64)>,
         job: Option<Job>,
     },
     Completed {
@@ -493,7 +498,7 @@ impl Op {
             Op::ResultFor { .. } => {
                 let out: ResultForJson = serde_json::from_str(text).map_err(bad)?;
                 let accepted = match (out.accepted, out.state) {
-                    (true, Some(state)) => Some(state.get().to_owned()),
+                    (true, Some(state)) => Some((state.get().to_owned(), out.created_at)),
                     (true, None) => {
                         return Err(Fault::malformed(op, "an acceptance with no state"))
                     }
@@ -744,6 +749,10 @@ struct StubJson {
     ttl_ms: f64,
     #[serde(default)]
     lease: Option<LeaseJson>,
+    #[serde(default = "nan", deserialize_with = "js_number")]
+    created_at: f64,
+    #[serde(default = "nan", deserialize_with = "js_number")]
+    attempts: f64,
 }
 
 impl StubJson {
@@ -766,6 +775,8 @@ impl StubJson {
             claimable_at: self.claimable_at,
             ttl_ms: self.ttl_ms,
             lease: self.lease.map(Lease::from),
+            created_at: self.created_at,
+            attempts: self.attempts,
         })
     }
 }
@@ -862,6 +873,8 @@ struct ResultForJson {
     accepted: bool,
     #[serde(default)]
     state: Option<Box<RawValue>>,
+    #[serde(default = "nan", deserialize_with = "js_number")]
+    created_at: f64,
     #[serde(default)]
     job: Option<JobJson>,
 }

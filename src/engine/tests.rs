@@ -32,6 +32,7 @@ fn site_of(keys: &Arc<KeyHandle>) -> Arc<Site> {
             pairing_ttl_ms: 600_000.0,
             poll_interval_ms: 2_000.0,
             verification_url: "https://app.example/pair".into(),
+            metrics: None,
         },
     ))
 }
