@@ -6,6 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as native from "../index.js";
+import { inspect, sealedOutcome } from "./helpers/inspect.mjs";
 import {
   PairRequest,
   ClaimRequest,
@@ -264,7 +265,7 @@ for (const endpoint of Object.keys(SCHEMAS)) {
       let text = toText(body);
       if (i % 97 === 0) text = text.slice(0, g.int(text.length)); // truncated JSON
       const theirs = reference(endpoint, text);
-      const ours = native.inspectRequest(endpoint, text);
+      const ours = inspect(endpoint, text);
       const where = `seed ${SEED} #${i}: ${text.slice(0, 400)}`;
       assert.equal(ours.stage, theirs.stage, where);
       stages[ours.stage]++;
@@ -306,7 +307,7 @@ test("parseSealedOutcome accepts, rejects and rewrites like SealedOutcome.safePa
     } catch {
       theirs = { ok: false, message: "the sealed result was not valid JSON" };
     }
-    const ours = native.parseSealedOutcome(text);
+    const ours = sealedOutcome(text);
     assert.deepStrictEqual(ours, theirs, `#${i}: ${text}`);
     if (ours.ok) accepted++;
   }
@@ -319,7 +320,7 @@ test("inspectRequest's version refusals over odd versions and bodies match the r
     for (const body of [{ protocolVersion: v }, [], 5, null, "2", { protocolVersion: 2 }, { protocolVersion: null }, {}]) {
       const text = JSON.stringify(body);
       const theirs = checkProtocolVersion(JSON.parse(text));
-      const ours = native.inspectRequest("claim", text);
+      const ours = inspect("claim", text);
       if (theirs) assert.deepEqual(ours, { stage: "version", status: 400, error: { ...theirs, supported: [...theirs.supported] } }, text);
       else assert.equal(ours.stage, "schema", text);
     }

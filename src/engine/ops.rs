@@ -8,11 +8,6 @@
 //! its result comes back as JSON text (read here with serde, leniently where
 //! a store's records may be odd) or, from our own store, as values.
 
-use serde::de::Deserializer;
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use serde_json::Value;
-
 use crate::direct::AtRestSeal;
 use crate::envelope::SealedEnvelope;
 use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
@@ -451,90 +446,82 @@ pub enum Output {
 }
 
 impl Op {
-    /// Read a JavaScript or SQL store's answer to this operation.
+    /// Read a JavaScript or SQL store's answer to this operation (with the
+    /// core's one JSON model, so what a store echoes keeps lone surrogates).
     pub fn output_from_json(&self, text: &str) -> Result<Output, Fault> {
         let op = self.name();
-        let bad = |e: serde_json::Error| Fault::malformed(op, e);
+        if matches!(
+            self,
+            Op::CreatePairing { .. } | Op::ConsumePairing { .. } | Op::Cancel { .. }
+        ) {
+            return Ok(Output::Done);
+        }
+        let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
+        let r = Read { doc: &doc, op };
+        let root = doc.root();
+        let field = |key| doc.get(root, key);
         Ok(match self {
+            Op::Runner { .. } => {
+                Output::Runner(r.some(Some(root)).map(|id| r.runner(id)).transpose()?)
+            }
+            Op::PairingByCode { .. } | Op::PairingByHash { .. } => {
+                Output::Pairing(r.some(Some(root)).map(|id| r.pairing(id)))
+            }
+            Op::Claim { .. } => Output::Claimed {
+                runner: r.fresh(),
+                jobs: r
+                    .items(field("jobs"))?
+                    .iter()
+                    .map(|&id| r.stub(id))
+                    .collect::<Result<_, _>>()?,
+            },
+            Op::Job { .. } => Output::Job {
+                runner: r.fresh(),
+                job: r.some(field("job")).map(|id| r.job(id)).transpose()?,
+            },
+            Op::Heartbeat { .. } => Output::Heartbeat {
+                runner: r.fresh(),
+                lost: r.refs(field("lost")),
+                cancel: r.refs(field("cancel")),
+            },
+            Op::ResultFor { .. } => Output::ResultFor {
+                runner: r.fresh(),
+                accepted: match doc.node_at(field("accepted")) {
+                    Some(Node::Bool(true)) => Some((
+                        r.raw(field("state"))
+                            .ok_or_else(|| Fault::malformed(op, "an acceptance with no state"))?,
+                        r.number(field("createdAt")),
+                    )),
+                    _ => None,
+                },
+                job: r.some(field("job")).map(|id| r.job(id)).transpose()?,
+            },
+            Op::Complete { .. } => Output::Completed {
+                accepted: matches!(doc.node_at(field("accepted")), Some(Node::Bool(true))),
+                duplicate: matches!(doc.node_at(field("duplicate")), Some(Node::Bool(true))),
+                state: r
+                    .some(field("job"))
+                    .and_then(|job| r.raw(doc.get(job, "state"))),
+            },
+            Op::CancelRequests { .. } => Output::Refs(r.refs(Some(root))),
+            Op::Release { .. } => Output::Ids(
+                r.items(Some(root))?
+                    .iter()
+                    .map(|&id| js_string(&doc, id))
+                    .collect(),
+            ),
             Op::CreatePairing { .. } | Op::ConsumePairing { .. } | Op::Cancel { .. } => {
                 Output::Done
             }
-            Op::Runner { .. } => {
-                let runner: Option<RunnerJson> = serde_json::from_str(text).map_err(bad)?;
-                Output::Runner(runner.map(RunnerJson::into_runner).transpose()?)
-            }
-            Op::PairingByCode { .. } | Op::PairingByHash { .. } => {
-                let pairing: Option<PairingJson> = serde_json::from_str(text).map_err(bad)?;
-                Output::Pairing(pairing.map(PairingJson::into_pairing))
-            }
-            Op::Claim { .. } => {
-                let out: ClaimedJson = serde_json::from_str(text).map_err(bad)?;
-                Output::Claimed {
-                    runner: fresh(out.runner),
-                    jobs: out
-                        .jobs
-                        .into_iter()
-                        .map(StubJson::into_stub)
-                        .collect::<Result<_, _>>()?,
-                }
-            }
-            Op::Job { .. } => {
-                let out: JobForJson = serde_json::from_str(text).map_err(bad)?;
-                Output::Job {
-                    runner: fresh(out.runner),
-                    job: out.job.map(JobJson::into_job).transpose()?,
-                }
-            }
-            // Lists a store echoes back are read exactly, lone surrogates too.
-            Op::Heartbeat { .. } => {
-                let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
-                let root = doc.root();
-                Output::Heartbeat {
-                    runner: fresh_in(&doc, root),
-                    lost: refs_in(&doc, doc.get(root, "lost")),
-                    cancel: refs_in(&doc, doc.get(root, "cancel")),
-                }
-            }
-            Op::ResultFor { .. } => {
-                let out: ResultForJson = serde_json::from_str(text).map_err(bad)?;
-                let accepted = match (out.accepted, out.state) {
-                    (true, Some(state)) => Some((state.get().to_owned(), out.created_at)),
-                    (true, None) => {
-                        return Err(Fault::malformed(op, "an acceptance with no state"))
-                    }
-                    (false, _) => None,
-                };
-                Output::ResultFor {
-                    runner: fresh(out.runner),
-                    accepted,
-                    job: out.job.map(JobJson::into_job).transpose()?,
-                }
-            }
-            Op::Complete { .. } => {
-                let out: CompletedJson = serde_json::from_str(text).map_err(bad)?;
-                Output::Completed {
-                    accepted: out.accepted,
-                    duplicate: out.duplicate == Some(true),
-                    state: out
-                        .job
-                        .and_then(|job| job.state)
-                        .map(|s| s.get().to_owned()),
-                }
-            }
-            Op::CancelRequests { .. } => {
-                let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
-                Output::Refs(refs_in(&doc, Some(doc.root())))
-            }
-            Op::Release { .. } => {
-                let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
-                let ids = match doc.node(doc.root()) {
-                    Node::Array(items) => items.iter().map(|&id| js_string(&doc, id)).collect(),
-                    _ => Vec::new(),
-                };
-                Output::Ids(ids)
-            }
         })
     }
+}
+
+/// A sealed envelope from its JSON text, whatever its key order; `None`
+/// when it is not one.
+pub fn sealed_from_json(text: &str) -> Option<SealedEnvelope> {
+    let doc = json::parse(text).ok()?;
+    Read { doc: &doc, op: "" }.sealed(doc.root())
 }
 
 /// `String(value)` for the values a store's lists hold.
@@ -548,350 +535,178 @@ fn js_string(doc: &Doc, id: NodeId) -> JsStr {
     }
 }
 
-/// The refs of an array of `{jobId, leaseId}`.
-fn refs_in(doc: &Doc, list: Option<NodeId>) -> Vec<Ref> {
-    let Some(Node::Array(items)) = list.map(|id| doc.node(id)) else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .map(|&item| {
-            let field = |key| {
-                doc.get(item, key)
-                    .map_or_else(|| JsStr::new("undefined"), |id| js_string(doc, id))
-            };
-            Ref {
-                job_id: field("jobId"),
-                lease_id: field("leaseId"),
-            }
-        })
-        .collect()
+/// A store's parsed answer, read as leniently as the handlers' reads of a
+/// record always were (a JavaScript store's records may be odd).
+struct Read<'d> {
+    doc: &'d Doc,
+    op: &'static str,
 }
 
-/// The `runner` a store read again, from a parsed answer.
-fn fresh_in(doc: &Doc, root: NodeId) -> Fresh {
-    let runner = doc.get(root, "runner")?;
-    Some(match doc.node(runner) {
-        Node::Null => None,
-        _ => Some(Revocation {
+impl Read<'_> {
+    /// The value, unless absent or `null`.
+    fn some(&self, id: Option<NodeId>) -> Option<NodeId> {
+        id.filter(|&id| !matches!(self.doc.node(id), Node::Null))
+    }
+
+    fn text(&self, obj: NodeId, key: &str) -> Option<String> {
+        Some(self.doc.str(self.doc.get(obj, key)?)?.as_str().to_owned())
+    }
+
+    /// A string the operation's answer must hold.
+    fn string(&self, obj: NodeId, key: &str) -> Result<String, Fault> {
+        self.text(obj, key)
+            .ok_or_else(|| Fault::malformed(self.op, format!("`{key}` is not a string")))
+    }
+
+    /// `Number(value)`; NaN when absent.
+    fn number(&self, id: Option<NodeId>) -> f64 {
+        id.map_or(f64::NAN, |id| json::js_to_number(self.doc, id))
+    }
+
+    /// A number or nothing (`null` or absent).
+    fn optional(&self, obj: NodeId, key: &str) -> Result<Option<f64>, Fault> {
+        match self
+            .some(self.doc.get(obj, key))
+            .map(|id| self.doc.node(id))
+        {
+            None => Ok(None),
+            Some(Node::Number(n)) => Ok(Some(*n)),
+            Some(_) => Err(Fault::malformed(
+                self.op,
+                format!("`{key}` is not a number"),
+            )),
+        }
+    }
+
+    /// `JSON.stringify` of the value.
+    fn raw(&self, id: Option<NodeId>) -> Option<String> {
+        id.map(|id| self.doc.to_json(id))
+    }
+
+    fn items(&self, id: Option<NodeId>) -> Result<&[NodeId], Fault> {
+        match id.map(|id| self.doc.node(id)) {
+            Some(Node::Array(items)) => Ok(items),
+            _ => Err(Fault::malformed(self.op, "a list is not an array")),
+        }
+    }
+
+    /// The refs of an array of `{jobId, leaseId}` (nothing for anything else).
+    fn refs(&self, list: Option<NodeId>) -> Vec<Ref> {
+        let field = |item, key| {
+            self.doc
+                .get(item, key)
+                .map_or_else(|| JsStr::new("undefined"), |id| js_string(self.doc, id))
+        };
+        self.items(list)
+            .unwrap_or(&[])
+            .iter()
+            .map(|&item| Ref {
+                job_id: field(item, "jobId"),
+                lease_id: field(item, "leaseId"),
+            })
+            .collect()
+    }
+
+    /// The `runner` a store read again with the work.
+    fn fresh(&self) -> Fresh {
+        let runner = self.doc.get(self.doc.root(), "runner")?;
+        Some(self.some(Some(runner)).map(|runner| Revocation {
             revoked: !matches!(
-                doc.get(runner, "revokedAt").map(|id| doc.node(id)),
+                self.doc.node_at(self.doc.get(runner, "revokedAt")),
                 Some(Node::Null)
             ),
-        }),
-    })
-}
+        }))
+    }
 
-// The JSON shapes, as lenient as the handlers' reads of a record were.
-
-/// A value that must be present but may be of any type: `Some(text)` for a string.
-fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Ok(match Value::deserialize(d)? {
-        Value::String(s) => Some(s),
-        _ => None,
-    })
-}
-
-/// `Number(value)` of a JSON value.
-fn js_number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(match Value::deserialize(d)? {
-        Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
-        Value::Null => 0.0,
-        Value::Bool(b) => f64::from(u8::from(b)),
-        Value::String(s) => json::string_to_number(&s),
-        _ => f64::NAN,
-    })
-}
-
-/// Present-and-`null` apart from absent: `Some(None)` is `null`.
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
-}
-
-fn fresh(runner: Option<Option<RevocationJson>>) -> Fresh {
-    runner.map(|r| {
-        r.map(|r| Revocation {
-            revoked: !matches!(r.revoked_at, Some(None)),
-        })
-    })
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RunnerJson {
-    id: Value,
-    owner: Value,
-    device: Option<IdentityJson>,
-    #[serde(default, deserialize_with = "present")]
-    revoked_at: Option<Option<Value>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct IdentityJson {
-    identity: String,
-    encryption: String,
-    #[serde(default)]
-    encryption_sig: String,
-}
-
-impl RunnerJson {
-    fn into_runner(self) -> Result<Runner, Fault> {
-        let (Value::String(id), Value::String(owner), Some(device)) =
-            (self.id, self.owner, self.device)
-        else {
-            return Err(Fault::malformed(
-                "runner",
-                "a runner record needs string `id` and `owner` and a `device` identity",
-            ));
-        };
+    fn runner(&self, id: NodeId) -> Result<Runner, Fault> {
+        let device = self.doc.get(id, "device");
+        let key = |name| device.and_then(|d| self.text(d, name));
         Ok(Runner {
-            id,
-            owner,
+            id: self.string(id, "id")?,
+            owner: self.string(id, "owner")?,
             device: PublicIdentity {
-                identity: device.identity,
-                encryption: device.encryption,
-                encryption_sig: device.encryption_sig,
+                identity: key("identity")
+                    .ok_or_else(|| Fault::malformed(self.op, "a runner has no device identity"))?,
+                encryption: key("encryption").unwrap_or_default(),
+                encryption_sig: key("encryptionSig").unwrap_or_default(),
             },
-            revoked: !matches!(self.revoked_at, Some(None)),
+            // `revokedAt` holding anything but null, an absent key included.
+            revoked: !matches!(
+                self.doc.node_at(self.doc.get(id, "revokedAt")),
+                Some(Node::Null)
+            ),
         })
     }
-}
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RevocationJson {
-    #[serde(default, deserialize_with = "present")]
-    revoked_at: Option<Option<Value>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PairingJson {
-    #[serde(default, deserialize_with = "text")]
-    state: Option<String>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    expires_at: f64,
-    #[serde(default)]
-    collected: Value,
-    #[serde(default)]
-    runner_id: Option<Box<RawValue>>,
-    #[serde(default)]
-    owner: Option<Box<RawValue>>,
-}
-
-fn nan() -> f64 {
-    f64::NAN
-}
-
-/// JS truthiness of a JSON value.
-fn truthy(value: &Value) -> bool {
-    match value {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|n| n != 0.0 && !n.is_nan()),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(_) | Value::Object(_) => true,
-    }
-}
-
-impl PairingJson {
-    fn into_pairing(self) -> Pairing {
-        let given =
-            |raw: Option<Box<RawValue>>| raw.map(|r| r.get().to_owned()).filter(|r| r != "null");
-        Pairing {
-            state: self.state,
-            expires_at: self.expires_at,
-            collected: truthy(&self.collected),
-            runner_id: given(self.runner_id),
-            owner: given(self.owner),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LeaseJson {
-    #[serde(default, deserialize_with = "text")]
-    id: Option<String>,
-    #[serde(default, deserialize_with = "text")]
-    runner_id: Option<String>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    expires_at: f64,
-}
-
-impl From<LeaseJson> for Lease {
-    fn from(l: LeaseJson) -> Lease {
-        Lease {
-            id: l.id,
-            runner_id: l.runner_id,
-            expires_at: l.expires_at,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct StubJson {
-    id: Value,
-    kind: Value,
-    audience: Value,
-    owner: Value,
-    #[serde(default)]
-    purpose: Option<Box<RawValue>>,
-    size_class: Value,
-    #[serde(default)]
-    deadline_at: Option<f64>,
-    #[serde(default)]
-    claimable_at: Option<f64>,
-    ttl_ms: f64,
-    #[serde(default)]
-    lease: Option<LeaseJson>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    created_at: f64,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    attempts: f64,
-}
-
-impl StubJson {
-    fn into_stub(self) -> Result<Stub, Fault> {
-        let string = |v: Value, field: &str| match v {
-            Value::String(s) => Ok(s),
-            _ => Err(Fault::malformed(
-                "claim",
-                format!("a claimed job's `{field}` is not a string"),
-            )),
+    fn pairing(&self, id: NodeId) -> Pairing {
+        let given = |key| {
+            self.some(self.doc.get(id, key))
+                .map(|v| self.doc.to_json(v))
         };
+        Pairing {
+            state: self.text(id, "state"),
+            expires_at: self.number(self.doc.get(id, "expiresAt")),
+            collected: self
+                .doc
+                .get(id, "collected")
+                .is_some_and(|v| self.doc.truthy(v)),
+            runner_id: given("runnerId"),
+            owner: given("owner"),
+        }
+    }
+
+    fn lease(&self, obj: NodeId) -> Option<Lease> {
+        let lease = self.some(self.doc.get(obj, "lease"))?;
+        Some(Lease {
+            id: self.text(lease, "id"),
+            runner_id: self.text(lease, "runnerId"),
+            expires_at: self.number(self.doc.get(lease, "expiresAt")),
+        })
+    }
+
+    fn stub(&self, id: NodeId) -> Result<Stub, Fault> {
         Ok(Stub {
-            id: string(self.id, "id")?,
-            kind: string(self.kind, "kind")?,
-            audience: string(self.audience, "audience")?,
-            owner: string(self.owner, "owner")?,
-            purpose: self.purpose.map(|p| p.get().to_owned()),
-            size_class: string(self.size_class, "sizeClass")?,
-            deadline_at: self.deadline_at,
-            claimable_at: self.claimable_at,
-            ttl_ms: self.ttl_ms,
-            lease: self.lease.map(Lease::from),
-            created_at: self.created_at,
-            attempts: self.attempts,
+            id: self.string(id, "id")?,
+            kind: self.string(id, "kind")?,
+            audience: self.string(id, "audience")?,
+            owner: self.string(id, "owner")?,
+            purpose: self.raw(self.doc.get(id, "purpose")),
+            size_class: self.string(id, "sizeClass")?,
+            deadline_at: self.optional(id, "deadlineAt")?,
+            claimable_at: self.optional(id, "claimableAt")?,
+            ttl_ms: self.optional(id, "ttlMs")?.unwrap_or(f64::NAN),
+            lease: self.lease(id),
+            created_at: self.number(self.doc.get(id, "createdAt")),
+            attempts: self.number(self.doc.get(id, "attempts")),
         })
     }
-}
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ClaimedJson {
-    #[serde(default, deserialize_with = "present")]
-    runner: Option<Option<RevocationJson>>,
-    jobs: Vec<StubJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JobJson {
-    #[serde(default)]
-    audience: Value,
-    state: Box<RawValue>,
-    #[serde(default)]
-    lease: Option<LeaseJson>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    created_at: f64,
-    #[serde(default)]
-    envelope: Option<SealedJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SealedJson {
-    #[serde(default, deserialize_with = "text")]
-    ciphertext: Option<String>,
-    #[serde(default, deserialize_with = "text")]
-    recipient_key_id: Option<String>,
-    #[serde(default, deserialize_with = "text")]
-    sender_key_id: Option<String>,
-    #[serde(default, deserialize_with = "text")]
-    direction: Option<String>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    deadline_at: f64,
-}
-
-impl SealedJson {
-    fn into_sealed(self) -> Option<SealedEnvelope> {
+    fn sealed(&self, id: NodeId) -> Option<SealedEnvelope> {
         Some(SealedEnvelope {
-            ciphertext: self.ciphertext?,
-            recipient_key_id: self.recipient_key_id?,
-            sender_key_id: self.sender_key_id?,
-            direction: self.direction?,
-            deadline_at: self.deadline_at,
+            ciphertext: self.text(id, "ciphertext")?,
+            recipient_key_id: self.text(id, "recipientKeyId")?,
+            sender_key_id: self.text(id, "senderKeyId")?,
+            direction: self.text(id, "direction")?,
+            deadline_at: self.number(self.doc.get(id, "deadlineAt")),
         })
     }
-}
 
-/// A sealed envelope from its JSON text, whatever its key order; `None`
-/// when it is not one.
-pub fn sealed_from_json(text: &str) -> Option<SealedEnvelope> {
-    serde_json::from_str::<SealedJson>(text)
-        .ok()
-        .and_then(SealedJson::into_sealed)
-}
-
-impl JobJson {
-    fn into_job(self) -> Result<Job, Fault> {
-        let envelope = self.envelope.and_then(SealedJson::into_sealed);
+    fn job(&self, id: NodeId) -> Result<Job, Fault> {
+        let envelope = self
+            .some(self.doc.get(id, "envelope"))
+            .and_then(|e| self.sealed(e));
         Ok(Job {
             // An audience that is not a string matches as `private`, as the claim reads it.
-            audience: match self.audience {
-                Value::String(s) => s,
-                _ => String::from("private"),
-            },
-            state: self.state.get().to_owned(),
-            lease: self.lease.map(Lease::from),
-            created_at: self.created_at,
+            audience: self
+                .text(id, "audience")
+                .unwrap_or_else(|| "private".into()),
+            state: self
+                .raw(self.doc.get(id, "state"))
+                .ok_or_else(|| Fault::malformed(self.op, "a job has no state"))?,
+            lease: self.lease(id),
+            created_at: self.number(self.doc.get(id, "createdAt")),
             ciphertext_chars: envelope.as_ref().map_or(0, |e| e.ciphertext.len()),
             envelope: envelope.map(AtRestSeal::Sealed),
         })
     }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JobForJson {
-    #[serde(default, deserialize_with = "present")]
-    runner: Option<Option<RevocationJson>>,
-    job: Option<JobJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ResultForJson {
-    #[serde(default, deserialize_with = "present")]
-    runner: Option<Option<RevocationJson>>,
-    #[serde(default)]
-    accepted: bool,
-    #[serde(default)]
-    state: Option<Box<RawValue>>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    created_at: f64,
-    #[serde(default)]
-    job: Option<JobJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CompletedJson {
-    #[serde(default)]
-    accepted: bool,
-    #[serde(default)]
-    duplicate: Option<bool>,
-    #[serde(default)]
-    job: Option<StateJson>,
-}
-
-#[derive(Deserialize)]
-struct StateJson {
-    #[serde(default)]
-    state: Option<Box<RawValue>>,
 }

@@ -222,6 +222,22 @@ impl Doc {
         self.nodes.get(id as usize).unwrap_or(&NULL)
     }
 
+    /// The value at `id`, when there is one (an absent key: `None`).
+    pub fn node_at(&self, id: Option<NodeId>) -> Option<&Node> {
+        id.map(|id| self.node(id))
+    }
+
+    /// JavaScript's truthiness of the value at `id`.
+    pub fn truthy(&self, id: NodeId) -> bool {
+        match self.node(id) {
+            Node::Null => false,
+            Node::Bool(b) => *b,
+            Node::Number(n) => *n != 0.0 && !n.is_nan(),
+            Node::String(s) => s.utf16_len() > 0,
+            Node::Array(_) | Node::Object(_) => true,
+        }
+    }
+
     /// `obj[key]` for an own key of an object node (JS `undefined` → `None`).
     pub fn get(&self, obj: NodeId, key: &str) -> Option<NodeId> {
         match self.node(obj) {
