@@ -751,25 +751,35 @@ describe("postgresStore: a SQL function that fails, answers garbage or never ans
     throw new Error(`no backend waits in ${fn}`);
   }
 
+  /**
+   * `request` (logged) while another connection holds the jobs table: once
+   * its SQL waits in `fn`, `meanwhile(pid)` runs; the lock is released when
+   * the request has its answer.
+   */
+  async function whileJobsLocked(fn, request, meanwhile = async () => undefined) {
+    const locker = new pg.Client({ connectionString: db.url });
+    await locker.connect();
+    await locker.query("begin; lock table byollm_jobs in access exclusive mode");
+    try {
+      const pending = logged(request);
+      await meanwhile(await blockedBackend(fn));
+      return await pending;
+    } finally {
+      await locker.query("rollback");
+      await locker.end();
+    }
+  }
+
   test("the connection is terminated (pg_terminate_backend) in the middle of result: 500, nothing committed, the job claimable again when its lease ends", async () => {
     const s = await pgSite();
     const { stub } = await ENDPOINTS.fetch.prepare(s);
     const before = await dump();
     // Hold the jobs table so result's SQL waits, then end its connection.
-    const locker = new pg.Client({ connectionString: db.url });
-    await locker.connect();
-    await locker.query("begin; lock table byollm_jobs in access exclusive mode");
-    let answer;
-    let lines;
-    try {
-      const pending = logged(() => s.device.result(stub, "done"));
-      const pid = await blockedBackend("byollm_result_for");
-      await admin.query("select pg_terminate_backend($1)", [pid]);
-      ({ value: answer, lines } = await pending);
-    } finally {
-      await locker.query("rollback");
-      await locker.end();
-    }
+    const { value: answer, lines } = await whileJobsLocked(
+      "byollm_result_for",
+      () => s.device.result(stub, "done"),
+      (pid) => admin.query("select pg_terminate_backend($1)", [pid]),
+    );
     assert.equal(answer.text, STORE_FAILED);
     assert.equal(lines.length, 1, JSON.stringify(lines));
     assert.match(lines[0], /^byollm: the store failed on result: resultFor: terminating connection due to administrator command/);
@@ -784,19 +794,7 @@ describe("postgresStore: a SQL function that fails, answers garbage or never ans
     await ENDPOINTS.claim.prepare(s);
     await claimOne(s);
     s.clock.advance(LEASE_MS);
-    const locker = new pg.Client({ connectionString: db.url });
-    await locker.connect();
-    await locker.query("begin; lock table byollm_jobs in access exclusive mode");
-    let answer;
-    let lines;
-    try {
-      const pending = logged(() => withTimeout(s, 500, () => s.device.claim()));
-      await blockedBackend("byollm_claim_for");
-      ({ value: answer, lines } = await pending);
-    } finally {
-      await locker.query("rollback");
-      await locker.end();
-    }
+    const { value: answer, lines } = await whileJobsLocked("byollm_claim_for", () => withTimeout(s, 500, () => s.device.claim()));
     assert.equal(answer.text, STORE_FAILED);
     assert.deepEqual(lines, ["byollm: the store failed on claim: claim: no answer within 500 ms"]);
     // The claim's statement runs once the lock is gone and grants a lease.
