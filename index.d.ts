@@ -352,8 +352,22 @@ export declare function generateUserCode(): string
 
 export declare function hashSecret(secret: string): string
 
-/** One parse of the raw body: JSON, protocol version, strict schema. */
-export declare function inspectRequest(endpoint: string, rawBody: string): { stage: "ok"; body: Record<string, unknown> } | { stage: "json" | "version" | "schema"; status: number; error: WireErrorBody }
+/**
+ * A body's inspection: the stage it reached (`ok`, `json`, `version`,
+ * `schema`), the answer a failed stage gets, the validated body's JSON text.
+ */
+export interface Inspection {
+  stage: string
+  status?: number
+  error?: WireErrorBody
+  body?: string
+}
+
+/**
+ * One parse of the raw body: JSON, protocol version, strict schema (the
+ * engine's `wire::inspect_request`).
+ */
+export declare function inspectRequest(endpoint: string, rawBody: string): Inspection
 
 /** Whether `text` is an audience a new job may have (`"private"`, `"team"`). */
 export declare function isAudience(text: string): boolean
@@ -406,11 +420,7 @@ export interface OpenResult {
   reason?: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch"
 }
 
-/**
- * The plaintext of a result envelope: `{ok: true, outcome, ran}` or
- * `{ok: false, message}` with the reference's message.
- */
-export declare function parseSealedOutcome(plaintext: string): { ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> } | { ok: false; message: string }
+export declare function parseSealedOutcome(plaintext: string): SealedOutcome
 
 export interface PayloadCheck {
   ok: boolean
@@ -553,6 +563,17 @@ export interface SealedEnvelope {
   senderKeyId: string
   direction: "payload" | "result"
   deadlineAt: number
+}
+
+/**
+ * The plaintext of a result envelope: `{ok: true, value}` (the JSON text of
+ * `{outcome, ran}` as the schema reads it) or `{ok: false, message}` with
+ * the reference's message.
+ */
+export interface SealedOutcome {
+  ok: boolean
+  value?: string
+  message?: string
 }
 
 /**

@@ -47,12 +47,15 @@ test("provenanceFor matches provenance.json, key order included", () => {
 });
 
 test("JSON edge cases decide like JSON.parse would", () => {
-  // Deep nesting parses (V8's parser has no small depth limit), so the
-  // version check answers, not "not valid JSON".
-  const deep = "[".repeat(100_000) + "]".repeat(100_000);
-  assert.equal(inspect("claim", deep).stage, "version");
-  const deepField = `{"protocolVersion":"2","runnerId":${deep},"capabilities":[],"max":1}`;
-  assert.equal(inspect("claim", deepField).stage, "schema");
+  // Nesting to 64 levels parses, so the version check answers; deeper is
+  // refused at once, a deliberate difference (V8's JSON.parse has no small
+  // depth limit; docs/security.md lists the bound).
+  const nested = (n) => "[".repeat(n) + "]".repeat(n);
+  assert.equal(inspect("claim", nested(64)).stage, "version");
+  assert.equal(inspect("claim", `{"protocolVersion":"2","runnerId":${nested(63)},"capabilities":[],"max":1}`).stage, "schema");
+  const deep = inspect("claim", nested(100_000));
+  assert.deepEqual(deep, { stage: "json", status: 400, error: { error: "bad-request", message: "request body nests arrays and objects deeper than 64 levels" } });
+  assert.equal(inspect("claim", `{"protocolVersion":"2","runnerId":${nested(64)},"capabilities":[],"max":1}`).stage, "json");
   // Duplicate keys: the last value wins.
   assert.equal(inspect("claim", '{"protocolVersion":"1","protocolVersion":"2","runnerId":"r","capabilities":[],"max":1}').stage, "ok");
   // 5.0 and 5e0 are the integer 5; 1e400 is Infinity, not an integer; -0 is not positive.

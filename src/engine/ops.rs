@@ -448,6 +448,9 @@ pub enum Output {
 impl Op {
     /// Read a JavaScript or SQL store's answer to this operation (with the
     /// core's one JSON model, so what a store echoes keeps lone surrogates).
+    /// Anything that is not what the operation returns is a fault: the
+    /// daemon hears `server-error` and the cause is logged, rather than a
+    /// wrong value reaching the wire.
     pub fn output_from_json(&self, text: &str) -> Result<Output, Fault> {
         let op = self.name();
         if matches!(
@@ -456,60 +459,59 @@ impl Op {
         ) {
             return Ok(Output::Done);
         }
-        let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
+        let doc = json::parse_any_depth(text).map_err(|e| Fault::malformed(op, e))?;
         let r = Read { doc: &doc, op };
         let root = doc.root();
-        let field = |key| doc.get(root, key);
         Ok(match self {
-            Op::Runner { .. } => {
-                Output::Runner(r.some(Some(root)).map(|id| r.runner(id)).transpose()?)
-            }
+            Op::Runner { .. } => Output::Runner(r.maybe(root, Read::runner)?),
             Op::PairingByCode { .. } | Op::PairingByHash { .. } => {
-                Output::Pairing(r.some(Some(root)).map(|id| r.pairing(id)))
+                Output::Pairing(r.maybe(root, Read::pairing)?)
             }
             Op::Claim { .. } => Output::Claimed {
-                runner: r.fresh(),
-                jobs: r
-                    .items(field("jobs"))?
-                    .iter()
-                    .map(|&id| r.stub(id))
-                    .collect::<Result<_, _>>()?,
+                runner: r.fresh(root)?,
+                jobs: r.list(r.field(root, "jobs")?, Read::stub)?,
             },
             Op::Job { .. } => Output::Job {
-                runner: r.fresh(),
-                job: r.some(field("job")).map(|id| r.job(id)).transpose()?,
+                runner: r.fresh(root)?,
+                job: r.maybe(r.field(root, "job")?, Read::job)?,
             },
             Op::Heartbeat { .. } => Output::Heartbeat {
-                runner: r.fresh(),
-                lost: r.refs(field("lost")),
-                cancel: r.refs(field("cancel")),
+                runner: r.fresh(root)?,
+                lost: r.list(r.field(root, "lost")?, Read::lease_ref)?,
+                cancel: r.list(r.field(root, "cancel")?, Read::lease_ref)?,
             },
-            Op::ResultFor { .. } => Output::ResultFor {
-                runner: r.fresh(),
-                accepted: match doc.node_at(field("accepted")) {
-                    Some(Node::Bool(true)) => Some((
-                        r.raw(field("state"))
-                            .ok_or_else(|| Fault::malformed(op, "an acceptance with no state"))?,
-                        r.number(field("createdAt")),
-                    )),
-                    _ => None,
-                },
-                job: r.some(field("job")).map(|id| r.job(id)).transpose()?,
-            },
+            Op::ResultFor { .. } => {
+                let accepted = r.flag(root, "accepted")?;
+                Output::ResultFor {
+                    runner: r.fresh(root)?,
+                    accepted: match accepted {
+                        true => Some((
+                            r.state(root)?,
+                            r.number(r.field(root, "createdAt")?, "createdAt")?,
+                        )),
+                        false => None,
+                    },
+                    job: match doc.get(root, "job") {
+                        Some(job) => r.maybe(job, Read::job)?,
+                        None => None,
+                    },
+                }
+            }
             Op::Complete { .. } => Output::Completed {
-                accepted: matches!(doc.node_at(field("accepted")), Some(Node::Bool(true))),
-                duplicate: matches!(doc.node_at(field("duplicate")), Some(Node::Bool(true))),
-                state: r
-                    .some(field("job"))
-                    .and_then(|job| r.raw(doc.get(job, "state"))),
+                accepted: r.flag(root, "accepted")?,
+                duplicate: r.flag(root, "duplicate")?,
+                state: match doc.get(root, "job") {
+                    Some(job) => r.maybe(job, Read::state)?,
+                    None => None,
+                },
             },
-            Op::CancelRequests { .. } => Output::Refs(r.refs(Some(root))),
-            Op::Release { .. } => Output::Ids(
-                r.items(Some(root))?
-                    .iter()
-                    .map(|&id| js_string(&doc, id))
-                    .collect(),
-            ),
+            Op::CancelRequests { .. } => Output::Refs(r.list(root, Read::lease_ref)?),
+            Op::Release { .. } => Output::Ids(r.list(root, |r, id| {
+                r.doc
+                    .str(id)
+                    .cloned()
+                    .ok_or_else(|| r.bad("a released job id is not a string"))
+            })?),
             Op::CreatePairing { .. } | Op::ConsumePairing { .. } | Op::Cancel { .. } => {
                 Output::Done
             }
@@ -524,143 +526,174 @@ pub fn sealed_from_json(text: &str) -> Option<SealedEnvelope> {
     Read { doc: &doc, op: "" }.sealed(doc.root())
 }
 
-/// `String(value)` for the values a store's lists hold.
-fn js_string(doc: &Doc, id: NodeId) -> JsStr {
-    match doc.str(id) {
-        Some(s) => s.clone(),
-        None => JsStr::new(match doc.node(id) {
-            Node::Number(n) => json::js_number_to_string(*n),
-            _ => doc.to_json(id),
-        }),
-    }
-}
-
-/// A store's parsed answer, read as leniently as the handlers' reads of a
-/// record always were (a JavaScript store's records may be odd).
+/// A store's parsed answer, read for what an operation returns.
 struct Read<'d> {
     doc: &'d Doc,
     op: &'static str,
 }
 
 impl Read<'_> {
-    /// The value, unless absent or `null`.
-    fn some(&self, id: Option<NodeId>) -> Option<NodeId> {
-        id.filter(|&id| !matches!(self.doc.node(id), Node::Null))
+    fn bad(&self, why: impl std::fmt::Display) -> Fault {
+        Fault::malformed(self.op, why)
     }
 
-    fn text(&self, obj: NodeId, key: &str) -> Option<String> {
-        Some(self.doc.str(self.doc.get(obj, key)?)?.as_str().to_owned())
+    fn node(&self, id: NodeId) -> &Node {
+        self.doc.node(id)
     }
 
-    /// A string the operation's answer must hold.
+    /// `obj[key]`, which must be there (`null` counts as there).
+    fn field(&self, obj: NodeId, key: &str) -> Result<NodeId, Fault> {
+        match self.node(obj) {
+            Node::Object(_) => self
+                .doc
+                .get(obj, key)
+                .ok_or_else(|| self.bad(format!("`{key}` is missing"))),
+            _ => Err(self.bad("a record is not an object")),
+        }
+    }
+
+    /// `read(id)`, or `None` for `null`.
+    fn maybe<T>(
+        &self,
+        id: NodeId,
+        read: impl Fn(&Self, NodeId) -> Result<T, Fault>,
+    ) -> Result<Option<T>, Fault> {
+        match self.node(id) {
+            Node::Null => Ok(None),
+            _ => read(self, id).map(Some),
+        }
+    }
+
+    fn list<T>(
+        &self,
+        id: NodeId,
+        read: impl Fn(&Self, NodeId) -> Result<T, Fault>,
+    ) -> Result<Vec<T>, Fault> {
+        match self.node(id) {
+            Node::Array(items) => items.iter().map(|&item| read(self, item)).collect(),
+            _ => Err(self.bad("a list is not an array")),
+        }
+    }
+
     fn string(&self, obj: NodeId, key: &str) -> Result<String, Fault> {
-        self.text(obj, key)
-            .ok_or_else(|| Fault::malformed(self.op, format!("`{key}` is not a string")))
+        let id = self.field(obj, key)?;
+        self.doc
+            .str(id)
+            .map(|s| s.as_str().to_owned())
+            .ok_or_else(|| self.bad(format!("`{key}` is not a string")))
     }
 
-    /// `Number(value)`; NaN when absent.
-    fn number(&self, id: Option<NodeId>) -> f64 {
-        id.map_or(f64::NAN, |id| json::js_to_number(self.doc, id))
+    fn number(&self, id: NodeId, key: &str) -> Result<f64, Fault> {
+        match self.node(id) {
+            Node::Number(n) => Ok(*n),
+            _ => Err(self.bad(format!("`{key}` is not a number"))),
+        }
     }
 
     /// A number or nothing (`null` or absent).
     fn optional(&self, obj: NodeId, key: &str) -> Result<Option<f64>, Fault> {
-        match self
-            .some(self.doc.get(obj, key))
-            .map(|id| self.doc.node(id))
-        {
+        match self.doc.get(obj, key) {
+            Some(id) => self.maybe(id, |r, id| r.number(id, key)),
             None => Ok(None),
-            Some(Node::Number(n)) => Ok(Some(*n)),
-            Some(_) => Err(Fault::malformed(
-                self.op,
-                format!("`{key}` is not a number"),
-            )),
         }
     }
 
-    /// `JSON.stringify` of the value.
-    fn raw(&self, id: Option<NodeId>) -> Option<String> {
-        id.map(|id| self.doc.to_json(id))
-    }
-
-    fn items(&self, id: Option<NodeId>) -> Result<&[NodeId], Fault> {
-        match id.map(|id| self.doc.node(id)) {
-            Some(Node::Array(items)) => Ok(items),
-            _ => Err(Fault::malformed(self.op, "a list is not an array")),
+    /// `obj[key] === true`; absent is `false`, anything but a boolean a fault.
+    fn flag(&self, obj: NodeId, key: &str) -> Result<bool, Fault> {
+        match self.doc.node_at(self.doc.get(obj, key)) {
+            None => Ok(false),
+            Some(Node::Bool(b)) => Ok(*b),
+            Some(_) => Err(self.bad(format!("`{key}` is not a boolean"))),
         }
     }
 
-    /// The refs of an array of `{jobId, leaseId}` (nothing for anything else).
-    fn refs(&self, list: Option<NodeId>) -> Vec<Ref> {
-        let field = |item, key| {
+    /// A job state: a string, kept as its JSON text.
+    fn state(&self, obj: NodeId) -> Result<String, Fault> {
+        let id = self.field(obj, "state")?;
+        match self.doc.str(id) {
+            Some(_) => Ok(self.doc.to_json(id)),
+            None => Err(self.bad("`state` is not a string")),
+        }
+    }
+
+    fn lease_ref(&self, id: NodeId) -> Result<Ref, Fault> {
+        let field = |key| {
             self.doc
-                .get(item, key)
-                .map_or_else(|| JsStr::new("undefined"), |id| js_string(self.doc, id))
+                .str(self.field(id, key)?)
+                .cloned()
+                .ok_or_else(|| self.bad(format!("a lease ref's `{key}` is not a string")))
         };
-        self.items(list)
-            .unwrap_or(&[])
-            .iter()
-            .map(|&item| Ref {
-                job_id: field(item, "jobId"),
-                lease_id: field(item, "leaseId"),
-            })
-            .collect()
+        Ok(Ref {
+            job_id: field("jobId")?,
+            lease_id: field("leaseId")?,
+        })
     }
 
-    /// The `runner` a store read again with the work.
-    fn fresh(&self) -> Fresh {
-        let runner = self.doc.get(self.doc.root(), "runner")?;
-        Some(self.some(Some(runner)).map(|runner| Revocation {
-            revoked: !matches!(
-                self.doc.node_at(self.doc.get(runner, "revokedAt")),
-                Some(Node::Null)
-            ),
-        }))
+    /// The runner its store read again with the work (`runner` absent: it did not).
+    fn fresh(&self, root: NodeId) -> Result<Fresh, Fault> {
+        let Some(runner) = self.doc.get(root, "runner") else {
+            return Ok(None);
+        };
+        self.maybe(runner, |r, id| {
+            Ok(Revocation {
+                revoked: r.revoked(id)?,
+            })
+        })
+        .map(Some)
+    }
+
+    /// `revokedAt` is a time: revoked. `null`: not. An absent key reads as
+    /// JavaScript reads `revokedAt !== null`: revoked.
+    fn revoked(&self, runner: NodeId) -> Result<bool, Fault> {
+        match self.doc.get(runner, "revokedAt") {
+            None => Ok(true),
+            Some(id) => Ok(self.maybe(id, |r, id| r.number(id, "revokedAt"))?.is_some()),
+        }
     }
 
     fn runner(&self, id: NodeId) -> Result<Runner, Fault> {
-        let device = self.doc.get(id, "device");
-        let key = |name| device.and_then(|d| self.text(d, name));
+        let device = self.field(id, "device")?;
         Ok(Runner {
             id: self.string(id, "id")?,
             owner: self.string(id, "owner")?,
             device: PublicIdentity {
-                identity: key("identity")
-                    .ok_or_else(|| Fault::malformed(self.op, "a runner has no device identity"))?,
-                encryption: key("encryption").unwrap_or_default(),
-                encryption_sig: key("encryptionSig").unwrap_or_default(),
+                identity: self.string(device, "identity")?,
+                encryption: self.string(device, "encryption")?,
+                encryption_sig: self.string(device, "encryptionSig")?,
             },
-            // `revokedAt` holding anything but null, an absent key included.
-            revoked: !matches!(
-                self.doc.node_at(self.doc.get(id, "revokedAt")),
-                Some(Node::Null)
-            ),
+            revoked: self.revoked(id)?,
         })
     }
 
-    fn pairing(&self, id: NodeId) -> Pairing {
-        let given = |key| {
-            self.some(self.doc.get(id, key))
-                .map(|v| self.doc.to_json(v))
+    fn pairing(&self, id: NodeId) -> Result<Pairing, Fault> {
+        let given = |key| -> Result<Option<String>, Fault> {
+            match self.doc.get(id, key) {
+                None => Ok(None),
+                Some(v) => self.maybe(v, |r, v| match r.doc.str(v) {
+                    Some(_) => Ok(r.doc.to_json(v)),
+                    None => Err(r.bad(format!("`{key}` is not a string"))),
+                }),
+            }
         };
-        Pairing {
-            state: self.text(id, "state"),
-            expires_at: self.number(self.doc.get(id, "expiresAt")),
-            collected: self
-                .doc
-                .get(id, "collected")
-                .is_some_and(|v| self.doc.truthy(v)),
-            runner_id: given("runnerId"),
-            owner: given("owner"),
-        }
+        Ok(Pairing {
+            state: Some(self.string(id, "state")?),
+            expires_at: self.number(self.field(id, "expiresAt")?, "expiresAt")?,
+            collected: self.flag(id, "collected")?,
+            runner_id: given("runnerId")?,
+            owner: given("owner")?,
+        })
     }
 
-    fn lease(&self, obj: NodeId) -> Option<Lease> {
-        let lease = self.some(self.doc.get(obj, "lease"))?;
-        Some(Lease {
-            id: self.text(lease, "id"),
-            runner_id: self.text(lease, "runnerId"),
-            expires_at: self.number(self.doc.get(lease, "expiresAt")),
+    fn lease(&self, obj: NodeId) -> Result<Option<Lease>, Fault> {
+        let Some(lease) = self.doc.get(obj, "lease") else {
+            return Ok(None);
+        };
+        self.maybe(lease, |r, lease| {
+            Ok(Lease {
+                id: Some(r.string(lease, "id")?),
+                runner_id: Some(r.string(lease, "runnerId")?),
+                expires_at: r.number(r.field(lease, "expiresAt")?, "expiresAt")?,
+            })
         })
     }
 
@@ -670,41 +703,44 @@ impl Read<'_> {
             kind: self.string(id, "kind")?,
             audience: self.string(id, "audience")?,
             owner: self.string(id, "owner")?,
-            purpose: self.raw(self.doc.get(id, "purpose")),
+            // A string, as the record holds it (`null` or absent: none).
+            purpose: match self.doc.get(id, "purpose") {
+                Some(p) => self.maybe(p, |r, p| match r.doc.str(p) {
+                    Some(_) => Ok(r.doc.to_json(p)),
+                    None => Err(r.bad("`purpose` is not a string")),
+                })?,
+                None => None,
+            },
             size_class: self.string(id, "sizeClass")?,
             deadline_at: self.optional(id, "deadlineAt")?,
             claimable_at: self.optional(id, "claimableAt")?,
-            ttl_ms: self.optional(id, "ttlMs")?.unwrap_or(f64::NAN),
-            lease: self.lease(id),
-            created_at: self.number(self.doc.get(id, "createdAt")),
-            attempts: self.number(self.doc.get(id, "attempts")),
+            ttl_ms: self.number(self.field(id, "ttlMs")?, "ttlMs")?,
+            lease: self.lease(id)?,
+            created_at: self.number(self.field(id, "createdAt")?, "createdAt")?,
+            attempts: self.optional(id, "attempts")?.unwrap_or(f64::NAN),
         })
     }
 
     fn sealed(&self, id: NodeId) -> Option<SealedEnvelope> {
+        let text = |key| Some(self.doc.str(self.doc.get(id, key)?)?.as_str().to_owned());
         Some(SealedEnvelope {
-            ciphertext: self.text(id, "ciphertext")?,
-            recipient_key_id: self.text(id, "recipientKeyId")?,
-            sender_key_id: self.text(id, "senderKeyId")?,
-            direction: self.text(id, "direction")?,
-            deadline_at: self.number(self.doc.get(id, "deadlineAt")),
+            ciphertext: text("ciphertext")?,
+            recipient_key_id: text("recipientKeyId")?,
+            sender_key_id: text("senderKeyId")?,
+            direction: text("direction")?,
+            deadline_at: json::js_to_number(self.doc, self.doc.get(id, "deadlineAt")?),
         })
     }
 
     fn job(&self, id: NodeId) -> Result<Job, Fault> {
-        let envelope = self
-            .some(self.doc.get(id, "envelope"))
-            .and_then(|e| self.sealed(e));
+        // An envelope not of the sealed shape is the fetch's own refusal
+        // (its payload cannot be opened), not the store's fault.
+        let envelope = self.doc.get(id, "envelope").and_then(|e| self.sealed(e));
         Ok(Job {
-            // An audience that is not a string matches as `private`, as the claim reads it.
-            audience: self
-                .text(id, "audience")
-                .unwrap_or_else(|| "private".into()),
-            state: self
-                .raw(self.doc.get(id, "state"))
-                .ok_or_else(|| Fault::malformed(self.op, "a job has no state"))?,
-            lease: self.lease(id),
-            created_at: self.number(self.doc.get(id, "createdAt")),
+            audience: self.string(id, "audience")?,
+            state: self.state(id)?,
+            lease: self.lease(id)?,
+            created_at: self.number(self.field(id, "createdAt")?, "createdAt")?,
             ciphertext_chars: envelope.as_ref().map_or(0, |e| e.ciphertext.len()),
             envelope: envelope.map(AtRestSeal::Sealed),
         })

@@ -631,7 +631,7 @@ fn pair_poll_answers_each_state_and_hands_out_an_approval_once() {
         |steps: &[(&str, &str)]| script(request(Endpoint::Pair, body, None), &lane.site, steps).0;
     assert_eq!(poll(&[("pairingByHash", "null")]).status, 404);
     assert_eq!(
-        poll(&[("pairingByHash", r#"{"state":"denied"}"#)]).body,
+        poll(&[("pairingByHash", r#"{"state":"denied","expiresAt":1}"#)]).body,
         r#"{"status":"denied"}"#
     );
     assert_eq!(
@@ -650,7 +650,8 @@ fn pair_poll_answers_each_state_and_hands_out_an_approval_once() {
         .body,
         r#"{"status":"pending"}"#
     );
-    let approved = r#"{"state":"approved","collected":false,"runnerId":"r1","owner":"bob"}"#;
+    let approved =
+        r#"{"state":"approved","expiresAt":1,"collected":false,"runnerId":"r1","owner":"bob"}"#;
     let answer = poll(&[("pairingByHash", approved), ("consumePairing", "null")]);
     assert!(
         answer
@@ -659,7 +660,8 @@ fn pair_poll_answers_each_state_and_hands_out_an_approval_once() {
         "{}",
         answer.body
     );
-    let collected = r#"{"state":"approved","collected":true,"runnerId":"r1","owner":"bob"}"#;
+    let collected =
+        r#"{"state":"approved","expiresAt":1,"collected":true,"runnerId":"r1","owner":"bob"}"#;
     assert_eq!(poll(&[("pairingByHash", collected)]).status, 404);
 }
 
