@@ -32,7 +32,7 @@ use hashlink::LruCache;
 use crate::direct::{self, acceptance, reseal, LeaseFacts};
 use crate::envelope::{OpenFailure, SealedEnvelope};
 use crate::ids;
-use crate::json::{self, write_json_str, Doc, JsStr};
+use crate::json::{write_json_str, Doc, JsStr};
 use crate::keys::{self, KeyHandle, PublicIdentity};
 use crate::metrics::{Metrics, PairingEvent, Refusal};
 use crate::signing::{self, RequestSignature};
@@ -42,6 +42,7 @@ use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
 pub mod native;
 pub mod ops;
 
+use ops::Obj;
 pub use ops::{Fault, Op, Output};
 
 /// The most store operations one request makes (`pair start`: eight user
@@ -723,64 +724,47 @@ async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
 /// `{"jobs":[stub…],"leaseMs":…}`: each stub exactly the fields the daemon
 /// parses (never `audienceAllow`), in the wire's key order.
 fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> Flow<String> {
-    let mut out = String::with_capacity(64 + jobs.len() * 320);
-    out.push_str("{\"jobs\":[");
-    for (at, job) in jobs.iter().enumerate() {
+    let mut stubs = String::from("[");
+    for job in jobs {
         let Some(lease) = &job.lease else {
             return Err(Answer::store_failed(Fault(format!(
                 "store returned job {} from claim with no lease; the store contract requires a claimed job to hold one",
                 job.id
             ))));
         };
-        if at > 0 {
-            out.push(',');
+        if stubs.len() > 1 {
+            stubs.push(',');
         }
-        out.push_str("{\"id\":");
-        write_json_str(&job.id, &mut out);
-        out.push_str(",\"kind\":");
-        write_json_str(&job.kind, &mut out);
-        out.push_str(",\"audience\":");
-        write_json_str(&job.audience, &mut out);
-        out.push_str(",\"owner\":");
-        write_json_str(&job.owner, &mut out);
-        out.push_str(",\"site\":");
-        write_json_str(site_id, &mut out);
+        let mut stub = Obj::new();
+        stub.str("id", &job.id)
+            .str("kind", &job.kind)
+            .str("audience", &job.audience)
+            .str("owner", &job.owner)
+            .str("site", site_id);
         if let Some(purpose) = &job.purpose {
-            out.push_str(",\"purpose\":");
-            out.push_str(purpose);
+            stub.raw("purpose", purpose);
         }
-        out.push_str(",\"sizeClass\":");
-        write_json_str(&job.size_class, &mut out);
-        out.push_str(",\"streaming\":false,\"deadlineAt\":");
-        json::push_json_number(
-            &mut out,
-            direct::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now),
-        );
-        out.push_str(",\"lease\":{\"id\":");
-        write_json_value(lease.id.as_deref(), &mut out);
-        out.push_str(",\"runnerId\":");
-        write_json_value(lease.runner_id.as_deref(), &mut out);
-        out.push_str(",\"expiresAt\":");
-        json::push_json_number(&mut out, lease.expires_at);
-        out.push_str("}}");
+        let deadline = direct::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now);
+        let mut held = Obj::new();
+        held.str("id", &lease.id)
+            .str("runnerId", &lease.runner_id)
+            .num("expiresAt", lease.expires_at);
+        stub.str("sizeClass", &job.size_class)
+            .raw("streaming", "false")
+            .num("deadlineAt", deadline)
+            .raw("lease", &held.end());
+        stubs.push_str(&stub.end());
     }
-    out.push_str("],\"leaseMs\":");
-    json::push_json_number(&mut out, lease_ms);
-    out.push('}');
-    Ok(out)
-}
-
-fn write_json_value(text: Option<&str>, out: &mut String) {
-    match text {
-        Some(text) => write_json_str(text, out),
-        None => out.push_str("null"),
-    }
+    stubs.push(']');
+    let mut out = Obj::new();
+    out.raw("jobs", &stubs).num("leaseMs", lease_ms);
+    Ok(out.end())
 }
 
 fn lease_facts(lease: &Option<ops::Lease>) -> Option<LeaseFacts<'_>> {
     lease.as_ref().map(|l| LeaseFacts {
-        id: l.id.as_deref(),
-        runner_id: l.runner_id.as_deref(),
+        id: Some(&l.id),
+        runner_id: Some(&l.runner_id),
         expires_at: l.expires_at,
     })
 }
@@ -858,16 +842,13 @@ async fn heartbeat(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answe
         return Err(mismatch("heartbeat"));
     };
     check_fresh(cx, runner, fresh)?;
-    let mut out = String::from("{\"sites\":");
-    out.push_str(&cx.site.sites_json);
-    out.push_str(",\"awaitingConsent\":[],\"cancel\":");
-    ops::push_refs(&mut out, &cancel);
-    out.push_str(",\"lost\":");
-    ops::push_refs(&mut out, &lost);
-    out.push_str(",\"serverTime\":");
-    json::push_json_number(&mut out, now);
-    out.push('}');
-    Ok(Answer::ok(out))
+    let mut out = Obj::new();
+    out.raw("sites", &cx.site.sites_json)
+        .raw("awaitingConsent", "[]")
+        .refs("cancel", &cancel)
+        .refs("lost", &lost)
+        .num("serverTime", now);
+    Ok(Answer::ok(out.end()))
 }
 
 /// A device's result, opened: the plaintext, or why it did not open.
@@ -1108,15 +1089,9 @@ async fn release(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer>
         cx.site
             .count(|m| m.record_refusals(Refusal::Audience, refused));
     }
-    let mut out = String::from("{\"released\":[");
-    for (at, id) in released.iter().enumerate() {
-        if at > 0 {
-            out.push(',');
-        }
-        id.write_json(&mut out);
-    }
-    out.push_str("]}");
-    Ok(Answer::ok(out))
+    let mut out = Obj::new();
+    out.raw("released", &ops::json_list(&released));
+    Ok(Answer::ok(out.end()))
 }
 
 async fn pair(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
@@ -1170,46 +1145,35 @@ async fn pair_start(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
         }
     }
     let user_code = free.ok_or_else(|| Answer::refuse(ErrorCode::ServerError, NO_FREE_CODE))?;
-    let js = |obj: &str, key: &str, out: &mut String| match field(obj, key) {
-        Some(s) => s.write_json(out),
-        None => out.push_str("\"\""),
-    };
-    let mut record = String::with_capacity(1024);
-    record.push_str("{\"deviceCodeHash\":");
-    write_json_str(&ids::hash_secret(&device_code), &mut record);
-    record.push_str(",\"userCode\":");
-    write_json_str(&user_code, &mut record);
-    record.push_str(
-        ",\"state\":\"pending\",\"owner\":null,\"runnerId\":null,\"collected\":false,\"label\":",
-    );
-    js("daemon", "label", &mut record);
-    record.push_str(",\"platform\":");
-    js("daemon", "platform", &mut record);
-    record.push_str(",\"daemonVersion\":");
-    js("daemon", "version", &mut record);
-    record.push_str(",\"capabilities\":");
-    record.push_str(&body.json("capabilities"));
-    record.push_str(",\"device\":");
-    record.push_str(&identity_json(&device));
-    record.push_str(",\"expiresAt\":");
-    json::push_json_number(&mut record, expires_at);
-    record.push_str(",\"createdAt\":");
-    json::push_json_number(&mut record, now);
-    record.push('}');
-    cx.op(Op::CreatePairing { record }).await?;
+    let empty = JsStr::new("");
+    let daemon = |key| field("daemon", key).unwrap_or(&empty);
+    let mut record = Obj::new();
+    record
+        .str("deviceCodeHash", &ids::hash_secret(&device_code))
+        .str("userCode", &user_code)
+        .raw("state", "\"pending\"")
+        .raw("owner", "null")
+        .raw("runnerId", "null")
+        .raw("collected", "false")
+        .js("label", daemon("label"))
+        .js("platform", daemon("platform"))
+        .js("daemonVersion", daemon("version"))
+        .raw("capabilities", &body.json("capabilities"))
+        .raw("device", &identity_json(&device))
+        .num("expiresAt", expires_at)
+        .num("createdAt", now);
+    cx.op(Op::CreatePairing {
+        record: record.end(),
+    })
+    .await?;
     cx.site.count(|m| m.record_pairing(PairingEvent::Started));
-    let mut out = String::from("{\"deviceCode\":");
-    write_json_str(&device_code, &mut out);
-    out.push_str(",\"userCode\":");
-    write_json_str(&user_code, &mut out);
-    out.push_str(",\"verificationUrl\":");
-    write_json_str(&cx.site.verification_url, &mut out);
-    out.push_str(",\"expiresAt\":");
-    json::push_json_number(&mut out, expires_at);
-    out.push_str(",\"pollIntervalMs\":");
-    json::push_json_number(&mut out, cx.site.poll_interval_ms);
-    out.push('}');
-    Ok(Answer::ok(out))
+    let mut out = Obj::new();
+    out.str("deviceCode", &device_code)
+        .str("userCode", &user_code)
+        .str("verificationUrl", &cx.site.verification_url)
+        .num("expiresAt", expires_at)
+        .num("pollIntervalMs", cx.site.poll_interval_ms);
+    Ok(Answer::ok(out.end()))
 }
 
 /// `expiresAt <= now`, as JavaScript compares (a NaN never has).

@@ -157,11 +157,17 @@ impl Op {
         let mut w = Obj::new();
         match self {
             Op::Runner { runner_id } | Op::CancelRequests { runner_id } => {
-                w.str("runnerId", runner_id)
+                w.str("runnerId", runner_id);
             }
-            Op::PairingByCode { user_code } => w.str("userCode", user_code),
-            Op::CreatePairing { record } => w.raw("pairing", record),
-            Op::PairingByHash { hash } | Op::ConsumePairing { hash } => w.str("hash", hash),
+            Op::PairingByCode { user_code } => {
+                w.str("userCode", user_code);
+            }
+            Op::CreatePairing { record } => {
+                w.raw("pairing", record);
+            }
+            Op::PairingByHash { hash } | Op::ConsumePairing { hash } => {
+                w.str("hash", hash);
+            }
             Op::Claim {
                 runner_id,
                 runner_owner,
@@ -171,16 +177,15 @@ impl Op {
                 now,
                 ..
             } => {
-                w.str("runnerId", runner_id);
-                w.str("runnerOwner", runner_owner);
-                w.raw("capabilities", capabilities);
-                w.num("max", *max);
-                w.num("leaseMs", *lease_ms);
-                w.num("now", *now);
+                w.str("runnerId", runner_id)
+                    .str("runnerOwner", runner_owner)
+                    .raw("capabilities", capabilities)
+                    .num("max", *max)
+                    .num("leaseMs", *lease_ms)
+                    .num("now", *now);
             }
             Op::Job { runner_id, job_id } => {
-                w.str("runnerId", runner_id);
-                w.str("jobId", job_id);
+                w.str("runnerId", runner_id).str("jobId", job_id);
             }
             Op::Heartbeat {
                 runner_id,
@@ -190,12 +195,12 @@ impl Op {
                 lease_ms,
                 now,
             } => {
-                w.str("runnerId", runner_id);
-                w.raw("capabilities", capabilities);
-                w.str("daemonVersion", daemon_version);
-                w.refs("leases", leases);
-                w.num("leaseMs", *lease_ms);
-                w.num("now", *now);
+                w.str("runnerId", runner_id)
+                    .raw("capabilities", capabilities)
+                    .str("daemonVersion", daemon_version)
+                    .refs("leases", leases)
+                    .num("leaseMs", *lease_ms)
+                    .num("now", *now);
             }
             Op::ResultFor {
                 runner_id,
@@ -206,13 +211,13 @@ impl Op {
                 provenance,
                 now,
             } => {
-                w.str("runnerId", runner_id);
-                w.str("jobId", job_id);
-                w.str("leaseId", lease_id);
-                w.str("audience", audience);
-                w.raw("outcome", outcome);
-                w.raw("provenance", provenance);
-                w.num("now", *now);
+                w.str("runnerId", runner_id)
+                    .str("jobId", job_id)
+                    .str("leaseId", lease_id)
+                    .str("audience", audience)
+                    .raw("outcome", outcome)
+                    .raw("provenance", provenance)
+                    .num("now", *now);
             }
             Op::Complete {
                 job_id,
@@ -223,15 +228,14 @@ impl Op {
                 now,
                 ..
             } => {
-                w.str("jobId", job_id);
-                w.str("runnerId", runner_id);
                 let mut holder = Obj::new();
-                holder.str("by", "lease");
-                holder.str("leaseId", lease_id);
-                w.raw("holder", &holder.end());
-                w.raw("outcome", outcome);
-                w.raw("provenance", provenance);
-                w.num("now", *now);
+                holder.str("by", "lease").str("leaseId", lease_id);
+                w.str("jobId", job_id)
+                    .str("runnerId", runner_id)
+                    .raw("holder", &holder.end())
+                    .raw("outcome", outcome)
+                    .raw("provenance", provenance)
+                    .num("now", *now);
             }
             Op::Release {
                 runner_id,
@@ -239,38 +243,35 @@ impl Op {
                 reason,
                 now,
             } => {
-                w.str("runnerId", runner_id);
-                w.refs("leases", leases);
-                w.str("reason", reason);
-                w.num("now", *now);
+                w.str("runnerId", runner_id)
+                    .refs("leases", leases)
+                    .str("reason", reason)
+                    .num("now", *now);
             }
             Op::Cancel { job_ids, now } => {
-                w.key("jobIds");
-                w.out.push('[');
-                for (at, id) in job_ids.iter().enumerate() {
-                    if at > 0 {
-                        w.out.push(',');
-                    }
-                    id.write_json(&mut w.out);
-                }
-                w.out.push(']');
-                w.num("now", *now);
+                w.raw("jobIds", &json_list(job_ids)).num("now", *now);
             }
         }
         w.end()
     }
 }
 
-/// A JSON object written key by key.
-struct Obj {
+/// A JSON object written key by key, in the order written (the wire's).
+pub struct Obj {
     out: String,
 }
 
-impl Obj {
-    fn new() -> Obj {
+impl Default for Obj {
+    fn default() -> Obj {
         Obj {
             out: String::from("{"),
         }
+    }
+}
+
+impl Obj {
+    pub fn new() -> Obj {
+        Obj::default()
     }
     fn key(&mut self, key: &str) {
         if self.out.len() > 1 {
@@ -279,26 +280,48 @@ impl Obj {
         write_json_str(key, &mut self.out);
         self.out.push(':');
     }
-    fn str(&mut self, key: &str, value: &str) {
+    pub fn str(&mut self, key: &str, value: &str) -> &mut Obj {
         self.key(key);
         write_json_str(value, &mut self.out);
+        self
     }
-    fn raw(&mut self, key: &str, json: &str) {
+    pub fn js(&mut self, key: &str, value: &JsStr) -> &mut Obj {
+        self.key(key);
+        value.write_json(&mut self.out);
+        self
+    }
+    pub fn raw(&mut self, key: &str, json: &str) -> &mut Obj {
         self.key(key);
         self.out.push_str(json);
+        self
     }
-    fn num(&mut self, key: &str, value: f64) {
+    pub fn num(&mut self, key: &str, value: f64) -> &mut Obj {
         self.key(key);
         json::push_json_number(&mut self.out, value);
+        self
     }
-    fn refs(&mut self, key: &str, refs: &[Ref]) {
+    pub fn refs(&mut self, key: &str, refs: &[Ref]) -> &mut Obj {
         self.key(key);
         push_refs(&mut self.out, refs);
+        self
     }
-    fn end(mut self) -> String {
+    pub fn end(mut self) -> String {
         self.out.push('}');
         self.out
     }
+}
+
+/// A JSON array of strings, lone surrogates and all.
+pub fn json_list(items: &[JsStr]) -> String {
+    let mut out = String::from("[");
+    for (at, item) in items.iter().enumerate() {
+        if at > 0 {
+            out.push(',');
+        }
+        item.write_json(&mut out);
+    }
+    out.push(']');
+    out
 }
 
 /// `[{"jobId":…,"leaseId":…},…]`.
@@ -367,10 +390,9 @@ pub struct Pairing {
 /// A job's lease as the lease rules read it.
 #[derive(Debug, Clone)]
 pub struct Lease {
-    /// `None`: not a string (a JS store's odd record), which matches nothing.
-    pub id: Option<String>,
-    pub runner_id: Option<String>,
-    /// `Number(expiresAt)`.
+    pub id: String,
+    /// `""` for an adopted (relay-granted) lease.
+    pub runner_id: String,
     pub expires_at: f64,
 }
 
@@ -690,8 +712,8 @@ impl Read<'_> {
         };
         self.maybe(lease, |r, lease| {
             Ok(Lease {
-                id: Some(r.string(lease, "id")?),
-                runner_id: Some(r.string(lease, "runnerId")?),
+                id: r.string(lease, "id")?,
+                runner_id: r.string(lease, "runnerId")?,
                 expires_at: r.number(r.field(lease, "expiresAt")?, "expiresAt")?,
             })
         })

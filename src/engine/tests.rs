@@ -5,6 +5,7 @@
 use super::*;
 use crate::direct::{seal_at_rest, AtRestSeal};
 use crate::envelope::{self, Text};
+use crate::json;
 use crate::keys::StoredKeys;
 use crate::store::{JobInput, Store, StoreOptions};
 

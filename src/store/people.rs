@@ -575,17 +575,6 @@ impl PairingStore {
         self.runner_at.get(id).and_then(|&at| self.runners.get(at))
     }
 
-    /// What a signed request from this runner is checked against; `None`
-    /// for an unknown or revoked runner, or a record without those strings.
-    pub fn active_runner(&self, id: &str) -> Option<RunnerFacts> {
-        let runner = self.find_runner(id).filter(|r| r.active)?;
-        Some(RunnerFacts {
-            id: runner.id.clone()?,
-            owner: runner.owner.clone()?,
-            device: runner.device.clone()?,
-        })
-    }
-
     /// What a signed request is checked against, revoked or not: the facts
     /// (`None` for a record without those strings) and whether it is revoked.
     pub fn runner_facts(&self, id: &str) -> Option<(Option<RunnerFacts>, bool)> {
