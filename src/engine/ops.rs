@@ -574,6 +574,11 @@ impl Read<'_> {
         }
     }
 
+    /// The value, unless absent or `null`.
+    fn some(&self, id: Option<NodeId>) -> Option<NodeId> {
+        id.filter(|&id| !matches!(self.node(id), Node::Null))
+    }
+
     /// `read(id)`, or `None` for `null`.
     fn maybe<T>(
         &self,
@@ -725,14 +730,11 @@ impl Read<'_> {
             kind: self.string(id, "kind")?,
             audience: self.string(id, "audience")?,
             owner: self.string(id, "owner")?,
-            // A string, as the record holds it (`null` or absent: none).
-            purpose: match self.doc.get(id, "purpose") {
-                Some(p) => self.maybe(p, |r, p| match r.doc.str(p) {
-                    Some(_) => Ok(r.doc.to_json(p)),
-                    None => Err(r.bad("`purpose` is not a string")),
-                })?,
-                None => None,
-            },
+            // Opaque: what the app enqueued, written back as it is (`null`
+            // or absent: none).
+            purpose: self
+                .some(self.doc.get(id, "purpose"))
+                .map(|p| self.doc.to_json(p)),
             size_class: self.string(id, "sizeClass")?,
             deadline_at: self.optional(id, "deadlineAt")?,
             claimable_at: self.optional(id, "claimableAt")?,
