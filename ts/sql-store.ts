@@ -3,7 +3,7 @@
 // in SQL; this file only names the function each method calls, passes the
 // caller's arguments (every `now` included, as epoch ms) and gives the JSON the
 // database returns the key order of the in-memory records.
-import type { Operations } from "./handlers.js";
+import type { Operations } from "./operations.js";
 import { PROTOCOL, type StoreCounts } from "./native.js";
 import type {
   ByollmStore,

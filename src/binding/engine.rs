@@ -110,7 +110,15 @@ impl Engine {
         keyring: &SiteKeyring,
         settings: JsEngineSettings,
         metrics: Option<&NativeMetrics>,
-    ) -> Self {
+    ) -> Result<Self> {
+        // Keys whose encryption half the identity half did not sign: every
+        // daemon would refuse this site, one pairing at a time.
+        if !keyring.handle().is_consistent() {
+            return Err(Error::from_reason(
+                "siteKeys are not internally consistent: the encryption key is not signed by the identity key. \
+                 Generate a fresh pair with `npx --no keygen`.",
+            ));
+        }
         let site = Site::new(
             Arc::clone(keyring.handle()),
             Settings {
@@ -121,10 +129,10 @@ impl Engine {
                 metrics: metrics.map(|m| Arc::clone(&m.inner)),
             },
         );
-        Engine {
+        Ok(Engine {
             site: Arc::new(site),
             last_status: std::cell::Cell::new(0),
-        }
+        })
     }
 
     fn pending(&self, endpoint: &str, request: impl FnOnce(Endpoint) -> Request) -> PendingRequest {
