@@ -484,28 +484,58 @@ impl Op {
         let doc = json::parse_any_depth(text).map_err(|e| Fault::malformed(op, e))?;
         let r = Read { doc: &doc, op };
         let root = doc.root();
+        // A runner the work re-read as unknown or revoked is refused: the
+        // store did no work, and nothing else of its answer is read.
+        let fresh = match self {
+            Op::Claim { .. } | Op::Job { .. } | Op::Heartbeat { .. } | Op::ResultFor { .. } => {
+                r.fresh(root)?
+            }
+            _ => None,
+        };
+        if matches!(fresh, Some(None) | Some(Some(Revocation { revoked: true }))) {
+            return Ok(match self {
+                Op::Claim { .. } => Output::Claimed {
+                    runner: fresh,
+                    jobs: Vec::new(),
+                },
+                Op::Heartbeat { .. } => Output::Heartbeat {
+                    runner: fresh,
+                    lost: Vec::new(),
+                    cancel: Vec::new(),
+                },
+                Op::ResultFor { .. } => Output::ResultFor {
+                    runner: fresh,
+                    accepted: None,
+                    job: None,
+                },
+                _ => Output::Job {
+                    runner: fresh,
+                    job: None,
+                },
+            });
+        }
         Ok(match self {
             Op::Runner { .. } => Output::Runner(r.maybe(root, Read::runner)?),
             Op::PairingByCode { .. } | Op::PairingByHash { .. } => {
                 Output::Pairing(r.maybe(root, Read::pairing)?)
             }
             Op::Claim { .. } => Output::Claimed {
-                runner: r.fresh(root)?,
+                runner: fresh,
                 jobs: r.list(r.field(root, "jobs")?, Read::stub)?,
             },
             Op::Job { .. } => Output::Job {
-                runner: r.fresh(root)?,
+                runner: fresh,
                 job: r.maybe(r.field(root, "job")?, Read::job)?,
             },
             Op::Heartbeat { .. } => Output::Heartbeat {
-                runner: r.fresh(root)?,
+                runner: fresh,
                 lost: r.list(r.field(root, "lost")?, Read::lease_ref)?,
                 cancel: r.list(r.field(root, "cancel")?, Read::lease_ref)?,
             },
             Op::ResultFor { .. } => {
                 let accepted = r.flag(root, "accepted")?;
                 Output::ResultFor {
-                    runner: r.fresh(root)?,
+                    runner: fresh,
                     accepted: match accepted {
                         true => Some((
                             r.state(root)?,

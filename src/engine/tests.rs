@@ -558,6 +558,47 @@ fn with_a_store_that_rereads_the_runner_a_verified_identity_skips_the_read() {
     assert_eq!(revoked.status, 403);
     let (gone, _) = script(claim(), &site, &[("runner", "null")]);
     assert_eq!(gone.status, 401);
+    // A store that did no work for an unknown or revoked runner answers only
+    // the runner (a SQL heartbeat does): the refusal, not a store failure.
+    let beat = r#"{"protocolVersion":"2","runnerId":"r1","daemonVersion":"1","capabilities":[],"activeLeases":[]}"#;
+    let heartbeat = || Request {
+        rereads: true,
+        ..request(
+            Endpoint::Heartbeat,
+            beat,
+            Some(signed(&lane.device, Endpoint::Heartbeat, beat, NOW)),
+        )
+    };
+    let (_, _) = script(
+        heartbeat(),
+        &site,
+        &[
+            ("runner", &runner),
+            (
+                "heartbeat",
+                r#"{"runner":{"revokedAt":null},"lost":[],"cancel":[]}"#,
+            ),
+        ],
+    );
+    let (revoked, _) = script(
+        heartbeat(),
+        &site,
+        &[("heartbeat", r#"{"runner":{"revokedAt":5}}"#)],
+    );
+    assert_eq!(revoked.status, 403, "{}", revoked.body);
+    let (_, _) = script(
+        heartbeat(),
+        &site,
+        &[
+            ("runner", &runner),
+            (
+                "heartbeat",
+                r#"{"runner":{"revokedAt":null},"lost":[],"cancel":[]}"#,
+            ),
+        ],
+    );
+    let (unknown, _) = script(heartbeat(), &site, &[("heartbeat", r#"{"runner":null}"#)]);
+    assert_eq!(unknown.status, 401, "{}", unknown.body);
     // A forged request is refused against the remembered identity, with no read.
     let (_, _) = script(claim(), &site, &[("runner", &runner), ("claim", fresh)]);
     let forged = Request {
