@@ -7,7 +7,7 @@
 // into strings and numbers, and turns the native JSON rows back into the
 // reference's record objects. Every rule lives in Rust.
 import { optionalNumber, optionalStrings, text } from "./args.js";
-import { native, PROTOCOL, type EnqueuedJob, type NativeMemoryStoreHandle, type SiteKeyringHandle } from "./native.js";
+import { hostPath, native, PROTOCOL, type EnqueuedJob, type NativeMemoryStoreHandle, type SiteKeyringHandle } from "./native.js";
 import type {
   AdoptArgs,
   DeliveredResult,
@@ -477,7 +477,7 @@ export class MemoryStore implements ByollmStore {
     this.#native = new native.NativeMemoryStore(
       options.defaultTtlMs ?? undefined,
       options.retentionMs ?? undefined,
-      options.path ?? undefined,
+      options.path == null ? undefined : hostPath(options.path),
       options.path == null ? undefined : options.synchronous === "full",
     );
     // Without retention an id keeps its job (and envelope) for good, so a

@@ -3,7 +3,8 @@
 // docs/architecture.md links it). A function the loaded addon lacks fails
 // loudly at first use rather than as `undefined is not a function` deep
 // inside a request.
-import { binding as loaded } from "./native-loader.js";
+import { resolve } from "node:path";
+import { binding as loaded, isWasi } from "./native-loader.js";
 import type { NativeMemoryStore, SiteKeyring } from "../index.js";
 
 export type NativeBinding = typeof import("../index.js");
@@ -33,3 +34,10 @@ export const native = Object.assign(Object.create(missing) as object, loaded) as
 
 /** The protocol's constants, from the core (src/binding/protocol.rs). */
 export const PROTOCOL = native.protocolConstants();
+
+/**
+ * A file path as the binding should be given it: as is for the native
+ * addon; absolute for the WebAssembly fallback, which has no working
+ * directory of its own (WASI resolves a relative path from the root).
+ */
+export const hostPath = (path: string): string => (isWasi ? resolve(path) : path);
