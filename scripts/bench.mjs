@@ -46,6 +46,8 @@ const sections = [
   { key: "scaling", file: "bench/full-cycle.mjs", title: "Full cycle against stored job count (server side, in-process)", scalingOf: "cycle" },
   { key: "durable", file: "bench/durable.mjs", title: "Durable store (a SQLite file) vs in-memory stores" },
   { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
+  // The Node binding's WebAssembly fallback, forced in the section's own process.
+  { key: "wasi", file: "bench/wasi.mjs", title: "WebAssembly fallback (wasm32-wasip1-threads, NAPI_RS_FORCE_WASI) vs the reference", env: { NAPI_RS_FORCE_WASI: "true" } },
   // Minutes, a PostgreSQL and millions of rows: run only when asked for.
   { key: "stores", file: "bench/stores.mjs", title: "SQL stores against stored job count (ours vs reference supabaseStore)", onlyWhenNamed: true },
   { key: "delivery", file: "bench/delivery.mjs", title: "Result delivery on PostgreSQL (ours postgresDelivery vs the reference's polling)", onlyWhenNamed: true },
@@ -163,7 +165,10 @@ for (const s of sections) {
   const out = join(scratch, `${s.key}.json`);
   const flags = [...process.execArgv, "--max-old-space-size=8192", "--expose-gc"];
   const passed = args.filter((a) => /^--(sizes|populations|budget-ms|concurrent-jobs|stores)=/.test(a));
-  const r = spawnSync(process.execPath, [...flags, fileURLToPath(import.meta.url), `--section=${s.key}`, `--out=${out}`, ...(quick ? ["--quick"] : []), ...passed], { stdio: "inherit" });
+  const r = spawnSync(process.execPath, [...flags, fileURLToPath(import.meta.url), `--section=${s.key}`, `--out=${out}`, ...(quick ? ["--quick"] : []), ...passed], {
+    stdio: "inherit",
+    env: { ...process.env, ...s.env },
+  });
   if (r.status !== 0 || !existsSync(out)) {
     console.log(`  (section ${s.key} failed: exit ${r.status}${r.signal ? `, ${r.signal}` : ""})`);
     process.exitCode = 1;
@@ -179,6 +184,19 @@ for (const s of sections) {
   }
 }
 rmSync(scratch, { recursive: true, force: true });
+
+// The fallback against the native addon, row by row, from the sections of this run.
+if (results.sections.wasi) {
+  const native = [...(results.sections.cycle ?? []), ...(results.sections.crypto ?? [])];
+  const rows = results.sections.wasi
+    .map((w) => ({ w, n: native.find((r) => r.name === w.name) }))
+    .filter(({ n }) => n)
+    .map(({ w, n }) => ({ name: w.name, ref: n.ours, ours: w.ours, unit: w.unit, ratio: w.ours / n.ours }));
+  if (rows.length) {
+    console.log("\n## WebAssembly fallback vs the native addon (same run; the \"reference\" column is native here)");
+    printRows(rows);
+  }
+}
 
 mkdirSync(join(root, ".bench"), { recursive: true });
 writeFileSync(join(root, ".bench", "results.json"), JSON.stringify(results, null, 2));
