@@ -14,12 +14,12 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { FALLBACK_ALIASES, WASI, kb, root, stageRelease } from "../scripts/pack-release.mjs";
 import { exec, npmEnv, packDependencies, serveRegistry } from "./helpers/registry.mjs";
+import { freePort } from "./helpers/net.mjs";
 import { TestDaemon } from "./site-daemon.mjs";
 
 const NAME = "byollm-server-native";
@@ -61,17 +61,6 @@ function freshApp(dir) {
   manifest.dependencies = { "@byollm/server": `npm:${NAME}@${release.manifest.version}` };
   delete manifest.devDependencies;
   writeFileSync(join(dir, "package.json"), JSON.stringify(manifest, null, 2));
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once("error", reject);
-    probe.listen(0, "127.0.0.1", () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
-  });
 }
 
 const platformPackages = (dir) =>

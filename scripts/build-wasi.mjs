@@ -20,11 +20,10 @@ import { chmodSync, existsSync, mkdirSync, rmSync, statSync, writeFileSync } fro
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { rustProblems } from "./check-rust.mjs";
+import { xtools, zigBinary } from "./xtools.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const TARGET = "wasm32-wasip1-threads";
-const ZIG_VERSION = "0.17.1";
-const xtools = join(root, "target", "xtools");
 const BINARY = "byollm-server-native";
 
 function run(cmd, args, env = process.env) {
@@ -54,27 +53,18 @@ if (!targetInstalled()) {
   if (r.status !== 0) fail(`the ${TARGET} target is missing and rustup could not add it: install Rust with rustup (https://rustup.rs) and run \`rustup target add ${TARGET}\`.`);
 }
 
-/** A zig binary: $ZIG, or the one from PyPI in target/xtools/zig (installed here when missing). */
-export function zigBinary() {
-  if (process.env.ZIG) return process.env.ZIG;
-  const dir = join(xtools, "zig");
-  const zig = join(dir, "ziglang", process.platform === "win32" ? "zig.exe" : "zig");
-  if (existsSync(zig)) return zig;
-  const python = ["python3", "python"].find((p) => spawnSync(p, ["--version"], { stdio: "ignore" }).status === 0);
-  if (!python) fail("SQLite's C source needs a C compiler for WebAssembly: install Python 3 with pip (zig comes from its PyPI package), set ZIG to a zig binary, or WASI_SDK_PATH to a wasi-sdk.");
-  console.log(`build-wasi: installing zig ${ZIG_VERSION} (PyPI package ziglang) into target/xtools/zig`);
-  const r = spawnSync(python, ["-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--quiet", "--target", dir, `ziglang==${ZIG_VERSION}`], { stdio: "inherit" });
-  if (r.status !== 0 || !existsSync(zig)) fail(`pip could not install ziglang==${ZIG_VERSION} into ${dir}; set ZIG to a zig binary, or WASI_SDK_PATH to a wasi-sdk.`);
-  return zig;
-}
-
 const env = { ...process.env, CARGO_TARGET_DIR: join(root, "target", "wasi") };
 if (!process.env.WASI_SDK_PATH && !process.env.CC_wasm32_wasip1_threads) {
   // cc (the crate that compiles SQLite) passes clang a --target=wasm32-wasip1-threads
   // zig does not know; zig's own name for it is wasm32-wasi with the threads
   // target features, which the Rust objects are built with too (a shared memory
   // links only objects that have them).
-  const zig = zigBinary();
+  let zig;
+  try {
+    zig = zigBinary();
+  } catch (error) {
+    fail(`SQLite's C source needs a C compiler for WebAssembly: ${error.message}. Set ZIG to a zig binary, or WASI_SDK_PATH to a wasi-sdk.`);
+  }
   mkdirSync(xtools, { recursive: true });
   const cc = join(xtools, "zig-wasi-cc");
   writeFileSync(

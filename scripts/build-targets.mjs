@@ -1,0 +1,179 @@
+#!/usr/bin/env node
+// Builds every native target in package.json's napi.targets from this Linux
+// host, as a release needs them, and checks each output. Not part of npm test
+// (each target is a release build of minutes). The WebAssembly fallback is
+// built by npm ci (scripts/build-wasi.mjs) and checked by the tests.
+//
+//   node scripts/build-targets.mjs [TRIPLE...]   default: every native target
+//   node scripts/build-targets.mjs --check-only  check what target/cross-out holds
+//
+// Outputs: target/cross-out/<platform>/byollm-server-native.<platform>.node,
+// and target/cross-out/report.json with what each check found.
+//
+// Tools, all from package registries: zig and cargo-zigbuild from PyPI
+// (scripts/xtools.mjs; `napi build -x` builds every non-Windows target
+// through cargo-zigbuild), the rustup targets, and Debian's llvm (llvm-readobj,
+// llvm-nm read ELF, Mach-O and PE alike). The runs: scripts/run-targets.mjs.
+//
+// Per target:
+//   linux gnu   ELF machine; NEEDED only glibc's libraries; newest GLIBC_
+//               symbol version (the release links against glibc 2.17);
+//               napi_register_module_v1 exported
+//   linux musl  the same, NEEDED naming musl's libc.so and libgcc_s.so.1
+//   darwin      Mach-O CPU type; napi_register_module_v1 exported; dylibs
+//               only /usr/lib/libSystem.B.dylib (and libiconv, libresolv:
+//               system libraries); undefined symbols only napi_*, libSystem's
+//               own and the C runtime's
+//   windows     PE machine; DLL imports only system DLLs and node.exe's
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { delimiter, join } from "node:path";
+import { cargoZigbuildDir, root, xtools, zigBinary } from "./xtools.mjs";
+import { tripleToPlatform } from "./pack-release.mjs";
+
+const BINARY = "byollm-server-native";
+const out = join(root, "target", "cross-out");
+const args = process.argv.slice(2);
+const checkOnly = args.includes("--check-only");
+const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+const natives = pkg.napi.targets.filter((t) => !t.startsWith("wasm32"));
+const wanted = args.filter((a) => !a.startsWith("--"));
+const targets = wanted.length ? natives.filter((t) => wanted.includes(t)) : natives;
+
+// Glibc the release links against: the oldest napi-rs's own toolchain uses.
+const GLIBC = "2.17";
+
+function sh(cmd, cmdArgs, options = {}) {
+  return spawnSync(cmd, cmdArgs, { encoding: "utf8", maxBuffer: 64 * 1024 * 1024, ...options });
+}
+
+function llvm(tool) {
+  for (const name of [`llvm-${tool}`, `llvm-${tool}-14`, `llvm-${tool}-16`]) {
+    if (sh(name, ["--version"]).status === 0) return name;
+  }
+  throw new Error(`llvm-${tool} is missing: apt-get install llvm`);
+}
+
+/** Builds one target into target/cross-out/<platform>/ with napi, through cargo-zigbuild. */
+function build(triple, env) {
+  const platform = tripleToPlatform(triple);
+  const dir = join(out, platform);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  const added = sh("rustup", ["target", "add", triple], { stdio: "inherit" });
+  if (added.status !== 0) return { built: false, why: `rustup target add ${triple} failed` };
+  // A glibc version suffix makes zig link against that glibc's symbol versions.
+  const target = triple.endsWith("-linux-gnu") ? `${triple}.${GLIBC}` : triple;
+  const napi = join(root, "node_modules", "@napi-rs", "cli", "dist", "cli.js");
+  const started = Date.now();
+  const r = sh(process.execPath, [napi, "build", "--platform", "--release", "--features", "node", "--esm", "-x", "--target", target, "--output-dir", dir, "--no-js", "--dts", "cross.d.ts"], {
+    cwd: root,
+    env,
+    stdio: "inherit",
+  });
+  rmSync(join(dir, "cross.d.ts"), { force: true });
+  const file = join(dir, `${BINARY}.${platform}.node`);
+  if (r.status !== 0 || !existsSync(file)) return { built: false, why: `napi build -x --target ${target} exited ${r.status}` };
+  return { built: true, seconds: Math.round((Date.now() - started) / 1000) };
+}
+
+const fail = (why) => ({ ok: false, why });
+
+/** What the ELF needs and exports, for a Linux target. */
+function checkElf(file, triple) {
+  const readobj = llvm("readobj");
+  const header = sh(readobj, ["--file-headers", file]).stdout;
+  const machine = triple.startsWith("aarch64") ? "EM_AARCH64" : "EM_X86_64";
+  if (!header.includes(machine)) return fail(`not an ${machine} ELF`);
+  const dynamic = sh(readobj, ["--dynamic-table", file]).stdout;
+  const needed = [...dynamic.matchAll(/NEEDED\s+Shared library: \[([^\]]+)\]/g)].map((m) => m[1]);
+  const musl = triple.endsWith("-musl");
+  const allowed = musl ? /^(libc\.so|libgcc_s\.so\.1)$/ : /^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libgcc_s\.so\.1|ld-linux-(x86-64|aarch64)\.so\.[12])$/;
+  const foreign = needed.filter((n) => !allowed.test(n));
+  if (foreign.length) return fail(`needs ${foreign.join(", ")}`);
+  const interp = sh(readobj, ["--program-headers", file]).stdout.includes("PT_INTERP");
+  if (interp) return fail("has an ELF interpreter (a shared object must not)");
+  const symbols = sh(llvm("nm"), ["-D", "--defined-only", file]).stdout;
+  if (!/\bnapi_register_module_v1\b/.test(symbols)) return fail("does not export napi_register_module_v1");
+  const result = { ok: true, machine, needed };
+  if (!musl) {
+    const versions = [...sh(readobj, ["--version-info", file]).stdout.matchAll(/GLIBC_(\d+)\.(\d+)(?:\.(\d+))?/g)].map((m) => m.slice(1).map((x) => Number(x ?? 0)));
+    versions.sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2]);
+    const newest = versions.at(-1);
+    result.newestGlibc = newest ? newest.filter((x, i) => i < 2 || x).join(".") : "none";
+    const [major, minor] = GLIBC.split(".").map(Number);
+    if (newest && (newest[0] > major || (newest[0] === major && newest[1] > minor))) return fail(`needs GLIBC_${result.newestGlibc}, newer than ${GLIBC}`);
+  }
+  return result;
+}
+
+/** Architecture, exports and the dylibs and symbols a Mach-O needs. */
+function checkMachO(file, triple) {
+  const readobj = llvm("readobj");
+  const header = sh(readobj, ["--file-headers", file]).stdout;
+  const cpu = triple.startsWith("aarch64") ? /CpuType: CPU_TYPE_ARM64/ : /CpuType: CPU_TYPE_X86_64/;
+  if (!/MH_DYLIB|MH_BUNDLE/.test(header)) return fail("not a Mach-O dylib or bundle");
+  if (!cpu.test(header)) return fail(`wrong CPU type: ${/CpuType: (\S+)/.exec(header)?.[1]}`);
+  const dylibs = [...sh(readobj, ["--macho-dysymtab", "--needed-libs", file]).stdout.matchAll(/^\s+(\/\S+)/gm)].map((m) => m[1]);
+  const foreign = dylibs.filter((d) => !/^\/usr\/lib\/(libSystem\.B|libiconv\.2|libresolv\.9|libc\+\+\.1)\.dylib$/.test(d) && !d.startsWith("/System/Library/Frameworks/"));
+  if (foreign.length) return fail(`needs ${foreign.join(", ")}`);
+  const nm = llvm("nm");
+  const exported = sh(nm, ["-g", "--defined-only", file]).stdout;
+  if (!/\b_napi_register_module_v1\b/.test(exported)) return fail("does not export napi_register_module_v1");
+  const undefinedSymbols = sh(nm, ["-u", file]).stdout.split("\n").map((l) => l.trim()).filter(Boolean);
+  const napi = undefinedSymbols.filter((s) => /^_napi_|^_node_api_/.test(s));
+  return { ok: true, cpu: /CpuType: (\S+)/.exec(header)?.[1], dylibs, undefinedNapi: napi.length, undefinedOther: undefinedSymbols.length - napi.length };
+}
+
+/** Machine and imports of a PE. */
+function checkPe(file) {
+  const readobj = llvm("readobj");
+  const header = sh(readobj, ["--file-headers", file]).stdout;
+  if (!/IMAGE_FILE_MACHINE_AMD64/.test(header)) return fail("not an x64 PE");
+  const imports = [...sh(readobj, ["--coff-imports", file]).stdout.matchAll(/Name: (\S+\.(?:dll|DLL|exe|EXE))/g)].map((m) => m[1]);
+  const exportsText = sh(readobj, ["--coff-exports", file]).stdout;
+  if (!/napi_register_module_v1/.test(exportsText)) return fail("does not export napi_register_module_v1");
+  return { ok: true, imports: [...new Set(imports)] };
+}
+
+function check(triple) {
+  const platform = tripleToPlatform(triple);
+  const file = join(out, platform, `${BINARY}.${platform}.node`);
+  if (!existsSync(file)) return fail("not built");
+  const size = readFileSync(file).length;
+  const result = triple.includes("-apple-") ? checkMachO(file, triple) : triple.includes("-windows-") ? checkPe(file) : checkElf(file, triple);
+  return { ...result, bytes: size };
+}
+
+const report = existsSync(join(out, "report.json")) ? JSON.parse(readFileSync(join(out, "report.json"), "utf8")) : {};
+if (!checkOnly) {
+  mkdirSync(xtools, { recursive: true });
+  const zig = zigBinary();
+  // cargo-zigbuild finds zig on PATH; napi finds cargo-zigbuild there.
+  const zigDir = join(xtools, "zig", "ziglang");
+  const env = { ...process.env, PATH: [cargoZigbuildDir(), zigDir, process.env.PATH].join(delimiter), ZIG: zig, CARGO_TARGET_DIR: join(root, "target", "cross") };
+  for (const triple of targets) {
+    if (triple.endsWith("-windows-msvc")) {
+      // cargo-xwin (what napi -x uses for MSVC) downloads Microsoft's CRT and
+      // Windows SDK from Microsoft at build time; no package registry has them.
+      report[triple] = { built: false, why: "the MSVC CRT and Windows SDK libraries come only from Microsoft's download servers (cargo-xwin fetches them there), which this host cannot reach; no package registry carries them" };
+      continue;
+    }
+    console.log(`\n=== ${triple}`);
+    report[triple] = build(triple, env);
+  }
+}
+for (const triple of targets) {
+  if (report[triple]?.built === false) continue;
+  report[triple] = { ...report[triple], built: existsSync(join(out, tripleToPlatform(triple), `${BINARY}.${tripleToPlatform(triple)}.node`)), check: check(triple) };
+}
+mkdirSync(out, { recursive: true });
+writeFileSync(join(out, "report.json"), JSON.stringify(report, null, 2) + "\n");
+let bad = 0;
+for (const triple of targets) {
+  const r = report[triple];
+  const line = r.built ? (r.check?.ok ? `built, checked: ${JSON.stringify({ ...r.check, ok: undefined })}` : `built, CHECK FAILED: ${r.check?.why}`) : `not built: ${r.why}`;
+  if (r.built && !r.check?.ok) bad++;
+  console.log(`${triple.padEnd(28)} ${line}`);
+}
+process.exit(bad ? 1 : 0);
