@@ -23,10 +23,23 @@ import { join } from "node:path";
 import { root, xtools } from "./xtools.mjs";
 
 const BINARY = "byollm-server-native";
-// The native subset: the public API, the crypto against the reference, the
-// handlers, both stores, and the conformance kit in-process (32 checks).
-export const SUBSET = ["api.test.mjs", "crypto.test.mjs", "handlers.test.mjs", "store-native.test.mjs", "durable-store.test.mjs", "conformance.test.mjs"];
+// The native subset: the public API and its golden vectors, the crypto
+// against the reference, the handlers, both stores; at native speed also the
+// conformance kit in-process (32 checks), whose checks give the daemon
+// real-time windows (50 ms for a job to reach its backend) that a CPU
+// emulated about ten times slower overruns.
+const SUBSET = ["api.test.mjs", "api-vectors.test.mjs", "crypto.test.mjs", "crypto-interop.test.mjs", "handlers.test.mjs", "store-native.test.mjs", "durable-store.test.mjs"];
+const NATIVE_SPEED = [...SUBSET, "conformance.test.mjs"];
 const NODE_ARM64 = "22.23.5";
+// Under emulation: tests that start a child Node (an arm64 binary this x64
+// host runs only through qemu, which a child spawned by Node does not get:
+// no binfmt_misc here) or time the code (emulation is ~10x slower). Each is
+// skipped by name, with its reason printed.
+const EMULATED_SKIPS = new Map([
+  ["keygen prints a usable identity; --help prints the usage", "starts the keygen bin in a child Node"],
+  ["a second process opening the file is refused with a clear error", "starts a second Node process"],
+  ["a claim is fast with many jobs this runner cannot take", "times a claim in microseconds"],
+]);
 
 function sh(cmd, args, options = {}) {
   const r = spawnSync(cmd, args, { encoding: "utf8", maxBuffer: 64 * 1024 * 1024, ...options });
@@ -51,9 +64,9 @@ function nodeArm64() {
   return need(node, "npm pack gave no bin/node");
 }
 
-function runSubset(label, command, prefix, env) {
+function runSubset(label, command, prefix, env, files = SUBSET) {
   const results = [];
-  for (const file of SUBSET) {
+  for (const file of files) {
     const started = Date.now();
     const r = sh(command, [...prefix, join(root, "__test__", file)], { cwd: root, env: { ...process.env, BYOLLM_TEST: "1", ...env }, timeout: 1_800_000 });
     const pass = Number(/^# pass (\d+)/m.exec(r.stdout)?.[1] ?? 0);
@@ -70,7 +83,7 @@ const runners = {
   // The release build (glibc 2.17 symbols, zig's linker) on this machine's Node 22.
   "linux-x64-gnu"() {
     const addon = need(join(root, "target", "cross-out", "linux-x64-gnu", `${BINARY}.linux-x64-gnu.node`), "run scripts/build-targets.mjs x86_64-unknown-linux-gnu");
-    return runSubset("linux-x64-gnu", join(root, "node_modules", "node", "bin", "node"), [], { NAPI_RS_NATIVE_LIBRARY_PATH: addon });
+    return runSubset("linux-x64-gnu", join(root, "node_modules", "node", "bin", "node"), [], { NAPI_RS_NATIVE_LIBRARY_PATH: addon }, NATIVE_SPEED);
   },
   "linux-arm64-gnu"() {
     const addon = need(join(root, "target", "cross-out", "linux-arm64-gnu", `${BINARY}.linux-arm64-gnu.node`), "run scripts/build-targets.mjs aarch64-unknown-linux-gnu");
@@ -80,7 +93,9 @@ const runners = {
     const node = nodeArm64();
     const version = sh("qemu-aarch64", ["-L", sysroot, node, "-p", "process.arch + ' ' + process.version"]).stdout.trim();
     console.log(`linux-arm64-gnu: ${version} under ${qemu.stdout.split("\n")[0]}`);
-    return runSubset("linux-arm64-gnu", "qemu-aarch64", ["-L", sysroot, node], { NAPI_RS_NATIVE_LIBRARY_PATH: addon });
+    for (const [name, why] of EMULATED_SKIPS) console.log(`linux-arm64-gnu: skips "${name}": ${why}`);
+    const skips = [...EMULATED_SKIPS.keys()].map((name) => `--test-skip-pattern=^${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$`);
+    return runSubset("linux-arm64-gnu", "qemu-aarch64", ["-L", sysroot, node, ...skips], { NAPI_RS_NATIVE_LIBRARY_PATH: addon });
   },
 };
 
