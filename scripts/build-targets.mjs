@@ -20,10 +20,11 @@
 //               symbol version (the release links against glibc 2.17);
 //               napi_register_module_v1 exported
 //   linux musl  the same, NEEDED naming musl's libc.so and libgcc_s.so.1
-//   darwin      Mach-O CPU type; napi_register_module_v1 exported; dylibs
-//               only /usr/lib/libSystem.B.dylib (and libiconv, libresolv:
-//               system libraries); undefined symbols only napi_*, libSystem's
-//               own and the C runtime's
+//   darwin      Mach-O CPU type; the oldest macOS it loads on (10.13 for
+//               x64, 11.0 for arm64); napi_register_module_v1 exported;
+//               dylibs only macOS's own (/usr/lib/libSystem.B, libiconv,
+//               libcharset); every undefined symbol Node-API's (looked up
+//               in the host process) or bound to one of those dylibs
 //   windows     PE machine; DLL imports only system DLLs and node.exe's
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -42,6 +43,9 @@ const targets = wanted.length ? natives.filter((t) => wanted.includes(t)) : nati
 
 // Glibc the release links against: the oldest napi-rs's own toolchain uses.
 const GLIBC = "2.17";
+// The oldest macOS each darwin binary loads on: the release workflow's 10.13
+// for x64, and 11.0, the first with arm64. zig otherwise targets its newest.
+const MACOS = { "x86_64-apple-darwin": "10.13", "aarch64-apple-darwin": "11.0" };
 
 function sh(cmd, cmdArgs, options = {}) {
   return spawnSync(cmd, cmdArgs, { encoding: "utf8", maxBuffer: 64 * 1024 * 1024, ...options });
@@ -68,7 +72,7 @@ function build(triple, env) {
   const started = Date.now();
   const r = sh(process.execPath, [napi, "build", "--platform", "--release", "--features", "node", "--esm", "-x", "--target", target, "--output-dir", dir, "--no-js", "--dts", "cross.d.ts"], {
     cwd: root,
-    env,
+    env: MACOS[triple] ? { ...env, MACOSX_DEPLOYMENT_TARGET: MACOS[triple] } : env,
     stdio: "inherit",
   });
   rmSync(join(dir, "cross.d.ts"), { force: true });
@@ -109,20 +113,34 @@ function checkElf(file, triple) {
 
 /** Architecture, exports and the dylibs and symbols a Mach-O needs. */
 function checkMachO(file, triple) {
-  const readobj = llvm("readobj");
-  const header = sh(readobj, ["--file-headers", file]).stdout;
-  const cpu = triple.startsWith("aarch64") ? /CpuType: CPU_TYPE_ARM64/ : /CpuType: CPU_TYPE_X86_64/;
-  if (!/MH_DYLIB|MH_BUNDLE/.test(header)) return fail("not a Mach-O dylib or bundle");
-  if (!cpu.test(header)) return fail(`wrong CPU type: ${/CpuType: (\S+)/.exec(header)?.[1]}`);
-  const dylibs = [...sh(readobj, ["--macho-dysymtab", "--needed-libs", file]).stdout.matchAll(/^\s+(\/\S+)/gm)].map((m) => m[1]);
-  const foreign = dylibs.filter((d) => !/^\/usr\/lib\/(libSystem\.B|libiconv\.2|libresolv\.9|libc\+\+\.1)\.dylib$/.test(d) && !d.startsWith("/System/Library/Frameworks/"));
-  if (foreign.length) return fail(`needs ${foreign.join(", ")}`);
+  const header = sh(llvm("readobj"), ["--file-headers", file]).stdout;
+  const cpu = triple.startsWith("aarch64") ? "Arm64" : "X86-64";
+  if (!/FileType: (DynamicLibrary|Bundle)/.test(header)) return fail("not a Mach-O dylib or bundle");
+  if (!new RegExp(`CpuType: ${cpu} `).test(header)) return fail(`CPU type is not ${cpu}: ${/CpuType: (.*)/.exec(header)?.[1]}`);
+  // LC_LOAD_DYLIB only (LC_ID_DYLIB is the library's own name, the build path).
+  const commands = sh(llvm("objdump"), ["--macho", "--private-headers", file]).stdout;
+  const dylibs = [...commands.matchAll(/cmd LC_(?:LOAD|LOAD_WEAK|REEXPORT)_DYLIB\n\s+cmdsize \d+\n\s+name (\S+)/g)].map((m) => m[1]);
+  const system = (d) => /^\/usr\/lib\/lib(System\.B|iconv\.2|charset\.1|resolv\.9|c\+\+\.1)\.dylib$/.test(d) || d.startsWith("/System/Library/Frameworks/");
+  const foreign = dylibs.filter((d) => !system(d));
+  if (!dylibs.length || foreign.length) return fail(`needs ${foreign.join(", ") || "no libSystem"}`);
   const nm = llvm("nm");
-  const exported = sh(nm, ["-g", "--defined-only", file]).stdout;
-  if (!/\b_napi_register_module_v1\b/.test(exported)) return fail("does not export napi_register_module_v1");
-  const undefinedSymbols = sh(nm, ["-u", file]).stdout.split("\n").map((l) => l.trim()).filter(Boolean);
-  const napi = undefinedSymbols.filter((s) => /^_napi_|^_node_api_/.test(s));
-  return { ok: true, cpu: /CpuType: (\S+)/.exec(header)?.[1], dylibs, undefinedNapi: napi.length, undefinedOther: undefinedSymbols.length - napi.length };
+  if (!/\b_napi_register_module_v1\b/.test(sh(nm, ["-g", "--defined-only", file]).stdout)) return fail("does not export napi_register_module_v1");
+  // Each undefined symbol comes from a system library (two-level namespace,
+  // "(from libSystem)") or is Node-API, looked up in the host process.
+  const undefinedSymbols = sh(nm, ["-m", "-u", file]).stdout.split("\n").map((l) => l.trim()).filter(Boolean);
+  const from = {};
+  const other = [];
+  for (const line of undefinedSymbols) {
+    const [, symbol, library] = /external (\S+)(?: \(from (\S+)\))?/.exec(line) ?? [];
+    if (library) from[library] = (from[library] ?? 0) + 1;
+    else if (/^_(napi|node_api)_/.test(symbol ?? "")) from["Node-API (the host process)"] = (from["Node-API (the host process)"] ?? 0) + 1;
+    else other.push(symbol ?? line);
+  }
+  if (other.length) return fail(`undefined symbols neither Node-API nor from a system library: ${other.slice(0, 5).join(", ")}`);
+  const minos = /cmd LC_BUILD_VERSION[\s\S]*?minos (\S+)/.exec(commands)?.[1] ?? /cmd LC_VERSION_MIN_MACOSX[\s\S]*?version (\S+)/.exec(commands)?.[1];
+  const older = (a, b) => a.split(".").map(Number).reduce((r, x, i) => r ?? (x === (b.split(".").map(Number)[i] ?? 0) ? undefined : x < (b.split(".").map(Number)[i] ?? 0)), undefined) ?? false;
+  if (!minos || older(MACOS[triple], minos)) return fail(`loads only on macOS ${minos ?? "(unknown)"} and later, not ${MACOS[triple]}`);
+  return { ok: true, cpu, minos, dylibs, undefinedSymbols: from };
 }
 
 /** Machine and imports of a PE. */
