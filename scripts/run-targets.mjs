@@ -32,6 +32,10 @@ const BINARY = "byollm-server-native";
 // emulated about ten times slower overruns.
 const SUBSET = ["api.test.mjs", "api-vectors.test.mjs", "crypto.test.mjs", "crypto-interop.test.mjs", "handlers.test.mjs", "store-native.test.mjs", "durable-store.test.mjs"];
 const NATIVE_SPEED = [...SUBSET, "conformance.test.mjs"];
+// Under wine the durable store's file leaves out: its tests talk HTTP to a
+// server of their own on loopback, and a wine'd Node's fetch to it failed
+// ("fetch failed"), after which the file hung.
+const UNDER_WINE = NATIVE_SPEED.filter((f) => f !== "durable-store.test.mjs");
 const NODE_ARM64 = "22.23.5";
 const NODE_WIN = "22.22.2";
 // Under emulation: tests that start a child Node (an arm64 binary this x64
@@ -137,7 +141,8 @@ const runners = {
     return runSubset("linux-arm64-gnu", "qemu-aarch64", ["-L", sysroot, node, ...skips], { NAPI_RS_NATIVE_LIBRARY_PATH: addon });
   },
   // The MSVC build on npm's Node for Windows under Debian's wine (wine64),
-  // with the native subset and the conformance kit. A wine'd Node cannot
+  // with the native subset (less the durable store's file) and the
+  // conformance kit, whose checks include the durable store. A wine'd Node cannot
   // write to a pipe here (EBADF), so each file reports to a TAP file.
   "win32-x64-msvc"() {
     const addon = need(join(root, "target", "cross-out", "win32-x64-msvc", `${BINARY}.win32-x64-msvc.node`), "run scripts/build-targets.mjs x86_64-pc-windows-msvc");
@@ -161,7 +166,7 @@ const runners = {
       rmSync(host, { force: true });
       return { host, guest: `Z:${host}` };
     };
-    return runSubset("win32-x64-msvc", wine, [node], env, NATIVE_SPEED, reportTo);
+    return runSubset("win32-x64-msvc", wine, [node], env, UNDER_WINE, reportTo);
   },
 };
 

@@ -129,24 +129,6 @@ if (!jsOnly && only.length === 0) {
       CARGO_TARGET_DIR: join(root, "target", "wasm-clippy"),
     },
   });
-  // The Node binding as the WebAssembly fallback builds it (scripts/build-wasi.mjs, run by npm ci,
-  // leaves the zig wrappers for SQLite's C in target/xtools; napi's build script wants emnapi's
-  // archives, which napi build names for it). Its target dir is the fallback build's own.
-  const zigCc = join(root, "target", "xtools", "zig-wasi-cc");
-  if (existsSync(zigCc)) {
-    run("cargo clippy (WebAssembly fallback)", "cargo", ["clippy", "--features", "node", "--target", "wasm32-wasip1-threads", "--", "-D", "warnings"], {
-      env: {
-        ...process.env,
-        EMNAPI_LINK_DIR: join(root, "node_modules", "emnapi", "lib", "wasm32-wasip1-threads"),
-        CC_wasm32_wasip1_threads: zigCc,
-        AR_wasm32_wasip1_threads: join(root, "target", "xtools", "zig-ar"),
-        CARGO_TARGET_DIR: join(root, "target", "wasi"),
-      },
-    });
-  } else {
-    console.log("(cargo clippy for the WebAssembly fallback needs npm run build:wasi first: not run)");
-    failures.push("cargo clippy (WebAssembly fallback): npm run build:wasi has not run");
-  }
   // The core's tests plus the wasm binding's host-side tests.
   run("cargo test", "cargo", ["test", "--features", "wasm"]);
   // The crypto again on curve25519-dalek's AVX2 backend. .cargo/config.toml
