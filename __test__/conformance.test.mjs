@@ -20,7 +20,15 @@ const ORIGIN = "https://conformance.byollm.test";
 
 // Durable stores: a fresh file per store (a reset builds a new one).
 const dbDir = mkdtempSync(join(tmpdir(), "byollm-conformance-"));
-after(() => rmSync(dbDir, { recursive: true, force: true }));
+after(() => {
+  try {
+    rmSync(dbDir, { recursive: true, force: true });
+  } catch (error) {
+    // Windows deletes no file a process holds open, and the stores stay open
+    // until the process ends: the temp folder is left there.
+    if (process.platform !== "win32" || error.code !== "EBUSY") throw error;
+  }
+});
 let dbFiles = 0;
 const durableStore = (ttl) => new MemoryStore({ defaultTtlMs: ttl, path: join(dbDir, `${(dbFiles += 1)}.db`) });
 const SITE_KEYS = generateSiteKeys();

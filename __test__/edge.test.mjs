@@ -192,6 +192,26 @@ test("edge module in Node too (no Deno): the embedded .wasm loads and errors are
   assert.ok(size <= 300 * 1024, `edge/byollm_edge.wasm is ${size} bytes, over the 300 KB budget`);
 });
 
+test("edge module: an envelope past 256 KiB opens (the native build checks its signature on a second thread; WebAssembly has none)", async () => {
+  ensureWasm();
+  const edge = await import("../edge/index.js");
+  const site = protocol.generateKeys(Date.now());
+  const device = protocol.generateKeys(Date.now());
+  const plaintext = "é and more ".repeat(40_000);
+  const context = {
+    jobId: "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
+    senderKeyId: protocol.keyId(device.identityPublic),
+    recipientKeyId: protocol.keyId(site.identityPublic),
+    deadlineAt: Date.now() + 3_600_000,
+    direction: "result",
+  };
+  const envelope = await protocol.seal({ plaintext, senderKeys: device, recipientEncryptionPublic: site.encryptionPublic, context });
+  const { deadlineAt: _deadline, ...expected } = context;
+  const opened = await edge.open({ envelope, recipientKeys: site, senderIdentityPublic: device.identityPublic, expected });
+  assert.equal(opened.ok, true);
+  assert.equal(opened.plaintext, plaintext);
+});
+
 test("edge/wasm-inline.js is edge/byollm_edge.wasm gzipped, and unpacks without node:zlib too", async () => {
   ensureWasm();
   // One module, two forms (the package root embeds it, /workers and /manual

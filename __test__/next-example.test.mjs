@@ -18,10 +18,10 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { pathToFileURL } from "node:url";
+import { freePort } from "./helpers/net.mjs";
 import { TestDaemon } from "./site-daemon.mjs";
 import { root } from "./site-harness.mjs";
 import { hostPlatform } from "../scripts/pack-release.mjs";
@@ -44,17 +44,6 @@ function run(cmd, args, options) {
     child.stderr.on("data", (d) => (out += d));
     child.once("error", reject);
     child.once("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`${args.join(" ")} exited ${code}:\n${out}`))));
-  });
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once("error", reject);
-    probe.listen(0, "127.0.0.1", () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
   });
 }
 

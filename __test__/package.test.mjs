@@ -22,7 +22,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
-import { hostPlatform, kb, root, stageRelease } from "../scripts/pack-release.mjs";
+import { WASI, hostPlatform, kb, root, stageRelease } from "../scripts/pack-release.mjs";
 import { exec, npmEnv, packDependencies, serveRegistry } from "./helpers/registry.mjs";
 
 const NAME = "byollm-server-native";
@@ -162,7 +162,11 @@ before(async () => {
   }
   release = stageRelease({ work, binary: addon, targets: "all" });
   release.edgeManifest = JSON.parse(spawnSync("tar", ["-xzOf", release.edge, "package/package.json"], { encoding: "utf8" }).stdout);
-  const deps = packDependencies(release.manifest, join(work, "tarballs"));
+  // The WebAssembly fallback's packages are served too (npm resolves every
+  // optional dependency before it skips those for other platforms), with the
+  // runtime they depend on.
+  const wasiManifest = JSON.parse(spawnSync("tar", ["-xzOf", release.platforms[WASI], "package/package.json"], { encoding: "utf8" }).stdout);
+  const deps = [...packDependencies(release.manifest, join(work, "tarballs")), ...packDependencies(wasiManifest, join(work, "tarballs"))];
   registry = await serveRegistry([release.main, release.edge, ...Object.values(release.platforms), ...deps]);
   // (PATH is dropped in any spelling too: Windows calls it Path, and two copies would race.)
   env = Object.fromEntries(Object.entries(npmEnv(registry.url, work)).filter(([k]) => k.toUpperCase() !== "PATH"));
@@ -195,7 +199,8 @@ test("the packed packages: the binary is in the platform package only, optionalD
   assert.ok(statSync(release.main).size <= 200 * 1024, `main package ${kb(release.main)} is over 200 KB`);
   assert.deepEqual(listing(release.platforms[host]).sort(), ["package/README.md", `package/${NAME}.${host}.node`, "package/package.json"]);
   const expected = Object.fromEntries(Object.keys(release.platforms).map((p) => [`${NAME}-${p}`, release.manifest.version]));
-  assert.equal(Object.keys(expected).length, 7);
+  // Seven binaries and the WebAssembly fallback's four packages (install-platforms.test.mjs).
+  assert.equal(Object.keys(expected).length, 11);
   assert.deepEqual(release.manifest.optionalDependencies, expected);
   assert.equal(release.manifest.scripts?.install, undefined);
   assert.equal(release.manifest.scripts?.postinstall, undefined);
@@ -205,7 +210,7 @@ test("installed by its own name: only this platform's binary is fetched, nothing
   const project = join(work, "own");
   registry.fetched.length = 0;
   await installProject(project, NAME, release.manifest.version);
-  // The six other platform packages are declared but npm must skip them by os/cpu/libc (musl included).
+  // The other platform packages (six binaries, the WebAssembly fallback's four) are declared but npm must skip them by os/cpu/libc (musl included).
   assert.deepEqual(
     registry.fetched.filter((n) => n.startsWith(`${NAME}-`) && n !== EDGE),
     [`${NAME}-${host}`],
@@ -263,9 +268,13 @@ test("without the platform package, importing says which platform it saw and wha
   const libc = process.platform === "linux" ? ` (${host.endsWith("-musl") ? "musl" : "glibc"})` : "";
   const escape = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
   assert.ok(
-    stderr.includes(`NativeAddonMissing: ${NAME}: could not load the native addon on ${process.platform} ${process.arch}${libc}, Node ${process.versions.node}.`),
+    stderr.includes(`NativeAddonMissing: ${NAME}: could not load the native addon on ${process.platform} ${process.arch}${libc}, Node ${process.versions.node}, nor its WebAssembly fallback.`),
     stderr,
   );
+  // One message: what was tried, and how to get the fallback.
+  assert.match(stderr, new RegExp(escape(`Tried: ./${NAME}.${host}.node (a build in the package folder), ${NAME}-${host} (this platform's binary), ./${NAME}.wasi.cjs and ${NAME}-${WASI}, `)));
+  assert.match(stderr, new RegExp(escape(`npm install --force ${NAME}-${WASI}@${release.manifest.version}`)));
+  assert.match(stderr, /NAPI_RS_FORCE_WASI=1/);
   assert.match(stderr, new RegExp(escape(`ships in the package ${NAME}-${host}@${release.manifest.version},`)));
   assert.match(stderr, /--omit=optional/);
   assert.match(stderr, /Prebuilt platforms: linux-x64-gnu, linux-x64-musl, linux-arm64-gnu, linux-arm64-musl, darwin-x64, darwin-arm64, win32-x64-msvc\./);

@@ -52,6 +52,8 @@ const sections = [
   { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
   { key: "leases", file: "bench/leases.mjs", title: "A heartbeat naming many leases: the SQL store's function vs our in-memory store (starts PostgreSQL)" },
   { key: "metrics", file: "bench/metrics.mjs", title: "What the metrics cost (ours only; the 'reference' column is metrics off, 'ours' metrics on or with an OpenTelemetry SDK)" },
+  // The Node binding's WebAssembly fallback, forced in the section's own process.
+  { key: "wasi", file: "bench/wasi.mjs", title: "WebAssembly fallback (wasm32-wasip1-threads, NAPI_RS_FORCE_WASI) vs the reference", env: { NAPI_RS_FORCE_WASI: "true" } },
   // Minutes, a PostgreSQL and millions of rows: run only when asked for.
   { key: "stores", file: "bench/stores.mjs", title: "SQL stores against stored job count (ours vs reference supabaseStore)", onlyWhenNamed: true },
   { key: "metrics-sql", file: "bench/metrics-sql.mjs", title: "byollm_metrics on PostgreSQL against stored job count", onlyWhenNamed: true },
@@ -170,7 +172,10 @@ for (const s of sections) {
   const out = join(scratch, `${s.key}.json`);
   const flags = [...process.execArgv, "--max-old-space-size=8192", "--expose-gc"];
   const passed = args.filter((a) => /^--(sizes|populations|budget-ms|concurrent-jobs|stores)=/.test(a));
-  const r = spawnSync(process.execPath, [...flags, fileURLToPath(import.meta.url), `--section=${s.key}`, `--out=${out}`, ...(quick ? ["--quick"] : []), ...passed], { stdio: "inherit" });
+  const r = spawnSync(process.execPath, [...flags, fileURLToPath(import.meta.url), `--section=${s.key}`, `--out=${out}`, ...(quick ? ["--quick"] : []), ...passed], {
+    stdio: "inherit",
+    env: { ...process.env, ...s.env },
+  });
   if (r.status !== 0 || !existsSync(out)) {
     console.log(`  (section ${s.key} failed: exit ${r.status}${r.signal ? `, ${r.signal}` : ""})`);
     process.exitCode = 1;
@@ -186,6 +191,22 @@ for (const s of sections) {
   }
 }
 rmSync(scratch, { recursive: true, force: true });
+
+// The fallback against the native addon, row by row, from the sections of
+// this run. Each is compared through the reference measured beside it in its
+// own section (its ratio to the reference over the native one's), so a
+// change of the machine's load between the two sections cancels out.
+if (results.sections.wasi) {
+  const native = [...(results.sections.cycle ?? []), ...(results.sections.crypto ?? [])];
+  const rows = results.sections.wasi
+    .map((w) => ({ w, n: native.find((r) => r.name === w.name) }))
+    .filter(({ n }) => n)
+    .map(({ w, n }) => ({ name: w.name, ref: n.ratio, ours: w.ratio, unit: "x the ref.", ratio: w.ratio / n.ratio }));
+  if (rows.length) {
+    console.log("\n## WebAssembly fallback vs the native addon: each one's ratio to the reference in its section (\"reference\" column: native's)");
+    printRows(rows);
+  }
+}
 
 mkdirSync(join(root, ".bench"), { recursive: true });
 writeFileSync(join(root, ".bench", "results.json"), JSON.stringify(results, null, 2));

@@ -8,6 +8,9 @@
 // the working tree (and its package.json) is never touched.
 //
 //   node scripts/pack-release.mjs [OUT_DIR]   pack into OUT_DIR and print the sizes
+//   node scripts/pack-release.mjs --fallback-packages [DIR]
+//        the WebAssembly fallback's packages in DIR/npm (default: this checkout),
+//        as the release workflow runs it around `napi pre-publish`
 //
 // Used by __test__/package.test.mjs and __test__/dropin.test.mjs.
 import { spawnSync } from "node:child_process";
@@ -58,7 +61,7 @@ function packInto(dir, out) {
  * Returns the main tarball, the platform tarballs by platform, and the staged
  * main package.json.
  */
-export function stageRelease({ work, binary, targets = "host" }) {
+export function stageRelease({ work, binary, binaries = {}, targets = "host" }) {
   const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
   const binaryName = pkg.napi.binaryName;
   const host = hostPlatform();
@@ -79,26 +82,45 @@ export function stageRelease({ work, binary, targets = "host" }) {
   writeFileSync(join(stage, "package.json"), JSON.stringify(staged, null, 2) + "\n");
 
   // The shape `actions/download-artifact` leaves: one folder per build job.
+  // Binaries built here (`built`, by platform) go in as they are, the others
+  // as placeholder files; the WebAssembly fallback brings its napi loaders.
+  const built = { [host]: binary, ...binaries };
   for (const triple of staged.napi.targets) {
     const platform = tripleToPlatform(triple);
     const folder = join(stage, "artifacts", `bindings-${triple}`);
     mkdirSync(folder, { recursive: true });
+    if (platform === WASI) {
+      const wasm = join(root, `${binaryName}.${WASI}.wasm`);
+      for (const f of wasiLoaders(binaryName)) {
+        if (existsSync(join(root, f))) cpSync(join(root, f), join(folder, f));
+        else writeFileSync(join(folder, f), `// placeholder: the WebAssembly fallback is not built here (npm run build:wasi)\n`);
+      }
+      if (existsSync(wasm)) cpSync(wasm, join(folder, `${binaryName}.${WASI}.wasm`));
+      else writeFileSync(join(folder, `${binaryName}.${WASI}.wasm`), "placeholder\n");
+      continue;
+    }
     const file = join(folder, `${binaryName}.${platform}.node`);
-    if (platform === host) cpSync(binary, file);
+    if (built[platform] && existsSync(built[platform])) cpSync(built[platform], file);
     else writeFileSync(file, `placeholder for ${triple}: not built on this machine\n`);
   }
   const napi = join(root, "node_modules", "@napi-rs", "cli", "dist", "cli.js");
   run(process.execPath, [napi, "create-npm-dirs"], stage);
   run(process.execPath, [napi, "artifacts", "--output-dir", "artifacts", "--npm-dir", "npm"], stage);
+  // As the release workflow does: the fallback's packages before pre-publish
+  // (which publishes npm/<target>), and again after (it rewrites
+  // optionalDependencies with napi's targets only).
+  fallbackPackages(stage);
   run(process.execPath, [napi, "pre-publish", "-t", "npm", "--skip-optional-publish", "--no-gh-release"], stage);
+  fallbackPackages(stage);
 
   const out = join(work, "tarballs");
   mkdirSync(out, { recursive: true });
   const platforms = {};
-  for (const triple of staged.napi.targets) {
-    const platform = tripleToPlatform(triple);
+  const real = (platform) => platform === host || (built[platform] && existsSync(built[platform])) || (platform.startsWith(WASI) && existsSync(join(root, `${binaryName}.${WASI}.wasm`)));
+  const packages = [...staged.napi.targets.map(tripleToPlatform), ...(existsSync(join(stage, "npm", WASI)) ? FALLBACK_ALIASES.map((a) => a.platform) : [])];
+  for (const platform of packages) {
     const dir = join(stage, "npm", platform);
-    if (platform === host) {
+    if (real(platform)) {
       platforms[platform] = packInto(dir, out);
     } else {
       // A placeholder package is only ever served, never installed here: a
@@ -129,8 +151,57 @@ export function tarFolder(dir, file) {
   }
 }
 
+/** The napi platform name of the WebAssembly fallback's package. */
+export const WASI = "wasm32-wasi";
+
+/** The loaders `napi build` writes beside the fallback's `.wasm`, which its package carries. */
+const wasiLoaders = (binaryName) => [
+  `${binaryName}.wasi.cjs`,
+  `${binaryName}.wasi.d.cts`,
+  `${binaryName}.wasi-browser.js`,
+  "wasi-worker.mjs",
+  "wasi-worker-browser.mjs",
+];
+
+/**
+ * The fallback's packages beside napi's own, the same files under other
+ * names. napi's installs only where npm's cpu is "wasm32" (a Node that runs
+ * in WebAssembly, or `npm install --cpu=wasm32`), and napi refuses to publish
+ * it with any other cpu. These cover the other platforms without a binary, so
+ * that with the seven native packages exactly one package matches any os/cpu
+ * npm reports. ts/native-loader.ts lists them.
+ */
+export const FALLBACK_ALIASES = [
+  { platform: `${WASI}-other-cpu`, cpu: ["!x64", "!arm64", "!wasm32"] },
+  { platform: `${WASI}-any-os`, os: ["!linux", "!darwin", "!win32"], cpu: ["x64", "arm64"] },
+  { platform: `${WASI}-win32-arm64`, os: ["win32"], cpu: ["arm64"] },
+];
+
+/**
+ * The fallback's aliases next to napi's package (npm/<platform>), listed in
+ * the main package's optionalDependencies.
+ */
+export function fallbackPackages(stage) {
+  const wasiDir = join(stage, "npm", WASI);
+  if (!existsSync(wasiDir)) return;
+  const manifestOf = (dir) => JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+  const write = (dir, manifest) => writeFileSync(join(dir, "package.json"), JSON.stringify(manifest, null, 2) + "\n");
+  const wasi = manifestOf(wasiDir);
+  const main = manifestOf(stage);
+  for (const alias of FALLBACK_ALIASES) {
+    const dir = join(stage, "npm", alias.platform);
+    rmSync(dir, { recursive: true, force: true });
+    cpSync(wasiDir, dir, { recursive: true });
+    const { os: _os, cpu: _cpu, ...rest } = wasi;
+    write(dir, { ...rest, name: `${main.name}-${alias.platform}`, ...(alias.os ? { os: alias.os } : {}), cpu: alias.cpu });
+    main.optionalDependencies = { ...main.optionalDependencies, [`${main.name}-${alias.platform}`]: main.version };
+  }
+  write(stage, main);
+}
+
 /** Rust triple → napi platform folder name, for the triples in package.json. */
 export function tripleToPlatform(triple) {
+  if (triple.startsWith("wasm32-wasi")) return "wasm32-wasi";
   const arch = triple.startsWith("x86_64-") ? "x64" : triple.startsWith("aarch64-") ? "arm64" : triple.split("-")[0];
   if (triple.endsWith("-apple-darwin")) return `darwin-${arch}`;
   if (triple.endsWith("-pc-windows-msvc")) return `win32-${arch}-msvc`;
@@ -141,7 +212,10 @@ export function tripleToPlatform(triple) {
 
 export const kb = (file) => `${(statSync(file).size / 1024).toFixed(1)} KB`;
 
-if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url) && process.argv[2] === "--fallback-packages") {
+  // The release workflow's step around `napi pre-publish` (see fallbackPackages).
+  fallbackPackages(resolve(process.argv[3] ?? root));
+} else if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const out = process.argv[2] ? resolve(process.argv[2]) : mkdtempSync(join(tmpdir(), "byollm-release-"));
   const { main, platforms, edge } = stageRelease({ work: out });
   console.log(`main package      ${kb(main)}  ${main}`);

@@ -9,6 +9,9 @@
 //   node scripts/test.mjs --js-only  skip the Rust steps
 //   node scripts/test.mjs FILE...    only these JS test files (Node 22, 24 and 20)
 //
+// Then the WebAssembly fallback's pass (NAPI_RS_FORCE_WASI=1) on all three
+// Node versions, over the files in WASI_PASS (of those given, with FILE...).
+//
 // It brings up what the chosen files need first: PostgreSQL, this checkout's
 // own server (scripts/pg-start.sh; BYOLLM_PG_URL names another), and
 // Chromium (/usr/bin/chromium, or BYOLLM_CHROMIUM), each installed from
@@ -167,6 +170,7 @@ const NODE22_ONLY = new Map([
   ["browser.test.mjs", "Chromium drives the example site"],
   ["browser-restart.test.mjs", "Chromium drives the example site across a restart"],
   ["edge-browser.test.mjs", "the edge .wasm inside Chromium"],
+  ["install-platforms.test.mjs", "npm's choice of platform package and one next build; neither depends on the Node that runs them"],
 ]);
 const baseName = (f) => f.split("/").pop();
 function alsoOn(label, list) {
@@ -193,6 +197,25 @@ if (files.length) {
     run(`node ${v20} --test`, nodeSystem, ["--test", "--test-concurrency=1", ...portable], { env });
   } else if (v20 === v22) {
     console.log(`(the machine's node is ${v20}, the same as node@22: no second run)`);
+  }
+}
+
+// The WebAssembly fallback (wasm32-wasip1-threads, scripts/build-wasi.mjs) on
+// all three Node versions: the same public API through NAPI_RS_FORCE_WASI=1,
+// over the files that drive all of it from outside (the conformance kit through
+// createFetchHandler and the Next.js mount, the real daemon against the
+// example site, Chromium on that site). wasi.test.mjs first proves the switch
+// took. The conformance file loads the reference here on Node 20 too: the
+// fallback's Node 20 is what it certifies.
+const WASI_PASS = ["wasi.test.mjs", "conformance.test.mjs", "site-real-daemon.test.mjs", "browser.test.mjs"];
+const wasiFiles = files.filter((f) => WASI_PASS.includes(baseName(f))).sort((a, b) => WASI_PASS.indexOf(baseName(a)) - WASI_PASS.indexOf(baseName(b)));
+if (wasiFiles.length) {
+  const wasiEnv = { env: { ...env, NAPI_RS_FORCE_WASI: "1" } };
+  for (const bin of [node22, node24, nodeSystem]) {
+    if (!existsSync(bin)) continue;
+    const version = spawnSync(bin, ["--version"], { encoding: "utf8" }).stdout.trim();
+    if (bin === nodeSystem && version === spawnSync(node22, ["--version"], { encoding: "utf8" }).stdout.trim()) continue;
+    run(`WebAssembly fallback, node ${version} --test`, bin, ["--test", "--test-concurrency=1", ...wasiFiles], wasiEnv);
   }
 }
 

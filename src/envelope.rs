@@ -29,7 +29,7 @@ use signed::{
 };
 
 pub mod deferred;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(edge))]
 mod own_seals;
 mod scratch;
 pub mod sealed_box;
@@ -243,11 +243,11 @@ fn seal_to(
             }
         }
         .ok_or(SealError::RecipientKeyWeak)?;
-        #[cfg(not(target_arch = "wasm32"))]
+        #[cfg(not(edge))]
         if to_self && sealed.len() < own_seals::REMEMBER_BELOW {
             own_seals::remember(sealed, key, recipient, sender.verifying_key().as_bytes());
         }
-        #[cfg(target_arch = "wasm32")]
+        #[cfg(edge)]
         let _ = (to_self, key);
         Ok(SealedEnvelope::new(b64::encode_url(sealed), context))
     })
@@ -356,7 +356,9 @@ pub fn open(
 
 /// Signed bodies from this size on are verified on a second thread while
 /// [`open_then`]'s continuation runs: SHA-512 over a megabyte is
-/// milliseconds, starting a thread is microseconds.
+/// milliseconds, starting a thread is microseconds. (Not in WebAssembly,
+/// which has no such thread; the edge module has no use for it at all.)
+#[cfg(not(edge))]
 const PARALLEL_VERIFY_FROM: usize = 256 * 1024;
 
 /// [`open`], then `then` on the plaintext. For a large body the signature
@@ -384,9 +386,9 @@ pub fn open_then<T>(
         b64::decode_lenient_into(&envelope.ciphertext, sealed);
         // An envelope sealed here to our own key, byte for byte: its box key
         // and its signer are known (see `own_seals`).
-        #[cfg(not(target_arch = "wasm32"))]
+        #[cfg(not(edge))]
         let known = sender.and_then(|s| own_seals::recall(sealed, recipient.public, s.as_bytes()));
-        #[cfg(target_arch = "wasm32")]
+        #[cfg(edge)]
         let known: Option<Zeroizing<[u8; 32]>> = None;
         let signed_here = known.is_some();
         let inner = match &known {
@@ -402,6 +404,9 @@ pub fn open_then<T>(
                 if signed_here {
                     return read_claims(envelope, expected, body).map(then);
                 }
+                // No second thread in WebAssembly: the edge module has none, and
+                // in the Node binding's fallback each one is a new worker.
+                #[cfg(not(target_arch = "wasm32"))]
                 if body.len() >= PARALLEL_VERIFY_FROM {
                     let body: &[u8] = body;
                     return std::thread::scope(|scope| {

@@ -8,6 +8,7 @@
 // reference's record objects. Every rule lives in Rust.
 import { optionalNumber, optionalStrings, text } from "./args.js";
 import {
+  hostPath,
   native,
   PROTOCOL,
   type EnqueuedJob,
@@ -464,7 +465,7 @@ export class MemoryStore implements ByollmStore {
     this.#native = new native.NativeMemoryStore(
       options.defaultTtlMs ?? undefined,
       options.retentionMs ?? undefined,
-      options.path ?? undefined,
+      options.path == null ? undefined : hostPath(options.path),
       options.path == null ? undefined : options.synchronous === "full",
     );
     // Without retention an id keeps its job (and envelope) for good, so a

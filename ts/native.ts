@@ -3,7 +3,8 @@
 // docs/architecture.md links it). A function the loaded addon lacks fails
 // loudly at first use rather than as `undefined is not a function` deep
 // inside a request.
-import { binding as loaded } from "./native-loader.js";
+import { resolve } from "node:path";
+import { binding as loaded, isWasi } from "./native-loader.js";
 import type { NativeMemoryStore, NativeMetrics, SiteKeyring } from "../index.js";
 
 export type NativeBinding = typeof import("../index.js");
@@ -35,3 +36,23 @@ export const native = Object.assign(Object.create(missing) as object, loaded) as
 
 /** The protocol's constants, from the core (src/binding/protocol.rs). */
 export const PROTOCOL = native.protocolConstants();
+
+/**
+ * A store file's path as the binding should be given it: as is for the
+ * native addon; absolute for the WebAssembly fallback, which has no working
+ * directory of its own (WASI resolves a relative path from the root). On
+ * Windows the fallback opens no file at all (Node's WASI there, tried under
+ * wine with Node 22: no spelling of a path opened), so the durable store
+ * says so there instead of failing on SQLite's "unable to open".
+ */
+export function hostPath(path: string): string {
+  if (!isWasi) return path;
+  if (process.platform === "win32") {
+    throw new Error(
+      "byollm-server-native: MemoryStore({ path }), the durable store, is not available in the WebAssembly fallback on Windows, " +
+        "which cannot open files there. It works with the native addon (every prebuilt platform, Windows x64 included) and in the " +
+        "fallback on Linux, macOS and the BSDs; MemoryStore() without a path works everywhere.",
+    );
+  }
+  return resolve(path);
+}

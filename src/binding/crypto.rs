@@ -234,8 +234,10 @@ pub(super) fn js_text(text: JsStr) -> Either3<Latin1String, Utf16String, String>
         Some(units) => Either3::B(Utf16String::from(units.to_vec())),
         None => {
             let text = text.into_string();
-            if text.is_ascii() {
+            if super::LATIN1_IS_CHEAP && text.is_ascii() {
                 Either3::A(Latin1String::from(text))
+            } else if text.is_ascii() {
+                Either3::C(text)
             } else {
                 Either3::B(Utf16String::from(text))
             }

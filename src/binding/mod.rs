@@ -19,6 +19,14 @@ mod store;
 mod strings;
 mod tasks;
 
+/// Whether a JavaScript string is best read and made as Latin-1 when it is
+/// ASCII. In Node's own Node-API, V8 copies a one-byte string's bytes
+/// straight across. In the WebAssembly fallback (wasm32-wasip1-threads),
+/// Node-API is emnapi's JavaScript, whose Latin-1 calls go one character at a
+/// time through a fresh view of the shared memory (the UTF-8 calls copy in
+/// bulk), so there every string takes the UTF-8 (or UTF-16) path.
+pub(crate) const LATIN1_IS_CHEAP: bool = !cfg!(target_arch = "wasm32");
+
 use napi_derive::napi;
 
 /// Version of the native core, for diagnostics.

@@ -59,7 +59,7 @@ fn json_or_null(json: &str) -> &str {
 /// `text` as a JS string. Most answers are pure ASCII (ids, base64url,
 /// numbers); V8 takes those as Latin-1 without a UTF-8 decoding pass.
 pub(super) fn js_text<'env>(env: &'env Env, text: &str) -> Result<JsString<'env>> {
-    if text.is_ascii() {
+    if super::LATIN1_IS_CHEAP && text.is_ascii() {
         env.create_string_latin1(text.as_bytes())
     } else {
         env.create_string(text)

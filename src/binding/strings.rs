@@ -48,6 +48,9 @@ string_typed!(AsciiFirstString);
 /// `env` and `napi_val` as napi hands them to `from_napi_value`.
 unsafe fn read_ascii(env: napi::sys::napi_env, napi_val: napi::sys::napi_value) -> Option<String> {
     use napi::sys;
+    if !super::LATIN1_IS_CHEAP {
+        return None;
+    }
     let mut utf8_len = 0usize;
     let mut units = 0usize;
     // SAFETY: length queries only (null buffer), as napi documents them.

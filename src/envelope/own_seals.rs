@@ -114,7 +114,7 @@ mod tests {
     use crate::envelope::tests::*;
     use crate::envelope::*;
 
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     #[test]
     fn own_seals_are_remembered_and_open_as_before() {
         let site = party(40);
@@ -163,7 +163,7 @@ mod tests {
         assert!(!own_seals::holds(&sealed_bytes(&to_device)));
     }
 
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     #[test]
     fn a_box_forged_under_a_remembered_key_still_has_its_signature_checked() {
         // Someone holding the site's X25519 secret (a leaked encryption key,
@@ -202,7 +202,7 @@ mod tests {
         );
     }
 
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     #[test]
     fn large_own_seals_are_not_remembered_and_open_the_long_way() {
         let site = party(45);
@@ -220,7 +220,7 @@ mod tests {
         assert!(own_seals::holds(&sealed_bytes(&env)));
     }
 
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     #[test]
     fn own_seals_forget_the_oldest_beyond_capacity() {
         let site = party(44);

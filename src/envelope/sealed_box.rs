@@ -39,7 +39,7 @@ pub(super) fn box_key_bytes(
     secret: &StaticSecret,
     their_public: &[u8; 32],
 ) -> Option<Zeroizing<[u8; 32]>> {
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     if let Some(shared) = variable_base_shared_secret(secret, their_public) {
         if bool::from(subtle::ConstantTimeEq::ct_eq(&shared[..], &[0u8; 32][..])) {
             return None;
@@ -64,7 +64,7 @@ pub(super) fn box_key_bytes(
 /// has no Edwards point: `None`, and the ladder runs). The clamped scalar is
 /// used unreduced, a multiple of the cofactor, so a small-order component of
 /// P vanishes just as in the ladder, and the identity maps back to u = 0.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(edge))]
 fn variable_base_shared_secret(
     secret: &StaticSecret,
     their_public: &[u8; 32],
@@ -238,7 +238,7 @@ mod tests {
     /// X25519 keys a peer could present: `honest` honest ones (from `seed`),
     /// the first of them plus each small-order component (a key need not be
     /// in the prime-order group), and the eight small-order points.
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     fn honest_torsioned_and_small_order(seed: u32, honest: u32) -> Vec<[u8; 32]> {
         use curve25519_dalek::constants::EIGHT_TORSION;
         use curve25519_dalek::montgomery::MontgomeryPoint;
@@ -258,7 +258,7 @@ mod tests {
         points
     }
 
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     #[test]
     fn the_edwards_multiplication_gives_the_ladders_answer() {
         // What an envelope's ephemeral key can be: honest, honest plus a

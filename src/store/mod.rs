@@ -19,7 +19,7 @@
 //! envelope leaves the store makes that seal first, so no reader ever sees
 //! anything but the sealed envelope.
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(edge))]
 pub mod durable;
 mod index;
 mod leases;

@@ -289,7 +289,7 @@ impl PairingStore {
 
     /// A runner read back from the durable file, after those before it;
     /// `false` when its text is not a JSON object.
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     pub(super) fn load_runner(&mut self, json: String) -> bool {
         let Some(runner) = Runner::parse(json) else {
             return false;
@@ -302,14 +302,14 @@ impl PairingStore {
     }
 
     /// The pairing stored under `hash`: its insertion sequence and JSON text.
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     pub(super) fn pairing_row(&self, hash: &str) -> Option<(u64, &str)> {
         let seq = *self.by_hash.get(hash)?;
         self.pairings.get(&seq).map(|p| (seq, &*p.json))
     }
 
     /// The runner at position `at` (insertion order).
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(edge))]
     pub(super) fn runner_at(&self, at: usize) -> Option<&str> {
         self.runners.get(at).map(|r| &*r.json)
     }
