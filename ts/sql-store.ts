@@ -355,9 +355,12 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
         deadlineAt: input.deadlineAt ?? null,
       };
       const out = obj(await run("byollm_create_job", { job, now }), "job");
-      const record = jobFromJson(out["job"]);
-      // An existing id is returned unchanged and, like in memory, notifies nobody.
-      if (out["created"] === true) notify([record]);
+      // A new job comes back without the envelope it was just given: this
+      // one is it. An existing id is returned whole, unchanged and, like in
+      // memory, notifies nobody.
+      if (out["created"] !== true) return jobFromJson(out["job"]);
+      const record = jobFromJson({ ...obj(out["job"], "job"), envelope: job.envelope });
+      notify([record]);
       return record;
     },
 
