@@ -21,8 +21,8 @@
 //
 // DIR is a checkout with dist/ built; its supabase/migrations are applied to
 // a database of its own on the stores bench's PostgreSQL (bench/stores.mjs
-// startPostgres). Variants alternate within each round; the figures are
-// medians over rounds. Linux only (backend CPU from /proc).
+// startPostgres). Variants alternate within each round, each round starting
+// with the next one; the figures are medians over rounds. Linux only (backend CPU from /proc).
 import { randomUUID } from "node:crypto";
 import { readFileSync, readdirSync } from "node:fs";
 import { resolve } from "node:path";
@@ -151,7 +151,8 @@ const variants = process.argv.slice(2).filter((a) => !a.startsWith("--")).map((s
 if (variants.length === 0) throw new Error("give label=DIR for each variant");
 const { url: adminUrl } = startPostgres();
 for (let round = 0; round < rounds; round++) {
-  for (const v of variants) {
+  // Each round starts with the next variant, so none always runs first or last.
+  for (const v of [...variants.slice(round % variants.length), ...variants.slice(0, round % variants.length)]) {
     const load = readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
     const r = await measure(adminUrl, v.label, v.dir, jobs);
     v.runs.push(r);
