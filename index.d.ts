@@ -11,7 +11,7 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 
 /** The engine for one site. */
 export declare class Engine {
-  constructor(keyring: SiteKeyring, settings: EngineSettings)
+  constructor(keyring: SiteKeyring, settings: EngineSettings, metrics?: NativeMetrics | undefined | null)
   /**
    * A request from HTTP: the body text and the `x-byollm-*` header values.
    * `rereads`: the store reads the runner again with each request's work.
@@ -66,6 +66,12 @@ export declare class NativeMemoryStore {
    * the copy into a V8 string.
    */
   sealedEnvelope(id: string): object | null
+  /**
+   * What the store counts for the metrics: jobs by state (kept with the
+   * indexes), runners by state and pending pairings at `now` (one pass
+   * over each, one per device and at most 4,096).
+   */
+  storeCounts(now: number, livenessMs: number): StoreCounts
   /** Number of stored jobs. */
   get size(): number
   /**
@@ -129,6 +135,36 @@ export declare class NativeMemoryStore {
    * prepared with. Throws if `prepared` was used already.
    */
   enqueuePrepared(prepared: PreparedPayload, kind: string, job: EnqueuedJob, now: number): string
+}
+
+export declare class NativeMetrics {
+  constructor()
+  /**
+   * One answered request: `endpoint` its index in the protocol's
+   * endpoint list (`-1`: not a protocol route), its status, whether it
+   * was refused for its body's size, and its time in seconds.
+   */
+  request(endpoint: number, status: number, tooLarge: boolean, seconds: number): void
+  /**
+   * `n` refusals for `reason` beyond those a status tells (a release of
+   * refused jobs is answered 200).
+   */
+  refused(reason: string, n: number): void
+  enqueued(): void
+  /** A job claimed for the first time, `ms` after its enqueue. */
+  queueWait(jobId: string, ms: number): void
+  /** A job's result accepted, `ms` after its enqueue. */
+  jobDone(jobId: string, ms: number): void
+  wait(outcome: string, seconds: number): void
+  pairing(event: string): void
+  /** Keep job events for `drainEvents` (the OpenTelemetry shell's spans). */
+  setTracing(on: boolean): void
+  /** The job events kept since the last call; `null` when there are none. */
+  drainEvents(): JobEvents | null
+  /** The snapshot as JSON text (`MetricsSnapshot` in `ts/metrics.ts`). */
+  json(counts: StoreCounts, atMs: number): string
+  /** The Prometheus text exposition (format 0.0.4). */
+  prometheus(counts: StoreCounts): string
 }
 
 /** One request in progress (see `Engine`). */
@@ -316,8 +352,22 @@ export declare function generateUserCode(): string
 
 export declare function hashSecret(secret: string): string
 
-/** One parse of the raw body: JSON, protocol version, strict schema. */
-export declare function inspectRequest(endpoint: string, rawBody: string): { stage: "ok"; body: Record<string, unknown> } | { stage: "json" | "version" | "schema"; status: number; error: WireErrorBody }
+/**
+ * A body's inspection: the stage it reached (`ok`, `json`, `version`,
+ * `schema`), the answer a failed stage gets, the validated body's JSON text.
+ */
+export interface Inspection {
+  stage: string
+  status?: number
+  error?: WireErrorBody
+  body?: string
+}
+
+/**
+ * One parse of the raw body: JSON, protocol version, strict schema (the
+ * engine's `wire::inspect_request`).
+ */
+export declare function inspectRequest(endpoint: string, rawBody: string): Inspection
 
 /** Whether `text` is an audience a new job may have (`"private"`, `"team"`). */
 export declare function isAudience(text: string): boolean
@@ -327,6 +377,17 @@ export declare function isAudience(text: string): boolean
  * is finite, else `null`), as the fast path reads it.
  */
 export declare function issuedAtHeader(text: string): number | null
+
+/** Job events for tracing, as parallel arrays. */
+export interface JobEvents {
+  /**
+   * `true`: an accepted result (enqueue → result); `false`: a first
+   * claim (enqueue → claim).
+   */
+  done: Array<boolean>
+  jobIds: Array<string>
+  seconds: Array<number>
+}
 
 export declare function keyId(identityPublic: string): string
 
@@ -359,11 +420,7 @@ export interface OpenResult {
   reason?: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch"
 }
 
-/**
- * The plaintext of a result envelope: `{ok: true, outcome, ran}` or
- * `{ok: false, message}` with the reference's message.
- */
-export declare function parseSealedOutcome(plaintext: string): { ok: true; outcome: Record<string, unknown>; ran: Record<string, unknown> } | { ok: false; message: string }
+export declare function parseSealedOutcome(plaintext: string): SealedOutcome
 
 export interface PayloadCheck {
   ok: boolean
@@ -427,6 +484,12 @@ export interface PublicIdentity {
 
 export declare function publicIdentityOf(keys: StoredKeys): PublicIdentity
 
+/**
+ * The refusal reason an answer's status stands for (`tooLarge`: refused
+ * for its body's size), as the metrics label it; `null` for none.
+ */
+export declare function refusalReason(status: number, tooLarge: boolean): string | null
+
 export interface RequestSignature {
   runnerId: string
   issuedAt: number
@@ -483,6 +546,12 @@ export interface RunnerAvailability {
 }
 
 /**
+ * Runners `[paired, online, revoked]` among records read from a store of
+ * the app's own (`listRunners()`), by the rule the stores count with.
+ */
+export declare function runnerCounts(runners: readonly RunnerRecord[], now: number, livenessMs: number): Array<number>
+
+/**
  * The sender key is parsed on each call, as the reference does: the
  * server's own seals go through a `SiteKeyring`, which parses it once.
  */
@@ -494,6 +563,17 @@ export interface SealedEnvelope {
   senderKeyId: string
   direction: "payload" | "result"
   deadlineAt: number
+}
+
+/**
+ * The plaintext of a result envelope: `{ok: true, value}` (the JSON text of
+ * `{outcome, ran}` as the schema reads it) or `{ok: false, message}` with
+ * the reference's message.
+ */
+export interface SealedOutcome {
+  ok: boolean
+  value?: string
+  message?: string
 }
 
 /**
@@ -535,6 +615,21 @@ export declare function signRequest(keys: StoredKeys, req: RequestToSign): Signe
  * private halves included) is wiped here once read.
  */
 export declare function siteKeysFromEnvValue(variable: string, value?: string | undefined | null): StoredKeys
+
+/**
+ * What the store counted, as the shell hands it over (see
+ * `crate::metrics::StoreCounts`); absent fields are counts the store
+ * cannot give.
+ */
+export interface StoreCounts {
+  /** Whether the store answered. */
+  ok: boolean
+  /** Jobs per state: queued, claimed, running, ok, error, canceled, expired. */
+  jobs?: Array<number>
+  /** Runners: paired, online, revoked. */
+  runners?: Array<number>
+  pairingsPending?: number
+}
 
 export interface StoredKeys {
   version: 1

@@ -773,9 +773,10 @@ if (
   }
 }
 
-const { Engine, NativeMemoryStore, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, runnerAvailability, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { Engine, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { Engine }
 export { NativeMemoryStore }
+export { NativeMetrics }
 export { PendingRequest }
 export { PreparedPayload }
 export { SiteKeyring }
@@ -802,7 +803,9 @@ export { parseSealedOutcome }
 export { protocolConstants }
 export { provenanceFor }
 export { publicIdentityOf }
+export { refusalReason }
 export { runnerAvailability }
+export { runnerCounts }
 export { seal }
 export { secretsMatch }
 export { signRequest }

@@ -1,7 +1,9 @@
 // The reference conformance kit (@byollm/conformance@0.1.1, 32 checks driving
 // a real daemon) against our ByollmApp + HTTP handler: with our MemoryStore,
 // through the ./next mount, with the reference MemoryStore passed in (any JS
-// store must work), on the durable store (a SQLite file), and on the real clock.
+// store must work), with a plain JS store written from the store contract
+// (helpers/plain-store.mjs: a user's own store, served through its methods)
+// through both mounts, on the durable store (a SQLite file), and on the real clock.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -9,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { formatReport, CHECKS } from "@byollm/conformance";
 import { certifyAllowingOneTimingRetry } from "./helpers/certify.mjs";
+import { PlainStore } from "./helpers/plain-store.mjs";
 import { MemoryStore as ReferenceMemoryStore } from "@byollm/server";
 import { ByollmApp, MemoryStore, createFetchHandler, generateSiteKeys } from "../dist/index.js";
 import { createHandler } from "../dist/next.js";
@@ -130,6 +133,18 @@ test("certify: with the reference MemoryStore passed in (a JS store)", { timeout
       mount: viaFetchHandler,
       ...FAKE,
     }),
+  );
+});
+
+test("certify: a plain JS store (a user's own ByollmStore) through createFetchHandler (fake clock)", { timeout: 120_000 }, async () => {
+  await certifyAndReport(
+    makeTarget({ name: "native (plain JS store)", makeStore: (ttl) => new PlainStore({ defaultTtlMs: ttl }), mount: viaFetchHandler, ...FAKE }),
+  );
+});
+
+test("certify: a plain JS store through the ./next createHandler (fake clock)", { timeout: 120_000 }, async () => {
+  await certifyAndReport(
+    makeTarget({ name: "native (plain JS store, next)", makeStore: (ttl) => new PlainStore({ defaultTtlMs: ttl }), mount: viaNext, ...FAKE }),
   );
 });
 

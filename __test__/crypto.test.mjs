@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import * as native from "../index.js";
+import { sealedOutcome } from "./helpers/inspect.mjs";
 
 const vectors = (name) => JSON.parse(readFileSync(new URL(`../tests/vectors/${name}`, import.meta.url), "utf8"));
 const fx = vectors("keys.fixture.json");
@@ -251,7 +252,7 @@ test("SiteKeyring.acceptResult: the outcome and the site's provenance, or the re
     });
   // What the handlers built from parseSealedOutcome and provenanceFor.
   const composed = (text) => {
-    const { outcome, ran } = native.parseSealedOutcome(text);
+    const { outcome, ran } = sealedOutcome(text);
     const { backendClass, model, stop, stopReported } = ran;
     return { outcome, provenance: { ...native.provenanceFor({ ...source, backendClass, model, stop, stopReported }) } };
   };

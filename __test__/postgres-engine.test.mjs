@@ -17,7 +17,7 @@ import { HTTP_CAP as CAP, pairRunner } from "./helpers/sql-jobs.mjs";
 const T0 = 1_767_225_600_000;
 const KIND = "llm.generate";
 const ENVELOPE = { ciphertext: "c2VhbGVkLXBheWxvYWQ", recipientKeyId: "site", senderKeyId: "site", direction: "payload", deadlineAt: T0 + 86_400_000 };
-const STUB_KEYS = ["audience", "claimableAt", "deadlineAt", "id", "kind", "lease", "owner", "purpose", "sizeClass", "ttlMs"];
+const STUB_KEYS = ["attempts", "audience", "claimableAt", "createdAt", "deadlineAt", "id", "kind", "lease", "owner", "purpose", "sizeClass", "ttlMs"];
 
 let db;
 let pool;
@@ -54,7 +54,7 @@ test("the engine's operations answer what it reads: the runner as {revokedAt}, c
   assert.deepEqual(sorted(stub), STUB_KEYS);
   assert.deepEqual(
     { ...stub, lease: { ...stub.lease, id: "-" } },
-    { id: queued.id, kind: KIND, audience: "private", owner, purpose: "summary", sizeClass: "small", deadlineAt: null, claimableAt: T0, ttlMs: 3_600_000, lease: { id: "-", runnerId: runner.id, expiresAt: T0 + 60_001 } },
+    { id: queued.id, kind: KIND, audience: "private", owner, purpose: "summary", sizeClass: "small", deadlineAt: null, claimableAt: T0, ttlMs: 3_600_000, lease: { id: "-", runnerId: runner.id, expiresAt: T0 + 60_001 }, createdAt: T0, attempts: 1 },
   );
 
   const fetched = JSON.parse(await ops("job", { runnerId: runner.id, jobId: queued.id }));
@@ -80,7 +80,7 @@ test("the engine's operations answer what it reads: the runner as {revokedAt}, c
   const done = JSON.parse(
     await ops("resultFor", { runnerId: runner.id, jobId: queued.id, leaseId: stub.lease.id, audience: "private", outcome, provenance, now: T0 + 4 }),
   );
-  assert.deepEqual(done, { runner: { revokedAt: null }, accepted: true, state: "ok" });
+  assert.deepEqual(done, { runner: { revokedAt: null }, accepted: true, state: "ok", createdAt: T0 });
   const unknownJob = JSON.parse(await ops("resultFor", { runnerId: runner.id, jobId: randomUUID(), leaseId: randomUUID(), audience: "private", outcome, provenance, now: T0 + 5 }));
   assert.deepEqual(unknownJob, { runner: { revokedAt: null }, job: null });
 

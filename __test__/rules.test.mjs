@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import * as native from "../index.js";
+import { inspect, sealedOutcome } from "./helpers/inspect.mjs";
 
 const vector = (name) => JSON.parse(readFileSync(new URL(`../tests/vectors/${name}`, import.meta.url), "utf8"));
 const misc = vector("misc.json");
@@ -11,7 +12,7 @@ const misc = vector("misc.json");
 test("inspectRequest gives the reference's version refusals", () => {
   for (const { body, refusal } of misc.checkProtocolVersion) {
     const text = JSON.stringify(body);
-    const r = native.inspectRequest("claim", text);
+    const r = inspect("claim", text);
     if (refusal) {
       assert.deepEqual(r, { stage: "version", status: 400, error: refusal }, text);
     } else {
@@ -46,31 +47,34 @@ test("provenanceFor matches provenance.json, key order included", () => {
 });
 
 test("JSON edge cases decide like JSON.parse would", () => {
-  // Deep nesting parses (V8's parser has no small depth limit), so the
-  // version check answers, not "not valid JSON".
-  const deep = "[".repeat(100_000) + "]".repeat(100_000);
-  assert.equal(native.inspectRequest("claim", deep).stage, "version");
-  const deepField = `{"protocolVersion":"2","runnerId":${deep},"capabilities":[],"max":1}`;
-  assert.equal(native.inspectRequest("claim", deepField).stage, "schema");
+  // Nesting to 64 levels parses, so the version check answers; deeper is
+  // refused at once, a deliberate difference (V8's JSON.parse has no small
+  // depth limit; docs/security.md lists the bound).
+  const nested = (n) => "[".repeat(n) + "]".repeat(n);
+  assert.equal(inspect("claim", nested(64)).stage, "version");
+  assert.equal(inspect("claim", `{"protocolVersion":"2","runnerId":${nested(63)},"capabilities":[],"max":1}`).stage, "schema");
+  const deep = inspect("claim", nested(100_000));
+  assert.deepEqual(deep, { stage: "json", status: 400, error: { error: "bad-request", message: "request body nests arrays and objects deeper than 64 levels" } });
+  assert.equal(inspect("claim", `{"protocolVersion":"2","runnerId":${nested(64)},"capabilities":[],"max":1}`).stage, "json");
   // Duplicate keys: the last value wins.
-  assert.equal(native.inspectRequest("claim", '{"protocolVersion":"1","protocolVersion":"2","runnerId":"r","capabilities":[],"max":1}').stage, "ok");
+  assert.equal(inspect("claim", '{"protocolVersion":"1","protocolVersion":"2","runnerId":"r","capabilities":[],"max":1}').stage, "ok");
   // 5.0 and 5e0 are the integer 5; 1e400 is Infinity, not an integer; -0 is not positive.
-  assert.deepEqual(native.inspectRequest("claim", '{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":5e0}').body.max, 5);
-  assert.equal(native.inspectRequest("claim", '{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":1e400}').stage, "schema");
+  assert.deepEqual(inspect("claim", '{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":5e0}').body.max, 5);
+  assert.equal(inspect("claim", '{"protocolVersion":"2","runnerId":"r","capabilities":[],"max":1e400}').stage, "schema");
   const env = '{"ciphertext":"c","recipientKeyId":"r","senderKeyId":"s","direction":"result","deadlineAt":-0}';
-  assert.equal(native.inspectRequest("result", `{"protocolVersion":"2","runnerId":"r","jobId":"j","leaseId":"l","envelope":${env},"disposition":"ok"}`).stage, "schema");
+  assert.equal(inspect("result", `{"protocolVersion":"2","runnerId":"r","jobId":"j","leaseId":"l","envelope":${env},"disposition":"ok"}`).stage, "schema");
   // A lone surrogate survives into the validated body exactly.
-  const lone = native.inspectRequest("fetch", '{"protocolVersion":"2","runnerId":"\\ud800","jobId":"j","leaseId":"l"}');
+  const lone = inspect("fetch", '{"protocolVersion":"2","runnerId":"\\ud800","jobId":"j","leaseId":"l"}');
   assert.equal(lone.body.runnerId, "\ud800");
   // null is not "absent" for an optional key.
   const cap = '{"kind":"llm.chat","service":"s","backendId":"ollama","backendClass":"http","model":"m","knownModels":null,"offerScope":"team"}';
-  assert.equal(native.inspectRequest("claim", `{"protocolVersion":"2","runnerId":"r","capabilities":[${cap}],"max":1}`).stage, "schema");
-  assert.deepEqual(native.inspectRequest("claim", "{nope"), { stage: "json", status: 400, error: { error: "bad-request", message: "request body is not valid JSON" } });
-  assert.deepEqual(native.inspectRequest("pair", '{"protocolVersion":"2","action":"start"}').error, { error: "bad-request", message: "pair request failed schema validation" });
+  assert.equal(inspect("claim", `{"protocolVersion":"2","runnerId":"r","capabilities":[${cap}],"max":1}`).stage, "schema");
+  assert.deepEqual(inspect("claim", "{nope"), { stage: "json", status: 400, error: { error: "bad-request", message: "request body is not valid JSON" } });
+  assert.deepEqual(inspect("pair", '{"protocolVersion":"2","action":"start"}').error, { error: "bad-request", message: "pair request failed schema validation" });
   // The heartbeat's `withheld` is filled in, in schema order.
-  const hb = native.inspectRequest("heartbeat", '{"protocolVersion":"2","runnerId":"r","daemonVersion":"1","capabilities":[],"activeLeases":[]}');
+  const hb = inspect("heartbeat", '{"protocolVersion":"2","runnerId":"r","daemonVersion":"1","capabilities":[],"activeLeases":[]}');
   assert.equal(JSON.stringify(hb.body), '{"protocolVersion":"2","runnerId":"r","daemonVersion":"1","capabilities":[],"withheld":[],"activeLeases":[]}');
-  assert.throws(() => native.inspectRequest("nope", "{}"), /unknown protocol endpoint/);
+  assert.throws(() => inspect("nope", "{}"), /unknown protocol endpoint/);
 });
 
 test("runnerAvailability reasons", () => {
@@ -94,9 +98,9 @@ test("capabilityFor returns the first matching capability itself, or undefined",
 });
 
 test("parseSealedOutcome: messages for bad JSON and non-outcomes", () => {
-  assert.deepEqual({ ...native.parseSealedOutcome("{") }, { ok: false, message: "the sealed result was not valid JSON" });
-  assert.deepEqual({ ...native.parseSealedOutcome("null") }, { ok: false, message: "the sealed result was not an outcome" });
-  const ok = native.parseSealedOutcome('{"outcome":{"outcome":"canceled"},"ran":{"model":"m","backendClass":"process","durationMs":0,"stop":"unknown"}}');
+  assert.deepEqual({ ...sealedOutcome("{") }, { ok: false, message: "the sealed result was not valid JSON" });
+  assert.deepEqual({ ...sealedOutcome("null") }, { ok: false, message: "the sealed result was not an outcome" });
+  const ok = sealedOutcome('{"outcome":{"outcome":"canceled"},"ran":{"model":"m","backendClass":"process","durationMs":0,"stop":"unknown"}}');
   assert.deepEqual({ ...ok }, { ok: true, outcome: { outcome: "canceled" }, ran: { model: "m", backendClass: "process", durationMs: 0, stop: "unknown" } });
 });
 
@@ -106,12 +110,12 @@ test("inspectRequest works in worker threads and after a worker exits", async ()
   for (let round = 0; round < 3; round++) {
     const worker = new Worker(
       `const { parentPort, workerData } = require("node:worker_threads");
-       import(workerData.url).then((native) => parentPort.postMessage(native.inspectRequest("fetch", workerData.body)));`,
+       import(workerData.url).then((native) => parentPort.postMessage(native.inspectRequest("fetch", workerData.body).body));`,
       { eval: true, workerData: { url: new URL("../index.js", import.meta.url).href, body } },
     );
     const [reply] = await Promise.all([new Promise((resolve, reject) => { worker.once("message", resolve); worker.once("error", reject); })]);
-    assert.deepEqual(reply, { stage: "ok", body: JSON.parse(body) });
+    assert.deepEqual(JSON.parse(reply), JSON.parse(body));
     await worker.terminate();
-    assert.deepEqual(native.inspectRequest("fetch", body), { stage: "ok", body: JSON.parse(body) });
+    assert.deepEqual(inspect("fetch", body), { stage: "ok", body: JSON.parse(body) });
   }
 });

@@ -162,6 +162,17 @@ for (const node of nodes) {
       assert.deepEqual(status.jobs, { queued: 0, running: 0, answered: 1, failed: 0 });
       assert.equal(status.buckets.length, 12);
       assert.deepEqual(status.buckets[11], { answered: 1, failed: 0 });
+      // The whole site (every person's jobs, earlier tests' too), from
+      // app.metrics(), and the Prometheus exposition at /metrics.
+      assert.ok(status.site.jobs.ok >= 1);
+      assert.ok(status.site.runners.online >= 1);
+      assert.equal(status.site.total.count, status.site.jobs.ok, "every answered job was timed");
+      assert.equal(typeof status.site.claim.p50, "number");
+      assert.ok(Array.isArray(status.site.history));
+      const exposition = await fetch(`${site.origin}/metrics`);
+      assert.equal(exposition.status, 200);
+      assert.match(exposition.headers.get("content-type"), /^text\/plain; version=0\.0\.4/);
+      assert.match(await exposition.text(), new RegExp(`^byollm_jobs\\{state="ok"\\} ${status.site.jobs.ok}$`, "m"));
 
       // Revoke asks first; the question itself changes nothing, and only the owner gets it.
       const confirm = await erin.request(`/devices/revoke?id=${encodeURIComponent(daemon.runnerId)}`);

@@ -1,17 +1,23 @@
-// The store contract against the reference MemoryStore (proving the suite)
-// and ours; then both stores driven through the same seeded random operation
-// sequences, every answer compared whole: shape, key order, null vs
-// undefined, with lease ids (random UUIDs in both) replaced by aliases.
+// The store contract against the reference MemoryStore (proving the suite),
+// ours, and the plain JavaScript store a user would write
+// (helpers/plain-store.mjs); then the three stores driven through the same
+// seeded random operation sequences, every answer compared whole with the
+// reference's: shape, key order, null vs undefined, with lease ids (random
+// UUIDs in each) replaced by aliases.
 // Node 22: imports @byollm/server.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryStore as ReferenceStore } from "@byollm/server";
 import { MemoryStore } from "../dist/memory.js";
 import { storeContract, envelope, capability, pairing, T0 } from "./store-contract.mjs";
+import { PlainStore } from "./helpers/plain-store.mjs";
 import { xorshift32 } from "../scripts/prng.mjs";
 
 storeContract("reference @byollm/server MemoryStore", () => new ReferenceStore());
 storeContract("native MemoryStore", () => new MemoryStore());
+// A user writes `async approvePairing`, so its refusals are rejected
+// promises; the contract accepts those (the reference throws synchronously).
+storeContract("plain JS store (helpers/plain-store.mjs)", () => new PlainStore(), { approveThrowsSync: false });
 
 /** xorshift32: seeded, so a failure replays. */
 function rng(seed) {
@@ -27,8 +33,10 @@ function rng(seed) {
 
 /** A store plus the aliases of the lease ids it minted, in order of first sight. */
 class Side {
-  constructor(store) {
+  /** `asyncApprove`: the store refuses an approval with a rejected promise, not a synchronous throw. */
+  constructor(store, { asyncApprove = false } = {}) {
     this.store = store;
+    this.asyncApprove = asyncApprove;
     this.alias = new Map(); // real -> alias
     this.real = new Map(); // alias -> real
     this.notified = new Map();
@@ -53,6 +61,10 @@ class Side {
       return ["{", ...Object.keys(value).map((k) => [k, this.canon(value[k])])];
     }
     return value;
+  }
+  /** Every job, in creation order (the plain store keeps them in a public Map). */
+  allJobs() {
+    return this.store.allJobs?.() ?? [...this.store.jobs.values()];
   }
   /** An alias (or any other string) back to this store's real value. */
   un(value) {
@@ -97,12 +109,16 @@ const OUTCOMES = [
   { outcome: "canceled" },
 ];
 
-describe("reference and native stores agree on random operation sequences", () => {
+describe("reference, native and plain stores agree on random operation sequences", () => {
   const activity = { claims: 0, completions: 0, expiries: 0, runners: 0 };
   for (const seed of [1, 2, 3, 4, 5, 6, 7, 8]) {
     test(`seed ${seed}`, async () => {
       const r = rng(seed * 7919);
-      const sides = [new Side(new ReferenceStore({ defaultTtlMs: 400 })), new Side(new MemoryStore({ defaultTtlMs: 400 }))];
+      const sides = [
+        new Side(new ReferenceStore({ defaultTtlMs: 400 })),
+        new Side(new MemoryStore({ defaultTtlMs: 400 })),
+        new Side(new PlainStore({ defaultTtlMs: 400 }), { asyncApprove: true }),
+      ];
       const watched = ["job-1", "job-2", "job-3"];
       for (const side of sides) {
         for (const id of watched) side.store.subscribe(id, () => side.notified.set(id, (side.notified.get(id) ?? 0) + 1));
@@ -200,7 +216,12 @@ describe("reference and native stores agree on random operation sequences", () =
             if (which === 0) return outcome(() => s.store.createPairing(record));
             if (which === 1) {
               const sync = syncOutcome(() => s.store.approvePairing({ userCode: code, owner, runnerId: rid, now }));
-              return sync.thrown !== undefined ? sync : { value: await sync.value };
+              if (sync.thrown !== undefined || !s.asyncApprove) return sync.thrown !== undefined ? sync : { value: await sync.value };
+              // A rejected promise stands for the reference's synchronous throw.
+              return sync.value.then(
+                (value) => ({ value }),
+                (error) => ({ sync: true, thrown: error.message }),
+              );
             }
             if (which === 2) return outcome(() => s.store.denyPairing(code, now));
             if (which === 3) return outcome(() => s.store.touchRunner({ runnerId: rid, capabilities: caps, daemonVersion: "0.2", now }));
@@ -223,17 +244,20 @@ describe("reference and native stores agree on random operation sequences", () =
           results.push(side.canon(result));
         }
         assert.deepEqual(results[1], results[0], `seed ${seed} step ${step} op ${op}`);
+        assert.deepEqual(results[2], results[0], `plain store: seed ${seed} step ${step} op ${op}`);
         const v = results[0];
         const text = JSON.stringify(v);
         if (op >= 3 && op <= 5 && text.includes('"claimed"')) activity.claims += 1;
         if (op >= 9 && op <= 10 && text.includes('["accepted",true]')) activity.completions += 1;
         if (text.includes('"expired"')) activity.expiries += 1;
         if (text.includes('"revokedAt"')) activity.runners += 1;
-        assert.deepEqual(
-          [...sides[1].notified.entries()].sort(),
-          [...sides[0].notified.entries()].sort(),
-          `seed ${seed} step ${step}: watcher calls`,
-        );
+        for (const side of sides.slice(1)) {
+          assert.deepEqual(
+            [...side.notified.entries()].sort(),
+            [...sides[0].notified.entries()].sort(),
+            `seed ${seed} step ${step}: watcher calls`,
+          );
+        }
         // Remember grants handed out, from the reference side's aliases.
         const ref = sides[0];
         const walk = (v) => {
@@ -248,7 +272,7 @@ describe("reference and native stores agree on random operation sequences", () =
         };
         walk(ref.store.allJobs());
       }
-      assert.deepEqual(sides[1].canon(sides[1].store.allJobs()), sides[0].canon(sides[0].store.allJobs()));
+      for (const side of sides.slice(1)) assert.deepEqual(side.canon(side.allJobs()), sides[0].canon(sides[0].allJobs()));
 
     });
   }

@@ -162,11 +162,13 @@ const textFor = (jobId, payload) => `done ${jobId} ${payload.prompt.length}`;
 
 // ---------------------------------------------------------------- the site side
 
-function makeSite(impl, { fill = 0 } = {}) {
+function makeSite(impl, { fill = 0, metrics } = {}) {
   const siteKeys = impl.generateSiteKeys();
   const store = new impl.MemoryStore();
-  const app = new impl.ByollmApp({ store, siteKeys });
-  const handler = impl.createFetchHandler({ store, siteKeys, verificationUrl: "http://127.0.0.1/pair" });
+  // `metrics: false` (ours only): bench/metrics.mjs's side by side.
+  const off = metrics === false ? { metrics: false } : {};
+  const app = new impl.ByollmApp({ store, siteKeys, ...off });
+  const handler = impl.createFetchHandler({ store, siteKeys, verificationUrl: "http://127.0.0.1/pair", ...off });
   return { siteKeys, store, app, handler, fill };
 }
 
@@ -258,8 +260,8 @@ export function serve(handler, timer = { ms: 0 }) {
  * `jobs` full cycles with one device; returns jobs/s (server-side and wall) and the device's share.
  * `windows`, if given, receives each in-process request's start and end (performance.now()).
  */
-export async function cycles(impl, { jobs, promptChars, fill = 0, population = "history", http = false, deviceCrypto, windows }) {
-  const site = makeSite(impl);
+export async function cycles(impl, { jobs, promptChars, fill = 0, population = "history", http = false, deviceCrypto, windows, metrics }) {
+  const site = makeSite(impl, { metrics });
   await fillStore(site, fill, population);
   const timer = { ms: 0, windows: undefined };
   let served;

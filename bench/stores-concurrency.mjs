@@ -29,7 +29,7 @@ function cpuOf(pid) {
 }
 
 /** The section: returns {jobs, jobsPerSec, lost, doublyCompleted, cpuMsPerJob: {apps, postgres, daemons}}. */
-export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons = 16, preparedStatements = true }) {
+export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons = 16, preparedStatements = true, onDrained }) {
   const { migratePostgres } = await import("../dist/postgres.js");
   await migratePostgres({ connectionString: dbUrl, createRoles: true });
   const admin = new pg.Client({ connectionString: dbUrl });
@@ -80,6 +80,8 @@ export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons 
               (select count(*) from byollm_jobs where owner = $1)::int as total`,
       [owner],
     );
+    // Each app's own `app.metrics()` after the drain, for a caller that checks them.
+    const drained = onDrained ? await onDrained(await Promise.all(origins.map((o) => fetch(`${o}/bench/metrics`).then((r) => r.json())))) : undefined;
     const appCpu = apps1.reduce((a, v, i) => (v === null || apps0[i] === null || a === null ? null : a + v - apps0[i]), 0);
     return {
       apps,
@@ -89,6 +91,7 @@ export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons 
       jobsPerSec: (done.count * 1000) / wallMs,
       lost: rows[0].lost,
       doublyCompleted: rows[0].doubly,
+      drained,
       cpuMsPerJob: {
         apps: appCpu === null ? null : (appCpu * 1000) / done.count,
         postgres: pg0 === null || pg1 === null ? null : ((pg1 - pg0) * 1000) / done.count,
@@ -124,6 +127,10 @@ async function appProcess(dbUrl, keysJson, prepared) {
           );
         }
         res.end("ok");
+        return;
+      }
+      if (url.pathname === "/bench/metrics") {
+        res.end(JSON.stringify(await app.metrics()));
         return;
       }
       if (url.pathname === "/bench/approve") {

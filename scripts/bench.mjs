@@ -51,8 +51,10 @@ const sections = [
   { key: "durable", file: "bench/durable.mjs", title: "Durable store (a SQLite file) vs in-memory stores" },
   { key: "edge", file: "bench/edge.mjs", title: "WebAssembly edge module" },
   { key: "leases", file: "bench/leases.mjs", title: "A heartbeat naming many leases: the SQL store's function vs our in-memory store (starts PostgreSQL)" },
+  { key: "metrics", file: "bench/metrics.mjs", title: "What the metrics cost (ours only; the 'reference' column is metrics off, 'ours' metrics on or with an OpenTelemetry SDK)" },
   // Minutes, a PostgreSQL and millions of rows: run only when asked for.
   { key: "stores", file: "bench/stores.mjs", title: "SQL stores against stored job count (ours vs reference supabaseStore)", onlyWhenNamed: true },
+  { key: "metrics-sql", file: "bench/metrics-sql.mjs", title: "byollm_metrics on PostgreSQL against stored job count", onlyWhenNamed: true },
   { key: "delivery", file: "bench/delivery.mjs", title: "Result delivery on PostgreSQL (ours postgresDelivery vs the reference's polling)", onlyWhenNamed: true },
 ];
 // Options a section takes from the command line (`--name=value`), passed to its run().

@@ -59,6 +59,10 @@ const env = { ...process.env, BYOLLM_TEST: "1" };
 const sourceOf = (f) => readFileSync(join(root, f), "utf8");
 const needsPostgres = files.some((f) => /postgres-db\.mjs|supabase-standin\.mjs/.test(sourceOf(f)));
 const needsChromium = files.some((f) => /playwright-core/.test(sourceOf(f)));
+// The metrics tests parse the exposition with Prometheus's own Python parser.
+const needsPromParser = files.some((f) => /prometheus_client/.test(sourceOf(f)));
+const hasPromParser = () =>
+  ["/usr/bin/python3", "python3"].some((python) => spawnSync(python, ["-c", "import prometheus_client"], { stdio: "ignore" }).status === 0);
 const chromiumPath = process.env.BYOLLM_CHROMIUM ?? "/usr/bin/chromium";
 const postgresInstalled = () => readdirSync("/usr/lib/postgresql", { withFileTypes: true }).some((d) => existsSync(join("/usr/lib/postgresql", d.name, "bin", "initdb")));
 const safely = (check) => {
@@ -71,6 +75,7 @@ const safely = (check) => {
 
 const missing = [];
 if (needsPostgres && !process.env.BYOLLM_PG_URL && !safely(postgresInstalled)) missing.push("postgresql");
+if (needsPromParser && !hasPromParser()) missing.push("python3-prometheus-client");
 if (needsChromium && !existsSync(chromiumPath)) {
   if (process.env.BYOLLM_CHROMIUM) {
     console.error(`\nBYOLLM_CHROMIUM is ${chromiumPath}, which does not exist.`);
@@ -158,6 +163,7 @@ const NODE22_ONLY = new Map([
   ["rules-parity.test.mjs", "the core's rules against the reference's"],
   ["durable-crash.test.mjs", "SIGKILL loops over the SQLite file"],
   ["load.test.mjs", "a load run of the in-memory store"],
+  ["metrics-load.test.mjs", "10,000 jobs through 4 app processes on PostgreSQL; its subject is the SQL counts"],
   ["browser.test.mjs", "Chromium drives the example site"],
   ["browser-restart.test.mjs", "Chromium drives the example site across a restart"],
   ["edge-browser.test.mjs", "the edge .wasm inside Chromium"],

@@ -287,6 +287,12 @@ pub struct AvailabilityQuery<'a> {
     pub audience_allow: Option<&'a [String]>,
 }
 
+/// A runner is online (live) when it is not revoked and was heard from
+/// within `liveness_ms` of `now`: availability and the metrics count so.
+pub fn is_online(revoked: bool, last_heartbeat_at: f64, now: f64, liveness_ms: f64) -> bool {
+    !revoked && now - last_heartbeat_at <= liveness_ms
+}
+
 /// Is there a live runner with a capability that would admit this job?
 /// Runs [`server_admits`] over **every** capability for the kind on every
 /// live runner (live = not revoked and heard from within `liveness_ms`).
@@ -306,7 +312,7 @@ pub fn runner_availability(
     }
     let mut live = runners
         .iter()
-        .filter(|r| !r.revoked && now - r.last_heartbeat_at <= liveness_ms)
+        .filter(|r| is_online(r.revoked, r.last_heartbeat_at, now, liveness_ms))
         .peekable();
     if live.peek().is_none() {
         return unavailable(NoRunnerReason::NoRunnerOnline);

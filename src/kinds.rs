@@ -135,7 +135,7 @@ pub fn validate_payload(
         text.push_str(payload);
     }
     text.push('}');
-    let doc = json::parse(&text).map_err(|_| {
+    let doc = json::parse_any_depth(&text).map_err(|_| {
         format!(
             "invalid {kind_display} payload \u{2014} payload: the payload is not JSON-serialisable"
         )

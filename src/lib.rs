@@ -27,6 +27,9 @@ pub mod direct;
 pub mod engine;
 pub mod store;
 
+// --- what operators watch
+pub mod metrics;
+
 #[cfg(feature = "node")]
 mod binding;
 

@@ -574,14 +574,8 @@ pub static SEALED_OUTCOME: Schema =
 #[derive(Debug)]
 pub enum Inspection {
     /// Valid: the parsed document and the schema's output (what zod's
-    /// `safeParse(...).data` would be). `canonical`: `JSON.parse` of the raw
-    /// text gives that same output (keys already in schema order, no
-    /// defaults to fill in), so a JS caller may let V8 build the object.
-    Ok {
-        doc: Doc,
-        body: Out,
-        canonical: bool,
-    },
+    /// `safeParse(...).data` would be).
+    Ok { doc: Doc, body: Out },
     /// Not JSON: 400 `bad-request` "request body is not valid JSON", or,
     /// for arrays and objects nested deeper than [`json::MAX_DEPTH`]
     /// (`too_deep`, refused where the first one too many opens), a message
@@ -669,13 +663,8 @@ pub fn inspect_request(endpoint: Endpoint, raw: &str, url_ok: &dyn Fn(&str) -> b
         return Inspection::Version(refusal);
     }
     let v = schema::validate(&doc, Some(doc.root()), endpoint.schema(), url_ok, 1);
-    let canonical = v.canonical();
     match v.out {
-        Some(body) if v.issues.is_empty() => Inspection::Ok {
-            doc,
-            body,
-            canonical,
-        },
+        Some(body) if v.issues.is_empty() => Inspection::Ok { doc, body },
         _ => Inspection::Schema {
             bound: v.issues.first().and_then(Issue::bound_refusal),
         },
@@ -748,16 +737,11 @@ mod tests {
         assert_eq!(inspect(Endpoint::Claim, r#"{"max":1}"#).stage(), "version");
         let ok =
             format!(r#"{{"protocolVersion":"2","runnerId":"r","capabilities":[{CAP}],"max":5.0}}"#);
-        let Inspection::Ok {
-            doc,
-            body,
-            canonical,
-        } = inspect(Endpoint::Claim, &ok)
-        else {
+        let Inspection::Ok { doc, body } = inspect(Endpoint::Claim, &ok) else {
             panic!("claim should pass")
         };
         assert!(
-            canonical,
+            canonical_doc(Endpoint::Claim.schema(), &ok, &basic_url_ok).is_some(),
             "5.0 parses to the same number; the keys are in order"
         );
         let mut text = String::new();
@@ -989,15 +973,13 @@ mod tests {
     #[test]
     fn heartbeat_defaults_withheld_in_schema_order() {
         let raw = r#"{"activeLeases":[],"capabilities":[],"daemonVersion":"1","runnerId":"r","protocolVersion":"2"}"#;
-        let Inspection::Ok {
-            doc,
-            body,
-            canonical,
-        } = inspect(Endpoint::Heartbeat, raw)
-        else {
+        let Inspection::Ok { doc, body } = inspect(Endpoint::Heartbeat, raw) else {
             panic!()
         };
-        assert!(!canonical, "keys out of order and a default filled in");
+        assert!(
+            canonical_doc(Endpoint::Heartbeat.schema(), raw, &basic_url_ok).is_none(),
+            "keys out of order and a default filled in"
+        );
         let mut text = String::new();
         body.write_json(&doc, &mut text);
         assert_eq!(

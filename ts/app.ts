@@ -13,6 +13,7 @@ import {
 import { CloudLane } from "./cloud.js";
 import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
+import { bindApp, recorderFor, snapshotOf, type MetricsSnapshot, type Registry } from "./metrics.js";
 import { enqueueDirect, servesDirectly, sweptResult, type PayloadSource } from "./memory.js";
 import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
 import { sqlStorePaths } from "./sql-store.js";
@@ -59,12 +60,15 @@ export class ByollmApp {
   readonly #delivery: ResultDelivery;
   /** The relay side of this site; present only on the cloud lane. */
   readonly cloud: CloudLane | undefined;
+  readonly #metrics: Registry | undefined; // metrics:
 
   constructor(options: ByollmAppOptions) {
     this.#store = options.store;
     this.#keyring = new native.SiteKeyring(options.siteKeys);
     this.#now = options.now ?? Date.now;
     this.#livenessMs = options.livenessMs ?? DEFAULT_LIVENESS_MS;
+    this.#metrics = recorderFor(options.store, options.metrics); // metrics:
+    bindApp(this, { store: options.store, now: this.#now, livenessMs: this.#livenessMs }); // metrics: what metrics() reads
     this.cloud =
       options.lane === undefined
         ? undefined
@@ -159,14 +163,27 @@ export class ByollmApp {
   }
 
   #handle(record: JobRecord): JobHandle {
+    this.#metrics?.enqueued(record); // metrics:
     return {
       id: record.id,
       record,
-      result: (options?: WaitOptions) => this.#delivery.waitFor(record.id, options),
+      result: (options?: WaitOptions) => {
+        const waiting = this.#delivery.waitFor(record.id, options);
+        return this.#metrics?.wait(waiting, options) ?? waiting; // metrics: the wait's outcome
+      },
       cancel: async () => {
         await this.cancel(record.id);
       },
     };
+  }
+
+  /**
+   * What an operator watches: jobs by state, runners and pairings from the
+   * store; requests, refusals, job latencies and waits counted by this
+   * process (docs/operations.md). Plain data, `JSON.stringify`-able.
+   */
+  async metrics(): Promise<MetricsSnapshot> {
+    return snapshotOf(this);
   }
 
   /** A job's current record (after running the expiry sweep). */
@@ -245,16 +262,19 @@ export class ByollmApp {
     // An empty owner would consume the pairing and then fail the daemon's
     // own check of the approval: refused before anything changes.
     const owner = nonEmptyText("approvePairing", "owner", args.owner);
-    return this.#store.approvePairing({
+    const runner = await this.#store.approvePairing({
       userCode: normalizeUserCode(userCode),
       owner,
       runnerId: generateRunnerId(),
       now: this.#now(),
     });
+    this.#metrics?.pairing("approved"); // metrics:
+    return runner;
   }
 
   async denyPairing(userCode: string): Promise<void> {
-    return this.#store.denyPairing(normalizeUserCode(lookupText("denyPairing", "userCode", userCode)), this.#now());
+    await this.#store.denyPairing(normalizeUserCode(lookupText("denyPairing", "userCode", userCode)), this.#now());
+    this.#metrics?.pairing("denied"); // metrics:
   }
 
   /** What a pending, unexpired code refers to, for the approval page; otherwise null. */

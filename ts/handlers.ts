@@ -5,6 +5,8 @@
 // call on the SQL stores, as the store's methods on any other.
 import { native, PROTOCOL, type NativeMemoryStoreHandle, type PendingRequest } from "./native.js";
 import { nativeStoreOf } from "./memory.js";
+import { recorderFor, type Registry } from "./metrics.js";
+import { methodOperations, perform, type Operations } from "./operations.js";
 import { sqlOperations } from "./sql-store.js";
 import type { AuthContext, ByollmStore, Endpoint, HandlerConfig, HandlerResult } from "./types.js";
 
@@ -19,47 +21,10 @@ const DEFAULT_STORE_TIMEOUT_MS = 30_000;
 /** Our native store, and the bell for its watchers. */
 type Lane = { readonly native: NativeMemoryStoreHandle; readonly notify: () => void };
 
-/** A store operation: its name and JSON arguments in, its result's JSON text out. */
-export type Operations = (op: string, args: string) => Promise<string>;
-
-// Each operation's arguments are its store method's own, by name (src/engine/ops.rs).
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Args = any;
-/** A user's own store: each operation as the store's methods. */
-const METHODS: Record<string, (s: ByollmStore, a: Args) => Promise<unknown>> = {
-  runner: (s, a) => s.getRunner(a.runnerId),
-  pairingByCode: (s, a) => s.getPairingByUserCode(a.userCode),
-  createPairing: (s, a) => s.createPairing(a.pairing),
-  pairingByHash: (s, a) => s.getPairingByDeviceCodeHash(a.hash),
-  consumePairing: (s, a) => s.consumePairingToken(a.hash),
-  claim: async (s, a) => ({ jobs: await s.claim(a) }),
-  job: async (s, a) => ({ job: await s.get(a.jobId) }),
-  resultFor: async (s, a) => ({ accepted: false, job: await s.get(a.jobId) }),
-  heartbeat: async (s, { runnerId, capabilities, daemonVersion, leases, leaseMs, now }) => {
-    await s.touchRunner({ runnerId, capabilities, daemonVersion, now });
-    const { lost } = await s.renewLeases({ runnerId, leases, leaseMs, now });
-    return { lost, cancel: await s.listCancelRequests(runnerId) };
-  },
-  complete: (s, a) => s.complete(a),
-  cancelRequests: (s, a) => s.listCancelRequests(a.runnerId),
-  release: (s, a) => s.release(a),
-  cancel: async (s, { jobIds, now }) => {
-    for (const id of jobIds as string[]) await s.cancel(id, now);
-  },
-};
-
-function methodOperations(store: ByollmStore): Operations {
-  return async (op, args) => {
-    const method = METHODS[op];
-    if (method === undefined) throw new Error(`unknown store operation ${op}`);
-    return JSON.stringify(await method(store, JSON.parse(args) as Args)) ?? "null";
-  };
-}
-
 // The daemon prints this URL next to the pairing code and refuses a pair
 // answer whose URL is not absolute: a missing origin (`undefined/pair`) would
 // fail every pairing, so it fails here, once, at start-up.
-function checkVerificationUrl(value: unknown): string {
+function checkVerificationUrl(value: unknown): void {
   const url = typeof value === "string" && URL.canParse(value) ? new URL(value) : undefined;
   if (url === undefined || (url.protocol !== "https:" && url.protocol !== "http:")) {
     throw new Error(
@@ -68,7 +33,6 @@ function checkVerificationUrl(value: unknown): string {
         `If it is built from an environment variable such as PUBLIC_ORIGIN, set that variable.`,
     );
   }
-  return value as string;
 }
 
 /** A request's answer: its status and the JSON text of its body. */
@@ -85,27 +49,18 @@ export class Endpoints {
   readonly #now: () => number;
   readonly #timeoutMs: number;
 
-  constructor(config: HandlerConfig & { readonly storeTimeoutMs?: number }) {
-    // Refuse to start with keys whose encryption half is not signed by the
-    // identity half: every daemon would refuse this site one pairing at a time.
-    let consistent = false;
-    try {
-      consistent = native.verifyPublicIdentity(native.publicIdentityOf(config.siteKeys));
-    } catch {
-      consistent = false;
-    }
-    if (!consistent) {
-      throw new Error(
-        "siteKeys are not internally consistent: the encryption key is not signed by the identity key. " +
-          "Generate a fresh pair with `npx --no keygen`.",
-      );
-    }
-    this.#engine = new native.Engine(new native.SiteKeyring(config.siteKeys), {
+  constructor(config: HandlerConfig) {
+    const settings = {
       leaseMs: config.leaseMs ?? 60_000,
       pairingTtlMs: config.pairingTtlMs ?? 600_000,
       pollIntervalMs: config.pollIntervalMs ?? 2_000,
-      verificationUrl: checkVerificationUrl(config.verificationUrl),
-    });
+      verificationUrl: String(config.verificationUrl),
+    };
+    // The engine refuses keys that are not one site's, and counts what it
+    // sees into this store's registry (pairings, queue waits, job times).
+    const metrics = recorderFor(config.store, config.metrics)?.native;
+    this.#engine = new native.Engine(new native.SiteKeyring(config.siteKeys), settings, metrics);
+    checkVerificationUrl(config.verificationUrl);
     this.#store = config.store;
     this.#methods = methodOperations(config.store);
     this.#now = config.now ?? Date.now;
@@ -164,7 +119,7 @@ export class Endpoints {
       for (let op = p.next(); op !== null; op = p.next()) {
         if (op === "work") await p.work();
         else if (lane !== undefined) p.runOn(lane.native);
-        else await this.#perform(p, op, operations);
+        else await perform(p, op, operations, this.#timeoutMs);
       }
     } finally {
       lane?.notify();
@@ -172,20 +127,6 @@ export class Endpoints {
     const cause = p.cause;
     if (cause != null) console.error(`byollm: the store failed on ${endpoint}: ${cause}`);
     return { status: p.status, text: p.take() ?? "null" };
-  }
-
-  async #perform(p: PendingRequest, op: string, operations: Operations): Promise<void> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${this.#timeoutMs} ms`)), this.#timeoutMs);
-    });
-    try {
-      p.resume(await Promise.race([operations(op, p.args ?? "{}"), timeout]));
-    } catch (error) {
-      p.fail(`${op}: ${error instanceof Error ? error.message : String(error)}`);
-    } finally {
-      clearTimeout(timer);
-    }
   }
 }
 
@@ -195,9 +136,11 @@ export class Endpoints {
  */
 export class ByollmHandlers {
   readonly #endpoints: Endpoints;
+  readonly #metrics: Registry | undefined;
 
   constructor(config: HandlerConfig) {
     this.#endpoints = new Endpoints(config);
+    this.#metrics = recorderFor(config.store, config.metrics);
   }
 
   /**
@@ -206,7 +149,13 @@ export class ByollmHandlers {
    * endpoint schemas pin `protocolVersion: "2"`, so a wrong one is a schema failure.
    */
   async handle(endpoint: Endpoint, body: unknown, auth: AuthContext): Promise<HandlerResult> {
-    const { status, text } = await this.#endpoints.handle(endpoint, body, auth);
-    return { status, body: JSON.parse(text) as unknown };
+    const started = performance.now();
+    let answer: Answer | undefined;
+    try {
+      answer = await this.#endpoints.handle(endpoint, body, auth);
+      return { status: answer.status, body: JSON.parse(answer.text) as unknown };
+    } finally {
+      this.#metrics?.request(endpoint, answer?.status ?? 500, false, started, auth.rawBody, answer?.text);
+    }
   }
 }

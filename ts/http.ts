@@ -1,6 +1,7 @@
 // The web-standard Request → Response mount of the protocol: method, route,
 // size limits, one parse of the body in the core, then the handlers.
 import { Endpoints } from "./handlers.js";
+import { recorderFor } from "./metrics.js";
 import { native, PROTOCOL } from "./native.js";
 import type { Endpoint, HandlerConfig } from "./types.js";
 
@@ -112,16 +113,34 @@ export function createFetchHandler(
 ): (request: Request) => Promise<Response> {
   const endpoints = new Endpoints(config);
   const basePath = normalizeBasePath(config.basePath ?? DEFAULT_BASE_PATH);
+  const metrics = recorderFor(config.store, config.metrics);
 
+  // The request boundary: every answer is counted, with what it alone does not say.
   return async function handle(request: Request): Promise<Response> {
+    const started = performance.now();
+    const seen: Seen = { endpoint: null, tooLarge: false, body: undefined, answer: undefined };
+    // A host that throws (it should not) is counted as its 500.
+    let status = 500;
+    try {
+      const response = await serve(request, seen);
+      status = response.status;
+      return response;
+    } finally {
+      metrics?.request(seen.endpoint, status, seen.tooLarge, started, seen.body, seen.answer);
+    }
+  };
+
+  async function serve(request: Request, seen: Seen): Promise<Response> {
     if (request.method !== "POST") {
       return json(405, { error: "bad-request", message: "protocol endpoints accept POST only" });
     }
     const endpoint = routeNormalized(new URL(request.url).pathname, basePath);
     if (endpoint === null) return json(404, { error: "not-found", message: `not a ${basePath} endpoint` });
+    seen.endpoint = endpoint;
 
     const declared = request.headers.get("content-length");
     if (declared !== null && Number(declared) > PROTOCOL.maxBodyBytes) {
+      seen.tooLarge = true;
       return json(400, { error: "bad-request", message: native.tooLargeMessage(Number(declared)) });
     }
 
@@ -130,9 +149,21 @@ export function createFetchHandler(
     const read = await readBody(request, PROTOCOL.maxBodyBytes);
     if (read.failed) return json(400, { error: "bad-request", message: "request body is not valid JSON" });
     if (read.overBytes !== undefined) {
+      seen.tooLarge = true;
       return json(400, { error: "bad-request", message: native.tooLargeMessage(read.overBytes) });
     }
+    seen.body = read.text;
     const answer = await endpoints.serve(endpoint, read.text, request.headers);
+    seen.answer = answer.text;
     return new Response(answer.text, { status: answer.status, headers: { ...HEADERS } });
-  };
+  }
 }
+
+/** What one request's boundary records beside the answer's status (the texts for OpenTelemetry's job ids). */
+interface Seen {
+  endpoint: Endpoint | null;
+  tooLarge: boolean;
+  body: string | undefined;
+  answer: string | undefined;
+}
+

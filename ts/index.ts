@@ -17,6 +17,8 @@ export {
   normalizeUserCode,
 } from "./ids.js";
 export { capabilityFor } from "./capabilities.js";
+export { createMetricsHandler, jobTraceContext } from "./metrics.js";
+export type { EndpointMetrics, MetricsHandlerOptions, MetricsHistogram, MetricsSnapshot, MetricsStatus, WaitOutcome } from "./metrics.js";
 
 export type {
   AdoptArgs,

@@ -7,7 +7,15 @@
 // into strings and numbers, and turns the native JSON rows back into the
 // reference's record objects. Every rule lives in Rust.
 import { optionalNumber, optionalStrings, text } from "./args.js";
-import { native, PROTOCOL, type EnqueuedJob, type NativeMemoryStoreHandle, type SiteKeyringHandle } from "./native.js";
+import {
+  native,
+  PROTOCOL,
+  type EnqueuedJob,
+  type NativeMemoryStoreHandle,
+  type NativeMetricsHandle,
+  type SiteKeyringHandle,
+  type StoreCounts,
+} from "./native.js";
 import type {
   AdoptArgs,
   DeliveredResult,
@@ -269,6 +277,16 @@ export function sweptResult(store: MemoryStore, jobId: string, now: number): Del
   const text = lane.native.sweptResult(jobId, now);
   lane.notify();
   return text == null ? null : (JSON.parse(text) as DeliveredResult);
+}
+
+/**
+ * What one of our MemoryStores counts for the metrics (jobs by state,
+ * runners by state, pending pairings), read natively; undefined for any
+ * other store.
+ */
+export function nativeStoreCounts(store: unknown, now: number, livenessMs: number): StoreCounts | undefined {
+  const lane = typeof store === "object" && store !== null ? lanes.get(store) : undefined;
+  return lane?.native.storeCounts(now, livenessMs);
 }
 
 /** The store methods whose work a direct-lane call does natively. */

@@ -4,12 +4,14 @@
 // loudly at first use rather than as `undefined is not a function` deep
 // inside a request.
 import { binding as loaded } from "./native-loader.js";
-import type { NativeMemoryStore, SiteKeyring } from "../index.js";
+import type { NativeMemoryStore, NativeMetrics, SiteKeyring } from "../index.js";
 
 export type NativeBinding = typeof import("../index.js");
-export type { EnqueuedJob, FetchAnswer, NativeMemoryStore, PendingRequest, ResultSource, SiteKeyring } from "../index.js";
+export type { EnqueuedJob, FetchAnswer, NativeMemoryStore, PendingRequest, ResultSource, SiteKeyring, StoreCounts } from "../index.js";
 /** A site keyring instance (`new native.SiteKeyring(keys)`). */
 export type SiteKeyringHandle = SiteKeyring;
+/** A site store's metrics registry (`new native.NativeMetrics()`). */
+export type NativeMetricsHandle = NativeMetrics;
 /** A native store instance, as `MemoryStore.native` hands it out. */
 export type NativeMemoryStoreHandle = NativeMemoryStore;
 

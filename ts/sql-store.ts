@@ -3,8 +3,8 @@
 // in SQL; this file only names the function each method calls, passes the
 // caller's arguments (every `now` included, as epoch ms) and gives the JSON the
 // database returns the key order of the in-memory records.
-import type { Operations } from "./handlers.js";
-import { PROTOCOL } from "./native.js";
+import type { Operations } from "./operations.js";
+import { PROTOCOL, type StoreCounts } from "./native.js";
 import type {
   ByollmStore,
   ClaimArgs,
@@ -156,6 +156,8 @@ export interface SqlStorePaths {
   readonly operations: Operations;
   /** expireDue(now) then get(jobId). */
   sweepGet(jobId: string, now: number): Promise<JobRecord | null>;
+  /** The metrics' store counts in one call (`byollm_metrics`: jobs by state from maintained counts). */
+  metricCounts(now: number, livenessMs: number): Promise<StoreCounts>;
 }
 
 const PATHS = Symbol("byollm.sqlStorePaths");
@@ -254,6 +256,7 @@ const FUNCTIONS = {
   byollm_get_job_for: ["runnerId", "jobId"],
   byollm_heartbeat_for: ["runnerId", "capabilities", "daemonVersion", "leases", "leaseMs", "now"],
   byollm_result_for: ["runnerId", "jobId", "leaseId", "outcome", "provenance", "now"],
+  byollm_metrics: ["now", "livenessMs"],
   byollm_sweep_get_job: ["jobId", "now"],
   byollm_create_job: ["job", "now"],
   byollm_get_job: ["jobId"],
@@ -283,7 +286,7 @@ type Param = (typeof FUNCTIONS)[SqlFunction][number];
 
 /** How each parameter is typed on the SQL side: `text` unless listed here. */
 const JSONB_PARAMS = new Set<Param>(["capabilities", "leases", "holder", "outcome", "provenance", "job", "pairing"]);
-const BIGINT_PARAMS = new Set<Param>(["leaseMs", "expiresAt", "now"]);
+const BIGINT_PARAMS = new Set<Param>(["leaseMs", "expiresAt", "now", "livenessMs"]);
 const sqlType = (field: Param): SqlArgType =>
   JSONB_PARAMS.has(field) ? "jsonb" : BIGINT_PARAMS.has(field) ? "bigint" : field === "max" ? "integer" : "text";
 
@@ -354,6 +357,12 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       const out = obj(await run("byollm_sweep_get_job", { jobId, now }), "job");
       notify(jobs(out["swept"]));
       return maybe(out["job"], jobFromJson);
+    },
+
+    async metricCounts(now, livenessMs) {
+      const out = obj(await run("byollm_metrics", { now, livenessMs }), "metrics");
+      const numbers = (v: unknown): number[] => list(v).map(Number);
+      return { ok: true, jobs: numbers(out["jobs"]), runners: numbers(out["runners"]), pairingsPending: Number(out["pairingsPending"]) };
     },
   };
 

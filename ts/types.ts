@@ -232,6 +232,17 @@ export interface HandlerConfig {
   readonly now?: () => number;
   /** This site's keys, generated once with `keygen` and supplied by every instance. */
   readonly siteKeys: StoredKeys;
+  /**
+   * How long one store operation may take before the daemon's request is
+   * answered `server-error` (500) and the cause logged (default 30000). A
+   * lease its claim granted meanwhile lapses after `leaseMs`.
+   */
+  readonly storeTimeoutMs?: number;
+  /**
+   * Count requests, refusals and latencies for `app.metrics()` and
+   * `createMetricsHandler` (default true; `false` records nothing).
+   */
+  readonly metrics?: boolean;
 }
 
 export interface HandlerResult {
@@ -323,6 +334,8 @@ export interface ByollmAppOptions {
   readonly siteKeys: StoredKeys;
   /** Present = the cloud lane (daemons connect to a relay). */
   readonly lane?: CloudLaneOptions;
+  /** Count enqueues, approvals and waits for `metrics()` (default true; `false` records nothing). */
+  readonly metrics?: boolean;
 }
 
 export interface JobHandle {

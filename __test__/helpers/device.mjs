@@ -7,23 +7,33 @@ export const ORIGIN = "http://127.0.0.1";
 export const CAP = { kind: "llm.generate", service: "s", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" };
 
 export class Device {
-  /** `handler`: (Request) => Promise<Response>, e.g. createFetchHandler's. */
-  constructor(handler, capabilities = [CAP]) {
+  /**
+   * `handler`: (Request) => Promise<Response>, e.g. createFetchHandler's.
+   * `options.now`: the device's clock (a site on a fake clock needs its
+   * daemon on the same one); `options.keys`: the same device on several sites.
+   */
+  constructor(handler, capabilities = [CAP], { now = Date.now, keys } = {}) {
     this.handler = handler;
     this.capabilities = capabilities;
-    this.keys = protocol.generateKeys(Date.now());
+    this.now = now;
+    this.keys = keys ?? protocol.generateKeys(now());
   }
+  /**
+   * `{status, body}`, and `text`: the answer's exact bytes (not enumerable,
+   * so a test comparing `{status, body}` whole still can).
+   */
   async post(endpoint, body, signed = true) {
     const text = JSON.stringify(body);
     const headers = { "content-type": "application/json" };
     if (signed) {
-      const sig = protocol.signRequest(this.keys, { endpoint, runnerId: this.runnerId, issuedAt: Date.now(), body: text });
+      const sig = protocol.signRequest(this.keys, { endpoint, runnerId: this.runnerId, issuedAt: this.now(), body: text });
       headers["x-byollm-runner"] = sig.runnerId;
       headers["x-byollm-issued-at"] = String(sig.issuedAt);
       headers["x-byollm-signature"] = sig.signature;
     }
     const res = await this.handler(new Request(`${ORIGIN}/byollm/${endpoint}`, { method: "POST", headers, body: text }));
-    return { status: res.status, body: await res.json() };
+    const answer = await res.text();
+    return Object.defineProperty({ status: res.status, body: JSON.parse(answer) }, "text", { value: answer });
   }
   publicIdentity() {
     return protocol.publicIdentityOf(this.keys);
@@ -63,7 +73,7 @@ export class Device {
         jobId: stub.id,
         senderKeyId: protocol.keyId(this.keys.identityPublic),
         recipientKeyId: this.siteKeyId,
-        deadlineAt: Date.now() + 86_400_000,
+        deadlineAt: this.now() + 86_400_000,
         direction: "result",
       },
     });

@@ -19,6 +19,9 @@
 //   BYOLLM_DB             the store's file (default examples/site/byollm.db):
 //                         jobs and paired devices survive a restart. Set it
 //                         empty for a store that lives in memory only.
+//   METRICS_TOKEN         when set, GET /metrics (the Prometheus exposition)
+//                         asks for `Authorization: Bearer <METRICS_TOKEN>`;
+//                         unset, it answers anyone who can reach the site.
 //
 // It prints one line per pairing decision, finished job and refusal.
 import { createServer } from "node:http";
@@ -35,6 +38,7 @@ import {
   ByollmApp,
   MemoryStore,
   createFetchHandler,
+  createMetricsHandler,
   formatSiteKeys,
   generateSiteKeys,
   normalizeUserCode,
@@ -352,6 +356,41 @@ export async function startSite(options = {}) {
     verificationUrl: `${origin}/pair`,
   });
 
+  // LIBRARY: the Prometheus exposition of this site's metrics, at /metrics.
+  const metricsToken = options.metricsToken ?? process.env.METRICS_TOKEN;
+  const metrics = createMetricsHandler(app, metricsToken ? { token: metricsToken } : {});
+
+  // The operator's view on the status page: app.metrics() now, and a sample
+  // every 5 s for the chart of the last five minutes.
+  const SAMPLE_MS = options.sampleMs ?? 5_000;
+  const samples = [];
+  async function sampleMetrics() {
+    const m = await app.metrics(); // LIBRARY
+    samples.push({ at: m.at, queued: m.jobs?.queued ?? 0, finished: m.jobLatency.total.count });
+    if (samples.length > 61) samples.shift();
+    return m;
+  }
+  const sampler = setInterval(() => sampleMetrics().catch(() => undefined), SAMPLE_MS);
+  sampler.unref();
+  server.on("close", () => clearInterval(sampler));
+
+  async function siteStatus() {
+    const m = await sampleMetrics();
+    const jobs = m.jobs ?? { queued: 0, claimed: 0, running: 0, ok: 0, error: 0, canceled: 0, expired: 0 };
+    const pct = (h) => ({ p50: h.p50, p90: h.p90, p99: h.p99, count: h.count });
+    return {
+      jobs,
+      runners: m.runners,
+      claim: pct(m.endpoints.claim.latency),
+      queueWait: pct(m.jobLatency.queueWait),
+      total: pct(m.jobLatency.total),
+      refused: Object.values(m.refusals).reduce((a, b) => a + b, 0),
+      // Per sample interval: jobs that finished in it, and the queue at its end.
+      history: samples.slice(1).map((x, i) => ({ at: x.at, finished: x.finished - samples[i].finished, queued: x.queued })),
+      sampleMs: SAMPLE_MS,
+    };
+  }
+
   const userOf = (req) => {
     const token = cookiesOf(req).get(SESSION_COOKIE);
     return token === undefined ? undefined : sessions.get(token);
@@ -416,7 +455,7 @@ export async function startSite(options = {}) {
     return `<div class="notice warn" id="availability">${text}</div>`;
   }
 
-  async function statusOf(user, now = Date.now()) {
+  async function statusOf(user, now = Date.now(), site) {
     const runners = await app.runners(user); // LIBRARY
     const live = runners.filter((r) => r.revokedAt === null);
     const online = live.filter((r) => now - r.lastHeartbeatAt <= LIVENESS_MS).length;
@@ -436,7 +475,7 @@ export async function startSite(options = {}) {
         buckets[Math.min(11, Math.floor((HOUR_MS - (now - record.updatedAt)) / (HOUR_MS / 12)))][kind] += 1;
       }
     }
-    return { now, devices: { online, paired: live.length }, jobs: counts, buckets };
+    return { now, devices: { online, paired: live.length }, jobs: counts, buckets, ...(site ? { site } : {}) };
   }
 
   const routes = {
@@ -736,13 +775,18 @@ export async function startSite(options = {}) {
           `<div class="numbers" id="numbers"></div>
            <div class="card chart"><h2>Finished prompts, last hour</h2><div id="chart"></div>
            <div class="legend"><span><i style="background:#2e9e63"></i>answered</span><span><i style="background:#d9534f"></i>failed or expired</span></div></div>
-           <p class="muted small-text">Your devices and prompts; it updates by itself every 2 seconds.</p>`,
-          { here: "/status", scripts: script(`${STATUS_SCRIPT}\nrender(${jsonForScript(await statusOf(user))});\nsetInterval(refresh, 2000);`) },
+           <p class="muted small-text">Your devices and prompts; it updates by itself every 2 seconds.</p>
+           <h2 style="margin-top:1.5rem">This site, everyone's jobs</h2>
+           <div class="numbers" id="site-numbers"></div>
+           <div class="card chart"><h2>Jobs finished, last five minutes</h2><div id="site-chart"></div>
+           <div class="legend"><span><i style="background:#2f5bea"></i>finished per interval</span><span><i style="background:#8f5200"></i>waiting</span></div></div>
+           <p class="muted small-text">From <code>app.metrics()</code>; the same figures are at <a href="/metrics">/metrics</a> for Prometheus.</p>`,
+          { here: "/status", scripts: script(`${STATUS_SCRIPT}\nrender(${jsonForScript(await statusOf(user, Date.now(), await siteStatus()))});\nsetInterval(refresh, 2000);`) },
         ),
       );
     },
 
-    "GET /api/status": async (req, res, user) => sendJson(res, 200, await statusOf(user)),
+    "GET /api/status": async (req, res, user) => sendJson(res, 200, await statusOf(user, Date.now(), await siteStatus())),
   };
 
   async function jobList(user) {
@@ -813,6 +857,11 @@ export async function startSite(options = {}) {
       url = new URL(req.url ?? "/", origin);
       if (url.pathname === "/byollm" || url.pathname.startsWith("/byollm/")) {
         return await sendProtocolResponse(req, res, await protocol(toFetchRequest(req, origin)));
+      }
+      if (url.pathname === "/metrics") {
+        const response = await metrics(toFetchRequest(req, origin)); // LIBRARY
+        res.writeHead(response.status, Object.fromEntries(response.headers));
+        return res.end(await response.text());
       }
       if (url.pathname === "/favicon.svg" || url.pathname === "/favicon.ico") {
         return send(res, 200, "image/svg+xml", FAVICON, { "cache-control": "public, max-age=86400" });
@@ -933,6 +982,20 @@ async function poll(id, states) {
 }`;
 
 const STATUS_SCRIPT = `
+// Boxes of [key, number, caption] into the element with this id, each marked data-<attr>=key.
+function showNumbers(id, attr, numbers) {
+  document.getElementById(id).replaceChildren(...numbers.map(([key, n, text]) => {
+    const box = document.createElement("div");
+    box.className = "number";
+    box.dataset[attr] = key;
+    const b = document.createElement("b");
+    b.textContent = n;
+    const span = document.createElement("span");
+    span.textContent = text;
+    box.append(b, span);
+    return box;
+  }));
+}
 function render(s) {
   const numbers = [
     ["online", s.devices.online, "device" + (s.devices.online === 1 ? "" : "s") + " online, " + s.devices.paired + " paired"],
@@ -941,17 +1004,7 @@ function render(s) {
     ["answered", s.jobs.answered, "answered in the last hour"],
     ["failed", s.jobs.failed, "failed or expired in the last hour"],
   ];
-  document.getElementById("numbers").replaceChildren(...numbers.map(([key, n, text]) => {
-    const box = document.createElement("div");
-    box.className = "number";
-    box.dataset.count = key;
-    const b = document.createElement("b");
-    b.textContent = n;
-    const span = document.createElement("span");
-    span.textContent = text;
-    box.append(b, span);
-    return box;
-  }));
+  showNumbers("numbers", "count", numbers);
   // Twelve stacked bars, five minutes each: answered below, failed above.
   const W = 600, H = 120, pad = 24, gap = 8, bw = (W - pad - gap * 12) / 12;
   const max = Math.max(1, ...s.buckets.map((b) => b.answered + b.failed));
@@ -969,6 +1022,39 @@ function render(s) {
     + '<text x="' + W + '" y="' + (H - 4) + '" font-size="11" fill="#5f6b7d" text-anchor="end">now</text>'
     + '<text x="0" y="12" font-size="11" fill="#5f6b7d">' + max + '</text><text x="0" y="' + (H - 22) + '" font-size="11" fill="#5f6b7d">0</text>';
   document.getElementById("chart").innerHTML = '<svg id="chart-svg" viewBox="0 0 ' + W + ' ' + H + '" role="img" aria-label="Finished prompts per five minutes over the last hour">' + bars + axis + '</svg>';
+  if (s.site) renderSite(s.site);
+}
+// The whole site, from app.metrics(): numbers with latency percentiles, and
+// the last five minutes as bars (jobs finished per interval) and a line (waiting).
+function renderSite(site) {
+  const ms = (v) => v === null ? "—" : v < 1 ? (v * 1000).toFixed(v < 0.01 ? 1 : 0) + " ms" : v.toFixed(v < 10 ? 1 : 0) + " s";
+  const j = site.jobs;
+  const numbers = [
+    ["queued", j.queued, "waiting for a device"],
+    ["running", j.claimed + j.running, "running now"],
+    ["ok", j.ok, "answered, all time"],
+    ["failed", j.error + j.expired + j.canceled, "failed, expired or canceled"],
+    ["online", site.runners ? site.runners.online : "—", "devices online of " + (site.runners ? site.runners.paired : "—") + " paired"],
+    ["claim", ms(site.claim.p50), "claim answered, p50 (p99 " + ms(site.claim.p99) + ")"],
+    ["wait", ms(site.queueWait.p50), "enqueue to first claim, p50 (p90 " + ms(site.queueWait.p90) + ")"],
+    ["total", ms(site.total.p50), "enqueue to result, p50 (p90 " + ms(site.total.p90) + ")"],
+  ];
+  showNumbers("site-numbers", "site", numbers);
+  const W = 600, H = 120, pad = 24, n = 60, bw = (W - pad) / n;
+  const h = site.history.slice(-n);
+  const max = Math.max(1, ...h.map((x) => Math.max(x.finished, x.queued)));
+  const y = (v) => ((H - 20) * v) / max;
+  let bars = "";
+  h.forEach((x, i) => {
+    const left = pad + (n - h.length + i) * bw;
+    bars += '<rect x="' + left + '" y="' + (H - 20 - y(x.finished)) + '" width="' + Math.max(1, bw - 2) + '" height="' + y(x.finished) + '" fill="#2f5bea"><title>' + x.finished + ' finished</title></rect>';
+  });
+  const line = h.map((x, i) => (pad + (n - h.length + i + 0.5) * bw) + "," + (H - 20 - y(x.queued))).join(" ");
+  const axis = '<text x="' + pad + '" y="' + (H - 4) + '" font-size="11" fill="#5f6b7d">' + Math.round((n * site.sampleMs) / 60000) + ' min ago</text>'
+    + '<text x="' + W + '" y="' + (H - 4) + '" font-size="11" fill="#5f6b7d" text-anchor="end">now</text>'
+    + '<text x="0" y="12" font-size="11" fill="#5f6b7d">' + max + '</text><text x="0" y="' + (H - 22) + '" font-size="11" fill="#5f6b7d">0</text>';
+  document.getElementById("site-chart").innerHTML = '<svg id="site-chart-svg" viewBox="0 0 ' + W + ' ' + H + '" role="img" aria-label="Jobs finished per interval and jobs waiting, last five minutes">' + bars
+    + (h.length > 1 ? '<polyline fill="none" stroke="#8f5200" stroke-width="2" points="' + line + '"/>' : "") + axis + '</svg>';
 }
 async function refresh() {
   const r = await fetch("/api/status", { headers: { accept: "application/json" } });

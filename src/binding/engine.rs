@@ -14,6 +14,7 @@ use napi::{JsString, KeyCollectionMode, KeyConversion, KeyFilter, ValueType};
 use napi_derive::napi;
 
 use super::keyring::SiteKeyring;
+use super::metrics::NativeMetrics;
 use super::requests::node_url_ok;
 use super::store::NativeMemoryStore;
 use super::tasks;
@@ -105,7 +106,19 @@ fn object_signature(value: Unknown<'_>) -> Result<Option<RequestSignature>> {
 #[napi]
 impl Engine {
     #[napi(constructor, catch_unwind)]
-    pub fn new(keyring: &SiteKeyring, settings: JsEngineSettings) -> Self {
+    pub fn new(
+        keyring: &SiteKeyring,
+        settings: JsEngineSettings,
+        metrics: Option<&NativeMetrics>,
+    ) -> Result<Self> {
+        // Keys whose encryption half the identity half did not sign: every
+        // daemon would refuse this site, one pairing at a time.
+        if !keyring.handle().is_consistent() {
+            return Err(Error::from_reason(
+                "siteKeys are not internally consistent: the encryption key is not signed by the identity key. \
+                 Generate a fresh pair with `npx --no keygen`.",
+            ));
+        }
         let site = Site::new(
             Arc::clone(keyring.handle()),
             Settings {
@@ -113,12 +126,13 @@ impl Engine {
                 pairing_ttl_ms: settings.pairing_ttl_ms,
                 poll_interval_ms: settings.poll_interval_ms,
                 verification_url: settings.verification_url,
+                metrics: metrics.map(|m| Arc::clone(&m.inner)),
             },
         );
-        Engine {
+        Ok(Engine {
             site: Arc::new(site),
             last_status: std::cell::Cell::new(0),
-        }
+        })
     }
 
     fn pending(&self, endpoint: &str, request: impl FnOnce(Endpoint) -> Request) -> PendingRequest {

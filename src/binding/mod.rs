@@ -11,6 +11,7 @@
 mod crypto;
 mod engine;
 mod keyring;
+mod metrics;
 mod protocol;
 mod requests;
 mod rules;

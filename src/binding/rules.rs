@@ -217,18 +217,25 @@ struct RunnerFields {
     capabilities: Vec<JsAvailabilityCapability>,
 }
 
-fn read_runner(obj: &Object<'_>) -> Result<RunnerFields> {
+/// Whether a runner record is revoked, and its `lastHeartbeatAt` (NaN when
+/// it is not a number): what "online" reads.
+pub(super) fn liveness_of(obj: &Object<'_>) -> Result<(bool, f64)> {
     let revoked_at: Option<Unknown> = obj.get("revokedAt")?;
     let revoked = match revoked_at {
         Some(v) => v.get_type()? != ValueType::Null,
         None => true,
     };
+    Ok((revoked, obj.get("lastHeartbeatAt")?.unwrap_or(f64::NAN)))
+}
+
+fn read_runner(obj: &Object<'_>) -> Result<RunnerFields> {
+    let (revoked, last_heartbeat_at) = liveness_of(obj)?;
     Ok(RunnerFields {
         owner: obj
             .get("owner")?
             .ok_or_else(|| type_error("runner record without owner"))?,
         revoked,
-        last_heartbeat_at: obj.get("lastHeartbeatAt")?.unwrap_or(f64::NAN),
+        last_heartbeat_at,
         capabilities: obj.get("capabilities")?.unwrap_or_default(),
     })
 }

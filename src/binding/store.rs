@@ -13,6 +13,7 @@ use napi_derive::napi;
 
 use super::crypto::{invalid, seal_error};
 use super::keyring::{JsPayloadRefusal, SiteKeyring};
+use super::metrics::JsStoreCounts;
 use super::tasks::PreparedPayload;
 use crate::store::durable::{Durable, Sync};
 use crate::store::{
@@ -252,6 +253,21 @@ impl NativeMemoryStore {
         obj.set("deadlineAt", parts.deadline_at)?;
         self.reset_out();
         Ok(Some(obj))
+    }
+
+    /// What the store counts for the metrics: jobs by state (kept with the
+    /// indexes), runners by state and pending pairings at `now` (one pass
+    /// over each, one per device and at most 4,096).
+    #[napi(catch_unwind)]
+    pub fn store_counts(&self, now: f64, liveness_ms: f64) -> JsStoreCounts {
+        let people = &self.inner.people;
+        crate::metrics::StoreCounts {
+            ok: true,
+            jobs: Some(self.inner.state_counts()),
+            runners: Some(people.runner_counts(now, liveness_ms)),
+            pairings_pending: Some(people.pending_pairings(now)),
+        }
+        .into()
     }
 
     /// Number of stored jobs.

@@ -32,8 +32,9 @@ use hashlink::LruCache;
 use crate::direct::{self, acceptance, reseal, LeaseFacts};
 use crate::envelope::{OpenFailure, SealedEnvelope};
 use crate::ids;
-use crate::json::{self, write_json_str, Doc, JsStr};
+use crate::json::{write_json_str, Doc, JsStr};
 use crate::keys::{self, KeyHandle, PublicIdentity};
+use crate::metrics::{Metrics, PairingEvent, Refusal};
 use crate::signing::{self, RequestSignature};
 use crate::wire::schema::Out;
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
@@ -41,6 +42,7 @@ use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
 pub mod native;
 pub mod ops;
 
+use ops::Obj;
 pub use ops::{Fault, Op, Output};
 
 /// The most store operations one request makes (`pair start`: eight user
@@ -83,6 +85,8 @@ pub struct Site {
     /// `{"<site key id>":{identity,encryption,encryptionSig}}`, written once.
     sites_json: String,
     known: Mutex<LruCache<String, ops::Runner>>,
+    /// Where what only the engine sees is counted (`None`: metrics off).
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// A site's settings, as `createFetchHandler` takes them.
@@ -91,6 +95,7 @@ pub struct Settings {
     pub pairing_ttl_ms: f64,
     pub poll_interval_ms: f64,
     pub verification_url: String,
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Site {
@@ -108,6 +113,13 @@ impl Site {
             verification_url: settings.verification_url,
             sites_json,
             known: Mutex::new(LruCache::new(KNOWN_RUNNERS)),
+            metrics: settings.metrics,
+        }
+    }
+
+    fn count(&self, record: impl FnOnce(&Metrics)) {
+        if let Some(metrics) = &self.metrics {
+            record(metrics);
         }
     }
 
@@ -696,6 +708,11 @@ async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
         return Err(mismatch("claim"));
     };
     check_fresh(cx, runner, fresh)?;
+    cx.site.count(|m| {
+        for job in jobs.iter().filter(|job| job.attempts == 1.0) {
+            m.record_queue_wait(&job.id, now - job.created_at);
+        }
+    });
     Ok(Answer::ok(claim_answer(
         &jobs,
         cx.site.keys.key_id(),
@@ -707,64 +724,47 @@ async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
 /// `{"jobs":[stub…],"leaseMs":…}`: each stub exactly the fields the daemon
 /// parses (never `audienceAllow`), in the wire's key order.
 fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> Flow<String> {
-    let mut out = String::with_capacity(64 + jobs.len() * 320);
-    out.push_str("{\"jobs\":[");
-    for (at, job) in jobs.iter().enumerate() {
+    let mut stubs = String::from("[");
+    for job in jobs {
         let Some(lease) = &job.lease else {
             return Err(Answer::store_failed(Fault(format!(
                 "store returned job {} from claim with no lease; the store contract requires a claimed job to hold one",
                 job.id
             ))));
         };
-        if at > 0 {
-            out.push(',');
+        if stubs.len() > 1 {
+            stubs.push(',');
         }
-        out.push_str("{\"id\":");
-        write_json_str(&job.id, &mut out);
-        out.push_str(",\"kind\":");
-        write_json_str(&job.kind, &mut out);
-        out.push_str(",\"audience\":");
-        write_json_str(&job.audience, &mut out);
-        out.push_str(",\"owner\":");
-        write_json_str(&job.owner, &mut out);
-        out.push_str(",\"site\":");
-        write_json_str(site_id, &mut out);
+        let mut stub = Obj::new();
+        stub.str("id", &job.id)
+            .str("kind", &job.kind)
+            .str("audience", &job.audience)
+            .str("owner", &job.owner)
+            .str("site", site_id);
         if let Some(purpose) = &job.purpose {
-            out.push_str(",\"purpose\":");
-            out.push_str(purpose);
+            stub.raw("purpose", purpose);
         }
-        out.push_str(",\"sizeClass\":");
-        write_json_str(&job.size_class, &mut out);
-        out.push_str(",\"streaming\":false,\"deadlineAt\":");
-        json::push_json_number(
-            &mut out,
-            direct::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now),
-        );
-        out.push_str(",\"lease\":{\"id\":");
-        write_json_value(lease.id.as_deref(), &mut out);
-        out.push_str(",\"runnerId\":");
-        write_json_value(lease.runner_id.as_deref(), &mut out);
-        out.push_str(",\"expiresAt\":");
-        json::push_json_number(&mut out, lease.expires_at);
-        out.push_str("}}");
+        let deadline = direct::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now);
+        let mut held = Obj::new();
+        held.str("id", &lease.id)
+            .str("runnerId", &lease.runner_id)
+            .num("expiresAt", lease.expires_at);
+        stub.str("sizeClass", &job.size_class)
+            .raw("streaming", "false")
+            .num("deadlineAt", deadline)
+            .raw("lease", &held.end());
+        stubs.push_str(&stub.end());
     }
-    out.push_str("],\"leaseMs\":");
-    json::push_json_number(&mut out, lease_ms);
-    out.push('}');
-    Ok(out)
-}
-
-fn write_json_value(text: Option<&str>, out: &mut String) {
-    match text {
-        Some(text) => write_json_str(text, out),
-        None => out.push_str("null"),
-    }
+    stubs.push(']');
+    let mut out = Obj::new();
+    out.raw("jobs", &stubs).num("leaseMs", lease_ms);
+    Ok(out.end())
 }
 
 fn lease_facts(lease: &Option<ops::Lease>) -> Option<LeaseFacts<'_>> {
     lease.as_ref().map(|l| LeaseFacts {
-        id: l.id.as_deref(),
-        runner_id: l.runner_id.as_deref(),
+        id: Some(&l.id),
+        runner_id: Some(&l.runner_id),
         expires_at: l.expires_at,
     })
 }
@@ -842,16 +842,13 @@ async fn heartbeat(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answe
         return Err(mismatch("heartbeat"));
     };
     check_fresh(cx, runner, fresh)?;
-    let mut out = String::from("{\"sites\":");
-    out.push_str(&cx.site.sites_json);
-    out.push_str(",\"awaitingConsent\":[],\"cancel\":");
-    ops::push_refs(&mut out, &cancel);
-    out.push_str(",\"lost\":");
-    ops::push_refs(&mut out, &lost);
-    out.push_str(",\"serverTime\":");
-    json::push_json_number(&mut out, now);
-    out.push('}');
-    Ok(Answer::ok(out))
+    let mut out = Obj::new();
+    out.raw("sites", &cx.site.sites_json)
+        .raw("awaitingConsent", "[]")
+        .refs("cancel", &cancel)
+        .refs("lost", &lost)
+        .num("serverTime", now);
+    Ok(Answer::ok(out.end()))
 }
 
 /// A device's result, opened: the plaintext, or why it did not open.
@@ -916,7 +913,9 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
         _ => return Err(mismatch("resultFor")),
     };
     check_fresh(cx, runner, fresh)?;
-    if let Some(state) = accepted {
+    if let Some((state, created_at)) = accepted {
+        cx.site
+            .count(|m| m.record_job_done(job_id, now - created_at));
         return Ok(Answer::ok(result_answer(true, false, &state)));
     }
     let job = job.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_JOB))?;
@@ -953,6 +952,10 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     else {
         return Err(mismatch("complete"));
     };
+    if accepted && !duplicate {
+        cx.site
+            .count(|m| m.record_job_done(job_id, now - job.created_at));
+    }
     let state = state.unwrap_or(job.state);
     Ok(Answer::ok(result_answer(accepted, duplicate, &state)))
 }
@@ -1080,15 +1083,15 @@ async fn release(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer>
         })
         .await?;
     }
-    let mut out = String::from("{\"released\":[");
-    for (at, id) in released.iter().enumerate() {
-        if at > 0 {
-            out.push(',');
-        }
-        id.write_json(&mut out);
+    // The daemon's own audience rules refused these jobs.
+    if body.text("reason") == "refused" {
+        let refused = body.refs("leases").len() as u64;
+        cx.site
+            .count(|m| m.record_refusals(Refusal::Audience, refused));
     }
-    out.push_str("]}");
-    Ok(Answer::ok(out))
+    let mut out = Obj::new();
+    out.raw("released", &ops::json_list(&released));
+    Ok(Answer::ok(out.end()))
 }
 
 async fn pair(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
@@ -1142,45 +1145,35 @@ async fn pair_start(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
         }
     }
     let user_code = free.ok_or_else(|| Answer::refuse(ErrorCode::ServerError, NO_FREE_CODE))?;
-    let js = |obj: &str, key: &str, out: &mut String| match field(obj, key) {
-        Some(s) => s.write_json(out),
-        None => out.push_str("\"\""),
-    };
-    let mut record = String::with_capacity(1024);
-    record.push_str("{\"deviceCodeHash\":");
-    write_json_str(&ids::hash_secret(&device_code), &mut record);
-    record.push_str(",\"userCode\":");
-    write_json_str(&user_code, &mut record);
-    record.push_str(
-        ",\"state\":\"pending\",\"owner\":null,\"runnerId\":null,\"collected\":false,\"label\":",
-    );
-    js("daemon", "label", &mut record);
-    record.push_str(",\"platform\":");
-    js("daemon", "platform", &mut record);
-    record.push_str(",\"daemonVersion\":");
-    js("daemon", "version", &mut record);
-    record.push_str(",\"capabilities\":");
-    record.push_str(&body.json("capabilities"));
-    record.push_str(",\"device\":");
-    record.push_str(&identity_json(&device));
-    record.push_str(",\"expiresAt\":");
-    json::push_json_number(&mut record, expires_at);
-    record.push_str(",\"createdAt\":");
-    json::push_json_number(&mut record, now);
-    record.push('}');
-    cx.op(Op::CreatePairing { record }).await?;
-    let mut out = String::from("{\"deviceCode\":");
-    write_json_str(&device_code, &mut out);
-    out.push_str(",\"userCode\":");
-    write_json_str(&user_code, &mut out);
-    out.push_str(",\"verificationUrl\":");
-    write_json_str(&cx.site.verification_url, &mut out);
-    out.push_str(",\"expiresAt\":");
-    json::push_json_number(&mut out, expires_at);
-    out.push_str(",\"pollIntervalMs\":");
-    json::push_json_number(&mut out, cx.site.poll_interval_ms);
-    out.push('}');
-    Ok(Answer::ok(out))
+    let empty = JsStr::new("");
+    let daemon = |key| field("daemon", key).unwrap_or(&empty);
+    let mut record = Obj::new();
+    record
+        .str("deviceCodeHash", &ids::hash_secret(&device_code))
+        .str("userCode", &user_code)
+        .raw("state", "\"pending\"")
+        .raw("owner", "null")
+        .raw("runnerId", "null")
+        .raw("collected", "false")
+        .js("label", daemon("label"))
+        .js("platform", daemon("platform"))
+        .js("daemonVersion", daemon("version"))
+        .raw("capabilities", &body.json("capabilities"))
+        .raw("device", &identity_json(&device))
+        .num("expiresAt", expires_at)
+        .num("createdAt", now);
+    cx.op(Op::CreatePairing {
+        record: record.end(),
+    })
+    .await?;
+    cx.site.count(|m| m.record_pairing(PairingEvent::Started));
+    let mut out = Obj::new();
+    out.str("deviceCode", &device_code)
+        .str("userCode", &user_code)
+        .str("verificationUrl", &cx.site.verification_url)
+        .num("expiresAt", expires_at)
+        .num("pollIntervalMs", cx.site.poll_interval_ms);
+    Ok(Answer::ok(out.end()))
 }
 
 /// `expiresAt <= now`, as JavaScript compares (a NaN never has).
@@ -1198,11 +1191,15 @@ async fn pair_poll(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
     let status = |s: &str| Answer::ok(format!("{{\"status\":\"{s}\"}}"));
     match pairing.state.as_deref() {
         Some("denied") => Ok(status("denied")),
-        Some("pending") if expired(pairing.expires_at, cx.req.now) => Ok(status("expired")),
+        Some("pending") if expired(pairing.expires_at, cx.req.now) => {
+            cx.site.count(|m| m.record_pairing(PairingEvent::Expired));
+            Ok(status("expired"))
+        }
         Some("approved") => match (&pairing.runner_id, &pairing.owner, pairing.collected) {
             (Some(runner_id), Some(owner), false) => {
                 // The site's keys travel only with an approval, and only once.
                 cx.op(Op::ConsumePairing { hash }).await?;
+                cx.site.count(|m| m.record_pairing(PairingEvent::Collected));
                 Ok(Answer::ok(format!(
                     "{{\"status\":\"approved\",\"runnerId\":{runner_id},\"owner\":{owner},\"sites\":{}}}",
                     cx.site.sites_json

@@ -183,8 +183,8 @@ fn runner(store: &Store, runner_id: &str) -> Result<Option<Runner>, Fault> {
 fn lease(store: &Store, r: JobRef) -> Option<Lease> {
     let view = store.view(r)?;
     view.lease.map(|l| Lease {
-        id: Some(l.id.to_owned()),
-        runner_id: Some(l.runner_id.to_owned()),
+        id: l.id.to_owned(),
+        runner_id: l.runner_id.to_owned(),
         expires_at: l.expires_at,
     })
 }
@@ -202,6 +202,8 @@ fn stub(store: &Store, r: JobRef) -> Option<Stub> {
         claimable_at: job.claimable_at,
         ttl_ms: job.ttl_ms,
         lease: lease(store, r),
+        created_at: job.created_at,
+        attempts: job.attempts,
     })
 }
 

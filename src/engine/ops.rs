@@ -8,11 +8,6 @@
 //! its result comes back as JSON text (read here with serde, leniently where
 //! a store's records may be odd) or, from our own store, as values.
 
-use serde::de::Deserializer;
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use serde_json::Value;
-
 use crate::direct::AtRestSeal;
 use crate::envelope::SealedEnvelope;
 use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
@@ -162,11 +157,17 @@ impl Op {
         let mut w = Obj::new();
         match self {
             Op::Runner { runner_id } | Op::CancelRequests { runner_id } => {
-                w.str("runnerId", runner_id)
+                w.str("runnerId", runner_id);
             }
-            Op::PairingByCode { user_code } => w.str("userCode", user_code),
-            Op::CreatePairing { record } => w.raw("pairing", record),
-            Op::PairingByHash { hash } | Op::ConsumePairing { hash } => w.str("hash", hash),
+            Op::PairingByCode { user_code } => {
+                w.str("userCode", user_code);
+            }
+            Op::CreatePairing { record } => {
+                w.raw("pairing", record);
+            }
+            Op::PairingByHash { hash } | Op::ConsumePairing { hash } => {
+                w.str("hash", hash);
+            }
             Op::Claim {
                 runner_id,
                 runner_owner,
@@ -176,16 +177,15 @@ impl Op {
                 now,
                 ..
             } => {
-                w.str("runnerId", runner_id);
-                w.str("runnerOwner", runner_owner);
-                w.raw("capabilities", capabilities);
-                w.num("max", *max);
-                w.num("leaseMs", *lease_ms);
-                w.num("now", *now);
+                w.str("runnerId", runner_id)
+                    .str("runnerOwner", runner_owner)
+                    .raw("capabilities", capabilities)
+                    .num("max", *max)
+                    .num("leaseMs", *lease_ms)
+                    .num("now", *now);
             }
             Op::Job { runner_id, job_id } => {
-                w.str("runnerId", runner_id);
-                w.str("jobId", job_id);
+                w.str("runnerId", runner_id).str("jobId", job_id);
             }
             Op::Heartbeat {
                 runner_id,
@@ -195,12 +195,12 @@ impl Op {
                 lease_ms,
                 now,
             } => {
-                w.str("runnerId", runner_id);
-                w.raw("capabilities", capabilities);
-                w.str("daemonVersion", daemon_version);
-                w.refs("leases", leases);
-                w.num("leaseMs", *lease_ms);
-                w.num("now", *now);
+                w.str("runnerId", runner_id)
+                    .raw("capabilities", capabilities)
+                    .str("daemonVersion", daemon_version)
+                    .refs("leases", leases)
+                    .num("leaseMs", *lease_ms)
+                    .num("now", *now);
             }
             Op::ResultFor {
                 runner_id,
@@ -211,13 +211,13 @@ impl Op {
                 provenance,
                 now,
             } => {
-                w.str("runnerId", runner_id);
-                w.str("jobId", job_id);
-                w.str("leaseId", lease_id);
-                w.str("audience", audience);
-                w.raw("outcome", outcome);
-                w.raw("provenance", provenance);
-                w.num("now", *now);
+                w.str("runnerId", runner_id)
+                    .str("jobId", job_id)
+                    .str("leaseId", lease_id)
+                    .str("audience", audience)
+                    .raw("outcome", outcome)
+                    .raw("provenance", provenance)
+                    .num("now", *now);
             }
             Op::Complete {
                 job_id,
@@ -228,15 +228,14 @@ impl Op {
                 now,
                 ..
             } => {
-                w.str("jobId", job_id);
-                w.str("runnerId", runner_id);
                 let mut holder = Obj::new();
-                holder.str("by", "lease");
-                holder.str("leaseId", lease_id);
-                w.raw("holder", &holder.end());
-                w.raw("outcome", outcome);
-                w.raw("provenance", provenance);
-                w.num("now", *now);
+                holder.str("by", "lease").str("leaseId", lease_id);
+                w.str("jobId", job_id)
+                    .str("runnerId", runner_id)
+                    .raw("holder", &holder.end())
+                    .raw("outcome", outcome)
+                    .raw("provenance", provenance)
+                    .num("now", *now);
             }
             Op::Release {
                 runner_id,
@@ -244,38 +243,35 @@ impl Op {
                 reason,
                 now,
             } => {
-                w.str("runnerId", runner_id);
-                w.refs("leases", leases);
-                w.str("reason", reason);
-                w.num("now", *now);
+                w.str("runnerId", runner_id)
+                    .refs("leases", leases)
+                    .str("reason", reason)
+                    .num("now", *now);
             }
             Op::Cancel { job_ids, now } => {
-                w.key("jobIds");
-                w.out.push('[');
-                for (at, id) in job_ids.iter().enumerate() {
-                    if at > 0 {
-                        w.out.push(',');
-                    }
-                    id.write_json(&mut w.out);
-                }
-                w.out.push(']');
-                w.num("now", *now);
+                w.raw("jobIds", &json_list(job_ids)).num("now", *now);
             }
         }
         w.end()
     }
 }
 
-/// A JSON object written key by key.
-struct Obj {
+/// A JSON object written key by key, in the order written (the wire's).
+pub struct Obj {
     out: String,
 }
 
-impl Obj {
-    fn new() -> Obj {
+impl Default for Obj {
+    fn default() -> Obj {
         Obj {
             out: String::from("{"),
         }
+    }
+}
+
+impl Obj {
+    pub fn new() -> Obj {
+        Obj::default()
     }
     fn key(&mut self, key: &str) {
         if self.out.len() > 1 {
@@ -284,26 +280,48 @@ impl Obj {
         write_json_str(key, &mut self.out);
         self.out.push(':');
     }
-    fn str(&mut self, key: &str, value: &str) {
+    pub fn str(&mut self, key: &str, value: &str) -> &mut Obj {
         self.key(key);
         write_json_str(value, &mut self.out);
+        self
     }
-    fn raw(&mut self, key: &str, json: &str) {
+    pub fn js(&mut self, key: &str, value: &JsStr) -> &mut Obj {
+        self.key(key);
+        value.write_json(&mut self.out);
+        self
+    }
+    pub fn raw(&mut self, key: &str, json: &str) -> &mut Obj {
         self.key(key);
         self.out.push_str(json);
+        self
     }
-    fn num(&mut self, key: &str, value: f64) {
+    pub fn num(&mut self, key: &str, value: f64) -> &mut Obj {
         self.key(key);
         json::push_json_number(&mut self.out, value);
+        self
     }
-    fn refs(&mut self, key: &str, refs: &[Ref]) {
+    pub fn refs(&mut self, key: &str, refs: &[Ref]) -> &mut Obj {
         self.key(key);
         push_refs(&mut self.out, refs);
+        self
     }
-    fn end(mut self) -> String {
+    pub fn end(mut self) -> String {
         self.out.push('}');
         self.out
     }
+}
+
+/// A JSON array of strings, lone surrogates and all.
+pub fn json_list(items: &[JsStr]) -> String {
+    let mut out = String::from("[");
+    for (at, item) in items.iter().enumerate() {
+        if at > 0 {
+            out.push(',');
+        }
+        item.write_json(&mut out);
+    }
+    out.push(']');
+    out
 }
 
 /// `[{"jobId":…,"leaseId":…},…]`.
@@ -372,10 +390,9 @@ pub struct Pairing {
 /// A job's lease as the lease rules read it.
 #[derive(Debug, Clone)]
 pub struct Lease {
-    /// `None`: not a string (a JS store's odd record), which matches nothing.
-    pub id: Option<String>,
-    pub runner_id: Option<String>,
-    /// `Number(expiresAt)`.
+    pub id: String,
+    /// `""` for an adopted (relay-granted) lease.
+    pub runner_id: String,
     pub expires_at: f64,
 }
 
@@ -393,6 +410,10 @@ pub struct Stub {
     pub claimable_at: Option<f64>,
     pub ttl_ms: f64,
     pub lease: Option<Lease>,
+    /// When it was enqueued, and its claims so far (this one included): a
+    /// first claim's wait is counted.
+    pub created_at: f64,
+    pub attempts: f64,
 }
 
 /// A job read for a fetch or a result.
@@ -429,10 +450,11 @@ pub enum Output {
         lost: Vec<Ref>,
         cancel: Vec<Ref>,
     },
-    /// `accepted`: the job's end state, when the store completed it.
+    /// `accepted`: the job's end state (JSON text) and its enqueue time,
+    /// when the store completed it.
     ResultFor {
         runner: Fresh,
-        accepted: Option<String>,
+        accepted: Option<(String, f64)>,
         job: Option<Job>,
     },
     Completed {
@@ -446,375 +468,75 @@ pub enum Output {
 }
 
 impl Op {
-    /// Read a JavaScript or SQL store's answer to this operation.
+    /// Read a JavaScript or SQL store's answer to this operation (with the
+    /// core's one JSON model, so what a store echoes keeps lone surrogates).
+    /// Anything that is not what the operation returns is a fault: the
+    /// daemon hears `server-error` and the cause is logged, rather than a
+    /// wrong value reaching the wire.
     pub fn output_from_json(&self, text: &str) -> Result<Output, Fault> {
         let op = self.name();
-        let bad = |e: serde_json::Error| Fault::malformed(op, e);
+        if matches!(
+            self,
+            Op::CreatePairing { .. } | Op::ConsumePairing { .. } | Op::Cancel { .. }
+        ) {
+            return Ok(Output::Done);
+        }
+        let doc = json::parse_any_depth(text).map_err(|e| Fault::malformed(op, e))?;
+        let r = Read { doc: &doc, op };
+        let root = doc.root();
         Ok(match self {
+            Op::Runner { .. } => Output::Runner(r.maybe(root, Read::runner)?),
+            Op::PairingByCode { .. } | Op::PairingByHash { .. } => {
+                Output::Pairing(r.maybe(root, Read::pairing)?)
+            }
+            Op::Claim { .. } => Output::Claimed {
+                runner: r.fresh(root)?,
+                jobs: r.list(r.field(root, "jobs")?, Read::stub)?,
+            },
+            Op::Job { .. } => Output::Job {
+                runner: r.fresh(root)?,
+                job: r.maybe(r.field(root, "job")?, Read::job)?,
+            },
+            Op::Heartbeat { .. } => Output::Heartbeat {
+                runner: r.fresh(root)?,
+                lost: r.list(r.field(root, "lost")?, Read::lease_ref)?,
+                cancel: r.list(r.field(root, "cancel")?, Read::lease_ref)?,
+            },
+            Op::ResultFor { .. } => {
+                let accepted = r.flag(root, "accepted")?;
+                Output::ResultFor {
+                    runner: r.fresh(root)?,
+                    accepted: match accepted {
+                        true => Some((
+                            r.state(root)?,
+                            r.number(r.field(root, "createdAt")?, "createdAt")?,
+                        )),
+                        false => None,
+                    },
+                    job: match doc.get(root, "job") {
+                        Some(job) => r.maybe(job, Read::job)?,
+                        None => None,
+                    },
+                }
+            }
+            Op::Complete { .. } => Output::Completed {
+                accepted: r.flag(root, "accepted")?,
+                duplicate: r.flag(root, "duplicate")?,
+                state: match doc.get(root, "job") {
+                    Some(job) => r.maybe(job, Read::state)?,
+                    None => None,
+                },
+            },
+            Op::CancelRequests { .. } => Output::Refs(r.list(root, Read::lease_ref)?),
+            Op::Release { .. } => Output::Ids(r.list(root, |r, id| {
+                r.doc
+                    .str(id)
+                    .cloned()
+                    .ok_or_else(|| r.bad("a released job id is not a string"))
+            })?),
             Op::CreatePairing { .. } | Op::ConsumePairing { .. } | Op::Cancel { .. } => {
                 Output::Done
             }
-            Op::Runner { .. } => {
-                let runner: Option<RunnerJson> = serde_json::from_str(text).map_err(bad)?;
-                Output::Runner(runner.map(RunnerJson::into_runner).transpose()?)
-            }
-            Op::PairingByCode { .. } | Op::PairingByHash { .. } => {
-                let pairing: Option<PairingJson> = serde_json::from_str(text).map_err(bad)?;
-                Output::Pairing(pairing.map(PairingJson::into_pairing))
-            }
-            Op::Claim { .. } => {
-                let out: ClaimedJson = serde_json::from_str(text).map_err(bad)?;
-                Output::Claimed {
-                    runner: fresh(out.runner),
-                    jobs: out
-                        .jobs
-                        .into_iter()
-                        .map(StubJson::into_stub)
-                        .collect::<Result<_, _>>()?,
-                }
-            }
-            Op::Job { .. } => {
-                let out: JobForJson = serde_json::from_str(text).map_err(bad)?;
-                Output::Job {
-                    runner: fresh(out.runner),
-                    job: out.job.map(JobJson::into_job).transpose()?,
-                }
-            }
-            // Lists a store echoes back are read exactly, lone surrogates too.
-            Op::Heartbeat { .. } => {
-                let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
-                let root = doc.root();
-                Output::Heartbeat {
-                    runner: fresh_in(&doc, root),
-                    lost: refs_in(&doc, doc.get(root, "lost")),
-                    cancel: refs_in(&doc, doc.get(root, "cancel")),
-                }
-            }
-            Op::ResultFor { .. } => {
-                let out: ResultForJson = serde_json::from_str(text).map_err(bad)?;
-                let accepted = match (out.accepted, out.state) {
-                    (true, Some(state)) => Some(state.get().to_owned()),
-                    (true, None) => {
-                        return Err(Fault::malformed(op, "an acceptance with no state"))
-                    }
-                    (false, _) => None,
-                };
-                Output::ResultFor {
-                    runner: fresh(out.runner),
-                    accepted,
-                    job: out.job.map(JobJson::into_job).transpose()?,
-                }
-            }
-            Op::Complete { .. } => {
-                let out: CompletedJson = serde_json::from_str(text).map_err(bad)?;
-                Output::Completed {
-                    accepted: out.accepted,
-                    duplicate: out.duplicate == Some(true),
-                    state: out
-                        .job
-                        .and_then(|job| job.state)
-                        .map(|s| s.get().to_owned()),
-                }
-            }
-            Op::CancelRequests { .. } => {
-                let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
-                Output::Refs(refs_in(&doc, Some(doc.root())))
-            }
-            Op::Release { .. } => {
-                let doc = json::parse(text).map_err(|e| Fault::malformed(op, e))?;
-                let ids = match doc.node(doc.root()) {
-                    Node::Array(items) => items.iter().map(|&id| js_string(&doc, id)).collect(),
-                    _ => Vec::new(),
-                };
-                Output::Ids(ids)
-            }
-        })
-    }
-}
-
-/// `String(value)` for the values a store's lists hold.
-fn js_string(doc: &Doc, id: NodeId) -> JsStr {
-    match doc.str(id) {
-        Some(s) => s.clone(),
-        None => JsStr::new(match doc.node(id) {
-            Node::Number(n) => json::js_number_to_string(*n),
-            _ => doc.to_json(id),
-        }),
-    }
-}
-
-/// The refs of an array of `{jobId, leaseId}`.
-fn refs_in(doc: &Doc, list: Option<NodeId>) -> Vec<Ref> {
-    let Some(Node::Array(items)) = list.map(|id| doc.node(id)) else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .map(|&item| {
-            let field = |key| {
-                doc.get(item, key)
-                    .map_or_else(|| JsStr::new("undefined"), |id| js_string(doc, id))
-            };
-            Ref {
-                job_id: field("jobId"),
-                lease_id: field("leaseId"),
-            }
-        })
-        .collect()
-}
-
-/// The `runner` a store read again, from a parsed answer.
-fn fresh_in(doc: &Doc, root: NodeId) -> Fresh {
-    let runner = doc.get(root, "runner")?;
-    Some(match doc.node(runner) {
-        Node::Null => None,
-        _ => Some(Revocation {
-            revoked: !matches!(
-                doc.get(runner, "revokedAt").map(|id| doc.node(id)),
-                Some(Node::Null)
-            ),
-        }),
-    })
-}
-
-// The JSON shapes, as lenient as the handlers' reads of a record were.
-
-/// A value that must be present but may be of any type: `Some(text)` for a string.
-fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Ok(match Value::deserialize(d)? {
-        Value::String(s) => Some(s),
-        _ => None,
-    })
-}
-
-/// `Number(value)` of a JSON value.
-fn js_number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(match Value::deserialize(d)? {
-        Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
-        Value::Null => 0.0,
-        Value::Bool(b) => f64::from(u8::from(b)),
-        Value::String(s) => json::string_to_number(&s),
-        _ => f64::NAN,
-    })
-}
-
-/// Present-and-`null` apart from absent: `Some(None)` is `null`.
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
-}
-
-fn fresh(runner: Option<Option<RevocationJson>>) -> Fresh {
-    runner.map(|r| {
-        r.map(|r| Revocation {
-            revoked: !matches!(r.revoked_at, Some(None)),
-        })
-    })
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RunnerJson {
-    id: Value,
-    owner: Value,
-    device: Option<IdentityJson>,
-    #[serde(default, deserialize_with = "present")]
-    revoked_at: Option<Option<Value>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct IdentityJson {
-    identity: String,
-    encryption: String,
-    #[serde(default)]
-    encryption_sig: String,
-}
-
-impl RunnerJson {
-    fn into_runner(self) -> Result<Runner, Fault> {
-        let (Value::String(id), Value::String(owner), Some(device)) =
-            (self.id, self.owner, self.device)
-        else {
-            return Err(Fault::malformed(
-                "runner",
-                "a runner record needs string `id` and `owner` and a `device` identity",
-            ));
-        };
-        Ok(Runner {
-            id,
-            owner,
-            device: PublicIdentity {
-                identity: device.identity,
-                encryption: device.encryption,
-                encryption_sig: device.encryption_sig,
-            },
-            revoked: !matches!(self.revoked_at, Some(None)),
-        })
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RevocationJson {
-    #[serde(default, deserialize_with = "present")]
-    revoked_at: Option<Option<Value>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PairingJson {
-    #[serde(default, deserialize_with = "text")]
-    state: Option<String>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    expires_at: f64,
-    #[serde(default)]
-    collected: Value,
-    #[serde(default)]
-    runner_id: Option<Box<RawValue>>,
-    #[serde(default)]
-    owner: Option<Box<RawValue>>,
-}
-
-fn nan() -> f64 {
-    f64::NAN
-}
-
-/// JS truthiness of a JSON value.
-fn truthy(value: &Value) -> bool {
-    match value {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|n| n != 0.0 && !n.is_nan()),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(_) | Value::Object(_) => true,
-    }
-}
-
-impl PairingJson {
-    fn into_pairing(self) -> Pairing {
-        let given =
-            |raw: Option<Box<RawValue>>| raw.map(|r| r.get().to_owned()).filter(|r| r != "null");
-        Pairing {
-            state: self.state,
-            expires_at: self.expires_at,
-            collected: truthy(&self.collected),
-            runner_id: given(self.runner_id),
-            owner: given(self.owner),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LeaseJson {
-    #[serde(default, deserialize_with = "text")]
-    id: Option<String>,
-    #[serde(default, deserialize_with = "text")]
-    runner_id: Option<String>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    expires_at: f64,
-}
-
-impl From<LeaseJson> for Lease {
-    fn from(l: LeaseJson) -> Lease {
-        Lease {
-            id: l.id,
-            runner_id: l.runner_id,
-            expires_at: l.expires_at,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct StubJson {
-    id: Value,
-    kind: Value,
-    audience: Value,
-    owner: Value,
-    #[serde(default)]
-    purpose: Option<Box<RawValue>>,
-    size_class: Value,
-    #[serde(default)]
-    deadline_at: Option<f64>,
-    #[serde(default)]
-    claimable_at: Option<f64>,
-    ttl_ms: f64,
-    #[serde(default)]
-    lease: Option<LeaseJson>,
-}
-
-impl StubJson {
-    fn into_stub(self) -> Result<Stub, Fault> {
-        let string = |v: Value, field: &str| match v {
-            Value::String(s) => Ok(s),
-            _ => Err(Fault::malformed(
-                "claim",
-                format!("a claimed job's `{field}` is not a string"),
-            )),
-        };
-        Ok(Stub {
-            id: string(self.id, "id")?,
-            kind: string(self.kind, "kind")?,
-            audience: string(self.audience, "audience")?,
-            owner: string(self.owner, "owner")?,
-            purpose: self.purpose.map(|p| p.get().to_owned()),
-            size_class: string(self.size_class, "sizeClass")?,
-            deadline_at: self.deadline_at,
-            claimable_at: self.claimable_at,
-            ttl_ms: self.ttl_ms,
-            lease: self.lease.map(Lease::from),
-        })
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ClaimedJson {
-    #[serde(default, deserialize_with = "present")]
-    runner: Option<Option<RevocationJson>>,
-    jobs: Vec<StubJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JobJson {
-    #[serde(default)]
-    audience: Value,
-    state: Box<RawValue>,
-    #[serde(default)]
-    lease: Option<LeaseJson>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    created_at: f64,
-    #[serde(default)]
-    envelope: Option<SealedJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SealedJson {
-    #[serde(default, deserialize_with = "text")]
-    ciphertext: Option<String>,
-    #[serde(default, deserialize_with = "text")]
-    recipient_key_id: Option<String>,
-    #[serde(default, deserialize_with = "text")]
-    sender_key_id: Option<String>,
-    #[serde(default, deserialize_with = "text")]
-    direction: Option<String>,
-    #[serde(default = "nan", deserialize_with = "js_number")]
-    deadline_at: f64,
-}
-
-impl SealedJson {
-    fn into_sealed(self) -> Option<SealedEnvelope> {
-        Some(SealedEnvelope {
-            ciphertext: self.ciphertext?,
-            recipient_key_id: self.recipient_key_id?,
-            sender_key_id: self.sender_key_id?,
-            direction: self.direction?,
-            deadline_at: self.deadline_at,
         })
     }
 }
@@ -822,63 +544,229 @@ impl SealedJson {
 /// A sealed envelope from its JSON text, whatever its key order; `None`
 /// when it is not one.
 pub fn sealed_from_json(text: &str) -> Option<SealedEnvelope> {
-    serde_json::from_str::<SealedJson>(text)
-        .ok()
-        .and_then(SealedJson::into_sealed)
+    let doc = json::parse(text).ok()?;
+    Read { doc: &doc, op: "" }.sealed(doc.root())
 }
 
-impl JobJson {
-    fn into_job(self) -> Result<Job, Fault> {
-        let envelope = self.envelope.and_then(SealedJson::into_sealed);
-        Ok(Job {
-            // An audience that is not a string matches as `private`, as the claim reads it.
-            audience: match self.audience {
-                Value::String(s) => s,
-                _ => String::from("private"),
+/// A store's parsed answer, read for what an operation returns.
+struct Read<'d> {
+    doc: &'d Doc,
+    op: &'static str,
+}
+
+impl Read<'_> {
+    fn bad(&self, why: impl std::fmt::Display) -> Fault {
+        Fault::malformed(self.op, why)
+    }
+
+    fn node(&self, id: NodeId) -> &Node {
+        self.doc.node(id)
+    }
+
+    /// `obj[key]`, which must be there (`null` counts as there).
+    fn field(&self, obj: NodeId, key: &str) -> Result<NodeId, Fault> {
+        match self.node(obj) {
+            Node::Object(_) => self
+                .doc
+                .get(obj, key)
+                .ok_or_else(|| self.bad(format!("`{key}` is missing"))),
+            _ => Err(self.bad("a record is not an object")),
+        }
+    }
+
+    /// The value, unless absent or `null`.
+    fn some(&self, id: Option<NodeId>) -> Option<NodeId> {
+        id.filter(|&id| !matches!(self.node(id), Node::Null))
+    }
+
+    /// `read(id)`, or `None` for `null`.
+    fn maybe<T>(
+        &self,
+        id: NodeId,
+        read: impl Fn(&Self, NodeId) -> Result<T, Fault>,
+    ) -> Result<Option<T>, Fault> {
+        match self.node(id) {
+            Node::Null => Ok(None),
+            _ => read(self, id).map(Some),
+        }
+    }
+
+    fn list<T>(
+        &self,
+        id: NodeId,
+        read: impl Fn(&Self, NodeId) -> Result<T, Fault>,
+    ) -> Result<Vec<T>, Fault> {
+        match self.node(id) {
+            Node::Array(items) => items.iter().map(|&item| read(self, item)).collect(),
+            _ => Err(self.bad("a list is not an array")),
+        }
+    }
+
+    fn string(&self, obj: NodeId, key: &str) -> Result<String, Fault> {
+        let id = self.field(obj, key)?;
+        self.doc
+            .str(id)
+            .map(|s| s.as_str().to_owned())
+            .ok_or_else(|| self.bad(format!("`{key}` is not a string")))
+    }
+
+    fn number(&self, id: NodeId, key: &str) -> Result<f64, Fault> {
+        match self.node(id) {
+            Node::Number(n) => Ok(*n),
+            _ => Err(self.bad(format!("`{key}` is not a number"))),
+        }
+    }
+
+    /// A number or nothing (`null` or absent).
+    fn optional(&self, obj: NodeId, key: &str) -> Result<Option<f64>, Fault> {
+        match self.doc.get(obj, key) {
+            Some(id) => self.maybe(id, |r, id| r.number(id, key)),
+            None => Ok(None),
+        }
+    }
+
+    /// `obj[key] === true`; absent is `false`, anything but a boolean a fault.
+    fn flag(&self, obj: NodeId, key: &str) -> Result<bool, Fault> {
+        match self.doc.node_at(self.doc.get(obj, key)) {
+            None => Ok(false),
+            Some(Node::Bool(b)) => Ok(*b),
+            Some(_) => Err(self.bad(format!("`{key}` is not a boolean"))),
+        }
+    }
+
+    /// A job state: a string, kept as its JSON text.
+    fn state(&self, obj: NodeId) -> Result<String, Fault> {
+        let id = self.field(obj, "state")?;
+        match self.doc.str(id) {
+            Some(_) => Ok(self.doc.to_json(id)),
+            None => Err(self.bad("`state` is not a string")),
+        }
+    }
+
+    fn lease_ref(&self, id: NodeId) -> Result<Ref, Fault> {
+        let field = |key| {
+            self.doc
+                .str(self.field(id, key)?)
+                .cloned()
+                .ok_or_else(|| self.bad(format!("a lease ref's `{key}` is not a string")))
+        };
+        Ok(Ref {
+            job_id: field("jobId")?,
+            lease_id: field("leaseId")?,
+        })
+    }
+
+    /// The runner its store read again with the work (`runner` absent: it did not).
+    fn fresh(&self, root: NodeId) -> Result<Fresh, Fault> {
+        let Some(runner) = self.doc.get(root, "runner") else {
+            return Ok(None);
+        };
+        self.maybe(runner, |r, id| {
+            Ok(Revocation {
+                revoked: r.revoked(id)?,
+            })
+        })
+        .map(Some)
+    }
+
+    /// `revokedAt` is a time: revoked. `null`: not. An absent key reads as
+    /// JavaScript reads `revokedAt !== null`: revoked.
+    fn revoked(&self, runner: NodeId) -> Result<bool, Fault> {
+        match self.doc.get(runner, "revokedAt") {
+            None => Ok(true),
+            Some(id) => Ok(self.maybe(id, |r, id| r.number(id, "revokedAt"))?.is_some()),
+        }
+    }
+
+    fn runner(&self, id: NodeId) -> Result<Runner, Fault> {
+        let device = self.field(id, "device")?;
+        Ok(Runner {
+            id: self.string(id, "id")?,
+            owner: self.string(id, "owner")?,
+            device: PublicIdentity {
+                identity: self.string(device, "identity")?,
+                encryption: self.string(device, "encryption")?,
+                encryption_sig: self.string(device, "encryptionSig")?,
             },
-            state: self.state.get().to_owned(),
-            lease: self.lease.map(Lease::from),
-            created_at: self.created_at,
+            revoked: self.revoked(id)?,
+        })
+    }
+
+    fn pairing(&self, id: NodeId) -> Result<Pairing, Fault> {
+        let given = |key| -> Result<Option<String>, Fault> {
+            match self.doc.get(id, key) {
+                None => Ok(None),
+                Some(v) => self.maybe(v, |r, v| match r.doc.str(v) {
+                    Some(_) => Ok(r.doc.to_json(v)),
+                    None => Err(r.bad(format!("`{key}` is not a string"))),
+                }),
+            }
+        };
+        Ok(Pairing {
+            state: Some(self.string(id, "state")?),
+            expires_at: self.number(self.field(id, "expiresAt")?, "expiresAt")?,
+            collected: self.flag(id, "collected")?,
+            runner_id: given("runnerId")?,
+            owner: given("owner")?,
+        })
+    }
+
+    fn lease(&self, obj: NodeId) -> Result<Option<Lease>, Fault> {
+        let Some(lease) = self.doc.get(obj, "lease") else {
+            return Ok(None);
+        };
+        self.maybe(lease, |r, lease| {
+            Ok(Lease {
+                id: r.string(lease, "id")?,
+                runner_id: r.string(lease, "runnerId")?,
+                expires_at: r.number(r.field(lease, "expiresAt")?, "expiresAt")?,
+            })
+        })
+    }
+
+    fn stub(&self, id: NodeId) -> Result<Stub, Fault> {
+        Ok(Stub {
+            id: self.string(id, "id")?,
+            kind: self.string(id, "kind")?,
+            audience: self.string(id, "audience")?,
+            owner: self.string(id, "owner")?,
+            // Opaque: what the app enqueued, written back as it is (`null`
+            // or absent: none).
+            purpose: self
+                .some(self.doc.get(id, "purpose"))
+                .map(|p| self.doc.to_json(p)),
+            size_class: self.string(id, "sizeClass")?,
+            deadline_at: self.optional(id, "deadlineAt")?,
+            claimable_at: self.optional(id, "claimableAt")?,
+            ttl_ms: self.number(self.field(id, "ttlMs")?, "ttlMs")?,
+            lease: self.lease(id)?,
+            created_at: self.number(self.field(id, "createdAt")?, "createdAt")?,
+            attempts: self.optional(id, "attempts")?.unwrap_or(f64::NAN),
+        })
+    }
+
+    fn sealed(&self, id: NodeId) -> Option<SealedEnvelope> {
+        let text = |key| Some(self.doc.str(self.doc.get(id, key)?)?.as_str().to_owned());
+        Some(SealedEnvelope {
+            ciphertext: text("ciphertext")?,
+            recipient_key_id: text("recipientKeyId")?,
+            sender_key_id: text("senderKeyId")?,
+            direction: text("direction")?,
+            deadline_at: json::js_to_number(self.doc, self.doc.get(id, "deadlineAt")?),
+        })
+    }
+
+    fn job(&self, id: NodeId) -> Result<Job, Fault> {
+        // An envelope not of the sealed shape is the fetch's own refusal
+        // (its payload cannot be opened), not the store's fault.
+        let envelope = self.doc.get(id, "envelope").and_then(|e| self.sealed(e));
+        Ok(Job {
+            audience: self.string(id, "audience")?,
+            state: self.state(id)?,
+            lease: self.lease(id)?,
+            created_at: self.number(self.field(id, "createdAt")?, "createdAt")?,
             ciphertext_chars: envelope.as_ref().map_or(0, |e| e.ciphertext.len()),
             envelope: envelope.map(AtRestSeal::Sealed),
         })
     }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JobForJson {
-    #[serde(default, deserialize_with = "present")]
-    runner: Option<Option<RevocationJson>>,
-    job: Option<JobJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ResultForJson {
-    #[serde(default, deserialize_with = "present")]
-    runner: Option<Option<RevocationJson>>,
-    #[serde(default)]
-    accepted: bool,
-    #[serde(default)]
-    state: Option<Box<RawValue>>,
-    #[serde(default)]
-    job: Option<JobJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CompletedJson {
-    #[serde(default)]
-    accepted: bool,
-    #[serde(default)]
-    duplicate: Option<bool>,
-    #[serde(default)]
-    job: Option<StateJson>,
-}
-
-#[derive(Deserialize)]
-struct StateJson {
-    #[serde(default)]
-    state: Option<Box<RawValue>>,
 }

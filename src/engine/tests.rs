@@ -5,6 +5,7 @@
 use super::*;
 use crate::direct::{seal_at_rest, AtRestSeal};
 use crate::envelope::{self, Text};
+use crate::json;
 use crate::keys::StoredKeys;
 use crate::store::{JobInput, Store, StoreOptions};
 
@@ -32,6 +33,7 @@ fn site_of(keys: &Arc<KeyHandle>) -> Arc<Site> {
             pairing_ttl_ms: 600_000.0,
             poll_interval_ms: 2_000.0,
             verification_url: "https://app.example/pair".into(),
+            metrics: None,
         },
     ))
 }
@@ -630,7 +632,7 @@ fn pair_poll_answers_each_state_and_hands_out_an_approval_once() {
         |steps: &[(&str, &str)]| script(request(Endpoint::Pair, body, None), &lane.site, steps).0;
     assert_eq!(poll(&[("pairingByHash", "null")]).status, 404);
     assert_eq!(
-        poll(&[("pairingByHash", r#"{"state":"denied"}"#)]).body,
+        poll(&[("pairingByHash", r#"{"state":"denied","expiresAt":1}"#)]).body,
         r#"{"status":"denied"}"#
     );
     assert_eq!(
@@ -649,7 +651,8 @@ fn pair_poll_answers_each_state_and_hands_out_an_approval_once() {
         .body,
         r#"{"status":"pending"}"#
     );
-    let approved = r#"{"state":"approved","collected":false,"runnerId":"r1","owner":"bob"}"#;
+    let approved =
+        r#"{"state":"approved","expiresAt":1,"collected":false,"runnerId":"r1","owner":"bob"}"#;
     let answer = poll(&[("pairingByHash", approved), ("consumePairing", "null")]);
     assert!(
         answer
@@ -658,7 +661,8 @@ fn pair_poll_answers_each_state_and_hands_out_an_approval_once() {
         "{}",
         answer.body
     );
-    let collected = r#"{"state":"approved","collected":true,"runnerId":"r1","owner":"bob"}"#;
+    let collected =
+        r#"{"state":"approved","expiresAt":1,"collected":true,"runnerId":"r1","owner":"bob"}"#;
     assert_eq!(poll(&[("pairingByHash", collected)]).status, 404);
 }
 

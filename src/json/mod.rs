@@ -37,7 +37,7 @@ mod tests;
 mod write;
 
 pub use coerce::{is_js_space, js_to_number, string_to_number};
-pub use parse::{lone_surrogates_replaced, parse, parse_secret};
+pub use parse::{lone_surrogates_replaced, parse, parse_any_depth, parse_secret};
 use write::write_json_utf16;
 pub use write::{
     js_number_to_string, json_str_len, push_js_number, push_json_number, write_json_str,
@@ -220,6 +220,22 @@ impl Doc {
     pub fn node(&self, id: NodeId) -> &Node {
         const NULL: Node = Node::Null;
         self.nodes.get(id as usize).unwrap_or(&NULL)
+    }
+
+    /// The value at `id`, when there is one (an absent key: `None`).
+    pub fn node_at(&self, id: Option<NodeId>) -> Option<&Node> {
+        id.map(|id| self.node(id))
+    }
+
+    /// JavaScript's truthiness of the value at `id`.
+    pub fn truthy(&self, id: NodeId) -> bool {
+        match self.node(id) {
+            Node::Null => false,
+            Node::Bool(b) => *b,
+            Node::Number(n) => *n != 0.0 && !n.is_nan(),
+            Node::String(s) => s.utf16_len() > 0,
+            Node::Array(_) | Node::Object(_) => true,
+        }
     }
 
     /// `obj[key]` for an own key of an object node (JS `undefined` → `None`).

@@ -116,15 +116,30 @@ struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
     nodes: Vec<Node>,
+    max_depth: usize,
 }
 
-/// Parse `text` exactly as `JSON.parse` would accept it.
+/// Parse `text` exactly as `JSON.parse` would accept it, up to
+/// [`MAX_DEPTH`] nested arrays and objects (what anyone may send).
 pub fn parse(text: &str) -> Result<Doc, ParseError> {
+    parse_to(text, MAX_DEPTH)
+}
+
+/// [`parse`] at any depth, for what the site itself wrote: its own
+/// payloads and its store's answers (their depth is the app's choice, as
+/// it is with `JSON.parse`; the parser's stack is its own, so any depth is
+/// safe).
+pub fn parse_any_depth(text: &str) -> Result<Doc, ParseError> {
+    parse_to(text, usize::MAX)
+}
+
+fn parse_to(text: &str, max_depth: usize) -> Result<Doc, ParseError> {
     let mut p = Parser {
         text,
         bytes: text.as_bytes(),
         pos: 0,
         nodes: Vec::new(),
+        max_depth,
     };
     let root = p.parse_all()?;
     Ok(Doc {
@@ -142,6 +157,7 @@ pub fn parse_secret(text: &str) -> Result<Doc, ParseError> {
         bytes: text.as_bytes(),
         pos: 0,
         nodes: Vec::new(),
+        max_depth: MAX_DEPTH,
     };
     match p.parse_all() {
         Ok(root) => Ok(Doc {
@@ -197,7 +213,7 @@ impl Parser<'_> {
         loop {
             // Parse one value start.
             self.skip_ws();
-            if stack.len() >= MAX_DEPTH && matches!(self.peek(), Some(b'{' | b'[')) {
+            if stack.len() >= self.max_depth && matches!(self.peek(), Some(b'{' | b'[')) {
                 return Err(ParseError {
                     offset: self.pos,
                     too_deep: true,

@@ -64,6 +64,19 @@ pub(super) struct Indexes {
     pub(super) queued_expiry: BTreeSet<Entry>,
     /// Terminal jobs by the time they ended (only with retention on).
     pub(super) ended: BTreeSet<Entry>,
+    /// How many jobs are in each state ([`JobState::ALL`]'s order).
+    pub(super) by_state: [u64; 7],
+}
+
+impl Indexes {
+    /// Count a job into (or out of) its state.
+    pub(super) fn count(&mut self, state: JobState, insert: bool) {
+        if let Some(at) = JobState::ALL.iter().position(|s| *s == state) {
+            if let Some(n) = self.by_state.get_mut(at) {
+                *n = if insert { *n + 1 } else { n.saturating_sub(1) };
+            }
+        }
+    }
 }
 
 pub(super) fn finite_or_none(value: f64) -> Option<Key> {
@@ -95,6 +108,7 @@ impl Indexes {
             }
         }
         let seq = job.seq;
+        self.count(job.state, insert);
         match job.state {
             JobState::Queued => {
                 // NaN times (only from a NaN `now`) are left out: the

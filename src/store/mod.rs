@@ -61,7 +61,8 @@ pub enum JobState {
 }
 
 impl JobState {
-    const ALL: [JobState; 7] = [
+    /// Every state, in the protocol's order (the metrics' order too).
+    pub const ALL: [JobState; 7] = [
         JobState::Queued,
         JobState::Claimed,
         JobState::Running,
@@ -373,6 +374,8 @@ pub struct JobView<'a> {
     pub claimable_at: Option<f64>,
     pub ttl_ms: f64,
     pub deadline_at: Option<f64>,
+    /// How many times it was claimed (1 right after its first claim).
+    pub attempts: f64,
     /// The length of the ciphertext text of a sealed envelope; `None` for a
     /// caller's own envelope of another shape.
     pub sealed_ciphertext_chars: Option<usize>,
@@ -477,6 +480,12 @@ impl Store {
             Envelope::Deferred(deferred) => Some(deferred),
             _ => None,
         }
+    }
+
+    /// Stored jobs by state, in [`JobState::ALL`]'s order: kept with the
+    /// indexes, so reading them costs nothing per job.
+    pub fn state_counts(&self) -> [u64; 7] {
+        self.idx.by_state
     }
 
     /// Number of stored jobs.
@@ -695,6 +704,7 @@ impl Store {
             claimable_at: job.claimable_at,
             ttl_ms: job.ttl_ms,
             deadline_at: job.deadline_at,
+            attempts: job.attempts,
             sealed_ciphertext_chars: job.envelope.ciphertext_chars(),
         })
     }

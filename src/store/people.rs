@@ -12,6 +12,7 @@ use std::fmt;
 
 use crate::json::{self, write_json_str, Doc, Node, NodeId};
 use crate::keys::PublicIdentity;
+use crate::metrics::RunnerCounts;
 
 /// A runner record's keys in the reference's order, as an approval writes
 /// them (the shell reads it through `protocolConstants().runnerKeys`).
@@ -209,6 +210,8 @@ struct Runner {
     /// `revokedAt` holds `null`: the runner may still sign requests.
     active: bool,
     device: Option<PublicIdentity>,
+    /// `lastHeartbeatAt` when it is a number.
+    last_heartbeat_at: Option<f64>,
 }
 
 impl Runner {
@@ -227,6 +230,7 @@ impl Runner {
             id: text(&doc, root, "id"),
             owner: text(&doc, root, "owner"),
             active: revoked_at == Some(&Node::Null),
+            last_heartbeat_at: number(&doc, root, "lastHeartbeatAt"),
             device: key("identity")
                 .zip(key("encryption"))
                 .map(|(identity, encryption)| PublicIdentity {
@@ -571,17 +575,6 @@ impl PairingStore {
         self.runner_at.get(id).and_then(|&at| self.runners.get(at))
     }
 
-    /// What a signed request from this runner is checked against; `None`
-    /// for an unknown or revoked runner, or a record without those strings.
-    pub fn active_runner(&self, id: &str) -> Option<RunnerFacts> {
-        let runner = self.find_runner(id).filter(|r| r.active)?;
-        Some(RunnerFacts {
-            id: runner.id.clone()?,
-            owner: runner.owner.clone()?,
-            device: runner.device.clone()?,
-        })
-    }
-
     /// What a signed request is checked against, revoked or not: the facts
     /// (`None` for a record without those strings) and whether it is revoked.
     pub fn runner_facts(&self, id: &str) -> Option<(Option<RunnerFacts>, bool)> {
@@ -629,6 +622,29 @@ impl PairingStore {
         if self.find_runner(id).is_some_and(|r| r.active) {
             self.change_runner(id, &[("revokedAt", &json_num(now))]);
         }
+    }
+
+    /// Runners by state at `now` (one pass over the runners, which are one
+    /// per paired device): not revoked, of those online, and revoked.
+    pub fn runner_counts(&self, now: f64, liveness_ms: f64) -> RunnerCounts {
+        let mut counts = RunnerCounts::default();
+        for runner in &self.runners {
+            if !runner.active {
+                counts.revoked += 1;
+                continue;
+            }
+            counts.paired += 1;
+            let heard = runner.last_heartbeat_at.unwrap_or(f64::NAN);
+            if crate::audience::is_online(false, heard, now, liveness_ms) {
+                counts.online += 1;
+            }
+        }
+        counts
+    }
+
+    /// Pairings pending and not expired at `now` (at most [`MAX_PAIRINGS`]).
+    pub fn pending_pairings(&self, now: f64) -> u64 {
+        self.pairings.values().filter(|p| p.live(now)).count() as u64
     }
 
     /// `listRunners`: all, or one owner's, revoked included, in insertion

@@ -113,6 +113,9 @@ impl Store {
             }
             let id = job.id.clone();
             let seq = job.seq;
+            // It left the ended index above; it leaves the counts here.
+            let state = job.state;
+            self.idx.count(state, false);
             if let Some(changes) = &mut self.changes {
                 changes.dropped.push(seq);
             }

@@ -730,6 +730,19 @@ fn retention_drops_finished_jobs_but_keeps_needed_dependencies() {
     // The freed slot is reused and the old handle is dead.
     let fresh = store.create(input("new", "bob"), 600.0);
     assert_eq!(ids(&store, &[fresh]), ["new"]);
+    assert_counts_agree(&store, "after retention");
+}
+
+/// The counts kept with the indexes equal a count over every stored job.
+fn assert_counts_agree(store: &Store, ctx: &str) {
+    let mut counted = [0u64; 7];
+    for r in store.all_jobs() {
+        let state = store.view(r).map(|j| j.state);
+        if let Some(at) = JobState::ALL.iter().position(|s| Some(*s) == state) {
+            counted[at] += 1;
+        }
+    }
+    assert_eq!(store.state_counts(), counted, "{ctx}: jobs by state");
 }
 
 #[test]
@@ -1536,6 +1549,7 @@ fn randomized_model_agreement() {
             .filter(|j| !j.deps.is_empty() && j.claimable_at.is_some_and(|c| c > j.created_at))
             .count();
         let all: Vec<String> = model.jobs.iter().map(MJob::to_json).collect();
+        assert_counts_agree(&store, &format!("seed {seed}"));
         assert_eq!(
             store.jobs_json(&store.all_jobs()),
             format!("[{}]", all.join(",")),

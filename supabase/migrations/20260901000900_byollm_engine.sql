@@ -8,10 +8,12 @@
 --     (null for an unknown runner): whether it still exists and is not
 --     revoked, which is all the engine asks of it;
 --   * a claimed job is its stub (what the daemon's claim answer is written
---     from), without the envelope, outcome or provenance;
+--     from, with its creation time and attempts for the metrics), without
+--     the envelope, outcome or provenance;
 --   * the job a fetch reads is its lease, audience, state, creation time and
 --     envelope; the job a result reads when it does not complete in the same
---     call is the same without the envelope;
+--     call is the same without the envelope; a result completed in the call
+--     answers the job's state and creation time;
 --   * a job `byollm_create_job` has just created comes back without the
 --     envelope the caller gave it (the store puts the caller's back); an
 --     existing id still answers the stored record whole.
@@ -81,7 +83,8 @@ create or replace function byollm_job_json(j byollm_jobs) returns jsonb
 language sql stable
 as $$ select byollm_job_json_as(j, null) $$;
 
--- A claimed job as the engine writes the daemon's stub from it.
+-- A claimed job as the engine writes the daemon's stub from it (and, from
+-- its creation time and attempts, a first claim's queue wait).
 create or replace function byollm_job_stub_json(j byollm_jobs, p_runner_id text) returns jsonb
 language sql stable
 as $$
@@ -95,7 +98,9 @@ as $$
     'deadlineAt', byollm_ms(j.deadline_at),
     'claimableAt', byollm_ms(j.claimable_at),
     'ttlMs', j.ttl_ms,
-    'lease', byollm_lease_json_as(j, p_runner_id)
+    'lease', byollm_lease_json_as(j, p_runner_id),
+    'createdAt', byollm_ms(j.created_at),
+    'attempts', j.attempts
   ) end
 $$;
 
@@ -343,9 +348,10 @@ $$;
 -- A daemon's result, completed in the call that reads its runner and job
 -- when the request plainly holds the job: a live runner presenting the live
 -- lease it was granted, unexpired, with provenance built for the job's
--- audience. Then {runner, accepted: true, state}. Anything else writes
--- nothing and answers {runner, job} (job as byollm_job_held_json, null when
--- unknown), from which the engine decides as with a plain read.
+-- audience. Then {runner, accepted: true, state, createdAt} (the job's
+-- enqueue time, which times the job). Anything else writes nothing and
+-- answers {runner, job} (job as byollm_job_held_json, null when unknown),
+-- from which the engine decides as with a plain read.
 create or replace function byollm_result_for(
   p_runner_id  text,
   p_job_id     text,
@@ -372,11 +378,16 @@ begin
      and v_row.audience::text = p_provenance ->> 'audience' then
     v_row := byollm_end_job(v_row, jsonb_build_object('by', 'lease', 'leaseId', p_lease_id),
                             p_outcome, p_provenance, p_now);
-    return jsonb_build_object('runner', byollm_runner_state_json(v_runner), 'accepted', true, 'state', v_row.state);
+    return jsonb_build_object('runner', byollm_runner_state_json(v_runner), 'accepted', true, 'state', v_row.state,
+                              'createdAt', byollm_ms(v_row.created_at));
   end if;
   return jsonb_build_object('runner', byollm_runner_state_json(v_runner), 'job', byollm_job_held_json(v_row, p_runner_id));
 end;
 $$;
+
+-- byollm_result_for answers the enqueue time itself, from the row it
+-- completed: the wrapper that read it again is gone.
+drop function if exists byollm_result_for_timed(text, text, text, jsonb, jsonb, bigint);
 
 -- ---------------------------------------------------------------------------
 -- Enqueue: a new job answered without the envelope its caller holds

@@ -1,0 +1,227 @@
+//! `NativeMetrics`: one site store's registry (`crate::metrics`) as JS sees
+//! it. `ts/metrics.ts` keeps one per store and records through it; the
+//! direct lane records into the same registry from `NativeMemoryStore.serve`.
+
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+use crate::metrics::{
+    self, Metrics, PairingEvent, Refusal, RunnerCounts, StoreCounts, WaitOutcome,
+};
+use crate::wire::Endpoint;
+
+/// What the store counted, as the shell hands it over (see
+/// `crate::metrics::StoreCounts`); absent fields are counts the store
+/// cannot give.
+#[napi(object, js_name = "StoreCounts")]
+pub struct JsStoreCounts {
+    /// Whether the store answered.
+    pub ok: bool,
+    /// Jobs per state: queued, claimed, running, ok, error, canceled, expired.
+    pub jobs: Option<Vec<f64>>,
+    /// Runners: paired, online, revoked.
+    pub runners: Option<Vec<f64>>,
+    pub pairings_pending: Option<f64>,
+}
+
+fn count(n: f64) -> u64 {
+    if n.is_finite() && n > 0.0 {
+        n as u64
+    } else {
+        0
+    }
+}
+
+impl From<&JsStoreCounts> for StoreCounts {
+    fn from(js: &JsStoreCounts) -> StoreCounts {
+        let jobs = js.jobs.as_ref().filter(|j| j.len() == 7).map(|j| {
+            let mut out = [0u64; 7];
+            for (slot, n) in out.iter_mut().zip(j) {
+                *slot = count(*n);
+            }
+            out
+        });
+        let runners = match js.runners.as_deref() {
+            Some([paired, online, revoked]) => Some(RunnerCounts {
+                paired: count(*paired),
+                online: count(*online),
+                revoked: count(*revoked),
+            }),
+            _ => None,
+        };
+        StoreCounts {
+            ok: js.ok,
+            jobs,
+            runners,
+            pairings_pending: js.pairings_pending.map(count),
+        }
+    }
+}
+
+impl From<StoreCounts> for JsStoreCounts {
+    fn from(counts: StoreCounts) -> JsStoreCounts {
+        JsStoreCounts {
+            ok: counts.ok,
+            jobs: counts.jobs.map(|j| j.iter().map(|&n| n as f64).collect()),
+            runners: counts
+                .runners
+                .map(|r| vec![r.paired as f64, r.online as f64, r.revoked as f64]),
+            pairings_pending: counts.pairings_pending.map(|n| n as f64),
+        }
+    }
+}
+
+/// Job events for tracing, as parallel arrays.
+#[napi(object, js_name = "JobEvents")]
+pub struct JsJobEvents {
+    /// `true`: an accepted result (enqueue → result); `false`: a first
+    /// claim (enqueue → claim).
+    pub done: Vec<bool>,
+    pub job_ids: Vec<String>,
+    pub seconds: Vec<f64>,
+}
+
+fn parsed<T>(value: Option<T>, what: &str, text: &str) -> Result<T> {
+    value.ok_or_else(|| Error::new(Status::InvalidArg, format!("unknown {what}: {text}")))
+}
+
+#[napi]
+pub struct NativeMetrics {
+    pub(super) inner: Arc<Metrics>,
+}
+
+#[napi]
+impl NativeMetrics {
+    #[napi(constructor, catch_unwind)]
+    pub fn new() -> Self {
+        NativeMetrics {
+            inner: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// One answered request: `endpoint` its index in the protocol's
+    /// endpoint list (`-1`: not a protocol route), its status, whether it
+    /// was refused for its body's size, and its time in seconds.
+    #[napi(catch_unwind)]
+    pub fn request(&self, endpoint: i32, status: u32, too_large: bool, seconds: f64) {
+        let endpoint = usize::try_from(endpoint)
+            .ok()
+            .and_then(|at| Endpoint::ALL.get(at).copied());
+        let status = u16::try_from(status).unwrap_or(0);
+        self.inner
+            .record_request(endpoint, status, too_large, seconds);
+    }
+
+    /// `n` refusals for `reason` beyond those a status tells (a release of
+    /// refused jobs is answered 200).
+    #[napi(catch_unwind)]
+    pub fn refused(&self, reason: String, n: u32) -> Result<()> {
+        let reason = parsed(Refusal::parse(&reason), "refusal reason", &reason)?;
+        self.inner.record_refusals(reason, u64::from(n));
+        Ok(())
+    }
+
+    #[napi(catch_unwind)]
+    pub fn enqueued(&self) {
+        self.inner.record_enqueue();
+    }
+
+    /// A job claimed for the first time, `ms` after its enqueue.
+    #[napi(catch_unwind)]
+    pub fn queue_wait(&self, job_id: String, ms: f64) {
+        self.inner.record_queue_wait(&job_id, ms);
+    }
+
+    /// A job's result accepted, `ms` after its enqueue.
+    #[napi(catch_unwind)]
+    pub fn job_done(&self, job_id: String, ms: f64) {
+        self.inner.record_job_done(&job_id, ms);
+    }
+
+    #[napi(catch_unwind)]
+    pub fn wait(&self, outcome: String, seconds: f64) -> Result<()> {
+        let outcome = parsed(WaitOutcome::parse(&outcome), "wait outcome", &outcome)?;
+        self.inner.record_wait(outcome, seconds);
+        Ok(())
+    }
+
+    #[napi(catch_unwind)]
+    pub fn pairing(&self, event: String) -> Result<()> {
+        let event = parsed(PairingEvent::parse(&event), "pairing event", &event)?;
+        self.inner.record_pairing(event);
+        Ok(())
+    }
+
+    /// Keep job events for `drainEvents` (the OpenTelemetry shell's spans).
+    #[napi(catch_unwind)]
+    pub fn set_tracing(&self, on: bool) {
+        self.inner.set_tracing(on);
+    }
+
+    /// The job events kept since the last call; `null` when there are none.
+    #[napi(catch_unwind)]
+    pub fn drain_events(&self) -> Option<JsJobEvents> {
+        let events = self.inner.drain_events();
+        if events.is_empty() {
+            return None;
+        }
+        Some(JsJobEvents {
+            done: events.iter().map(|e| e.done).collect(),
+            seconds: events.iter().map(|e| e.seconds).collect(),
+            job_ids: events.into_iter().map(|e| e.job_id).collect(),
+        })
+    }
+
+    /// The snapshot as JSON text (`MetricsSnapshot` in `ts/metrics.ts`).
+    #[napi(catch_unwind)]
+    pub fn json(&self, counts: JsStoreCounts, at_ms: f64) -> String {
+        metrics::render_json(&self.inner.snapshot(), &(&counts).into(), at_ms)
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    #[napi(catch_unwind)]
+    pub fn prometheus(&self, counts: JsStoreCounts) -> String {
+        metrics::render_prometheus(&self.inner.snapshot(), &(&counts).into())
+    }
+}
+
+/// The refusal reason an answer's status stands for (`tooLarge`: refused
+/// for its body's size), as the metrics label it; `null` for none.
+#[napi(catch_unwind)]
+pub fn refusal_reason(status: u32, too_large: bool) -> Option<String> {
+    Refusal::of(u16::try_from(status).unwrap_or(0), too_large).map(|r| r.as_str().to_owned())
+}
+
+/// Runners `[paired, online, revoked]` among records read from a store of
+/// the app's own (`listRunners()`), by the rule the stores count with.
+#[napi(
+    catch_unwind,
+    ts_args_type = "runners: readonly RunnerRecord[], now: number, livenessMs: number"
+)]
+pub fn runner_counts(runners: Vec<Object<'_>>, now: f64, liveness_ms: f64) -> Result<Vec<f64>> {
+    let mut counts = RunnerCounts::default();
+    for runner in &runners {
+        let (revoked, heard) = super::rules::liveness_of(runner)?;
+        if revoked {
+            counts.revoked += 1;
+            continue;
+        }
+        counts.paired += 1;
+        if crate::audience::is_online(false, heard, now, liveness_ms) {
+            counts.online += 1;
+        }
+    }
+    Ok(vec![
+        counts.paired as f64,
+        counts.online as f64,
+        counts.revoked as f64,
+    ])
+}
+
+impl Default for NativeMetrics {
+    fn default() -> Self {
+        NativeMetrics::new()
+    }
+}
