@@ -21,12 +21,14 @@
 //
 // DIR is a checkout with dist/ built; its supabase/migrations are applied to
 // a database of its own on the stores bench's PostgreSQL (bench/stores.mjs
-// startPostgres). Variants alternate within each round, each round starting
-// with the next one; the figures are medians over rounds. Linux only (backend CPU from /proc).
+// startPostgres). Each run is a process of its own; variants alternate
+// within each round, each round starting with the next one; the figures are
+// medians over rounds. Linux only (backend CPU from /proc).
+import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { readFileSync, readdirSync } from "node:fs";
 import { resolve } from "node:path";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import pg from "pg";
 import { createDatabase, startPostgres } from "./stores.mjs";
 
@@ -144,17 +146,28 @@ async function measure(adminUrl, label, dir, jobs) {
 const arg = (k, d) => process.argv.find((a) => a.startsWith(`--${k}=`))?.slice(k.length + 3) ?? d;
 const jobs = Number(arg("jobs", 500));
 const rounds = Number(arg("rounds", 3));
-const variants = process.argv.slice(2).filter((a) => !a.startsWith("--")).map((spec) => {
+const specs = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+const variants = specs.map((spec) => {
   const [label, dir] = spec.split(/=(.*)/s);
   return { label, dir: resolve(dir), runs: [] };
 });
 if (variants.length === 0) throw new Error("give label=DIR for each variant");
 const { url: adminUrl } = startPostgres();
+if (process.argv.includes("--child")) {
+  // One variant's run, in a process of its own (see below).
+  const [v] = variants;
+  process.stdout.write(JSON.stringify(await measure(adminUrl, v.label, v.dir, jobs)));
+  process.exit(0);
+}
 for (let round = 0; round < rounds; round++) {
-  // Each round starts with the next variant, so none always runs first or last.
+  // Each round starts with the next variant, so none always runs first or
+  // last; each run is a process of its own, so no variant runs on code
+  // another warmed or in a heap another filled.
   for (const v of [...variants.slice(round % variants.length), ...variants.slice(0, round % variants.length)]) {
     const load = readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
-    const r = await measure(adminUrl, v.label, v.dir, jobs);
+    const args = [fileURLToPath(import.meta.url), "--child", `--jobs=${jobs}`, `${v.label}=${v.dir}`];
+    if (process.argv.includes("--statements")) args.push("--statements");
+    const r = JSON.parse(execFileSync(process.execPath, args, { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
     v.runs.push(r);
     console.error(`round ${round + 1} ${v.label} (load ${load}): ${KINDS.map((k) => `${k} ${r.out[k].node.toFixed(3)}/${r.out[k].pg.toFixed(3)}`).join(", ")}`);
   }
