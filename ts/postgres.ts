@@ -11,7 +11,7 @@ import { readdir, readFile } from "node:fs/promises";
 import pg from "pg";
 import type { Pool, PoolClient, PoolConfig } from "pg";
 import { waitWithPush } from "./delivery.js";
-import { REFUSAL_CODES, sqlStore, Watchers, type SqlCall, type SqlStoreOptions } from "./sql-store.js";
+import { REFUSAL_CODES, sqlStore, Watchers, type SqlCall, type SqlParam, type SqlStoreOptions } from "./sql-store.js";
 import type { ByollmStore, PollingDeliveryDeps, ResultDelivery } from "./types.js";
 
 export type PostgresStoreOptions = (
@@ -45,14 +45,39 @@ export interface PostgresStore extends ByollmStore {
   close(): Promise<void>;
 }
 
-function sqlText(call: SqlCall): string {
-  const args = call.args.map(([name, , type], i) => `${name} => $${String(i + 1)}::${type}`).join(", ");
-  // The function name is one of ours (sql-store.ts), never input. The
-  // subquery (kept by OFFSET 0) runs the function before the outer select
-  // reads the ids it wrote (byollm_note_changes). The list is local to the
-  // statement's own transaction, so it starts empty on every call.
-  const r = call.text === true ? "s.r::text" : "s.r";
-  return `select ${r} as r, current_setting('byollm.changed', true) as changed from (select ${call.fn}(${args}) as r offset 0) s`;
+/** A parameter taken from the engine's arguments (`x.a`, one jsonb value), as `sqlValues` would pass it. */
+function fromArgs([, field, type]: SqlParam): string {
+  // The field names are ours (sql-store.ts), never input.
+  const text = `(x.a ->> '${field}')`;
+  if (type === "jsonb") return `nullif(x.a -> '${field}', 'null')`;
+  if (type === "bigint") return `coalesce(trunc(${text}::numeric), 0)::bigint`;
+  if (type === "integer") return `greatest(0, floor(${text}::numeric))::integer`;
+  return text;
+}
+
+/** Each function's statement text, by name (and whether it answers text and takes the engine's arguments). */
+const statements = new Map<string, string>();
+
+/** The statement's name and text: the same on every call of the function in the same form. */
+function statementOf(call: SqlCall): { name: string; text: string } {
+  const engine = typeof call.args === "string";
+  const name = engine ? `${call.fn}_engine` : call.text === true ? `${call.fn}_text` : call.fn;
+  let text = statements.get(name);
+  if (text === undefined) {
+    // The function name is one of ours (sql-store.ts), never input. The
+    // subquery (kept by OFFSET 0) runs the function before the outer select
+    // reads the ids it wrote (byollm_note_changes). The list is local to the
+    // statement's own transaction, so it starts empty on every call. The
+    // engine's arguments arrive as the one JSON text it wrote, read once
+    // (the inner OFFSET 0 keeps it from being parsed once per parameter).
+    const inner = engine
+      ? `select ${call.fn}(${call.params.map((p) => `${p[0]} => ${fromArgs(p)}`).join(", ")}) as r from (select $1::jsonb as a offset 0) x`
+      : `select ${call.fn}(${call.params.map(([p, , type], i) => `${p} => $${String(i + 1)}::${type}`).join(", ")}) as r`;
+    const r = call.text === true ? "s.r::text" : "s.r";
+    text = `select ${r} as r, current_setting('byollm.changed', true) as changed from (${inner} offset 0) s`;
+    statements.set(name, text);
+  }
+  return { name, text };
 }
 
 function sqlValue(value: unknown, type: string): unknown {
@@ -84,13 +109,9 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   const prepared = options.preparedStatements === true;
   const call = async (c: SqlCall): Promise<unknown> => {
     try {
-      const text = sqlText(c);
-      const values = c.args.map(([, value, type]) => sqlValue(value, type));
-      // A function's statement text is the same on every call (its argument
-      // list is fixed in sql-store.ts), so its name can be the function's
-      // (and whether it answers text).
+      const { name, text } = statementOf(c);
+      const values = typeof c.args === "string" ? [c.args] : c.args.map((value, i) => sqlValue(value, c.params[i]?.[2] ?? "text"));
       type Row = { r: unknown; changed: string | null };
-      const name = c.text === true ? `${c.fn}_text` : c.fn;
       const result = prepared ? await pool.query<Row>({ name, text, values }) : await pool.query<Row>(text, values);
       const row = result.rows[0];
       const changed = (row?.changed ?? "").split(",").filter((id) => id !== "");

@@ -19,10 +19,21 @@ import type {
 /** How an argument is typed on the SQL side (node-postgres sends text). */
 export type SqlArgType = "text" | "jsonb" | "bigint" | "integer";
 
+/** One parameter of a SQL function: its SQL name, the argument field it takes, its SQL type. */
+export type SqlParam = readonly [name: string, field: string, type: SqlArgType];
+
 /** One call: a function of the rules file, named arguments in order. */
 export interface SqlCall {
   readonly fn: string;
-  readonly args: readonly (readonly [name: string, value: unknown, type: SqlArgType])[];
+  /** The function's parameters, in order. */
+  readonly params: readonly SqlParam[];
+  /**
+   * Each parameter's value, in `params` order; or, for the engine's
+   * operations, the JSON text of the object the engine wrote, holding each
+   * parameter's field, which a caller that can hands to SQL unparsed (see
+   * `sqlValues` for one that cannot).
+   */
+  readonly args: readonly unknown[] | string;
   /** Answer the result as its JSON text, unparsed (for the engine, which reads it itself). */
   readonly text?: boolean;
 }
@@ -180,7 +191,7 @@ const OPERATIONS = {
   claim: "byollm_claim_for",
   job: "byollm_get_job_for",
   heartbeat: "byollm_heartbeat_for",
-  resultFor: "byollm_result_for_timed",
+  resultFor: "byollm_result_for",
   complete: "byollm_complete_job",
   cancelRequests: "byollm_list_cancel_requests",
   release: "byollm_release",
@@ -244,7 +255,7 @@ const FUNCTIONS = {
   byollm_claim_for: ["runnerId", "capabilities", "max", "leaseMs", "now"],
   byollm_get_job_for: ["runnerId", "jobId"],
   byollm_heartbeat_for: ["runnerId", "capabilities", "daemonVersion", "leases", "leaseMs", "now"],
-  byollm_result_for_timed: ["runnerId", "jobId", "leaseId", "outcome", "provenance", "now"],
+  byollm_result_for: ["runnerId", "jobId", "leaseId", "outcome", "provenance", "now"],
   byollm_metrics: ["now", "livenessMs"],
   byollm_sweep_get_job: ["jobId", "now"],
   byollm_create_job: ["job", "now"],
@@ -280,7 +291,7 @@ const sqlType = (field: Param): SqlArgType =>
   JSONB_PARAMS.has(field) ? "jsonb" : BIGINT_PARAMS.has(field) ? "bigint" : field === "max" ? "integer" : "text";
 
 /** Each function's parameters as `[SQL name, argument field, SQL type]`, worked out once. */
-const SIGNATURES = {} as Record<SqlFunction, readonly (readonly [string, Param, SqlArgType])[]>;
+const SIGNATURES = {} as Record<SqlFunction, readonly SqlParam[]>;
 for (const [fn, fields] of Object.entries(FUNCTIONS) as [SqlFunction, readonly Param[]][]) {
   SIGNATURES[fn] = fields.map((field) => [`p_${field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}`, field, sqlType(field)]);
 }
@@ -290,6 +301,13 @@ function sqlArg(value: unknown, type: SqlArgType): unknown {
   if (type === "bigint") return ms(value as number);
   if (type === "integer") return Math.max(0, Math.floor(value as number));
   return value;
+}
+
+/** A call's values in `params` order, the engine's JSON text read here. */
+export function sqlValues(call: SqlCall): readonly unknown[] {
+  if (typeof call.args !== "string") return call.args;
+  const from = JSON.parse(call.args) as Record<string, unknown>;
+  return call.params.map(([, field, type]) => sqlArg(from[field], type));
 }
 
 /** The ByollmStore over one SqlCaller. */
@@ -308,8 +326,9 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
     values: Record<(typeof FUNCTIONS)[F][number], unknown>,
     text = false,
   ): Promise<unknown> => {
-    const from = values as Record<Param, unknown>;
-    return call({ fn, text, args: SIGNATURES[fn].map(([name, field, type]) => [name, sqlArg(from[field], type), type] as const) });
+    const from = values as Record<string, unknown>;
+    const params = SIGNATURES[fn];
+    return call({ fn, text, params, args: params.map(([, field, type]) => sqlArg(from[field], type)) });
   };
   const jobs = (v: unknown): JobRecord[] => list(v).map(jobFromJson);
   const refs = (leases: readonly LeaseRef[]): LeaseRef[] => leases.map((l) => ({ jobId: l.jobId, leaseId: l.leaseId }));
@@ -321,14 +340,15 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
 
   const paths: SqlStorePaths = {
     async operations(op, args) {
-      const values = JSON.parse(args) as Record<string, unknown>;
       if (op === "cancel") {
-        for (const jobId of values["jobIds"] as string[]) await store.cancel(jobId, values["now"] as number);
+        const values = JSON.parse(args) as { jobIds: string[]; now: number };
+        for (const jobId of values.jobIds) await store.cancel(jobId, values.now);
         return "null";
       }
       const fn = OPERATIONS[op as keyof typeof OPERATIONS];
       if (fn === undefined) throw new Error(`unknown store operation ${op}`);
-      const out = await run(fn, values as never, true);
+      // The engine's arguments are named as the function's parameters take them.
+      const out = await call({ fn, text: true, params: SIGNATURES[fn], args });
       // A caller that cannot answer text (supabase-js parses every answer) answers the value.
       return typeof out === "string" ? out : (JSON.stringify(out) ?? "null");
     },
@@ -364,9 +384,12 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
         deadlineAt: input.deadlineAt ?? null,
       };
       const out = obj(await run("byollm_create_job", { job, now }), "job");
-      const record = jobFromJson(out["job"]);
-      // An existing id is returned unchanged and, like in memory, notifies nobody.
-      if (out["created"] === true) notify([record]);
+      // A new job comes back without the envelope it was just given: this
+      // one is it. An existing id is returned whole, unchanged and, like in
+      // memory, notifies nobody.
+      if (out["created"] !== true) return jobFromJson(out["job"]);
+      const record = jobFromJson({ ...obj(out["job"], "job"), envelope: job.envelope });
+      notify([record]);
       return record;
     },
 

@@ -10,7 +10,7 @@
 // browser user. The SQL functions are granted to `service_role` only; RLS
 // keeps browser sessions to their own rows (see the access migration).
 import type { SupabaseClient } from "@supabase/supabase-js";
-import { REFUSAL_CODES, sqlStore, type SqlCall } from "../sql-store.js";
+import { REFUSAL_CODES, sqlStore, sqlValues, type SqlCall } from "../sql-store.js";
 import type { ByollmStore } from "../types.js";
 
 export interface SupabaseStoreOptions {
@@ -26,7 +26,10 @@ export function supabaseStore(options: SupabaseStoreOptions): ByollmStore {
 
   const call = async (c: SqlCall): Promise<unknown> => {
     const args: Record<string, unknown> = {};
-    for (const [name, value] of c.args) args[name] = value ?? null;
+    const values = sqlValues(c);
+    c.params.forEach(([name], i) => {
+      args[name] = values[i] ?? null;
+    });
     const { data, error } = await db.rpc(c.fn, args);
     if (error) {
       // The function's own refusal (e.g. "pairing code has expired") is
