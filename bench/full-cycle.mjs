@@ -168,7 +168,11 @@ function makeSite(impl, { fill = 0, metrics } = {}) {
   // `metrics: false` (ours only): bench/metrics.mjs's side by side.
   const off = metrics === false ? { metrics: false } : {};
   const app = new impl.ByollmApp({ store, siteKeys, ...off });
-  const handler = impl.createFetchHandler({ store, siteKeys, verificationUrl: "http://127.0.0.1/pair", ...off });
+  // BENCH_HANDLER_STORE=methods: the handler reaches the same store through a
+  // proxy, so the engine calls its methods instead of running in place (the
+  // A/B of that mechanism in docs/performance.md).
+  const served = process.env.BENCH_HANDLER_STORE === "methods" ? new Proxy(store, {}) : store;
+  const handler = impl.createFetchHandler({ store: served, siteKeys, verificationUrl: "http://127.0.0.1/pair", ...off });
   return { siteKeys, store, app, handler, fill };
 }
 
