@@ -148,14 +148,11 @@ impl Site {
 }
 
 fn identity_json(identity: &PublicIdentity) -> String {
-    let mut out = String::from("{\"identity\":");
-    write_json_str(&identity.identity, &mut out);
-    out.push_str(",\"encryption\":");
-    write_json_str(&identity.encryption, &mut out);
-    out.push_str(",\"encryptionSig\":");
-    write_json_str(&identity.encryption_sig, &mut out);
-    out.push('}');
-    out
+    let mut out = ops::Obj::new();
+    out.str("identity", &identity.identity)
+        .str("encryption", &identity.encryption)
+        .str("encryptionSig", &identity.encryption_sig);
+    out.end()
 }
 
 /// How a transport hands a request over.
