@@ -159,8 +159,11 @@ export declare class NativeMetrics {
   pairing(event: string): void
   /** Keep job events for `drainEvents` (the OpenTelemetry shell's spans). */
   setTracing(on: boolean): void
-  /** The job events kept since the last call; `null` when there are none. */
-  drainEvents(): JobEvents | null
+  /**
+   * The job events kept since the last call as JSON text
+   * (`[{jobId, seconds, done}, …]`); `null` when there are none.
+   */
+  drainEvents(): string | null
   /** The snapshot as JSON text (`MetricsSnapshot` in `ts/metrics.ts`). */
   json(counts: StoreCounts, atMs: number): string
   /** The Prometheus text exposition (format 0.0.4). */
@@ -377,17 +380,6 @@ export declare function isAudience(text: string): boolean
  * is finite, else `null`), as the fast path reads it.
  */
 export declare function issuedAtHeader(text: string): number | null
-
-/** Job events for tracing, as parallel arrays. */
-export interface JobEvents {
-  /**
-   * `true`: an accepted result (enqueue → result); `false`: a first
-   * claim (enqueue → claim).
-   */
-  done: Array<boolean>
-  jobIds: Array<string>
-  seconds: Array<number>
-}
 
 export declare function keyId(identityPublic: string): string
 

@@ -367,6 +367,28 @@ impl Metrics {
         self.events_lock().drain(..).collect()
     }
 
+    /// [`Metrics::drain_events`] as JSON text, `[{"jobId","seconds","done"}, …]`,
+    /// or `None` when there are none: one string crosses into JavaScript
+    /// instead of three arrays built element by element.
+    pub fn drain_events_json(&self) -> Option<String> {
+        let events = self.drain_events();
+        if events.is_empty() {
+            return None;
+        }
+        let mut out = String::with_capacity(events.len() * 96);
+        for (at, event) in events.iter().enumerate() {
+            out.push(if at == 0 { '[' } else { ',' });
+            out.push_str("{\"jobId\":");
+            write_json_str(&event.job_id, &mut out);
+            out.push_str(",\"seconds\":");
+            push_json_number(&mut out, event.seconds);
+            out.push_str(",\"done\":");
+            out.push_str(if event.done { "true}" } else { "false}" });
+        }
+        out.push(']');
+        Some(out)
+    }
+
     /// Everything counted, as read now.
     pub fn snapshot(&self) -> Snapshot {
         let load = |counts: &[AtomicU64]| counts.iter().map(|c| c.load(Relaxed)).collect();
@@ -860,6 +882,21 @@ mod tests {
         assert_eq!(s.requests[6][4], 1);
         assert_eq!(s.refusals, vec![1, 0, 0, 1, 1, 0]);
         assert_eq!(s.request_seconds[1].count(), 2);
+    }
+
+    #[test]
+    fn job_events_drain_as_json_text() {
+        let m = Metrics::new();
+        assert_eq!(m.drain_events_json(), None);
+        m.set_tracing(true);
+        m.record_queue_wait("job_\"1", 1500.0);
+        m.record_job_done("job_2", 250.0);
+        let text = m.drain_events_json().expect("two events");
+        assert_eq!(
+            text,
+            r#"[{"jobId":"job_\"1","seconds":1.5,"done":false},{"jobId":"job_2","seconds":0.25,"done":true}]"#
+        );
+        assert_eq!(m.drain_events_json(), None);
     }
 
     #[test]

@@ -18,6 +18,14 @@ import type { Endpoint, JobRecord } from "./types.js";
 
 type Api = typeof OtelApi;
 
+/** A job event the core kept for tracing (`NativeMetrics.drainEvents`). */
+interface JobEvent {
+  jobId: string;
+  seconds: number;
+  /** true: an accepted result (enqueue → result); false: a first claim (enqueue → claim). */
+  done: boolean;
+}
+
 let api: Api | null | undefined;
 
 /**
@@ -168,7 +176,9 @@ class Otel implements OtelHooks {
   }
 
   #span(name: string, kind: OtelApi.SpanKind, parent: OtelApi.Context, start: number, end: number, attributes: OtelApi.Attributes, links?: OtelApi.Link[]): OtelApi.Span {
-    const span = this.#tracer.startSpan(name, { kind, startTime: start, attributes, ...(links ? { links } : {}) }, parent);
+    const options: OtelApi.SpanOptions = { kind, startTime: start, attributes };
+    if (links !== undefined) options.links = links;
+    const span = this.#tracer.startSpan(name, options, parent);
     span.end(end);
     return span;
   }
@@ -192,17 +202,15 @@ class Otel implements OtelHooks {
       "messaging.system": SYSTEM,
       "messaging.operation.name": operation,
       "http.response.status_code": status,
-      ...(endpoint !== null && OPERATION_TYPE[endpoint] ? { "messaging.operation.type": OPERATION_TYPE[endpoint] } : {}),
-      ...(reason === null ? {} : { "error.type": reason }),
     };
+    const type = endpoint === null ? undefined : OPERATION_TYPE[endpoint];
+    if (type !== undefined) attributes["messaging.operation.type"] = type;
+    if (reason !== null) attributes["error.type"] = reason;
     this.#requestDuration.record(seconds, { "messaging.operation.name": operation, "http.response.status_code": status });
-    // Job events come only from answered claims and results.
-    const events = status === 200 && (endpoint === "claim" || endpoint === "result") ? this.#registry.native.drainEvents() : null;
-    if (events !== null) {
-      for (let at = 0; at < events.seconds.length; at += 1) {
-        (events.done[at] === true ? this.#jobDuration : this.#queueWait).record(events.seconds[at] as number);
-      }
-    }
+    // Job events come only from answered claims and results, as one JSON text.
+    const drained = status === 200 && (endpoint === "claim" || endpoint === "result") ? this.#registry.native.drainEvents() : null;
+    const events = drained === null ? [] : (JSON.parse(drained) as JobEvent[]);
+    for (const event of events) (event.done ? this.#jobDuration : this.#queueWait).record(event.seconds);
     if (!this.#tracing()) return;
     const start = performance.timeOrigin + started;
     const end = start + seconds * 1000;
@@ -235,10 +243,9 @@ class Otel implements OtelHooks {
     if (status >= 500) span.setStatus({ code: otel.SpanStatusCode.ERROR });
 
     // Each job whose result this request accepted: the job from its enqueue to now.
-    for (let at = 0; events !== null && at < events.jobIds.length; at += 1) {
-      if (events.done[at] !== true) continue;
-      const jobSeconds = events.seconds[at] as number;
-      this.#span("byollm job", otel.SpanKind.INTERNAL, this.#jobContext(events.jobIds[at] as string), end - jobSeconds * 1000, end, {
+    for (const event of events) {
+      if (!event.done) continue;
+      this.#span("byollm job", otel.SpanKind.INTERNAL, this.#jobContext(event.jobId), end - event.seconds * 1000, end, {
         "messaging.system": SYSTEM,
         "messaging.operation.name": "job",
       }, [{ context: span.spanContext() }]);

@@ -73,16 +73,6 @@ impl From<StoreCounts> for JsStoreCounts {
     }
 }
 
-/// Job events for tracing, as parallel arrays.
-#[napi(object, js_name = "JobEvents")]
-pub struct JsJobEvents {
-    /// `true`: an accepted result (enqueue → result); `false`: a first
-    /// claim (enqueue → claim).
-    pub done: Vec<bool>,
-    pub job_ids: Vec<String>,
-    pub seconds: Vec<f64>,
-}
-
 fn parsed<T>(value: Option<T>, what: &str, text: &str) -> Result<T> {
     value.ok_or_else(|| Error::new(Status::InvalidArg, format!("unknown {what}: {text}")))
 }
@@ -160,18 +150,11 @@ impl NativeMetrics {
         self.inner.set_tracing(on);
     }
 
-    /// The job events kept since the last call; `null` when there are none.
+    /// The job events kept since the last call as JSON text
+    /// (`[{jobId, seconds, done}, …]`); `null` when there are none.
     #[napi(catch_unwind)]
-    pub fn drain_events(&self) -> Option<JsJobEvents> {
-        let events = self.inner.drain_events();
-        if events.is_empty() {
-            return None;
-        }
-        Some(JsJobEvents {
-            done: events.iter().map(|e| e.done).collect(),
-            seconds: events.iter().map(|e| e.seconds).collect(),
-            job_ids: events.into_iter().map(|e| e.job_id).collect(),
-        })
+    pub fn drain_events(&self) -> Option<String> {
+        self.inner.drain_events_json()
     }
 
     /// The snapshot as JSON text (`MetricsSnapshot` in `ts/metrics.ts`).
