@@ -171,7 +171,12 @@ function makeSite(impl, { fill = 0, metrics } = {}) {
   // BENCH_HANDLER_STORE=methods: the handler reaches the same store through a
   // proxy, so the engine calls its methods instead of running in place (the
   // A/B of that mechanism in docs/performance.md).
-  const served = process.env.BENCH_HANDLER_STORE === "methods" ? new Proxy(store, {}) : store;
+  // (Its methods run on the store itself: MemoryStore keeps its native handle
+  // in a private field, which a method called on a proxy cannot read.)
+  const served =
+    process.env.BENCH_HANDLER_STORE === "methods"
+      ? new Proxy(store, { get: (target, key) => { const value = Reflect.get(target, key, target); return typeof value === "function" ? value.bind(target) : value; } })
+      : store;
   const handler = impl.createFetchHandler({ store: served, siteKeys, verificationUrl: "http://127.0.0.1/pair", ...off });
   return { siteKeys, store, app, handler, fill };
 }
