@@ -173,6 +173,20 @@ test("the same cycle through the ./next mount, and a JS store (a wrapper around 
   for (const method of ["create", "claim", "get", "complete", "getRunner", "approvePairing"]) assert.ok(calls.includes(method), method);
 });
 
+test("a MemoryStore behind a plain Proxy (its methods run with the proxy as this) serves a full cycle, as the reference's does", async () => {
+  const store = new Proxy(new MemoryStore(), {});
+  const app = new ByollmApp({ store, siteKeys: SITE });
+  const route = createHandler(() => ({ store, siteKeys: SITE, verificationUrl: `${ORIGIN}/runners` }));
+  const daemon = new Daemon((r) => route.POST(r));
+  await daemon.pairWith(app, "bob");
+  const handle = await app.enqueue({ kind: "llm.chat", payload: { messages: [{ content: "hey", role: "user" }] }, owner: "bob" });
+  daemon.capabilities = [{ ...daemon.capabilities[0], kind: "llm.chat" }];
+  await daemon.work((p) => p.messages[0].content.toUpperCase());
+  const result = await handle.result({ timeoutMs: 5_000 });
+  assert.equal(result.outcome.text, "HEY");
+  assert.equal((await store.get(handle.id)).state, "ok");
+});
+
 test("enqueue refuses unknown options and invalid payloads with the reference's messages", async () => {
   const { app } = site();
   await assert.rejects(app.enqueue({ kind: "llm.generate", payload: { prompt: "x" }, owner: "a", model: "m", baseUrl: "u" }), {

@@ -301,7 +301,7 @@ const DIRECT_METHODS = ["getRunner", "get", "claim", "complete", "create", "expi
  */
 export function servesDirectly(store: unknown): store is MemoryStore {
   if (typeof store !== "object" || store === null || !lanes.has(store)) return false;
-  if (Object.getPrototypeOf(store) !== MemoryStore.prototype || Reflect.ownKeys(store).length !== 0) return false;
+  if (Object.getPrototypeOf(store) !== MemoryStore.prototype || !Reflect.ownKeys(store).every((key) => OWN_STATE.has(key))) return false;
   const proto = MemoryStore.prototype as unknown as Record<string, unknown>;
   for (let at = 0; at < DIRECT_METHODS.length; at += 1) {
     const name = DIRECT_METHODS[at] as string;
@@ -446,6 +446,17 @@ export interface NativeMemoryStoreOptions extends MemoryStoreOptions {
   readonly synchronous?: "normal" | "full";
 }
 
+// The store's own state under symbol keys, not #private fields: a method
+// called through a Proxy of the store (instrumentation wraps stores so) runs
+// with the proxy as `this`, which can read these through the proxy but not
+// a private field, as with the reference's store, whose fields are public.
+const NATIVE = Symbol("native");
+const LAZY = Symbol("lazy");
+const WATCHERS = Symbol("watchers");
+const NOTIFY = Symbol("notify");
+/** The only own properties a store the engine may run in place has. */
+const OWN_STATE = new Set<PropertyKey>([NATIVE, LAZY, WATCHERS]);
+
 /**
  * The in-process store. Without `path` everything lives in this process and
  * nothing is persisted; with `path` the same store is written through to a
@@ -456,13 +467,13 @@ export interface NativeMemoryStoreOptions extends MemoryStoreOptions {
  * object, and keys holding `undefined` inside them are not kept.
  */
 export class MemoryStore implements ByollmStore {
-  readonly #native: NativeMemoryStoreHandle;
+  readonly [NATIVE]: NativeMemoryStoreHandle;
   /** The native store when records read their envelope lazily, else undefined. */
-  readonly #lazy: NativeMemoryStoreHandle | undefined;
-  readonly #watchers = new Map<string, Set<() => void>>();
+  readonly [LAZY]: NativeMemoryStoreHandle | undefined;
+  readonly [WATCHERS] = new Map<string, Set<() => void>>();
 
   constructor(options: NativeMemoryStoreOptions = {}) {
-    this.#native = new native.NativeMemoryStore(
+    this[NATIVE] = new native.NativeMemoryStore(
       options.defaultTtlMs ?? undefined,
       options.retentionMs ?? undefined,
       options.path == null ? undefined : hostPath(options.path),
@@ -473,10 +484,10 @@ export class MemoryStore implements ByollmStore {
     // retention the id could be dropped and reused in between, so records
     // carry it from the start.
     if (options.retentionMs == null) {
-      this.#native.omitEnvelopes();
-      this.#lazy = this.#native;
+      this[NATIVE].omitEnvelopes();
+      this[LAZY] = this[NATIVE];
     }
-    lanes.set(this, { native: this.#native, lazy: this.#lazy, notify: () => this.#notify() });
+    lanes.set(this, { native: this[NATIVE], lazy: this[LAZY], notify: () => this[NOTIFY]() });
   }
 
   /**
@@ -484,12 +495,12 @@ export class MemoryStore implements ByollmStore {
    * another process; later changes throw. Nothing for a store without `path`.
    */
   close(): void {
-    this.#native.close();
+    this[NATIVE].close();
   }
 
   /** The native store, for callers that want to skip the record objects. */
   get native(): NativeMemoryStoreHandle {
-    return this.#native;
+    return this[NATIVE];
   }
 
   // -- jobs ---------------------------------------------------------------
@@ -498,7 +509,7 @@ export class MemoryStore implements ByollmStore {
     checkStoredJob(input);
     const parts = sealedParts(input.envelope);
     const record = jobFromJson(
-      this.#native.create(
+      this[NATIVE].create(
         input.id,
         input.kind,
         input.sizeClass,
@@ -514,14 +525,14 @@ export class MemoryStore implements ByollmStore {
         parts === undefined ? jsonOf(input.envelope) : undefined,
         now,
       ),
-      this.#lazy,
+      this[LAZY],
     ) as JobRecord;
-    this.#notify();
+    this[NOTIFY]();
     return Promise.resolve(record);
   }
 
   get(jobId: string): Promise<JobRecord | null> {
-    return Promise.resolve(typeof jobId === "string" ? jobFromJson(this.#native.get(jobId), this.#lazy) : null);
+    return Promise.resolve(typeof jobId === "string" ? jobFromJson(this[NATIVE].get(jobId), this[LAZY]) : null);
   }
 
   claim(args: ClaimArgs): Promise<JobRecord[]> {
@@ -530,16 +541,16 @@ export class MemoryStore implements ByollmStore {
       caps.push(refText(cap.kind), refText(cap.backendId), refText(cap.offerScope));
     }
     const claimed = jobsFromJson(
-      this.#native.claim(args.runnerId, args.runnerOwner, caps, args.max, args.leaseMs, args.now),
-      this.#lazy,
+      this[NATIVE].claim(args.runnerId, args.runnerOwner, caps, args.max, args.leaseMs, args.now),
+      this[LAZY],
     );
-    this.#notify();
+    this[NOTIFY]();
     return Promise.resolve(claimed);
   }
 
   renewLeases(args: RenewArgs): Promise<RenewResult> {
     const leases = args.leases;
-    const each = this.#native.renewLeases(args.runnerId, flatRefs(leases), args.leaseMs, args.now);
+    const each = this[NATIVE].renewLeases(args.runnerId, flatRefs(leases), args.leaseMs, args.now);
     const renewed: { jobId: string; expiresAt: number }[] = [];
     const lost: LeaseRef[] = [];
     for (let at = 0; at < leases.length; at += 1) {
@@ -548,13 +559,13 @@ export class MemoryStore implements ByollmStore {
       if (expiresAt == null) lost.push({ jobId: ref.jobId, leaseId: ref.leaseId });
       else renewed.push({ jobId: ref.jobId, expiresAt });
     }
-    this.#notify();
+    this[NOTIFY]();
     return Promise.resolve({ renewed, lost });
   }
 
   adopt(args: AdoptArgs): Promise<JobRecord | null> {
-    const record = jobFromJson(this.#native.adopt(args.jobId, args.leaseId, args.expiresAt, args.now), this.#lazy);
-    this.#notify();
+    const record = jobFromJson(this[NATIVE].adopt(args.jobId, args.leaseId, args.expiresAt, args.now), this[LAZY]);
+    this[NOTIFY]();
     return Promise.resolve(record);
   }
 
@@ -563,7 +574,7 @@ export class MemoryStore implements ByollmStore {
     const byLease = holder.by === "lease";
     const outcome = args.outcome as { outcome?: unknown };
     const provenance = args.provenance as { runnerId?: unknown } | null | undefined;
-    const text = this.#native.complete(
+    const text = this[NATIVE].complete(
       args.jobId,
       args.runnerId,
       byLease,
@@ -575,67 +586,67 @@ export class MemoryStore implements ByollmStore {
       args.now,
     );
     const [accepted, duplicate, row] = JSON.parse(text) as [0 | 1, 0 | 1, JobRow | null];
-    const job = row === null ? null : jobRecordFromRow(row, this.#lazy);
-    this.#notify();
+    const job = row === null ? null : jobRecordFromRow(row, this[LAZY]);
+    this[NOTIFY]();
     if (duplicate === 1) return Promise.resolve({ accepted: false, duplicate: true, job });
     return Promise.resolve({ accepted: accepted === 1, job });
   }
 
   release(args: ReleaseArgs): Promise<string[]> {
     const leases = args.leases;
-    const released = this.#native.release(args.runnerId, flatRefs(leases), args.reason === "refused", args.now);
-    this.#notify();
+    const released = this[NATIVE].release(args.runnerId, flatRefs(leases), args.reason === "refused", args.now);
+    this[NOTIFY]();
     return Promise.resolve(released.map((at) => (leases[at] as LeaseRef).jobId));
   }
 
   expireDue(now: number): Promise<JobRecord[]> {
-    const changed = jobsFromJson(this.#native.expireDue(now), this.#lazy);
-    this.#notify();
+    const changed = jobsFromJson(this[NATIVE].expireDue(now), this[LAZY]);
+    this[NOTIFY]();
     return Promise.resolve(changed);
   }
 
   cancel(jobId: string, now: number): Promise<JobRecord | null> {
     if (typeof jobId !== "string") return Promise.resolve(null);
-    const record = jobFromJson(this.#native.cancel(jobId, now), this.#lazy);
-    this.#notify();
+    const record = jobFromJson(this[NATIVE].cancel(jobId, now), this[LAZY]);
+    this[NOTIFY]();
     return Promise.resolve(record);
   }
 
   listClaimedBy(runnerId: string): Promise<JobRecord[]> {
     if (typeof runnerId !== "string") return Promise.resolve([]);
-    return Promise.resolve(jobsFromJson(this.#native.listClaimedBy(runnerId), this.#lazy));
+    return Promise.resolve(jobsFromJson(this[NATIVE].listClaimedBy(runnerId), this[LAZY]));
   }
 
   listCancelRequests(runnerId: string): Promise<{ jobId: string; leaseId: string }[]> {
     if (typeof runnerId !== "string") return Promise.resolve([]);
-    return Promise.resolve(JSON.parse(this.#native.listCancelRequests(runnerId)) as LeaseRef[]);
+    return Promise.resolve(JSON.parse(this[NATIVE].listCancelRequests(runnerId)) as LeaseRef[]);
   }
 
   /** All jobs in creation order, for demos and assertions. Not part of the store interface. */
   allJobs(): JobRecord[] {
-    return jobsFromJson(this.#native.allJobs(), this.#lazy);
+    return jobsFromJson(this[NATIVE].allJobs(), this[LAZY]);
   }
 
   // -- watchers -------------------------------------------------------------
 
   subscribe(jobId: string, onChange: () => void): () => void {
-    let handlers = this.#watchers.get(jobId);
+    let handlers = this[WATCHERS].get(jobId);
     if (handlers === undefined) {
       handlers = new Set();
-      this.#watchers.set(jobId, handlers);
-      this.#native.watch(jobId);
+      this[WATCHERS].set(jobId, handlers);
+      this[NATIVE].watch(jobId);
     }
     handlers.add(onChange);
     let live = true;
     return () => {
       if (!live) return;
       live = false;
-      const current = this.#watchers.get(jobId);
+      const current = this[WATCHERS].get(jobId);
       if (current === undefined) return;
       current.delete(onChange);
       if (current.size === 0) {
-        this.#watchers.delete(jobId);
-        this.#native.unwatch(jobId);
+        this[WATCHERS].delete(jobId);
+        this[NATIVE].unwatch(jobId);
       }
     };
   }
@@ -646,10 +657,10 @@ export class MemoryStore implements ByollmStore {
    * the middle of the operation; handlers take no arguments and re-read, so
    * only the timing within one call differs.)
    */
-  #notify(): void {
-    if (this.#watchers.size === 0) return;
-    for (const jobId of this.#native.drainWrites()) {
-      const handlers = this.#watchers.get(jobId);
+  [NOTIFY](): void {
+    if (this[WATCHERS].size === 0) return;
+    for (const jobId of this[NATIVE].drainWrites()) {
+      const handlers = this[WATCHERS].get(jobId);
       if (handlers === undefined) continue;
       for (const handler of handlers) {
         try {
@@ -664,19 +675,19 @@ export class MemoryStore implements ByollmStore {
   // -- pairing and runners --------------------------------------------------
 
   createPairing(record: PairingRecord): Promise<void> {
-    this.#native.createPairing(jsonOf(record));
+    this[NATIVE].createPairing(jsonOf(record));
     return Promise.resolve();
   }
 
   getPairingByDeviceCodeHash(hash: string): Promise<PairingRecord | null> {
     if (typeof hash !== "string") return Promise.resolve(null);
-    const text = this.#native.pairingByHash(hash);
+    const text = this[NATIVE].pairingByHash(hash);
     return Promise.resolve(text == null ? null : (JSON.parse(text) as PairingRecord));
   }
 
   getPairingByUserCode(userCode: string): Promise<PairingRecord | null> {
     if (typeof userCode !== "string") return Promise.resolve(null);
-    const text = this.#native.pairingByCode(userCode);
+    const text = this[NATIVE].pairingByCode(userCode);
     return Promise.resolve(text == null ? null : (JSON.parse(text) as PairingRecord));
   }
 
@@ -684,7 +695,7 @@ export class MemoryStore implements ByollmStore {
   approvePairing(args: ApproveArgs): Promise<RunnerRecord> {
     let text: string;
     try {
-      text = this.#native.approvePairing(args.userCode, args.owner, args.runnerId, args.now);
+      text = this[NATIVE].approvePairing(args.userCode, args.owner, args.runnerId, args.now);
     } catch (error) {
       // A plain Error with the reference's message, not the addon's error object.
       throw new Error(error instanceof Error ? error.message : String(error));
@@ -693,12 +704,12 @@ export class MemoryStore implements ByollmStore {
   }
 
   denyPairing(userCode: string, _now: number): Promise<void> {
-    if (typeof userCode === "string") this.#native.denyPairing(userCode);
+    if (typeof userCode === "string") this[NATIVE].denyPairing(userCode);
     return Promise.resolve();
   }
 
   consumePairingToken(deviceCodeHash: string): Promise<void> {
-    if (typeof deviceCodeHash === "string") this.#native.consumePairing(deviceCodeHash);
+    if (typeof deviceCodeHash === "string") this[NATIVE].consumePairing(deviceCodeHash);
     return Promise.resolve();
   }
 
@@ -709,12 +720,12 @@ export class MemoryStore implements ByollmStore {
    */
   getRunner(runnerId: string): Promise<RunnerRecord | null> {
     if (typeof runnerId !== "string") return Promise.resolve(null);
-    const text = this.#native.runner(runnerId);
+    const text = this[NATIVE].runner(runnerId);
     return Promise.resolve(text == null ? null : (JSON.parse(text) as RunnerRecord));
   }
 
   touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
-    const text = this.#native.touchRunner(
+    const text = this[NATIVE].touchRunner(
       args.runnerId,
       jsonOf(args.capabilities),
       jsonOf(args.daemonVersion),
@@ -724,13 +735,13 @@ export class MemoryStore implements ByollmStore {
   }
 
   revokeRunner(runnerId: string, now: number): Promise<void> {
-    if (typeof runnerId === "string") this.#native.revokeRunner(runnerId, now);
+    if (typeof runnerId === "string") this[NATIVE].revokeRunner(runnerId, now);
     return Promise.resolve();
   }
 
   listRunners(owner?: string): Promise<RunnerRecord[]> {
     if (owner != null && typeof owner !== "string") return Promise.resolve([]);
-    return Promise.resolve(JSON.parse(this.#native.listRunners(owner ?? undefined)) as RunnerRecord[]);
+    return Promise.resolve(JSON.parse(this[NATIVE].listRunners(owner ?? undefined)) as RunnerRecord[]);
   }
 }
 
