@@ -42,6 +42,8 @@ test("one trace per job from enqueue to result, across the daemon's requests, an
   const refused = await handler(new Request(`${ORIGIN}/byollm/claim`, { method: "POST", body: JSON.stringify({ protocolVersion: "2" }) }));
   assert.equal(refused.status, 401);
 
+  // Spans and histogram records are made in batches, within 10 ms of their requests.
+  await new Promise((resolve) => setTimeout(resolve, 30));
   const finished = spans.getFinishedSpans();
   const { traceId, spanId } = jobTraceContext(handle.id);
   const inJob = finished.filter((s) => s.spanContext().traceId === traceId);
@@ -70,6 +72,8 @@ test("one trace per job from enqueue to result, across the daemon's requests, an
   spans.reset();
   const both = await device.post("claim", { protocolVersion: "2", runnerId: device.runnerId, capabilities: device.capabilities, max: 2 });
   assert.equal(both.body.jobs.length, 2);
+  // The meter's collection records what is kept first: no wait here.
+  await reader.forceFlush();
   const batch = spans.getFinishedSpans();
   const batchClaim = batch.find((s) => s.name === "byollm claim");
   assert.equal(batchClaim.attributes["messaging.batch.message_count"], 2);
@@ -86,8 +90,7 @@ test("one trace per job from enqueue to result, across the daemon's requests, an
     assert.ok(!text.includes(value), `a span carries ${value}`);
   }
 
-  // The same metrics through the meter.
-  await reader.forceFlush();
+  // The same metrics through the meter (the last collection, above).
   const scopes = exported.getMetrics().at(-1).scopeMetrics;
   const all = scopes.flatMap((s) => s.metrics);
   const metric = (name) => all.find((m) => m.descriptor.name === name);
@@ -122,4 +125,9 @@ test("BYOLLM_OTEL=0: the API is never loaded", () => {
   const on = run({ BYOLLM_OTEL: "" });
   assert.equal(on.status, 0, on.stderr);
   assert.ok(JSON.parse(on.stdout).length > 0, "installed and not switched off: loaded");
+});
+
+test("a job's trace context is SHA-256 of its id, the same in every instance and version", () => {
+  // Computed apart: hashlib.sha256(b"byollm job\x00job_0123").hexdigest()
+  assert.deepEqual(jobTraceContext("job_0123"), { traceId: "a9661c0779792c9b7319cde10fd47d9c", spanId: "c0f02432c1d9ab78" });
 });
