@@ -17,7 +17,10 @@ import { join } from "node:path";
 import pg from "pg";
 import { freePort } from "./helpers/net.mjs";
 import { installExample, nextBin, run, startNext, stopChild, Browserless } from "./helpers/next-app.mjs";
-import { adminUrl } from "./postgres-db.mjs";
+import { adminUrl, TRUNCATE, testPool } from "./postgres-db.mjs";
+import { makeTarget, ours } from "./postgres-target.mjs";
+import { certifyAllowingOneTimingRetry } from "./helpers/certify.mjs";
+import { CHECKS, formatReport } from "@byollm/conformance";
 import { root } from "./site-harness.mjs";
 
 const daemonBin = join(root, "node_modules", "byollm", "dist", "bin.js");
@@ -260,4 +263,60 @@ test("without PUBLIC_ORIGIN, the first request is answered 500 and the log says 
   assert.equal(answer.status, 500);
   await until("the log line", () => server.output().includes(PUBLIC_ORIGIN_SENTENCE), 5_000);
   assert.match(server.output(), /it is not set\./);
+});
+
+/**
+ * The kit's checks that need the processes' own clock to move: a lease
+ * running out (the recipe's 60 s) and a pairing code expiring (10 min). The
+ * kit advances time in this process only, so through `next start` they would
+ * wait for real; both run on the real clock over postgresStore in
+ * postgres-conformance.test.mjs.
+ */
+const NEEDS_THE_SERVERS_CLOCK = ["C004_LEASE_RECLAIM", "C020_PAIR_CODE_EXPIRES"];
+
+test("the conformance kit passes through the two next start processes (30 of its 32 checks)", { skip, timeout: 300_000 }, async () => {
+  // The kit's daemons talk to the two processes in turn; its app side (enqueue,
+  // approve, cancel, sweep) is a ByollmApp of this process on the same
+  // database, another instance of the site, on the clock the kit advances.
+  const { siteKeysFromEnv } = await import("../dist/index.js");
+  const { postgresStore } = await import("../dist/postgres.js");
+  process.env.BYOLLM_NEXT_PG_SITE_KEYS = keyLine.slice("BYOLLM_SITE_KEYS=".length);
+  const siteKeys = siteKeysFromEnv("BYOLLM_NEXT_PG_SITE_KEYS");
+  delete process.env.BYOLLM_NEXT_PG_SITE_KEYS;
+  const pool = testPool(databaseUrl, 4);
+  try {
+    const target = makeTarget({
+      name: "examples/next-postgres, two next start processes",
+      stack: await ours(),
+      siteKeys,
+      makeStore: (ttlMs) => postgresStore({ pool, defaultTtlMs: ttlMs }),
+      truncate: () => pool.query(TRUNCATE),
+      fakeClock: true,
+      leaseMs: 60_000,
+      ttlMs: 30_000,
+    });
+    let turn = 0;
+    const backends = servers.slice(0, 2).map((server) => server.origin);
+    const only = CHECKS.map((check) => check.id).filter((id) => !NEEDS_THE_SERVERS_CLOCK.includes(id));
+    const report = await certifyAllowingOneTimingRetry(
+      {
+        ...target,
+        origin: proxyOrigin,
+        fetch: async (request) => {
+          const url = new URL(request.url);
+          const backend = backends[turn++ % 2];
+          const body = request.method === "GET" || request.method === "HEAD" ? undefined : await request.text();
+          return fetch(`${backend}${url.pathname}${url.search}`, { method: request.method, headers: request.headers, body });
+        },
+      },
+      { only },
+    );
+    const failed = report.results.filter((r) => !r.passed);
+    if (failed.length > 0) console.log(formatReport(report));
+    assert.equal(report.results.length, 30);
+    assert.deepEqual(failed.map((r) => `${r.check.id}: ${r.error}`), []);
+    assert.ok(turn > 100, `the kit's requests reached both processes (${turn})`);
+  } finally {
+    await pool.end();
+  }
 });
