@@ -147,3 +147,12 @@ test("the sizes are in one generated table, in docs/distribution.md", () => {
     assert.match(line ?? "", /\| [\d,]+ bytes packed/, row);
   }
 });
+
+test("code in the docs imports the package as apps do under the alias install, `@byollm/server`", () => {
+  const problems = [];
+  for (const file of markdownFiles()) {
+    const text = readFileSync(join(root, file), "utf8");
+    for (const [match] of text.matchAll(/from ["']byollm-server-native(?!-edge)[^"']*["']/g)) problems.push(`${file}: ${match}`);
+  }
+  assert.deepEqual(problems, []);
+});
