@@ -394,12 +394,15 @@ test("./next createHandler: lazy, memoised, a failing config throws synchronousl
   assert.throws(() => bad.POST(request()), { message: 'basePath must start with "/": got api' });
 });
 
-test("a verificationUrl that is not an absolute http(s) URL stops the handler at start-up, with a message that says what to set", async () => {
+test("a verificationUrl that is not an absolute http(s) URL stops the handler at start-up, with a message that says what to set", async (t) => {
   const store = new MemoryStore();
+  const saved = process.env.PUBLIC_ORIGIN;
+  t.after(() => (saved === undefined ? delete process.env.PUBLIC_ORIGIN : (process.env.PUBLIC_ORIGIN = saved)));
+  delete process.env.PUBLIC_ORIGIN;
   const { ByollmHandlers } = await import("../dist/index.js");
   // What `${process.env.PUBLIC_ORIGIN}/pair` gives when PUBLIC_ORIGIN is not set, and its relatives.
   for (const verificationUrl of ["undefined/pair", "/pair", "", "app.example/pair", "ftp://app.example/pair", "javascript:alert(1)", undefined, 42]) {
-    const expected = /^Error: verificationUrl must be an absolute http\(s\) URL, the page where a person approves a pairing code \(e\.g\. https:\/\/app\.example\/pair\); got .*\. If it is built from an environment variable such as PUBLIC_ORIGIN, set that variable\.$/;
+    const expected = /^Error: verificationUrl must be an absolute http\(s\) URL, the page where a person approves a pairing code \(e\.g\. https:\/\/app\.example\/pair\); got .*\. PUBLIC_ORIGIN must be the absolute http\(s\) origin people and daemons reach this site at \(e\.g\. https:\/\/app\.example, or http:\/\/localhost:3000 in development\); it is not set\.$/;
     assert.throws(() => new ByollmHandlers({ store, siteKeys: SITE, verificationUrl }), (e) => expected.test(String(e)));
     assert.throws(() => createFetchHandler({ store, siteKeys: SITE, verificationUrl }), (e) => expected.test(String(e)));
     // The Next.js mount builds on its first request: that request throws, before any pairing is answered.
@@ -407,6 +410,11 @@ test("a verificationUrl that is not an absolute http(s) URL stops the handler at
     assert.throws(() => route.POST(new Request(`${ORIGIN}/byollm/pair`, { method: "POST", body: "{}" })), (e) => expected.test(String(e)));
   }
   assert.throws(() => createFetchHandler({ store, siteKeys: SITE, verificationUrl: "undefined/pair" }), { message: /got "undefined\/pair"/ });
+  // PUBLIC_ORIGIN set but not absolute: said as such; set and absolute: the URL came from elsewhere.
+  process.env.PUBLIC_ORIGIN = "app.example";
+  assert.throws(() => createFetchHandler({ store, siteKeys: SITE, verificationUrl: "app.example/pair" }), { message: /PUBLIC_ORIGIN must be .*; got "app\.example"\.$/ });
+  process.env.PUBLIC_ORIGIN = "https://app.example";
+  assert.throws(() => createFetchHandler({ store, siteKeys: SITE, verificationUrl: "/pair" }), { message: /got "\/pair"\. If it is built from an environment variable, set that variable\.$/ });
   // Both schemes a real site uses, with or without a path, start.
   for (const verificationUrl of ["https://app.example/pair", "http://127.0.0.1:8787/pair", "https://app.example"]) {
     assert.doesNotThrow(() => createFetchHandler({ store, siteKeys: SITE, verificationUrl }));

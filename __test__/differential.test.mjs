@@ -4,7 +4,7 @@
 // simulated daemon that signs, seals and opens with @byollm/protocol. Every
 // answer (status, error code, body) and every resulting job record is
 // compared after ids are normalised. A difference passes only if it is in
-// DELIBERATE (documented in README.md "Where we differ from the reference, on
+// DELIBERATE (documented in docs/differences.md "Where this package differs from the reference, on
 // purpose" or docs/security.md, with the line) or in OPEN_DIVERGENCES (found,
 // not yet fixed: each is a bug to fix and then remove from the list). Any 5xx
 // or rejected promise from ours, and any unhandled rejection, fails the suite.
@@ -27,7 +27,7 @@ const is = (status, error) => (v) => v.status === status && (error === undefined
 
 /**
  * Differences we keep on purpose. `doc` (and `also`) quote the line of
- * README.md "Where we differ from the reference, on purpose" or
+ * docs/differences.md "Where this package differs from the reference, on purpose" or
  * docs/security.md that states it (checked below; the line numbers are
  * printed); `label` matches "<scenario> / <step>" (or a mutation's label);
  * `ref` and `ours(value, referenceValue)` check each side's normalised answer,
@@ -37,13 +37,13 @@ const DELIBERATE = [
   {
     // Exactly the reference's value with each lone surrogate as U+FFFD.
     id: "a lone surrogate in a stored device string comes back as U+FFFD",
-    doc: ["README.md", "A lone surrogate (`\"\\ud800\"`) in a string a device sends (a label, a version, a capability's model)"],
+    doc: ["docs/differences.md", "A lone surrogate (`\"\\ud800\"`) in a string a device sends (a label, a version, a capability's model)"],
     label: /(runners after the variants|pair: start label lone surrogates|pendingPairing|approve|: runners|end: runners of \w+)$/,
     ours: (v, r) => wellFormed(v) === wellFormed(r) && JSON.stringify(v) !== JSON.stringify(r),
   },
   {
     id: "strict request signatures",
-    doc: ["README.md", "A request signature with junk, padding or the other base64 alphabet does not verify."],
+    doc: ["docs/differences.md", "A request signature with junk, padding or the other base64 alphabet does not verify."],
     also: ["docs/security.md", "a request signature (the `x-byollm-signature` header) must be exactly the unpadded base64url of 64 bytes"],
     label: /signature (padded|junk|standard alphabet|whitespace inside|stray trailing bits)|mutation .* signature/,
     // The reference's signature check passed, whatever it answered next.
@@ -52,7 +52,7 @@ const DELIBERATE = [
   },
   {
     id: "a box holding JSON null is a malformed result (400), not a rejected handler",
-    doc: ["README.md", "`open` returns `malformed` for a sealed JSON `null` (the reference throws, and its `/result` then"],
+    doc: ["docs/differences.md", "`open` returns `malformed` for a sealed JSON `null` (the reference throws, and its `/result` then"],
     also: ["docs/security.md", "`open()` throws a `TypeError` when the inner text or signed body is JSON `null`"],
     label: /^sealed null \/ result whose box holds JSON null$/,
     ref: (v) => typeof v.rejects === "string",
@@ -60,7 +60,7 @@ const DELIBERATE = [
   },
   {
     id: "/fetch compares the body's runnerId with the signer",
-    doc: ["README.md", "`/fetch` checks that the body's runner is the signer (401 otherwise)"],
+    doc: ["docs/differences.md", "`/fetch` checks that the body's runner is the signer (401 otherwise)"],
     also: ["docs/security.md", "`/fetch` does not compare the body's `runnerId` with the signer"],
     label: /fetch/,
     ref: (v) => v.status === 200 || v.status === 404,
@@ -68,7 +68,7 @@ const DELIBERATE = [
   },
   {
     id: "a result on a lapsed lease is refused before any sweep",
-    doc: ["README.md", "and a lease that has expired even before a sweep ran"],
+    doc: ["docs/differences.md", "and a lease that has expired even before a sweep ran"],
     also: ["docs/security.md", "A result after lease expiry is accepted until a sweep runs"],
     label: /^lease edge: result (at expiry|1 ms after expiry|an hour after expiry) \/ |^mutation #\d+ result .*time jump (60000|60001|3660000)/,
     // (The lease is checked before the envelope is opened: a result on a
@@ -81,7 +81,7 @@ const DELIBERATE = [
     // Matched as `private`: the other owner's team runner is no candidate, so
     // ours counts fewer candidates (or none) where the reference counts it.
     id: "an unknown audience already stored is matched as private (runnerAvailability)",
-    doc: ["README.md", "A job already stored with such a spelling is matched as `private`"],
+    doc: ["docs/differences.md", "A job already stored with such a spelling is matched as `private`"],
     also: ["docs/security.md", "is matched as `private` by the claim and by `runnerAvailability`"],
     label: /^runnerAvailability \/ availability .*"audience":"(Private||public|TEAM| team|team |everyone)"/,
     ref: (v) => v.value?.available === true,
@@ -95,7 +95,7 @@ const DELIBERATE = [
     // stored with an odd audience; its owner's runner does, and the result
     // is recorded as untrusted.
     id: "an unknown audience already stored is matched as private (claim) and completes untrusted",
-    doc: ["README.md", "A job already stored with such a spelling is matched as `private` and completes as `untrusted`."],
+    doc: ["docs/differences.md", "A job already stored with such a spelling is matched as `private` and completes as `untrusted`."],
     also: ["docs/security.md", "completes with provenance echoing the stored word, `untrusted: true`"],
     label: /^stored audience /,
     ours: (v, r) => {
@@ -112,7 +112,7 @@ const DELIBERATE = [
     // the size message (a streamed one with the size read when reading
     // stopped).
     id: "the body cap counts bytes as they arrive",
-    doc: ["README.md", "The HTTP body cap counts bytes as they arrive and stops reading at the cap"],
+    doc: ["docs/differences.md", "The HTTP body cap counts bytes as they arrive and stops reading at the cap"],
     also: ["docs/security.md", "bytes are counted as they arrive and reading stops at the cap"],
     label: /^limit: (2-byte|3-byte|astral|chunked 3-byte)/,
     ref: (v) => v.status === 404,
@@ -124,7 +124,7 @@ const DELIBERATE = [
     // same scenario or mutation step (approve, poll, pendingPairing of a code
     // that was never handed out) finds nothing.
     id: "pair start keeps at most 8 KiB and only exactly spelled device keys",
-    doc: ["README.md", "`pair start` (unauthenticated) keeps at most 8 KiB"],
+    doc: ["docs/differences.md", "`pair start` (unauthenticated) keeps at most 8 KiB"],
     also: ["docs/security.md", "at most 8 KiB kept, exact key spellings"],
     label: /^pairing: (large fields at start: .*|identity keys padded or respelled) \/ |^mutation #\d+ pair-start /,
     // (Or the reference refused it for another reason first: a key text over
@@ -134,7 +134,7 @@ const DELIBERATE = [
   },
   {
     id: "enqueue refuses a payload whose envelope would be over the envelope cap",
-    doc: ["README.md", "refuses a payload whose envelope would be over the 6 MiB envelope"],
+    doc: ["docs/differences.md", "refuses a payload whose envelope would be over the 6 MiB envelope"],
     also: ["docs/security.md", "`enqueue` refuses it: `invalid <kind> payload — sealed for its runner it would be"],
     label: /^enqueue size: a million astral characters \/ /,
     ours: (v) => v === null || /sealed for its runner it would be/.test(v.error?.message ?? ""),
@@ -144,14 +144,14 @@ const DELIBERATE = [
     // 404 "unknown device code" where the reference answers `expired` (and,
     // for an approval its daemon never collected, still hands it out).
     id: "the sweep prunes expired pairings",
-    doc: ["README.md", "`MemoryStore` prunes"],
+    doc: ["docs/differences.md", "`MemoryStore` prunes"],
     also: ["docs/security.md", "The sweep (`expireDue`) drops a pairing once its `expiresAt` is more than 120 s"],
     label: /^pairing: expired pairings after a sweep \/ poll /,
     ours: is(404, "not-found"),
   },
   {
     id: "/fetch refuses a lapsed lease before any sweep",
-    doc: ["README.md", "`/fetch` refuses a lease that has lapsed even before a sweep ran (404 `not-found`)"],
+    doc: ["docs/differences.md", "`/fetch` refuses a lease that has lapsed even before a sweep ran (404 `not-found`)"],
     also: ["docs/security.md", "`/fetch` hands out the payload on a lease that lapsed but was not swept"],
     label: /^lease edge: fetch (at expiry|1 ms after expiry|an hour after expiry) \/ |^mutation #\d+ fetch .*time jump (60000|60001|3660000)/,
     ref: (v) => v.status === 200,
@@ -159,14 +159,14 @@ const DELIBERATE = [
   },
   {
     id: "ByollmApp refuses an empty owner and wrong argument types with a TypeError naming the field",
-    doc: ["README.md", "`approvePairing` refuses an empty `owner`, and every `ByollmApp` method refuses an argument of the"],
+    doc: ["docs/differences.md", "`approvePairing` refuses an empty `owner`, and every `ByollmApp` method refuses an argument of the"],
     also: ["docs/security.md", "every `ByollmApp` method refuses a wrong argument with a `TypeError` naming the method and the field"],
     label: /approve owner |^audience (type number|type null|owner number|allow a string) \/ |^enqueue mutation #/,
     ours: (v) => v === null || (v.error?.name === "TypeError" && /^\w+: `\w+` must be /.test(v.error.message)),
   },
   {
     id: "a cancel then a release ends the job canceled",
-    doc: ["README.md", "A cancel asked for a job that its runner then releases ends the job `canceled` instead of reaching"],
+    doc: ["docs/differences.md", "A cancel asked for a job that its runner then releases ends the job `canceled` instead of reaching"],
     also: ["docs/security.md", "A cancel request survives a release and hits the next runner"],
     label: /^cancel then release \/ (after|the other runner claims)$/,
     ref: (v) => v.state === "queued" || v.body?.jobs?.length === 1,
@@ -179,7 +179,7 @@ const DELIBERATE = [
     // runner gets the prompt). What follows on our side is that there is
     // no job: no claim hands it out, fetch and result find nothing.
     id: "an unknown audience is refused at enqueue",
-    doc: ["README.md", 'An audience other than exactly `"private"` or `"team"` is refused at `enqueue`'],
+    doc: ["docs/differences.md", 'An audience other than exactly `"private"` or `"team"` is refused at `enqueue`'],
     also: ["docs/security.md", "`enqueue` refuses it with a `TypeError` naming the allowed values"],
     label: /^audience odd /,
     ours: (v) =>
@@ -192,7 +192,7 @@ const DELIBERATE = [
     // Ours refuses a list or a kept text over its bound (after the signature
     // check); the reference takes any length.
     id: "every list a request carries is bounded",
-    doc: ["README.md", "Every list a request carries has a bound far above what a daemon sends"],
+    doc: ["docs/differences.md", "Every list a request carries has a bound far above what a daemon sends"],
     also: ["docs/security.md", "Every list in a request body (leases, capabilities, models, withheld kinds)"],
     // (In a mutation step, what the reference then holds, a claimed job or a
     // touched runner, is the step's consequence.)
@@ -207,7 +207,7 @@ const DELIBERATE = [
     // Refused where the 65th level opens, at the JSON stage; the reference
     // parses any depth and answers the version, signature or schema refusal.
     id: "JSON nested deeper than 64 levels is refused",
-    doc: ["README.md", "JSON nested deeper than 64 levels is refused where it opens"],
+    doc: ["docs/differences.md", "JSON nested deeper than 64 levels is refused where it opens"],
     also: ["docs/security.md", "nesting of arrays and objects in any JSON the core parses | 64 levels"],
     label: /^body variants \/ claim: depth (64 extra key|200 extra key|5000 extra key|200 objects|5000 in model)$|^mutation #\d+ .*deep nesting/,
     ours: (v) => v.status === 400 && v.body?.error === "bad-request" && v.body.message === "request body nests arrays and objects deeper than 64 levels",
@@ -223,7 +223,7 @@ const OPEN_DIVERGENCES = [];
 
 /**
  * The entries in force: those whose every quoted line is in its document
- * (README.md or docs/security.md as they are in this checkout). One whose
+ * (docs/differences.md or docs/security.md as they are in this checkout). One whose
  * line is missing excuses nothing, so the difference it describes fails.
  */
 const ACTIVE = DELIBERATE.filter((d) => {

@@ -17,7 +17,7 @@ import * as ours from "../dist/index.js";
 // The one message we word differently on purpose: the reference's advice,
 // `npx --package @byollm/server keygen`, asks the registry for the reference
 // when this package is installed under its alias; `npx --no keygen` runs the
-// installed one under either name (README, "Where we differ").
+// installed one under either name (docs/differences.md).
 const keygenAdvice = (message) => message.replace("`npx --package @byollm/server keygen`", "`npx --no keygen`");
 const vectors = new URL("../tests/vectors/", import.meta.url);
 const transcript = JSON.parse(readFileSync(new URL("http-transcript.json", vectors), "utf8"));

@@ -76,7 +76,7 @@ test("the counts follow the job cycle, bulk writes, deletes, the sweep and trunc
   assert.ok((await deltaRows()) <= 7, "a read folds the deltas");
 
   // The exposition says the same, through Prometheus's parser.
-  const families = parseExposition(await (await createMetricsHandler(app)(new Request(`${ORIGIN}/metrics`))).text());
+  const families = parseExposition(await (await createMetricsHandler(app, { public: true })(new Request(`${ORIGIN}/metrics`))).text());
   for (const [state, n] of Object.entries(await truth())) assert.equal(sampleValue(families, "byollm_jobs", { state }), n);
 
   await pool.query(TRUNCATE);

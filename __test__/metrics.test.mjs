@@ -176,9 +176,13 @@ test("a scrape without the right token gets 401 and no store data", async () => 
   const basic = await metrics(new Request(`${ORIGIN}/metrics`, { headers: { authorization: `Basic ${TOKEN}` } }));
   assert.equal(basic.status, 401);
   assert.equal((await metrics(new Request(`${ORIGIN}/metrics`, { method: "POST", body: "" }))).status, 405);
-  assert.equal((await scrape(createMetricsHandler(app), undefined)).status, 200, "no token: open");
-  assert.throws(() => createMetricsHandler(app, { token: "" }), TypeError);
-  assert.throws(() => createMetricsHandler({}), TypeError);
+  assert.equal((await scrape(createMetricsHandler(app, { public: true }), undefined)).status, 200, "public: open");
+  // No token and no `public: true` (an unset METRICS_TOKEN): refused when created, naming the option.
+  for (const options of [undefined, {}, { token: undefined }, { token: "" }, { public: false }]) {
+    assert.throws(() => createMetricsHandler(app, options), (error) => error instanceof TypeError && /`token`/.test(error.message) && /public: true/.test(error.message), JSON.stringify(options));
+  }
+  assert.throws(() => createMetricsHandler(app, { token: TOKEN, public: true }), TypeError, "both is ambiguous");
+  assert.throws(() => createMetricsHandler({}, { public: true }), TypeError);
 });
 
 /** A store of the app's own over a MemoryStore, whose reads can be made to fail. */
@@ -217,7 +221,7 @@ test("a store of the app's own: runners from its listing, jobs null; a store err
   assert.equal(down.store.ok, false);
   assert.equal(down.runners, null);
   assert.equal(down.endpoints.result.statuses["200"], 1, "the counters still answer");
-  const res = await scrape(createMetricsHandler(app));
+  const res = await scrape(createMetricsHandler(app, { public: true }));
   assert.equal(res.status, 503);
   const text = await res.text();
   assert.ok(!text.includes("db.internal"), "no error text in the exposition");

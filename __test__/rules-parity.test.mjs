@@ -241,7 +241,7 @@ function reference(endpoint, text) {
 }
 
 /**
- * Where we are stricter on purpose (README "Where we differ", docs/security.md):
+ * Where we are stricter on purpose (docs/differences.md, docs/security.md):
  * a pair start is kept, so ours bounds it; the reference accepts any size.
  */
 function overPairStartBounds(start) {

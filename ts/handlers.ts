@@ -4,7 +4,7 @@
 // operations it asks for: in place on our MemoryStore, as one SQL function
 // call on the SQL stores, as the store's methods on any other.
 import { native, PROTOCOL, type NativeMemoryStoreHandle, type PendingRequest } from "./native.js";
-import { nativeStoreOf } from "./memory.js";
+import { nativeStoreOf, warnIfServerless } from "./memory.js";
 import { recorderFor, type Registry } from "./metrics.js";
 import { methodOperations, perform, type Operations } from "./operations.js";
 import { sqlOperations } from "./sql-store.js";
@@ -21,16 +21,32 @@ const DEFAULT_STORE_TIMEOUT_MS = 30_000;
 /** Our native store, and the bell for its watchers. */
 type Lane = { readonly native: NativeMemoryStoreHandle; readonly notify: () => void };
 
+/**
+ * What is wrong with `PUBLIC_ORIGIN`, the variable the documented recipes
+ * build the approval page's URL from, or undefined when it is an absolute
+ * http(s) URL. The same sentence is printed by `next build` and thrown at the
+ * first request, so the mistake reads the same wherever it is seen first.
+ */
+export function publicOriginProblem(value: string | undefined = process.env.PUBLIC_ORIGIN): string | undefined {
+  const url = value !== undefined && URL.canParse(value) ? new URL(value) : undefined;
+  if (url !== undefined && (url.protocol === "https:" || url.protocol === "http:")) return undefined;
+  return (
+    `PUBLIC_ORIGIN must be the absolute http(s) origin people and daemons reach this site at ` +
+    `(e.g. https://app.example, or http://localhost:3000 in development); ` +
+    (value === undefined || value === "" ? "it is not set." : `got ${JSON.stringify(value)}.`)
+  );
+}
+
 // The daemon prints this URL next to the pairing code and refuses a pair
 // answer whose URL is not absolute: a missing origin (`undefined/pair`) would
-// fail every pairing, so it fails here, once, at start-up.
+// fail every pairing, so it fails here, once, when the handler is built.
 function checkVerificationUrl(value: unknown): void {
   const url = typeof value === "string" && URL.canParse(value) ? new URL(value) : undefined;
   if (url === undefined || (url.protocol !== "https:" && url.protocol !== "http:")) {
     throw new Error(
       `verificationUrl must be an absolute http(s) URL, the page where a person approves a pairing code ` +
         `(e.g. https://app.example/pair); got ${JSON.stringify(value) ?? String(value)}. ` +
-        `If it is built from an environment variable such as PUBLIC_ORIGIN, set that variable.`,
+        (publicOriginProblem() ?? `If it is built from an environment variable, set that variable.`),
     );
   }
 }
@@ -61,6 +77,7 @@ export class Endpoints {
     const metrics = recorderFor(config.store, config.metrics)?.native;
     this.#engine = new native.Engine(new native.SiteKeyring(config.siteKeys), settings, metrics);
     checkVerificationUrl(config.verificationUrl);
+    warnIfServerless(config.store);
     this.#store = config.store;
     this.#methods = methodOperations(config.store);
     this.#now = config.now ?? Date.now;

@@ -457,6 +457,33 @@ const NOTIFY = Symbol("notify");
 /** The only own properties a store the engine may run in place has. */
 const OWN_STATE = new Set<PropertyKey>([NATIVE, LAZY, WATCHERS]);
 
+/** Our MemoryStores without `path`: their state ends with the process. */
+const processOnly = new WeakSet<object>();
+
+/** The variables serverless hosts set in every function's environment. */
+const SERVERLESS_HOSTS = ["VERCEL", "AWS_LAMBDA_FUNCTION_NAME", "NETLIFY"] as const;
+let warnedServerless = false;
+
+/**
+ * Once a process: when a handler starts serving a MemoryStore without `path`
+ * on a serverless host, say that pairings and jobs will not survive between
+ * its instances, and what to use instead. The daemon's pair request, the
+ * person's approval and the daemon's claims reach different instances there,
+ * each with a store of its own, so pairing fails with no other sign.
+ */
+export function warnIfServerless(store: unknown, env: Record<string, string | undefined> = process.env): void {
+  if (warnedServerless || typeof store !== "object" || store === null || !processOnly.has(store)) return;
+  const host = SERVERLESS_HOSTS.find((name) => env[name] !== undefined && env[name] !== "");
+  if (host === undefined) return;
+  warnedServerless = true;
+  console.warn(
+    `byollm: a MemoryStore without \`path\` is serving requests on a serverless host (${host} is set). ` +
+      "Each instance has its own store, so pairings and jobs will not survive between instances: a daemon pairs on one, " +
+      "the approval and its claims reach others, and pairing fails. Use postgresStore (@byollm/server/postgres) or " +
+      "supabaseStore (@byollm/server/supabase) on a shared database; MemoryStore({ path }) suits one long-running process.",
+  );
+}
+
 /**
  * The in-process store. Without `path` everything lives in this process and
  * nothing is persisted; with `path` the same store is written through to a
@@ -488,6 +515,7 @@ export class MemoryStore implements ByollmStore {
       this[LAZY] = this[NATIVE];
     }
     lanes.set(this, { native: this[NATIVE], lazy: this[LAZY], notify: () => this[NOTIFY]() });
+    if (options.path == null) processOnly.add(this);
   }
 
   /**

@@ -240,11 +240,17 @@ function sourceOf(app: object, where: string): MetricsSource {
 
 export interface MetricsHandlerOptions {
   /**
-   * Required `Authorization: Bearer <token>`; without it the handler
-   * answers anyone who can reach it. A wrong or missing token gets 401 and
-   * no store data.
+   * Required `Authorization: Bearer <token>`. A wrong or missing token gets
+   * 401 and no store data.
    */
   readonly token?: string;
+  /**
+   * `true` to answer anyone who can reach the handler, without a token. One
+   * of `token` or `public: true` is required, so an unset variable
+   * (`{ token: process.env.METRICS_TOKEN }`) fails at start rather than
+   * publishing the metrics.
+   */
+  readonly public?: boolean;
 }
 
 const EXPOSITION = "text/plain; version=0.0.4; charset=utf-8";
@@ -268,9 +274,14 @@ function authorized(header: string | null, token: string): boolean {
  */
 export function createMetricsHandler(app: object, options: MetricsHandlerOptions = {}): (request: Request) => Promise<Response> {
   const source = sourceOf(app, "createMetricsHandler");
-  const { token } = options;
-  if (token !== undefined && (typeof token !== "string" || token.length === 0)) {
-    throw new TypeError("createMetricsHandler: `token` must be a non-empty string (or left out for no authentication)");
+  const { token } = options ?? {};
+  if (options?.public === true) {
+    if (token !== undefined) throw new TypeError("createMetricsHandler: give either `token` or `public: true`, not both");
+  } else if (typeof token !== "string" || token.length === 0) {
+    throw new TypeError(
+      `createMetricsHandler: \`token\` must be a non-empty string (got ${token === "" ? "an empty string" : typeof token}); ` +
+        "pass { public: true } to serve the metrics to anyone without a token",
+    );
   }
   const answer = (status: number, body: string, headers: Record<string, string> = {}): Response =>
     new Response(body, { status, headers: { "content-type": EXPOSITION, "cache-control": "no-store", ...headers } });

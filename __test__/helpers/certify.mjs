@@ -10,8 +10,8 @@ import { certify } from "@byollm/conformance";
 
 const TIMING_MESSAGES = [/never reached the backend/, /^timed out after \d+ms waiting for/];
 
-export async function certifyAllowingOneTimingRetry(target) {
-  const first = await certify(target);
+export async function certifyAllowingOneTimingRetry(target, options = {}) {
+  const first = await certify(target, options);
   const failed = first.results.filter((r) => !r.passed);
   const timingOnly = failed.length > 0 && failed.every((r) => TIMING_MESSAGES.some((re) => re.test(r.error ?? "")));
   if (!timingOnly) return first;

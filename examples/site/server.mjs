@@ -358,7 +358,7 @@ export async function startSite(options = {}) {
 
   // LIBRARY: the Prometheus exposition of this site's metrics, at /metrics.
   const metricsToken = options.metricsToken ?? process.env.METRICS_TOKEN;
-  const metrics = createMetricsHandler(app, metricsToken ? { token: metricsToken } : {});
+  const metrics = createMetricsHandler(app, metricsToken ? { token: metricsToken } : { public: true });
 
   // The operator's view on the status page: app.metrics() now, and a sample
   // every 5 s for the chart of the last five minutes.

@@ -1,6 +1,6 @@
 //! The in-memory store: job records, the job state machine, pairings and
 //! runners, with the semantics of `MemoryStore` in `@byollm/server@0.1.1`
-//! (`shared/spec/store.md`), but indexed.
+//! (the `ByollmStore` contract of `ts/types.ts`), but indexed.
 //!
 //! The reference walks (and for a claim, sorts) every stored job on every
 //! claim, heartbeat and sweep. Here each job's membership in a handful of
