@@ -23,8 +23,9 @@ pub mod wire;
 
 // --- the in-memory store, and the direct lane served on it
 pub mod chores;
-pub mod direct;
 pub mod engine;
+pub mod payload;
+pub mod result;
 pub mod store;
 
 // --- what operators watch

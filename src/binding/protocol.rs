@@ -4,7 +4,7 @@
 
 use napi_derive::napi;
 
-use crate::{direct, envelope, store, wire};
+use crate::{envelope, payload, store, wire};
 
 /// The protocol constants both paths use.
 #[napi(object, js_name = "ProtocolConstants")]
@@ -43,7 +43,7 @@ pub fn protocol_constants() -> JsProtocolConstants {
             .map(|e| e.as_str().to_owned())
             .collect(),
         max_body_bytes: wire::MAX_BODY_BYTES as f64,
-        async_crypto_threshold: direct::ASYNC_CRYPTO_THRESHOLD as u32,
+        async_crypto_threshold: payload::ASYNC_CRYPTO_THRESHOLD as u32,
         envelope_max_age_ms: envelope::ENVELOPE_MAX_AGE_MS,
         default_ttl_ms: store::DEFAULT_TTL_MS,
         envelope_keys: envelope::SEALED_ENVELOPE_KEYS.map(str::to_owned).to_vec(),

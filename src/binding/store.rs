@@ -693,7 +693,7 @@ impl NativeMemoryStore {
         now: f64,
     ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
         let (kind_text, display) = super::rules::payload_kind(kind)?;
-        let valid = match crate::direct::validate_for_enqueue(
+        let valid = match crate::payload::validate_for_enqueue(
             keyring.handle(),
             kind_text.as_deref(),
             &display,
@@ -704,7 +704,7 @@ impl NativeMemoryStore {
             Ok(valid) => valid,
             Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
         };
-        let at_rest = crate::direct::seal_at_rest(
+        let at_rest = crate::payload::seal_at_rest(
             keyring.handle(),
             &self.inner,
             valid.canonical,
@@ -747,7 +747,7 @@ impl NativeMemoryStore {
         // A job under this id already: `create` answers with it, and this
         // payload's seal is never needed.
         if self.inner.get(&job.id).is_none() {
-            crate::direct::seal_later(&at_rest);
+            crate::payload::seal_later(&at_rest);
         }
         let input = JobInput {
             id: &job.id,

@@ -92,13 +92,13 @@ impl PayloadSource {
     }
 
     /// Worth the thread pool: JSON text over
-    /// [`crate::direct::ASYNC_CRYPTO_THRESHOLD`] bytes, or fields (only a
+    /// [`crate::payload::ASYNC_CRYPTO_THRESHOLD`] bytes, or fields (only a
     /// large payload is handed over as its fields).
     pub(super) fn is_large(&self) -> bool {
         match self {
             PayloadSource::Json(json) => json
                 .as_ref()
-                .is_some_and(|json| json.len() > crate::direct::ASYNC_CRYPTO_THRESHOLD),
+                .is_some_and(|json| json.len() > crate::payload::ASYNC_CRYPTO_THRESHOLD),
             PayloadSource::Fields(..) => true,
         }
     }
@@ -128,7 +128,7 @@ impl CheckedPayload {
     /// class, or the validator's message.
     pub(super) fn validate(&self) -> std::result::Result<crate::kinds::ValidPayload, String> {
         self.payload.with_json(|payload_json| {
-            crate::direct::validate_for_enqueue(
+            crate::payload::validate_for_enqueue(
                 &self.handle,
                 self.kind_text.as_deref(),
                 &self.kind_display,
@@ -161,11 +161,11 @@ impl CheckedPayload {
 }
 
 /// A large payload validated on the thread pool, its at-rest seal left for
-/// later where it can be ([`crate::direct::prepare_at_rest`]), waiting to
+/// later where it can be ([`crate::payload::prepare_at_rest`]), waiting to
 /// be stored by `SiteKeyring.enqueuePrepared`. Used once.
 #[napi]
 pub struct PreparedPayload {
-    pub(super) prepared: Option<(crate::direct::AtRestSeal, &'static str)>,
+    pub(super) prepared: Option<(crate::payload::AtRestSeal, &'static str)>,
 }
 
 /// `catch_unwind` for work on the thread pool, where the attribute does not

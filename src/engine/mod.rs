@@ -29,12 +29,12 @@ use std::task::{Context, Poll, Waker};
 
 use hashlink::LruCache;
 
-use crate::direct::{self, acceptance, reseal, LeaseFacts};
 use crate::envelope::{OpenFailure, SealedEnvelope};
 use crate::ids;
 use crate::json::{write_json_str, Doc, JsStr};
 use crate::keys::{self, KeyHandle, PublicIdentity};
 use crate::metrics::{Metrics, PairingEvent, Refusal};
+use crate::payload::{self, reseal, LeaseFacts};
 use crate::signing::{self, RequestSignature};
 use crate::wire::schema::Out;
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
@@ -741,7 +741,7 @@ fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> F
         if let Some(purpose) = &job.purpose {
             stub.raw("purpose", purpose);
         }
-        let deadline = direct::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now);
+        let deadline = payload::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now);
         let mut held = Obj::new();
         held.str("id", &lease.id)
             .str("runnerId", &lease.runner_id)
@@ -781,7 +781,7 @@ async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
     // One answer for "no such job", "not yours" and "a lease you no longer hold".
     let job = job
         .filter(|job| {
-            direct::lease_check(
+            payload::lease_check(
                 lease_facts(&job.lease),
                 body.text("leaseId"),
                 Some(&runner.id),
@@ -790,7 +790,7 @@ async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
             .fetch_held
         })
         .ok_or_else(|| Answer::refuse(ErrorCode::NotFound, NO_LEASE))?;
-    let heavy = job.ciphertext_chars > direct::ASYNC_CRYPTO_THRESHOLD;
+    let heavy = job.ciphertext_chars > payload::ASYNC_CRYPTO_THRESHOLD;
     let at_rest = job
         .envelope
         .ok_or_else(|| Answer::refuse(ErrorCode::ServerError, UNOPENABLE_PAYLOAD))?;
@@ -806,7 +806,7 @@ async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
         .work(heavy, move || {
             inputs
                 .reseal()
-                .map(|sealed| sealed.map(|e| direct::fetch_answer(&e)))
+                .map(|sealed| sealed.map(|e| payload::fetch_answer(&e)))
         })
         .await?;
     match answer {
@@ -864,7 +864,7 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     let lease_id = body.text("leaseId");
     let disposition = body.text("disposition");
     let sealed = sealed_envelope(body);
-    let heavy = sealed.ciphertext.len() > direct::ASYNC_CRYPTO_THRESHOLD;
+    let heavy = sealed.ciphertext.len() > payload::ASYNC_CRYPTO_THRESHOLD;
     // The result is sealed to the job id it names, so it opens before the
     // job is read; as a private job's (the common case), a store that can
     // completes it in the same call as it reads the job.
@@ -875,7 +875,7 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     );
     let opened: Opened = cx
         .work(heavy, move || {
-            direct::open_result(&site, &sealed, &id, &identity)
+            payload::open_result(&site, &sealed, &id, &identity)
         })
         .await?;
     let private = accept(cx, &opened, disposition, runner, "private").await?;
@@ -918,7 +918,7 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     let job = job.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_JOB))?;
     // A live lease answers only to the runner it was granted to, and only
     // until it expires; refused with the store's own non-holder answer.
-    if direct::lease_check(lease_facts(&job.lease), lease_id, Some(&runner.id), now).result_refused
+    if payload::lease_check(lease_facts(&job.lease), lease_id, Some(&runner.id), now).result_refused
     {
         return Ok(Answer::ok(result_answer(false, false, &job.state)));
     }
@@ -988,13 +988,13 @@ async fn accept(
     runner: &ops::Runner,
     audience: &str,
 ) -> Flow<Result<Acceptance, &'static str>> {
-    let source = acceptance::Source {
+    let source = crate::result::Source {
         audience,
         runner_id: &runner.id,
         runner_owner: &runner.owner,
     };
     let asked = RefCell::new(Vec::new());
-    let first = acceptance::accept(opened, Some(disposition), &source, &|url| {
+    let first = crate::result::accept(opened, Some(disposition), &source, &|url| {
         asked.borrow_mut().push(url.to_owned());
         false
     });
@@ -1006,7 +1006,7 @@ async fn accept(
             Got::Urls(verdicts) => verdicts,
             _ => return Err(Answer::store_failed(Fault("URLs went unchecked".into()))),
         };
-        acceptance::accept(opened, Some(disposition), &source, &|url| {
+        crate::result::accept(opened, Some(disposition), &source, &|url| {
             asked
                 .iter()
                 .position(|u| u == url)

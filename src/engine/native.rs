@@ -1,8 +1,8 @@
 //! The engine's operations performed on our own [`Store`], in place: no
 //! JSON in between, nothing crosses to JavaScript.
 
-use crate::direct::{self, AtRestSeal};
 use crate::json::write_json_str;
+use crate::payload::{self, AtRestSeal};
 use crate::store::{ClaimArgs, ClaimCapability, CompleteArgs, Holder, JobRef, Store};
 
 use super::ops::{Fault, Job, Lease, Op, Output, Ref, Runner, Stub};
@@ -212,7 +212,7 @@ fn job(store: &Store, job_id: &str) -> Option<Job> {
     let view = store.view(r)?;
     // A caller's own envelope of another shape (keys in another order, say)
     // is read as the sealed envelope it may still be.
-    let envelope = direct::at_rest_of(store, r).or_else(|| {
+    let envelope = payload::at_rest_of(store, r).or_else(|| {
         let raw = store.raw_envelope(r)?;
         super::ops::sealed_from_json(raw).map(AtRestSeal::Sealed)
     });

@@ -8,10 +8,10 @@
 //! its result comes back as JSON text (read here with serde, leniently where
 //! a store's records may be odd) or, from our own store, as values.
 
-use crate::direct::AtRestSeal;
 use crate::envelope::SealedEnvelope;
 use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
 use crate::keys::PublicIdentity;
+use crate::payload::AtRestSeal;
 use crate::store::LeaseRef;
 
 /// `{jobId, leaseId}` exactly as the request or the store spelled it (lone

@@ -3,10 +3,10 @@
 //! a JavaScript or SQL store's.
 
 use super::*;
-use crate::direct::{seal_at_rest, AtRestSeal};
 use crate::envelope::{self, Text};
 use crate::json;
 use crate::keys::StoredKeys;
+use crate::payload::{seal_at_rest, AtRestSeal};
 use crate::store::{JobInput, Store, StoreOptions};
 
 const NOW: f64 = 1_764_500_000_000.0;
@@ -72,7 +72,7 @@ fn lane_with(deferred: bool) -> Lane {
             Text::Utf8("{\"prompt\":\"hi\"}"),
             &keys,
             &keys.keys().encryption_public,
-            &direct::at_rest_context(&keys, "job-1", deadline_at),
+            &payload::at_rest_context(&keys, "job-1", deadline_at),
         )
         .map(AtRestSeal::Sealed)
     };

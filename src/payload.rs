@@ -25,7 +25,6 @@ use crate::signing;
 use crate::store::{EnvelopeInput, JobRef, Store};
 use crate::wire;
 
-pub mod acceptance;
 pub mod reseal;
 
 /// Envelopes from this many ciphertext characters are sealed and opened on

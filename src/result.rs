@@ -80,7 +80,7 @@ pub fn accept(
     url_ok: &dyn Fn(&str) -> bool,
 ) -> Result<Accepted, &'static str> {
     let plaintext = opened.as_ref().map_err(|_| NOT_FROM_DEVICE)?;
-    let doc = match super::canonical_outcome(plaintext) {
+    let doc = match crate::payload::canonical_outcome(plaintext) {
         Some(doc) => doc,
         None => rewritten(plaintext, url_ok)?,
     };

@@ -150,7 +150,7 @@ mod tests {
         let deferred = match crate::envelope::deferred::DeferredSeal::new(
             &site,
             "{\"prompt\":\"hi\"}".into(),
-            crate::direct::at_rest_context(&site, "job-6", deadline),
+            crate::payload::at_rest_context(&site, "job-6", deadline),
         ) {
             Ok(d) => d,
             Err(_) => panic!("own keys defer"),
