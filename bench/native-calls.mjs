@@ -2,7 +2,7 @@
 // Where our server's time goes, per native call, in the full job cycle
 // (bench/full-cycle.mjs, in-process, 1 KB prompt, ours only): every method of
 // the addon's SiteKeyring and NativeMemoryStore is wrapped with a timer, and
-// the direct lane's serveDirect is split by endpoint. Prints p50 and mean µs a
+// the engine's calls on our own store are split by endpoint. Prints p50 and mean µs a
 // call and the native share of the server-side time a job.
 //
 //   node_modules/node/bin/node bench/native-calls.mjs [JOBS] [--fill=N] [--history]

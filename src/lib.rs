@@ -21,7 +21,7 @@ pub mod json;
 pub mod kinds;
 pub mod wire;
 
-// --- the in-memory store, and the direct lane served on it
+// --- the stores, the engine that serves them, a job's payload and result
 pub mod chores;
 pub mod engine;
 pub mod payload;

@@ -111,7 +111,7 @@ vocabulary! {
     }
 }
 
-/// Upper bounds (seconds) of a request's latency: the direct lane answers
+/// Upper bounds (seconds) of a request's latency: our own store answers
 /// in ≈ 0.1 ms, a SQL store in a few ms, a slow database in seconds.
 pub const REQUEST_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,

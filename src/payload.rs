@@ -1,105 +1,23 @@
-//! The site's side of the direct lane: a job's payload resealed for the
-//! device that holds its lease, a device's sealed result opened, and the
-//! signed `claim`, `fetch` and `result` requests served end to end when the
-//! jobs live in our own [`Store`].
-//!
-//! [`serve`] is the fast path of `ts/handlers.ts` for our `MemoryStore`. It
-//! answers only requests it can answer completely and exactly as the
-//! general path would (the daemon's ordinary traffic: a canonical body, a
-//! valid signature of a known, unrevoked runner, a lease it holds); for
-//! anything else it returns `None` before changing anything, and the
-//! general path decides (errors, refusals, odd spellings, large payloads).
-//! The decisions both paths take are the functions below; the general path
-//! calls them through the binding: [`deadline_for`], [`lease_check`], and
-//! the result's acceptance in [`acceptance`].
+//! A job's payload sealed: validated and measured at enqueue, sealed at
+//! rest (by and to the site, now or on the background thread), resealed
+//! for the device that holds its lease, and written as the fetch answer.
 
 use std::sync::Arc;
 
 use crate::envelope::deferred::DeferredSeal;
-use crate::envelope::{self, OpenFailure, Text};
+use crate::envelope::{self, Text};
 use crate::fingerprint;
-use crate::json::{self, write_json_str, Doc, JsStr};
+use crate::json::{self, write_json_str};
 use crate::keys::{KeyHandle, PublicIdentity};
 use crate::kinds::ValidPayload;
-use crate::signing;
 use crate::store::{EnvelopeInput, JobRef, Store};
 use crate::wire;
 
 pub mod reseal;
 
 /// Envelopes from this many ciphertext characters are sealed and opened on
-/// the thread pool by the general path, off the event loop.
+/// the thread pool, off the event loop.
 pub const ASYNC_CRYPTO_THRESHOLD: usize = 64 * 1024;
-
-// ---------------------------------------------------------------- rules
-
-/// The deadline a claim stub carries: the job's own, else the end of its
-/// TTL window (counted from now for a job that is not claimable yet).
-pub fn deadline_for(
-    deadline_at: Option<f64>,
-    claimable_at: Option<f64>,
-    ttl_ms: f64,
-    now: f64,
-) -> f64 {
-    deadline_at.unwrap_or(claimable_at.unwrap_or(now) + ttl_ms)
-}
-
-/// A job's lease as the lease rules read it. `None` stands for a value that
-/// is not a string (a JS store's odd record), which matches nothing; a
-/// lease clock that is not a number (NaN) has lapsed.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseFacts<'a> {
-    pub id: Option<&'a str>,
-    pub runner_id: Option<&'a str>,
-    pub expires_at: f64,
-}
-
-/// What a job's lease (`None`: it has none) allows a fetch or a result
-/// naming `asked_lease_id` from `runner_id` at `now`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseCheck {
-    /// A fetch may have the payload: the job's lease is the one named, is
-    /// held by the runner asking, and has not expired (a lapsed lease that
-    /// no sweep has reclaimed yet hands out nothing; the reference checks
-    /// the id and holder only). One answer for "no such job", "not yours"
-    /// and "a lease you no longer hold", so nothing here says which.
-    pub fetch_held: bool,
-    /// A result is refused before its envelope is opened: a live lease
-    /// answers only to the runner it was granted to, and only until it
-    /// expires (the reference checks the lease id alone, and lets a lapsed
-    /// lease complete until a sweep happens to run). Adopted leases (runner
-    /// `""`, relay-granted) have no runner and no lease clock; the store's
-    /// own holder check decides those, as it does a lease id that is not
-    /// the current one.
-    pub result_refused: bool,
-}
-
-/// The lease rules of both paths (see [`LeaseCheck`]).
-pub fn lease_check(
-    lease: Option<LeaseFacts<'_>>,
-    asked_lease_id: &str,
-    runner_id: Option<&str>,
-    now: f64,
-) -> LeaseCheck {
-    let Some(lease) = lease else {
-        return LeaseCheck {
-            fetch_held: false,
-            result_refused: false,
-        };
-    };
-    let named = lease.id == Some(asked_lease_id);
-    let holder = lease.runner_id.is_some() && lease.runner_id == runner_id;
-    // Not `!live` for a result: a lease clock that is not a number leaves
-    // the result to the store's holder check.
-    LeaseCheck {
-        fetch_held: named && holder && lease.expires_at > now,
-        result_refused: named
-            && lease.runner_id != Some("")
-            && (!holder || lease.expires_at <= now),
-    }
-}
-
-// ---------------------------------------------------------------- the payload's two seals
 
 /// Open a job's at-rest payload (sealed by and to the site) and seal it to
 /// the device; `Ok(None)` when the at-rest envelope does not open, `Err`
@@ -306,36 +224,9 @@ pub fn seal_for_device(
     envelope::seal_with_handle(plaintext, site, &device.encryption, &context)
 }
 
-/// Open a device's sealed result for `job_id`, checking it was signed by
-/// the device's pinned identity.
-pub fn open_result(
-    site: &KeyHandle,
-    sealed: &envelope::SealedEnvelope,
-    job_id: &str,
-    device_identity: &str,
-) -> Result<JsStr, OpenFailure> {
-    let expected = envelope::Expected {
-        job_id: job_id.to_string(),
-        sender_key_id: fingerprint::key_id(device_identity),
-        recipient_key_id: site.key_id().to_string(),
-        direction: "result".into(),
-    };
-    let sender = signing::pinned_key(device_identity);
-    envelope::open_with_handle(sealed, site, sender.as_ref(), &expected)
-}
-
-/// An opened result parsed, when it is a sealed outcome in canonical form
-/// (what `JSON.stringify` writes), so the caller may also parse it plainly.
-pub fn canonical_outcome(plaintext: &JsStr) -> Option<Doc> {
-    if plaintext.lone_utf16().is_some() {
-        return None;
-    }
-    wire::canonical_doc(&wire::SEALED_OUTCOME, plaintext.as_str(), &|_| false)
-}
-
 /// The fetch answer, `{"envelope":{…}}` with the envelope's keys in the
-/// reference's order, for both paths (the general path gets it with its
-/// reseal, so a megabyte answer is never `JSON.stringify`'d).
+/// reference's order (written here with the reseal, so a megabyte answer is
+/// never `JSON.stringify`'d).
 pub fn fetch_answer(sealed: &envelope::SealedEnvelope) -> String {
     let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
     out.push_str("{\"envelope\":{\"ciphertext\":");
@@ -355,117 +246,6 @@ pub fn fetch_answer(sealed: &envelope::SealedEnvelope) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn deadline_is_the_jobs_own_else_the_end_of_its_window() {
-        assert_eq!(deadline_for(Some(5.0), Some(100.0), 10.0, 1_000.0), 5.0);
-        assert_eq!(deadline_for(None, Some(100.0), 10.0, 1_000.0), 110.0);
-        assert_eq!(deadline_for(None, None, 10.0, 1_000.0), 1_010.0);
-    }
-
-    #[test]
-    fn a_fetch_needs_the_named_lease_held_by_the_asking_runner() {
-        let fetch_lease_held = |id, runner_id, asked, asking| {
-            let lease = LeaseFacts {
-                id,
-                runner_id,
-                expires_at: 101.0,
-            };
-            lease_check(Some(lease), asked, asking, 100.0).fetch_held
-        };
-        assert!(
-            !lease_check(None, "l1", Some("r1"), 100.0).fetch_held,
-            "no lease"
-        );
-        assert!(fetch_lease_held(Some("l1"), Some("r1"), "l1", Some("r1")));
-        assert!(
-            !fetch_lease_held(Some("l1"), Some("r1"), "l2", Some("r1")),
-            "another lease"
-        );
-        assert!(
-            !fetch_lease_held(Some("l1"), Some("r2"), "l1", Some("r1")),
-            "another runner's lease"
-        );
-        assert!(
-            !fetch_lease_held(None, Some("r1"), "l1", Some("r1")),
-            "a lease id that is not a string"
-        );
-        assert!(
-            !fetch_lease_held(Some("l1"), None, "l1", None),
-            "no runner on either side matches"
-        );
-        assert!(
-            !fetch_lease_held(Some("l1"), Some(""), "l1", Some("r1")),
-            "an adopted lease"
-        );
-    }
-
-    #[test]
-    fn a_fetch_on_a_lapsed_lease_hands_out_nothing_even_before_a_sweep() {
-        let held = |expires_at: f64, now: f64| {
-            let lease = LeaseFacts {
-                id: Some("l1"),
-                runner_id: Some("r1"),
-                expires_at,
-            };
-            lease_check(Some(lease), "l1", Some("r1"), now).fetch_held
-        };
-        assert!(held(101.0, 100.0), "in time");
-        assert!(!held(100.0, 100.0), "at expiry");
-        assert!(!held(100.0, 3_600_100.0), "an hour later, unswept");
-        assert!(!held(f64::NAN, 100.0), "a lease clock that is not a number");
-    }
-
-    #[test]
-    fn a_result_on_a_live_lease_answers_only_to_its_runner_until_it_expires() {
-        let refused =
-            |runner_id: Option<&str>, expires_at: f64, asked: &str, asking: Option<&str>| {
-                let lease = LeaseFacts {
-                    id: Some("l1"),
-                    runner_id,
-                    expires_at,
-                };
-                lease_check(Some(lease), asked, asking, 100.0).result_refused
-            };
-        assert!(
-            !refused(Some("r1"), 101.0, "l1", Some("r1")),
-            "the holder, in time"
-        );
-        assert!(
-            refused(Some("r1"), 100.0, "l1", Some("r1")),
-            "the holder, at expiry"
-        );
-        assert!(
-            refused(Some("r2"), 101.0, "l1", Some("r1")),
-            "someone else's lease"
-        );
-        assert!(
-            refused(None, 101.0, "l1", Some("r1")),
-            "a lease runner that is not a string"
-        );
-        assert!(
-            !refused(Some(""), 0.0, "l1", Some("r1")),
-            "adopted: the store decides"
-        );
-        assert!(
-            !refused(Some("r1"), f64::NAN, "l1", Some("r1")),
-            "a lease clock that is not a number: the store decides"
-        );
-        assert!(
-            !refused(Some("r2"), 0.0, "l2", Some("r1")),
-            "not the current lease: the store decides"
-        );
-        let unnamed = LeaseFacts {
-            id: None,
-            runner_id: Some("r2"),
-            expires_at: 0.0,
-        };
-        assert!(!lease_check(Some(unnamed), "l1", Some("r1"), 100.0).result_refused);
-        assert!(
-            !lease_check(None, "l1", Some("r1"), 100.0).result_refused,
-            "no lease"
-        );
-    }
 
     use crate::keys::StoredKeys;
     use crate::store::{JobInput, StoreOptions};

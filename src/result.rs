@@ -1,15 +1,16 @@
-//! A device's result accepted or refused, for both paths (the direct lane
-//! in-process, the general path and the cloud lane through
-//! `SiteKeyring.acceptResult`): a sealed outcome inside the opened
-//! envelope, the clear-text disposition equal to the sealed one (it travels
-//! in the clear for routing, so it is checked, never believed), and the
-//! provenance the site writes, built from the job and the authenticated
-//! runner, never from the daemon's word.
+//! A device's result opened and accepted or refused: a sealed outcome
+//! inside the envelope opened with the device's pinned identity, the
+//! clear-text disposition equal to the sealed one (it travels in the clear
+//! for routing, so it is checked, never believed), and the provenance the
+//! site writes, built from the job and the authenticated runner, never from
+//! the daemon's word.
 
 use crate::audience::{self, BackendClass, ProvenanceInput, ResultProvenance, StopReason};
-use crate::envelope::OpenFailure;
+use crate::envelope::{self, OpenFailure};
 use crate::json::{self, Doc, JsStr, Node, NodeId};
+use crate::keys::KeyHandle;
 use crate::wire::{self, SealedOutcomeResult};
+use crate::{fingerprint, signing};
 
 /// The refusal of a result that does not open as this device's, sealed to
 /// this site, for this job.
@@ -21,6 +22,33 @@ pub const OTHER_DISPOSITION: &str = "the declared disposition is not the one tha
 /// The refusal for a document the sealed-outcome schema let through without
 /// the fields it requires; the schema makes it unreachable.
 const NOT_AN_OUTCOME: &str = "the sealed result was not an outcome";
+
+/// Open a device's sealed result for `job_id`, checking it was signed by
+/// the device's pinned identity.
+pub fn open_result(
+    site: &KeyHandle,
+    sealed: &envelope::SealedEnvelope,
+    job_id: &str,
+    device_identity: &str,
+) -> Result<JsStr, OpenFailure> {
+    let expected = envelope::Expected {
+        job_id: job_id.to_string(),
+        sender_key_id: fingerprint::key_id(device_identity),
+        recipient_key_id: site.key_id().to_string(),
+        direction: "result".into(),
+    };
+    let sender = signing::pinned_key(device_identity);
+    envelope::open_with_handle(sealed, site, sender.as_ref(), &expected)
+}
+
+/// An opened result parsed, when it is a sealed outcome in canonical form
+/// (what `JSON.stringify` writes), so the caller may also parse it plainly.
+pub fn canonical_outcome(plaintext: &JsStr) -> Option<Doc> {
+    if plaintext.lone_utf16().is_some() {
+        return None;
+    }
+    wire::canonical_doc(&wire::SEALED_OUTCOME, plaintext.as_str(), &|_| false)
+}
 
 /// Who a result is accepted from, as the site knows it: the job's audience
 /// (as stored; an unknown spelling is echoed, untrusted) and the
@@ -54,7 +82,8 @@ impl Accepted {
         serde_json::to_string(&self.provenance).ok()
     }
 
-    /// `{"outcome":…,"provenance":…}`: what the general path hands its store.
+    /// `{"outcome":…,"provenance":…}`: what a store the engine does not run in
+    /// place is handed.
     pub fn to_json(&self) -> Option<String> {
         let outcome = self.outcome_json();
         let provenance = self.provenance_json()?;
@@ -80,7 +109,7 @@ pub fn accept(
     url_ok: &dyn Fn(&str) -> bool,
 ) -> Result<Accepted, &'static str> {
     let plaintext = opened.as_ref().map_err(|_| NOT_FROM_DEVICE)?;
-    let doc = match crate::payload::canonical_outcome(plaintext) {
+    let doc = match canonical_outcome(plaintext) {
         Some(doc) => doc,
         None => rewritten(plaintext, url_ok)?,
     };

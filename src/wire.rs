@@ -912,7 +912,7 @@ mod tests {
             refusal(Endpoint::Heartbeat, &raw),
             "request body failed schema validation"
         );
-        // The canonical check (the direct lane's) never takes a body over a bound.
+        // The canonical check never takes a body over a bound.
         let claim = format!(
             r#"{{"protocolVersion":"2","runnerId":"r","capabilities":[{}],"max":1}}"#,
             vec![CAP; 33].join(",")

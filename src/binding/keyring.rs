@@ -1,7 +1,7 @@
 //! `SiteKeyring`, a site's key handle: its payload seals and result opens,
 //! inline and on the thread pool, and its reseals for a claiming device.
 //! The calls that also act on our store are `NativeMemoryStore`'s
-//! (`enqueue`, `serve`, …), which take the keyring.
+//! (`enqueue`, `serveNative`, …), which take the keyring.
 
 use std::sync::Arc;
 
@@ -34,7 +34,7 @@ pub struct JsSealedPayload {
 }
 
 /// A payload resealed for a device: the envelope, and the fetch answer's
-/// text as the core writes it (`direct::fetch_answer`).
+/// text as the core writes it (`payload::fetch_answer`).
 #[napi(object, js_name = "FetchAnswer")]
 pub struct JsFetchAnswer {
     pub envelope: JsSealedEnvelope,
@@ -133,7 +133,7 @@ struct ResultToAccept {
 
 impl ResultToAccept {
     fn open(&self) -> std::result::Result<JsStr, OpenFailure> {
-        crate::payload::open_result(
+        crate::result::open_result(
             &self.site,
             &self.envelope,
             &self.job_id,
@@ -392,7 +392,7 @@ impl SiteKeyring {
         let large = envelope.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
         let (handle, envelope) = (self.inner.clone(), SealedEnvelope::from(envelope));
         let run = move || {
-            Ok(crate::payload::open_result(
+            Ok(crate::result::open_result(
                 &handle,
                 &envelope,
                 &job_id,
@@ -403,8 +403,8 @@ impl SiteKeyring {
     }
 
     /// Open a device's result for `jobId` and accept it, or refuse it with
-    /// the reference's message (`crate::result`): the general
-    /// path's and the cloud lane's one call per result (on the thread pool
+    /// the reference's message (`crate::result`): the one call per result of
+    /// a store the engine does not run in place, and of the cloud lane (on the thread pool
     /// past [`ASYNC_CRYPTO_THRESHOLD`] bytes). Values a relay sent that are
     /// not even strings do not open: refused, not thrown.
     #[allow(clippy::too_many_arguments)]
@@ -470,7 +470,7 @@ impl SiteKeyring {
 }
 
 impl SiteKeyring {
-    /// The parsed keys (for the store's direct-lane calls).
+    /// The parsed keys (for the store's calls that seal and open).
     pub(super) fn handle(&self) -> &Arc<KeyHandle> {
         &self.inner
     }

@@ -1,6 +1,6 @@
 //! `NativeMetrics`: one site store's registry (`crate::metrics`) as JS sees
 //! it. `ts/metrics.ts` keeps one per store and records through it; the
-//! direct lane records into the same registry from `NativeMemoryStore.serve`.
+//! engine records into the same registry when it runs on our own store.
 
 use std::sync::Arc;
 

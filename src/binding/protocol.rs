@@ -1,12 +1,11 @@
 //! The protocol's constants and header readings as the shell needs them:
-//! the numbers the fast path uses, handed to the general path, so each is
-//! written once.
+//! the numbers the core uses, handed to the shell, so each is written once.
 
 use napi_derive::napi;
 
 use crate::{envelope, payload, store, wire};
 
-/// The protocol constants both paths use.
+/// The protocol constants the core and the shell both use.
 #[napi(object, js_name = "ProtocolConstants")]
 pub struct JsProtocolConstants {
     /// The protocol version this server speaks.
@@ -53,7 +52,7 @@ pub fn protocol_constants() -> JsProtocolConstants {
 }
 
 /// The `x-byollm-issued-at` header as a timestamp (`Number(text)` when it
-/// is finite, else `null`), as the fast path reads it.
+/// is finite, else `null`), as the engine reads it.
 #[napi(catch_unwind)]
 pub fn issued_at_header(text: String) -> Option<f64> {
     wire::issued_at_header(&text)

@@ -87,7 +87,7 @@ pub(super) fn rule_text(value: Unknown<'_>) -> Result<Option<String>> {
     Ok(String::from_utf16(&units).ok())
 }
 
-/// The deadline a claim stub carries (`crate::payload::deadline_for`).
+/// The deadline a claim stub carries (`crate::engine::rules::deadline_for`).
 #[napi(catch_unwind)]
 pub fn deadline_for(
     deadline_at: Option<f64>,
@@ -95,7 +95,7 @@ pub fn deadline_for(
     ttl_ms: f64,
     now: f64,
 ) -> f64 {
-    crate::payload::deadline_for(deadline_at, claimable_at, ttl_ms, now)
+    crate::engine::rules::deadline_for(deadline_at, claimable_at, ttl_ms, now)
 }
 
 /// The too-large message for `bytes` (the limit is the body cap).

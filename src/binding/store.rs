@@ -665,7 +665,7 @@ pub struct JsEnqueuedJob {
     pub deadline_at: Option<f64>,
 }
 
-// -- the direct lane: calls that also need the site's keys ------------------
+// -- calls that also need the site's keys -----------------------------------
 
 #[napi]
 impl NativeMemoryStore {

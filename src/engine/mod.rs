@@ -34,13 +34,14 @@ use crate::ids;
 use crate::json::{write_json_str, Doc, JsStr};
 use crate::keys::{self, KeyHandle, PublicIdentity};
 use crate::metrics::{Metrics, PairingEvent, Refusal};
-use crate::payload::{self, reseal, LeaseFacts};
+use crate::payload::{self, reseal};
 use crate::signing::{self, RequestSignature};
 use crate::wire::schema::Out;
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
 
 pub mod native;
 pub mod ops;
+pub(crate) mod rules;
 
 use ops::Obj;
 pub use ops::{Fault, Op, Output};
@@ -741,7 +742,7 @@ fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> F
         if let Some(purpose) = &job.purpose {
             stub.raw("purpose", purpose);
         }
-        let deadline = payload::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now);
+        let deadline = rules::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now);
         let mut held = Obj::new();
         held.str("id", &lease.id)
             .str("runnerId", &lease.runner_id)
@@ -756,14 +757,6 @@ fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> F
     let mut out = Obj::new();
     out.raw("jobs", &stubs).num("leaseMs", lease_ms);
     Ok(out.end())
-}
-
-fn lease_facts(lease: &Option<ops::Lease>) -> Option<LeaseFacts<'_>> {
-    lease.as_ref().map(|l| LeaseFacts {
-        id: Some(&l.id),
-        runner_id: Some(&l.runner_id),
-        expires_at: l.expires_at,
-    })
 }
 
 async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
@@ -781,10 +774,10 @@ async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
     // One answer for "no such job", "not yours" and "a lease you no longer hold".
     let job = job
         .filter(|job| {
-            payload::lease_check(
-                lease_facts(&job.lease),
+            rules::lease_check(
+                job.lease.as_ref(),
                 body.text("leaseId"),
-                Some(&runner.id),
+                &runner.id,
                 cx.req.now,
             )
             .fetch_held
@@ -875,7 +868,7 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     );
     let opened: Opened = cx
         .work(heavy, move || {
-            payload::open_result(&site, &sealed, &id, &identity)
+            crate::result::open_result(&site, &sealed, &id, &identity)
         })
         .await?;
     let private = accept(cx, &opened, disposition, runner, "private").await?;
@@ -918,8 +911,7 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     let job = job.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_JOB))?;
     // A live lease answers only to the runner it was granted to, and only
     // until it expires; refused with the store's own non-holder answer.
-    if payload::lease_check(lease_facts(&job.lease), lease_id, Some(&runner.id), now).result_refused
-    {
+    if rules::lease_check(job.lease.as_ref(), lease_id, &runner.id, now).result_refused {
         return Ok(Answer::ok(result_answer(false, false, &job.state)));
     }
     let accepted = if job.audience == "private" {

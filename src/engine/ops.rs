@@ -5,8 +5,9 @@
 //! or one call into our own [`crate::store::Store`]. Its arguments travel as
 //! a JSON object shaped like the argument of the store method it maps to
 //! (`ClaimArgs`, `CompleteArgs`, …), so an adapter hands them on as they are;
-//! its result comes back as JSON text (read here with serde, leniently where
-//! a store's records may be odd) or, from our own store, as values.
+//! its result comes back as JSON text (read here strictly, with
+//! [`json::Doc`]: what an operation does not return is a fault) or, from our
+//! own store, as values.
 
 use crate::envelope::SealedEnvelope;
 use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};

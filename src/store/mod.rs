@@ -14,7 +14,7 @@
 //! caller hands in (outcome, provenance, odd envelopes, pairing and runner
 //! records) are kept as the JSON text they arrived as.
 //!
-//! A job's payload is here only sealed, or, from the direct lane's enqueue,
+//! A job's payload is here only sealed, or, from our own enqueue,
 //! as a seal still to be made ([`crate::envelope::deferred`]): every way an
 //! envelope leaves the store makes that seal first, so no reader ever sees
 //! anything but the sealed envelope.
@@ -244,7 +244,7 @@ pub enum EnvelopeInput<'a> {
     },
     /// JSON text of an envelope of any other shape.
     Raw(&'a str),
-    /// The direct lane's enqueue: a payload sealed to the site when first read.
+    /// Our own enqueue: a payload sealed to the site when first read.
     Deferred(Arc<DeferredSeal>),
 }
 
@@ -358,7 +358,7 @@ pub struct CompleteResult {
     pub job: Option<JobRef>,
 }
 
-/// What the direct lane reads of a stored job (see `crate::direct`).
+/// What the engine reads of a stored job (see `crate::payload`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct JobView<'a> {
     pub id: &'a str,
@@ -683,7 +683,7 @@ impl Store {
         self.slot_of(id).and_then(|s| self.job_ref(s))
     }
 
-    /// The fields of a job the direct lane reads, without a record's JSON.
+    /// The fields of a job the engine reads, without a record's JSON.
     pub fn view(&self, r: JobRef) -> Option<JobView<'_>> {
         let job = self.live(r)?;
         let name = |sym| self.syms.name(sym);
