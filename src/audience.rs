@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::vocabulary;
+use crate::vocabulary::vocabulary;
 
 vocabulary! {
     /// Who may run a job (job side).

@@ -1,8 +1,8 @@
 //! Job kinds and their payloads (protocol.md §9).
 
 use crate::json;
-use crate::wire::schema::{self, array, object, opt, req, text, Refine, Schema};
-use crate::wire::vocabulary;
+use crate::schema::{self, array, object, opt, req, text, Refine, Schema};
+use crate::vocabulary::vocabulary;
 
 vocabulary! {
     /// A job kind. The wire spelling is the dotted name.

@@ -19,6 +19,8 @@ pub mod signing;
 pub mod audience;
 pub mod json;
 pub mod kinds;
+pub mod schema;
+mod vocabulary;
 pub mod wire;
 
 // --- the stores, the engine that serves them, a job's payload and result

@@ -20,7 +20,8 @@ use std::sync::Mutex;
 
 use crate::json::{push_json_number, write_json_str};
 use crate::store::JobState;
-use crate::wire::{vocabulary, Endpoint};
+use crate::vocabulary::vocabulary;
+use crate::wire::Endpoint;
 
 vocabulary! {
     /// The answer's HTTP status, as a label: the statuses the protocol

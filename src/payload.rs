@@ -172,22 +172,32 @@ pub fn prepare_at_rest(
     deadline_at: f64,
     defer: bool,
 ) -> Result<AtRestSeal, envelope::SealError> {
-    let context = at_rest_context(site, job_id, deadline_at);
-    let (plaintext, context) = if defer && crate::chores::available() {
+    let plaintext = if defer && crate::chores::available() {
+        let context = at_rest_context(site, job_id, deadline_at);
         match DeferredSeal::new(site, plaintext, context) {
             Ok(deferred) => return Ok(AtRestSeal::Deferred(deferred)),
-            Err(refused) => *refused,
+            Err(refused) => refused.0,
         }
     } else {
-        (plaintext, context)
+        plaintext
     };
+    seal_at_rest_now(site, &plaintext, job_id, deadline_at).map(AtRestSeal::Sealed)
+}
+
+/// A payload's text sealed at rest now: by and to the site, bound to the job.
+pub fn seal_at_rest_now(
+    site: &KeyHandle,
+    plaintext: &str,
+    job_id: &str,
+    deadline_at: f64,
+) -> Result<envelope::SealedEnvelope, envelope::SealError> {
+    let context = at_rest_context(site, job_id, deadline_at);
     envelope::seal_with_handle(
-        Text::Utf8(&plaintext),
+        Text::Utf8(plaintext),
         site,
         &site.keys().encryption_public,
         &context,
     )
-    .map(AtRestSeal::Sealed)
 }
 
 /// Hand a deferred seal to the background thread, without waking it: the

@@ -3,16 +3,15 @@
 //! [`inspect_request`], which takes a raw body through JSON, version and
 //! schema in one parse (protocol.md §2, §4, §6).
 
-mod issue;
-pub mod schema;
-
 use crate::audience::{BackendClass, OfferScope, StopReason};
 use crate::json::{self, Doc, JsStr};
 use crate::kinds::JobKind;
-use schema::{array, bounded, int, object, opt, req, text, Field, Measure, Out, Presence, Schema};
+use crate::schema::{
+    self, array, bounded, int, object, opt, req, text, Field, Measure, Out, Presence, Schema,
+};
 
-pub use issue::{Issue, IssueKind, Seg};
-pub use schema::Validated;
+pub use crate::schema::{Issue, IssueKind, Seg, Validated};
+use crate::vocabulary::vocabulary;
 
 /// The protocol version this server speaks.
 pub const PROTOCOL_VERSION: &str = "2";
@@ -35,44 +34,6 @@ pub const MAX_BODY_BYTES: u64 = MAX_ENVELOPE_BYTES + 512 * 1024;
 pub fn issued_at_header(text: &str) -> Option<f64> {
     Some(json::string_to_number(text)).filter(|n| n.is_finite())
 }
-
-/// Defines a string-valued vocabulary: parse from the wire spelling, print it
-/// back, and (de)serialise as that spelling.
-macro_rules! vocabulary {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
-        pub enum $name {
-            $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
-        }
-
-        impl $name {
-            /// Every value, in the reference's declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            /// Every wire spelling, in the same order (a schema's enum).
-            pub const NAMES: &'static [&'static str] = &[$($text),+];
-
-            /// The wire spelling.
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-
-            /// Exact, case-sensitive parse of the wire spelling.
-            #[allow(clippy::should_implement_trait)]
-            pub fn parse(text: &str) -> Option<$name> {
-                match text { $($text => Some($name::$variant),)+ _ => None }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-pub(crate) use vocabulary;
 
 vocabulary! {
     /// The six protocol endpoints, in the reference's order.

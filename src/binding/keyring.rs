@@ -16,7 +16,7 @@ use super::strings::ExactString;
 use super::tasks::{
     now_or_pooled, CheckedPayload, NowOrLater, PayloadSource, PreparedPayload, Work,
 };
-use crate::envelope::{self, OpenFailure, SealedEnvelope, Text};
+use crate::envelope::{OpenFailure, SealedEnvelope};
 use crate::json::JsStr;
 use crate::keys::{KeyHandle, PublicIdentity};
 use crate::payload::ASYNC_CRYPTO_THRESHOLD;
@@ -214,21 +214,6 @@ pub(super) fn device_from_js(device: &JsPublicIdentity) -> PublicIdentity {
     }
 }
 
-pub(super) fn seal_payload_core(
-    handle: &KeyHandle,
-    plaintext: &str,
-    job_id: &str,
-    deadline_at: f64,
-) -> std::result::Result<envelope::SealedEnvelope, envelope::SealError> {
-    let context = crate::payload::at_rest_context(handle, job_id, deadline_at);
-    envelope::seal_with_handle(
-        Text::Utf8(plaintext),
-        handle,
-        &handle.keys().encryption_public,
-        &context,
-    )
-}
-
 #[napi]
 impl SiteKeyring {
     /// Parses both private keys; throws a clear error when they are not keys.
@@ -272,7 +257,8 @@ impl SiteKeyring {
         let large = plaintext.len() > ASYNC_CRYPTO_THRESHOLD;
         let handle = self.inner.clone();
         let run = move || {
-            seal_payload_core(&handle, &plaintext, &job_id, deadline_at).map_err(seal_error)
+            crate::payload::seal_at_rest_now(&handle, &plaintext, &job_id, deadline_at)
+                .map_err(seal_error)
         };
         now_or_pooled(run, JsSealedEnvelope::from, large)
     }

@@ -7,7 +7,6 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::crypto::{invalid, seal_error};
-use super::keyring::seal_payload_core;
 use super::strings::ExactString;
 use crate::envelope;
 use crate::keys::KeyHandle;
@@ -149,7 +148,7 @@ impl CheckedPayload {
             Ok(valid) => valid,
             Err(message) => return Ok(Err(message)),
         };
-        seal_payload_core(
+        crate::payload::seal_at_rest_now(
             &self.handle,
             &valid.canonical,
             &self.job_id,

@@ -35,8 +35,8 @@ use crate::json::{write_json_str, Doc, JsStr};
 use crate::keys::{self, KeyHandle, PublicIdentity};
 use crate::metrics::{Metrics, PairingEvent, Refusal};
 use crate::payload::{self, reseal};
+use crate::schema::Out;
 use crate::signing::{self, RequestSignature};
-use crate::wire::schema::Out;
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
 
 pub mod native;

@@ -20,9 +20,12 @@
 //! * unknown keys never stop later checks; a refinement runs only when no
 //!   issue so far has stopped the object.
 
-use super::issue::{received, Cont, Issue, IssueKind, Origin, Seg};
+mod issue;
+
 use crate::json::json_str_len;
 use crate::json::{is_js_space, js_to_number, push_json_number, Doc, JsStr, Node, NodeId};
+use issue::{received, Cont, Origin};
+pub use issue::{Issue, IssueKind, Measure, Seg};
 
 /// A schema node.
 #[derive(Debug)]
@@ -68,28 +71,6 @@ pub enum Schema {
         max: u32,
         measure: Measure,
     },
-}
-
-/// What a [`Schema::Bounded`] counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Measure {
-    /// The items of an array.
-    Items,
-    /// The code points of a string (as zod's string lengths count them).
-    Chars,
-    /// The bytes of the validated value written as compact JSON.
-    JsonBytes,
-}
-
-impl Measure {
-    /// The unit as a refusal names it.
-    pub fn unit(self) -> &'static str {
-        match self {
-            Measure::Items => "items",
-            Measure::Chars => "characters",
-            Measure::JsonBytes => "bytes as JSON",
-        }
-    }
 }
 
 /// How a key may be absent.
