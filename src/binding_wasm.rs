@@ -89,7 +89,7 @@ thread_local! {
 
 /// Hands the host a buffer of `len` bytes to write arguments into.
 #[no_mangle]
-pub extern "C" fn bx_alloc(len: usize) -> *mut u8 {
+pub(crate) extern "C" fn bx_alloc(len: usize) -> *mut u8 {
     let mut buf: Vec<u8> = Vec::with_capacity(len);
     let ptr = buf.as_mut_ptr();
     std::mem::forget(buf);
@@ -102,7 +102,7 @@ pub extern "C" fn bx_alloc(len: usize) -> *mut u8 {
 /// `ptr` and `len` must be exactly what one earlier `bx_alloc(len)` returned
 /// and received, and the buffer must not be freed twice.
 #[no_mangle]
-pub unsafe extern "C" fn bx_free(ptr: *mut u8, len: usize) {
+pub(crate) unsafe extern "C" fn bx_free(ptr: *mut u8, len: usize) {
     if ptr.is_null() {
         return;
     }
@@ -119,7 +119,7 @@ pub unsafe extern "C" fn bx_free(ptr: *mut u8, len: usize) {
 /// Both (ptr, len) pairs must describe readable memory (buffers from
 /// [`bx_alloc`] that the host filled), or have a zero length.
 #[no_mangle]
-pub unsafe extern "C" fn bx_call(
+pub(crate) unsafe extern "C" fn bx_call(
     op_ptr: *const u8,
     op_len: usize,
     args_ptr: *const u8,
@@ -144,19 +144,19 @@ pub unsafe extern "C" fn bx_call(
 /// Wipes the last answer (it may be a plaintext or key material) once the
 /// host has read it.
 #[no_mangle]
-pub extern "C" fn bx_result_clear() {
+pub(crate) extern "C" fn bx_result_clear() {
     RESULT.with(|r| zeroize::Zeroize::zeroize(&mut *r.borrow_mut()));
 }
 
 /// Where the last answer starts.
 #[no_mangle]
-pub extern "C" fn bx_result_ptr() -> *const u8 {
+pub(crate) extern "C" fn bx_result_ptr() -> *const u8 {
     RESULT.with(|r| r.borrow().as_ptr())
 }
 
 /// How long the last answer is.
 #[no_mangle]
-pub extern "C" fn bx_result_len() -> usize {
+pub(crate) extern "C" fn bx_result_len() -> usize {
     RESULT.with(|r| r.borrow().len())
 }
 

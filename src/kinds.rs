@@ -6,7 +6,7 @@ use crate::vocabulary::vocabulary;
 
 vocabulary! {
     /// A job kind. The wire spelling is the dotted name.
-    JobKind {
+    pub JobKind {
         Generate => "llm.generate",
         Chat => "llm.chat",
     }
@@ -76,7 +76,7 @@ pub static KINDED_PAYLOAD: Schema = Schema::Union {
 
 vocabulary! {
     /// How big a job's text is, for the stub (`unbounded` is never produced).
-    SizeClass {
+    pub SizeClass {
         Small => "small",
         Medium => "medium",
         Large => "large",

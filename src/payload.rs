@@ -13,16 +13,16 @@ use crate::kinds::ValidPayload;
 use crate::store::{EnvelopeInput, JobRef, Store};
 use crate::wire;
 
-pub mod reseal;
+pub(crate) mod reseal;
 
 /// Envelopes from this many ciphertext characters are sealed and opened on
 /// the thread pool, off the event loop.
-pub const ASYNC_CRYPTO_THRESHOLD: usize = 64 * 1024;
+pub(crate) const ASYNC_CRYPTO_THRESHOLD: usize = 64 * 1024;
 
 /// Open a job's at-rest payload (sealed by and to the site) and seal it to
 /// the device; `Ok(None)` when the at-rest envelope does not open, `Err`
 /// when the device's encryption key cannot be sealed to.
-pub fn reseal_for_device(
+pub(crate) fn reseal_for_device(
     site: &KeyHandle,
     at_rest: &envelope::SealedEnvelope,
     job_id: &str,
@@ -63,7 +63,7 @@ pub fn reseal_for_device(
 /// fetches has the at-rest envelope's size (same job, deadline and
 /// direction; key ids of one length), so that is what is measured, from
 /// lengths alone.
-pub fn validate_for_enqueue(
+pub(crate) fn validate_for_enqueue(
     site: &KeyHandle,
     kind: Option<&str>,
     kind_display: &str,
@@ -84,7 +84,11 @@ pub fn validate_for_enqueue(
 }
 
 /// What a payload at rest binds: the job, the site as sender and recipient.
-pub fn at_rest_context(site: &KeyHandle, job_id: &str, deadline_at: f64) -> envelope::Context {
+pub(crate) fn at_rest_context(
+    site: &KeyHandle,
+    job_id: &str,
+    deadline_at: f64,
+) -> envelope::Context {
     let site_id = site.key_id().to_string();
     envelope::Context {
         job_id: job_id.to_string(),
@@ -97,11 +101,11 @@ pub fn at_rest_context(site: &KeyHandle, job_id: &str, deadline_at: f64) -> enve
 
 /// An enqueued payload's envelope for our store: the one at-rest type, which
 /// the reseal for a device reads too.
-pub use reseal::AtRest as AtRestSeal;
+pub(crate) use reseal::AtRest as AtRestSeal;
 
 impl reseal::AtRest {
     /// How the store's `create` takes it.
-    pub fn as_input(&self) -> EnvelopeInput<'_> {
+    pub(crate) fn as_input(&self) -> EnvelopeInput<'_> {
         match self {
             AtRestSeal::Sealed(sealed) => EnvelopeInput::Sealed {
                 ciphertext: &sealed.ciphertext,
@@ -118,7 +122,7 @@ impl reseal::AtRest {
 /// Job `r`'s payload as the store holds it: its sealed envelope (ciphertext
 /// re-encoded) or its at-rest seal still to be made; `None` for an unknown
 /// job or a caller's own (unsealed) envelope.
-pub fn at_rest_of(store: &Store, r: JobRef) -> Option<AtRestSeal> {
+pub(crate) fn at_rest_of(store: &Store, r: JobRef) -> Option<AtRestSeal> {
     if let Some(deferred) = store.deferred_seal(r) {
         return Some(AtRestSeal::Deferred(Arc::clone(deferred)));
     }
@@ -138,7 +142,7 @@ pub fn at_rest_of(store: &Store, r: JobRef) -> Option<AtRestSeal> {
 /// there, ≈ 17 µs an enqueue here) would otherwise keep thousands of texts
 /// and uncompacted envelopes around; measured, ≈ 0.5–1 KB more memory per
 /// queued job after bulk enqueues.
-pub const MAX_UNSETTLED: usize = 256;
+pub(crate) const MAX_UNSETTLED: usize = 256;
 
 /// The at-rest envelope of an enqueue on our store: sealed later
 /// ([`crate::envelope::deferred`]) when nothing can tell the difference
@@ -147,7 +151,7 @@ pub const MAX_UNSETTLED: usize = 256;
 /// are their own) and the store is not already holding
 /// [`MAX_UNSETTLED`] of them, else sealed now. The payload is already
 /// validated.
-pub fn seal_at_rest(
+pub(crate) fn seal_at_rest(
     site: &Arc<KeyHandle>,
     store: &Store,
     plaintext: String,
@@ -165,7 +169,7 @@ pub fn seal_at_rest(
 /// [`seal_at_rest`]'s seal, or its deferral when `defer` (the store's side
 /// of the conditions) and there is a thread to make it: for a payload
 /// validated off the main thread, stored later by [`seal_later`]'s caller.
-pub fn prepare_at_rest(
+pub(crate) fn prepare_at_rest(
     site: &Arc<KeyHandle>,
     plaintext: String,
     job_id: &str,
@@ -185,7 +189,7 @@ pub fn prepare_at_rest(
 }
 
 /// A payload's text sealed at rest now: by and to the site, bound to the job.
-pub fn seal_at_rest_now(
+pub(crate) fn seal_at_rest_now(
     site: &KeyHandle,
     plaintext: &str,
     job_id: &str,
@@ -204,7 +208,7 @@ pub fn seal_at_rest_now(
 /// next wake for other work makes it. If the queue refuses (the thread is
 /// thousands of chores behind), it is made here and now, so that no
 /// payload's text waits in memory for a reader that may never come.
-pub fn seal_later(at_rest: &AtRestSeal) {
+pub(crate) fn seal_later(at_rest: &AtRestSeal) {
     if let AtRestSeal::Deferred(deferred) = at_rest {
         let later = Arc::clone(deferred);
         if !crate::chores::run_quietly(move || later.seal_now()) {
@@ -217,7 +221,7 @@ pub fn seal_later(at_rest: &AtRestSeal) {
 /// seals what it opens (for a payload whose at-rest seal is not made yet):
 /// bound to the job, the site as sender, the device as recipient, and a
 /// deadline a day after the job was created.
-pub fn seal_for_device(
+pub(crate) fn seal_for_device(
     site: &KeyHandle,
     plaintext: Text<'_>,
     job_id: &str,
@@ -237,7 +241,7 @@ pub fn seal_for_device(
 /// The fetch answer, `{"envelope":{…}}` with the envelope's keys in the
 /// reference's order (written here with the reseal, so a megabyte answer is
 /// never `JSON.stringify`'d).
-pub fn fetch_answer(sealed: &envelope::SealedEnvelope) -> String {
+pub(crate) fn fetch_answer(sealed: &envelope::SealedEnvelope) -> String {
     let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
     out.push_str("{\"envelope\":{\"ciphertext\":");
     write_json_str(&sealed.ciphertext, &mut out);

@@ -14,10 +14,11 @@ use crate::{fingerprint, signing};
 
 /// The refusal of a result that does not open as this device's, sealed to
 /// this site, for this job.
-pub const NOT_FROM_DEVICE: &str = "the result did not verify as coming from this device";
+pub(crate) const NOT_FROM_DEVICE: &str = "the result did not verify as coming from this device";
 
 /// The refusal of a result whose clear-text disposition is not the sealed one.
-pub const OTHER_DISPOSITION: &str = "the declared disposition is not the one that was sealed";
+pub(crate) const OTHER_DISPOSITION: &str =
+    "the declared disposition is not the one that was sealed";
 
 /// The refusal for a document the sealed-outcome schema let through without
 /// the fields it requires; the schema makes it unreachable.
@@ -25,7 +26,7 @@ const NOT_AN_OUTCOME: &str = "the sealed result was not an outcome";
 
 /// Open a device's sealed result for `job_id`, checking it was signed by
 /// the device's pinned identity.
-pub fn open_result(
+pub(crate) fn open_result(
     site: &KeyHandle,
     sealed: &envelope::SealedEnvelope,
     job_id: &str,
@@ -43,7 +44,7 @@ pub fn open_result(
 
 /// An opened result parsed, when it is a sealed outcome in canonical form
 /// (what `JSON.stringify` writes), so the caller may also parse it plainly.
-pub fn canonical_outcome(plaintext: &JsStr) -> Option<Doc> {
+pub(crate) fn canonical_outcome(plaintext: &JsStr) -> Option<Doc> {
     if plaintext.lone_utf16().is_some() {
         return None;
     }
@@ -54,7 +55,7 @@ pub fn canonical_outcome(plaintext: &JsStr) -> Option<Doc> {
 /// (as stored; an unknown spelling is echoed, untrusted) and the
 /// authenticated runner.
 #[derive(Debug, Clone, Copy)]
-pub struct Source<'a> {
+pub(crate) struct Source<'a> {
     pub audience: &'a str,
     pub runner_id: &'a str,
     pub runner_owner: &'a str,
@@ -62,7 +63,7 @@ pub struct Source<'a> {
 
 /// An accepted result: the sealed outcome and the provenance to store with it.
 #[derive(Debug)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     doc: Doc,
     outcome: NodeId,
     /// The outcome's tag (`ok`, `error`, …), equal to the disposition.
@@ -72,19 +73,19 @@ pub struct Accepted {
 
 impl Accepted {
     /// The outcome as JSON text, as `JSON.stringify` writes it.
-    pub fn outcome_json(&self) -> String {
+    pub(crate) fn outcome_json(&self) -> String {
         self.doc.to_json(self.outcome)
     }
 
     /// The provenance as JSON text, in the record's key order (`None`
     /// only if serde could not write plain strings, which it always can).
-    pub fn provenance_json(&self) -> Option<String> {
+    pub(crate) fn provenance_json(&self) -> Option<String> {
         serde_json::to_string(&self.provenance).ok()
     }
 
     /// `{"outcome":…,"provenance":…}`: what a store the engine does not run in
     /// place is handed.
-    pub fn to_json(&self) -> Option<String> {
+    pub(crate) fn to_json(&self) -> Option<String> {
         let outcome = self.outcome_json();
         let provenance = self.provenance_json()?;
         let mut out = String::with_capacity(outcome.len() + provenance.len() + 30);
@@ -102,7 +103,7 @@ impl Accepted {
 /// tag equals); `url_ok` answers `URL.canParse` for the outcome's
 /// `artifactUrl`. A canonical outcome (what `JSON.stringify` writes) is
 /// taken as parsed; any other is rewritten as the schema reads it.
-pub fn accept(
+pub(crate) fn accept(
     opened: &Result<JsStr, OpenFailure>,
     disposition: Option<&str>,
     source: &Source<'_>,

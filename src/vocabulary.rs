@@ -3,28 +3,29 @@
 /// Defines a string-valued vocabulary: parse from the wire spelling, print it
 /// back, and (de)serialise as that spelling.
 macro_rules! vocabulary {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+    ($(#[$meta:meta])* $vis:vis $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
-        pub enum $name {
+        $vis enum $name {
             $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
         }
 
         impl $name {
             /// Every value, in the reference's declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            $vis const ALL: &'static [$name] = &[$($name::$variant),+];
 
             /// Every wire spelling, in the same order (a schema's enum).
-            pub const NAMES: &'static [&'static str] = &[$($text),+];
+            $vis const NAMES: &'static [&'static str] = &[$($text),+];
 
             /// The wire spelling.
-            pub fn as_str(self) -> &'static str {
+            $vis fn as_str(self) -> &'static str {
                 match self { $($name::$variant => $text),+ }
             }
 
-            /// Exact, case-sensitive parse of the wire spelling.
-            #[allow(clippy::should_implement_trait)]
-            pub fn parse(text: &str) -> Option<$name> {
+            /// Exact, case-sensitive parse of the wire spelling (not every
+            /// vocabulary is read back: the metrics' labels are only written).
+            #[allow(clippy::should_implement_trait, dead_code)]
+            $vis fn parse(text: &str) -> Option<$name> {
                 match text { $($text => Some($name::$variant),)+ _ => None }
             }
         }

@@ -37,7 +37,7 @@ pub fn issued_at_header(text: &str) -> Option<f64> {
 
 vocabulary! {
     /// The six protocol endpoints, in the reference's order.
-    Endpoint {
+    pub Endpoint {
         Pair => "pair",
         Claim => "claim",
         Fetch => "fetch",
@@ -74,7 +74,7 @@ impl Endpoint {
 
 vocabulary! {
     /// Every wire error code (its HTTP status: [`ErrorCode::status`]).
-    ErrorCode {
+    pub ErrorCode {
         BadRequest => "bad-request",
         UnsupportedProtocolVersion => "unsupported-protocol-version",
         DaemonBelowFloor => "daemon-below-floor",

@@ -301,6 +301,8 @@ impl SiteKeyring {
         catch_unwind,
         ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
     )]
+    // The task's output (an at-rest seal) never leaves Rust.
+    #[allow(private_interfaces)]
     pub fn prepare_checked_async(
         &self,
         kind: Unknown<'_>,

@@ -7,7 +7,7 @@ use crate::{envelope, payload, store, wire};
 
 /// The protocol constants the core and the shell both use.
 #[napi(object, js_name = "ProtocolConstants")]
-pub struct JsProtocolConstants {
+pub(super) struct JsProtocolConstants {
     /// The protocol version this server speaks.
     #[napi(ts_type = "\"2\"")]
     pub version: String,
@@ -34,7 +34,7 @@ pub struct JsProtocolConstants {
 }
 
 #[napi(catch_unwind)]
-pub fn protocol_constants() -> JsProtocolConstants {
+pub(super) fn protocol_constants() -> JsProtocolConstants {
     JsProtocolConstants {
         version: wire::PROTOCOL_VERSION.to_owned(),
         endpoints: wire::Endpoint::ALL
@@ -54,6 +54,6 @@ pub fn protocol_constants() -> JsProtocolConstants {
 /// The `x-byollm-issued-at` header as a timestamp (`Number(text)` when it
 /// is finite, else `null`), as the engine reads it.
 #[napi(catch_unwind)]
-pub fn issued_at_header(text: String) -> Option<f64> {
+pub(super) fn issued_at_header(text: String) -> Option<f64> {
     wire::issued_at_header(&text)
 }

@@ -47,7 +47,7 @@ impl<O: Send + 'static, J: ToNapiValue + TypeName> Task for Work<O, J> {
 }
 
 /// A keyring call's answer: now, or a promise of it from the thread pool.
-pub type NowOrLater<O, J> = Either<J, AsyncTask<Work<O, J>>>;
+pub(super) type NowOrLater<O, J> = Either<J, AsyncTask<Work<O, J>>>;
 
 /// `run` done now, on the main thread, or on the thread pool when `large`:
 /// each keyring call has one entry point, which picks by the size it knows.
@@ -63,7 +63,7 @@ pub(super) fn now_or_pooled<O: Send + 'static, J: ToNapiValue + TypeName>(
 }
 
 /// An enqueue payload as it reaches the keyring.
-pub enum PayloadSource {
+pub(super) enum PayloadSource {
     /// `JSON.stringify(payload)`, or `None` when there is none.
     Json(Option<String>),
     /// A plain object of string values, as keys and values.
@@ -113,7 +113,7 @@ impl PayloadSource {
 
 /// An enqueue payload of `kind`, to validate and seal at rest (or prepare)
 /// with the keyring that made it.
-pub struct CheckedPayload {
+pub(super) struct CheckedPayload {
     pub(super) handle: Arc<KeyHandle>,
     pub(super) kind_text: Option<String>,
     pub(super) kind_display: String,

@@ -39,17 +39,17 @@ use crate::schema::Out;
 use crate::signing::{self, RequestSignature};
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
 
-pub mod native;
-pub mod ops;
+pub(crate) mod native;
+pub(crate) mod ops;
 pub(crate) mod rules;
 
 use ops::Obj;
-pub use ops::{Fault, Op, Output};
+pub(crate) use ops::{Fault, Op, Output};
 
 /// The most store operations one request makes (`pair start`: eight user
 /// code lookups and the write). The machine answers `server-error` rather
 /// than ask for more.
-pub const MAX_OPS: usize = 9;
+pub(crate) const MAX_OPS: usize = 9;
 
 /// How many runners' identities a site remembers for stores that re-read
 /// the runner with each request's work (the oldest read is forgotten first).
@@ -77,7 +77,7 @@ const STORE_FAILED: &str = "the site's store failed; try again later";
 
 /// One site's side of the protocol: its keys and settings, and the
 /// identities of runners it has verified (see [`Request::rereads`]).
-pub struct Site {
+pub(crate) struct Site {
     keys: Arc<KeyHandle>,
     lease_ms: f64,
     pairing_ttl_ms: f64,
@@ -91,7 +91,7 @@ pub struct Site {
 }
 
 /// A site's settings, as `createFetchHandler` takes them.
-pub struct Settings {
+pub(crate) struct Settings {
     pub lease_ms: f64,
     pub pairing_ttl_ms: f64,
     pub poll_interval_ms: f64,
@@ -100,7 +100,7 @@ pub struct Settings {
 }
 
 impl Site {
-    pub fn new(keys: Arc<KeyHandle>, settings: Settings) -> Site {
+    pub(crate) fn new(keys: Arc<KeyHandle>, settings: Settings) -> Site {
         let mut sites_json = String::from("{");
         write_json_str(keys.key_id(), &mut sites_json);
         sites_json.push(':');
@@ -122,10 +122,6 @@ impl Site {
         if let Some(metrics) = &self.metrics {
             record(metrics);
         }
-    }
-
-    pub fn keys(&self) -> &Arc<KeyHandle> {
-        &self.keys
     }
 
     fn known(&self, runner_id: &str) -> Option<ops::Runner> {
@@ -158,7 +154,7 @@ fn identity_json(identity: &PublicIdentity) -> String {
 
 /// How a transport hands a request over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// From HTTP: a body that is not JSON, or declares the wrong protocol
     /// version, is answered at once, before the signature is looked at.
     Http,
@@ -168,7 +164,7 @@ pub enum Mode {
 }
 
 /// One request, as the engine takes it.
-pub struct Request {
+pub(crate) struct Request {
     pub endpoint: Endpoint,
     /// The text checked against the endpoint's schema (`None`: the caller's
     /// body could not be written as JSON, a schema failure).
@@ -189,7 +185,7 @@ pub struct Request {
 
 /// The wire answer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: u16,
     /// The JSON text of the body.
     pub body: String,
@@ -238,16 +234,16 @@ impl From<Fault> for Answer {
 
 /// Work the engine wants run off the event loop (a large payload's crypto);
 /// its result is handed back with [`Machine::resume`] as [`Got::Work`].
-pub struct Work(Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>);
+pub(crate) struct Work(Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>);
 
 impl Work {
-    pub fn run(self) -> Box<dyn Any + Send> {
+    pub(crate) fn run(self) -> Box<dyn Any + Send> {
         (self.0)()
     }
 }
 
 /// What the machine waits for.
-pub enum Need {
+pub(crate) enum Need {
     Store(Op),
     Work(Work),
     /// `URL.canParse` of each (a sealed outcome's `artifactUrl`).
@@ -256,14 +252,14 @@ pub enum Need {
 
 /// What the machine is handed back (one at a time, moved once: not boxed).
 #[allow(clippy::large_enum_variant)]
-pub enum Got {
+pub(crate) enum Got {
     Store(Result<Output, Fault>),
     Work(Box<dyn Any + Send>),
     Urls(Vec<bool>),
 }
 
 /// Where a machine stands.
-pub enum Step<'a> {
+pub(crate) enum Step<'a> {
     Answer(&'a Answer),
     Store(&'a Op),
     Work,
@@ -298,7 +294,7 @@ impl Future for Ask<'_> {
 }
 
 /// One request in progress.
-pub struct Machine {
+pub(crate) struct Machine {
     /// `None` once answered: what the request held is freed with it.
     future: Option<Pin<Box<dyn Future<Output = Answer>>>>,
     io: Rc<Io>,
@@ -309,7 +305,7 @@ pub struct Machine {
 
 impl Machine {
     /// Start serving `request` for `site`; it runs until its first need.
-    pub fn start(site: Arc<Site>, request: Request) -> Machine {
+    pub(crate) fn start(site: Arc<Site>, request: Request) -> Machine {
         let io = Rc::new(Io::default());
         let inner = Rc::clone(&io);
         let future = Box::pin(async move {
@@ -334,11 +330,11 @@ impl Machine {
     }
 
     /// The answer to a request for an endpoint this engine does not serve.
-    pub fn unknown_endpoint() -> Answer {
+    pub(crate) fn unknown_endpoint() -> Answer {
         Answer::refuse(ErrorCode::NotFound, UNKNOWN_ENDPOINT)
     }
 
-    pub fn step(&self) -> Step<'_> {
+    pub(crate) fn step(&self) -> Step<'_> {
         if let Some(answer) = &self.answer {
             return Step::Answer(answer);
         }
@@ -352,17 +348,18 @@ impl Machine {
     }
 
     /// The answer, once there is one.
-    pub fn answer(&self) -> Option<&Answer> {
+    #[cfg(test)]
+    pub(crate) fn answer(&self) -> Option<&Answer> {
         self.answer.as_ref()
     }
 
     /// The answer, moved out.
-    pub fn take_answer(&mut self) -> Option<Answer> {
+    pub(crate) fn take_answer(&mut self) -> Option<Answer> {
         self.answer.take()
     }
 
     /// The work the machine waits for, to run elsewhere; feed its result back.
-    pub fn take_work(&mut self) -> Option<Work> {
+    pub(crate) fn take_work(&mut self) -> Option<Work> {
         match self.waiting.take() {
             Some(Need::Work(work)) => Some(work),
             other => {
@@ -374,7 +371,7 @@ impl Machine {
 
     /// Hand back what the machine waits for. Anything but the kind it asked
     /// for (a caller's mistake) ends the request with `server-error`.
-    pub fn resume(&mut self, got: Got) {
+    pub(crate) fn resume(&mut self, got: Got) {
         if self.answer.is_some() {
             return;
         }

@@ -10,7 +10,7 @@ use super::ops::{Fault, Job, Lease, Op, Output, Ref, Runner, Stub};
 /// Perform `op` on `store`. Our store never re-reads the runner with a
 /// request's work (the read before it is in process and current), so the
 /// outputs carry no fresh runner.
-pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
+pub(crate) fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
     Ok(match op {
         Op::Runner { runner_id } => Output::Runner(runner(store, runner_id)?),
         Op::PairingByCode { user_code } => {

@@ -18,7 +18,7 @@ use crate::store::LeaseRef;
 /// `{jobId, leaseId}` exactly as the request or the store spelled it (lone
 /// surrogates too: the answers that list refs echo them).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ref {
+pub(crate) struct Ref {
     pub job_id: JsStr,
     pub lease_id: JsStr,
 }
@@ -26,7 +26,7 @@ pub struct Ref {
 impl Ref {
     /// As our store looks it up (a lone surrogate reads as U+FFFD, which no
     /// id it holds can match: ids holding one are refused at enqueue).
-    pub fn to_store(&self) -> LeaseRef {
+    pub(crate) fn to_store(&self) -> LeaseRef {
         LeaseRef {
             job_id: self.job_id.as_str().to_owned(),
             lease_id: self.lease_id.as_str().to_owned(),
@@ -45,7 +45,7 @@ impl From<LeaseRef> for Ref {
 
 /// One capability of a claim, as the store's match reads it.
 #[derive(Debug, Clone)]
-pub struct ClaimCapability {
+pub(crate) struct ClaimCapability {
     pub kind: String,
     pub backend_id: String,
     pub offer_scope: String,
@@ -53,7 +53,7 @@ pub struct ClaimCapability {
 
 /// A store operation. Every `now` is the request's clock reading.
 #[derive(Debug)]
-pub enum Op {
+pub(crate) enum Op {
     /// `getRunner`.
     Runner { runner_id: String },
     /// `getPairingByUserCode`.
@@ -123,7 +123,7 @@ pub enum Op {
 
 impl Op {
     /// The operation's name, as adapters look it up.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Op::Runner { .. } => "runner",
             Op::PairingByCode { .. } => "pairingByCode",
@@ -142,7 +142,7 @@ impl Op {
     }
 
     /// Whether the operation writes (a SQL store runs it in its own transaction either way).
-    pub fn writes(&self) -> bool {
+    pub(crate) fn writes(&self) -> bool {
         !matches!(
             self,
             Op::Runner { .. }
@@ -154,7 +154,7 @@ impl Op {
     }
 
     /// The arguments as a JSON object, shaped like the store method's.
-    pub fn args_json(&self) -> String {
+    pub(crate) fn args_json(&self) -> String {
         let mut w = Obj::new();
         match self {
             Op::Runner { runner_id } | Op::CancelRequests { runner_id } => {
@@ -258,7 +258,7 @@ impl Op {
 }
 
 /// A JSON object written key by key, in the order written (the wire's).
-pub struct Obj {
+pub(crate) struct Obj {
     out: String,
 }
 
@@ -271,7 +271,7 @@ impl Default for Obj {
 }
 
 impl Obj {
-    pub fn new() -> Obj {
+    pub(crate) fn new() -> Obj {
         Obj::default()
     }
     fn key(&mut self, key: &str) {
@@ -281,39 +281,39 @@ impl Obj {
         write_json_str(key, &mut self.out);
         self.out.push(':');
     }
-    pub fn str(&mut self, key: &str, value: &str) -> &mut Obj {
+    pub(crate) fn str(&mut self, key: &str, value: &str) -> &mut Obj {
         self.key(key);
         write_json_str(value, &mut self.out);
         self
     }
-    pub fn js(&mut self, key: &str, value: &JsStr) -> &mut Obj {
+    pub(crate) fn js(&mut self, key: &str, value: &JsStr) -> &mut Obj {
         self.key(key);
         value.write_json(&mut self.out);
         self
     }
-    pub fn raw(&mut self, key: &str, json: &str) -> &mut Obj {
+    pub(crate) fn raw(&mut self, key: &str, json: &str) -> &mut Obj {
         self.key(key);
         self.out.push_str(json);
         self
     }
-    pub fn num(&mut self, key: &str, value: f64) -> &mut Obj {
+    pub(crate) fn num(&mut self, key: &str, value: f64) -> &mut Obj {
         self.key(key);
         json::push_json_number(&mut self.out, value);
         self
     }
-    pub fn refs(&mut self, key: &str, refs: &[Ref]) -> &mut Obj {
+    pub(crate) fn refs(&mut self, key: &str, refs: &[Ref]) -> &mut Obj {
         self.key(key);
         push_refs(&mut self.out, refs);
         self
     }
-    pub fn end(mut self) -> String {
+    pub(crate) fn end(mut self) -> String {
         self.out.push('}');
         self.out
     }
 }
 
 /// A JSON array of strings, lone surrogates and all.
-pub fn json_list(items: &[JsStr]) -> String {
+pub(crate) fn json_list(items: &[JsStr]) -> String {
     let mut out = String::from("[");
     for (at, item) in items.iter().enumerate() {
         if at > 0 {
@@ -326,7 +326,7 @@ pub fn json_list(items: &[JsStr]) -> String {
 }
 
 /// `[{"jobId":…,"leaseId":…},…]`.
-pub fn push_refs(out: &mut String, refs: &[Ref]) {
+pub(crate) fn push_refs(out: &mut String, refs: &[Ref]) {
     out.push('[');
     for (at, r) in refs.iter().enumerate() {
         if at > 0 {
@@ -347,7 +347,7 @@ pub fn push_refs(out: &mut String, refs: &[Ref]) {
 /// timed out, or answered something that is not what the operation returns.
 /// The text is for the server's log, never for the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fault(pub String);
+pub(crate) struct Fault(pub String);
 
 impl Fault {
     fn malformed(op: &str, error: impl std::fmt::Display) -> Fault {
@@ -359,7 +359,7 @@ impl Fault {
 
 /// A runner as a signed request is checked against.
 #[derive(Debug, Clone)]
-pub struct Runner {
+pub(crate) struct Runner {
     pub id: String,
     pub owner: String,
     pub device: PublicIdentity,
@@ -369,17 +369,17 @@ pub struct Runner {
 
 /// The runner a store read again with a request's work: `None` when it did
 /// not (then the one read before stands), `Some(None)` for an unknown runner.
-pub type Fresh = Option<Option<Revocation>>;
+pub(crate) type Fresh = Option<Option<Revocation>>;
 
 /// What the engine reads of a runner read again: whether it is revoked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Revocation {
+pub(crate) struct Revocation {
     pub revoked: bool,
 }
 
 /// What a pairing's poll and the search for a free user code read.
 #[derive(Debug, Clone)]
-pub struct Pairing {
+pub(crate) struct Pairing {
     pub state: Option<String>,
     pub expires_at: f64,
     pub collected: bool,
@@ -390,7 +390,7 @@ pub struct Pairing {
 
 /// A job's lease as the lease rules read it.
 #[derive(Debug, Clone)]
-pub struct Lease {
+pub(crate) struct Lease {
     pub id: String,
     /// `""` for an adopted (relay-granted) lease.
     pub runner_id: String,
@@ -399,7 +399,7 @@ pub struct Lease {
 
 /// A claimed job, as its stub is written from it.
 #[derive(Debug, Clone)]
-pub struct Stub {
+pub(crate) struct Stub {
     pub id: String,
     pub kind: String,
     pub audience: String,
@@ -419,7 +419,7 @@ pub struct Stub {
 
 /// A job read for a fetch or a result.
 #[derive(Debug, Clone)]
-pub struct Job {
+pub(crate) struct Job {
     pub audience: String,
     /// JSON text of `state`.
     pub state: String,
@@ -434,7 +434,7 @@ pub struct Job {
 
 /// What each operation gives back.
 #[derive(Debug)]
-pub enum Output {
+pub(crate) enum Output {
     Done,
     Runner(Option<Runner>),
     Pairing(Option<Pairing>),
@@ -474,7 +474,7 @@ impl Op {
     /// Anything that is not what the operation returns is a fault: the
     /// daemon hears `server-error` and the cause is logged, rather than a
     /// wrong value reaching the wire.
-    pub fn output_from_json(&self, text: &str) -> Result<Output, Fault> {
+    pub(crate) fn output_from_json(&self, text: &str) -> Result<Output, Fault> {
         let op = self.name();
         if matches!(
             self,
@@ -574,7 +574,7 @@ impl Op {
 
 /// A sealed envelope from its JSON text, whatever its key order; `None`
 /// when it is not one.
-pub fn sealed_from_json(text: &str) -> Option<SealedEnvelope> {
+pub(crate) fn sealed_from_json(text: &str) -> Option<SealedEnvelope> {
     let doc = json::parse(text).ok()?;
     Read { doc: &doc, op: "" }.sealed(doc.root())
 }

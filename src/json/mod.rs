@@ -165,7 +165,7 @@ pub struct Doc {
     pub(super) root: NodeId,
 }
 
-/// How deep arrays and objects may nest in a text [`parse`] takes: the
+/// How deep arrays and objects may nest in a text [`parse()`] takes: the
 /// 65th container inside containers is refused where it opens
 /// ([`ParseError::too_deep`]). The deepest body of this protocol nests 5
 /// (a heartbeat's `withheld[].claimants[]`), a payload 3.

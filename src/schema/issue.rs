@@ -225,7 +225,7 @@ pub(super) fn received(doc: &Doc, value: Option<NodeId>) -> String {
     }
 }
 
-/// What a [`Schema::Bounded`] counts.
+/// What a [`super::Schema::Bounded`] counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Measure {
     /// The items of an array.
