@@ -131,7 +131,7 @@ pub(crate) unsafe extern "C" fn bx_call(
     let args = unsafe { bytes_at(args_ptr, args_len) };
     let (status, text) = match call(op, args) {
         Ok(answer) => (0, answer),
-        Err(message) => (1, string(&message)),
+        Err(message) => (1, json::json_string(&message)),
     };
     RESULT.with(|r| {
         let mut last = r.borrow_mut();
@@ -204,7 +204,7 @@ pub(crate) fn call(op: &[u8], args: &[u8]) -> Outcome {
 
 fn run(op: &str, a: &Args<'_>) -> Outcome {
     match op {
-        "ping" => Ok(string("pong")),
+        "ping" => Ok(json::json_string("pong")),
         // Lets the JS tests prove that a panic (a trap on wasm32) reaches
         // callers as an ordinary Error and that the glue recovers with a fresh
         // instance. Nothing else can reach a panic on purpose.
@@ -216,8 +216,10 @@ fn run(op: &str, a: &Args<'_>) -> Outcome {
             a.public_identity(0)
                 .is_some_and(|id| keys::verify_public_identity(&id)),
         )),
-        "fingerprint" => Ok(string(&fingerprint::key_id(a.str(0, "identityPublic")?))),
-        "formatSiteKeys" => Ok(string(&site_keys::format_site_keys(&a.keys(0)?))),
+        "fingerprint" => Ok(json::json_string(&fingerprint::key_id(
+            a.str(0, "identityPublic")?,
+        ))),
+        "formatSiteKeys" => Ok(json::json_string(&site_keys::format_site_keys(&a.keys(0)?))),
         "siteKeysFromEnvValue" => {
             let variable = a.str(0, "variable")?;
             let value = match a.node(1) {
@@ -233,7 +235,7 @@ fn run(op: &str, a: &Args<'_>) -> Outcome {
         "seal" => seal(a),
         "open" => open(a),
         // ---- request signatures
-        "canonicalRequest" => Ok(string(&signing::canonical_request(
+        "canonicalRequest" => Ok(json::json_string(&signing::canonical_request(
             a.str(0, "endpoint")?,
             a.str(1, "runnerId")?,
             a.number(2, "issuedAt")?,
@@ -244,14 +246,16 @@ fn run(op: &str, a: &Args<'_>) -> Outcome {
         "verifyRequest" => verify_request(a, false),
         "verifySiteRequest" => verify_request(a, true),
         // ---- ids and secrets
-        "generateDeviceCode" => Ok(string(&ids::generate_device_code())),
-        "generateUserCode" => Ok(string(&ids::generate_user_code())),
-        "generateRunnerId" => Ok(string(&ids::generate_runner_id())),
-        "generateJobId" => Ok(string(&ids::generate_job_id())),
-        "generateLeaseId" => Ok(string(&ids::generate_lease_id())),
-        "hashSecret" => Ok(string(&ids::hash_secret(a.str(0, "secret")?))),
+        "generateDeviceCode" => Ok(json::json_string(&ids::generate_device_code())),
+        "generateUserCode" => Ok(json::json_string(&ids::generate_user_code())),
+        "generateRunnerId" => Ok(json::json_string(&ids::generate_runner_id())),
+        "generateJobId" => Ok(json::json_string(&ids::generate_job_id())),
+        "generateLeaseId" => Ok(json::json_string(&ids::generate_lease_id())),
+        "hashSecret" => Ok(json::json_string(&ids::hash_secret(a.str(0, "secret")?))),
         "secretsMatch" => Ok(boolean(ids::secrets_match(a.str(0, "a")?, a.str(1, "b")?))),
-        "normalizeUserCode" => Ok(string(&ids::normalize_user_code(a.str(0, "input")?))),
+        "normalizeUserCode" => Ok(json::json_string(&ids::normalize_user_code(
+            a.str(0, "input")?,
+        ))),
         _ => Err(format!("unknown operation {op:?}")),
     }
 }
@@ -342,7 +346,7 @@ fn sign_request(a: &Args<'_>, site: bool) -> Outcome {
         a.number(3, "issuedAt")?,
         a.str(4, "body")?,
     );
-    Ok(string(&sig.signature))
+    Ok(json::json_string(&sig.signature))
 }
 
 /// `verifyRequest(identityPublic, endpoint, body, signature, now, maxSkewMs)`:
@@ -366,14 +370,8 @@ fn verify_request(a: &Args<'_>, site: bool) -> Outcome {
     );
     Ok(match failure {
         None => "null".to_string(),
-        Some(f) => string(f.as_str()),
+        Some(f) => json::json_string(f.as_str()),
     })
-}
-
-fn string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    json::write_json_str(s, &mut out);
-    out
 }
 
 fn boolean(b: bool) -> String {

@@ -107,6 +107,43 @@ pub struct ValidPayload {
     pub size_class: SizeClass,
 }
 
+/// Why an enqueue's payload is refused. Its text ([`std::fmt::Display`]) is
+/// the reference's message, `invalid <kind> payload — <detail>`, with the
+/// kind as JS `String(kind)` spells it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PayloadRefusal {
+    /// `JSON.stringify(payload)` gave no JSON text.
+    NotSerialisable { kind: String },
+    /// The schema's issues, each `path: message`.
+    Invalid { kind: String, issues: Vec<String> },
+    /// Valid, but no kind or payload came out (the schema makes it unreachable).
+    Unread { kind: String },
+    /// Sealed for its runner its envelope would be `bytes` long, over
+    /// [`crate::wire::MAX_ENVELOPE_BYTES`].
+    Undeliverable { kind: String, bytes: f64 },
+}
+
+impl std::fmt::Display for PayloadRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PayloadRefusal::NotSerialisable { kind } => write!(
+                f,
+                "invalid {kind} payload \u{2014} payload: the payload is not JSON-serialisable"
+            ),
+            PayloadRefusal::Invalid { kind, issues } => {
+                write!(f, "invalid {kind} payload \u{2014} {}", issues.join("; "))
+            }
+            PayloadRefusal::Unread { kind } => write!(f, "invalid {kind} payload"),
+            PayloadRefusal::Undeliverable { kind, bytes } => write!(
+                f,
+                "invalid {kind} payload \u{2014} sealed for its runner it would be {} and the limit on one envelope is {}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs.",
+                crate::wire::describe_bytes(*bytes),
+                crate::wire::describe_bytes(crate::wire::MAX_ENVELOPE_BYTES as f64)
+            ),
+        }
+    }
+}
+
 /// Validate an enqueue payload as `KindedPayload.safeParse({kind, payload})`
 /// does.
 ///
@@ -115,13 +152,13 @@ pub struct ValidPayload {
 /// * `kind_display`: JS `String(kind)`, for the message;
 /// * `payload_json`: `JSON.stringify(payload)`, `None` for `undefined`.
 ///
-/// The error is the reference's message:
+/// The error renders as the reference's message:
 /// `invalid <kind> payload — <path>: <message>; …`.
 pub fn validate_payload(
     kind: Option<&str>,
     kind_display: &str,
     payload_json: Option<&str>,
-) -> Result<ValidPayload, String> {
+) -> Result<ValidPayload, PayloadRefusal> {
     let mut text = String::from("{");
     if let Some(kind) = kind {
         text.push_str("\"kind\":");
@@ -135,10 +172,8 @@ pub fn validate_payload(
         text.push_str(payload);
     }
     text.push('}');
-    let doc = json::parse_any_depth(&text).map_err(|_| {
-        format!(
-            "invalid {kind_display} payload \u{2014} payload: the payload is not JSON-serialisable"
-        )
+    let doc = json::parse_any_depth(&text).map_err(|_| PayloadRefusal::NotSerialisable {
+        kind: kind_display.to_owned(),
     })?;
     let v = schema::validate(
         &doc,
@@ -150,23 +185,21 @@ pub fn validate_payload(
     let parsed = match v.out {
         Some(out) if v.issues.is_empty() => out,
         _ => {
-            let detail: Vec<String> = v
-                .issues
-                .iter()
-                .map(|i| format!("{}: {}", i.path_text(), i.message()))
-                .collect();
-            return Err(format!(
-                "invalid {kind_display} payload \u{2014} {}",
-                detail.join("; ")
-            ));
+            return Err(PayloadRefusal::Invalid {
+                kind: kind_display.to_owned(),
+                issues: v
+                    .issues
+                    .iter()
+                    .map(|i| format!("{}: {}", i.path_text(), i.message()))
+                    .collect(),
+            });
         }
     };
-    let kind = kind
-        .and_then(JobKind::parse)
-        .ok_or_else(|| format!("invalid {kind_display} payload"))?;
-    let payload = parsed
-        .field("payload")
-        .ok_or_else(|| format!("invalid {kind_display} payload"))?;
+    let unread = || PayloadRefusal::Unread {
+        kind: kind_display.to_owned(),
+    };
+    let kind = kind.and_then(JobKind::parse).ok_or_else(unread)?;
+    let payload = parsed.field("payload").ok_or_else(unread)?;
     let mut canonical = String::new();
     payload.write_json(&doc, &mut canonical);
     let text_length = schema::payload_text_length(&doc, payload);
@@ -183,7 +216,7 @@ mod tests {
     use super::*;
 
     fn check(kind: &str, payload: &str) -> Result<ValidPayload, String> {
-        validate_payload(Some(kind), kind, Some(payload))
+        validate_payload(Some(kind), kind, Some(payload)).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -223,7 +256,9 @@ mod tests {
             "invalid llm.embed payload \u{2014} kind: Invalid discriminator value. Expected 'llm.generate' | 'llm.chat'"
         );
         assert_eq!(
-            validate_payload(Some("llm.generate"), "llm.generate", None).unwrap_err(),
+            validate_payload(Some("llm.generate"), "llm.generate", None)
+                .unwrap_err()
+                .to_string(),
             "invalid llm.generate payload \u{2014} payload: Invalid input: expected object, received undefined"
         );
     }

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use crate::json::{push_json_number, write_json_str};
+use crate::json::Obj;
 use crate::store::JobState;
 use crate::vocabulary::vocabulary;
 use crate::wire::Endpoint;
@@ -379,12 +379,11 @@ impl Metrics {
         let mut out = String::with_capacity(events.len() * 96);
         for (at, event) in events.iter().enumerate() {
             out.push(if at == 0 { '[' } else { ',' });
-            out.push_str("{\"jobId\":");
-            write_json_str(&event.job_id, &mut out);
-            out.push_str(",\"seconds\":");
-            push_json_number(&mut out, event.seconds);
-            out.push_str(",\"done\":");
-            out.push_str(if event.done { "true}" } else { "false}" });
+            let mut o = Obj::new();
+            o.str("jobId", &event.job_id)
+                .num("seconds", event.seconds)
+                .bool("done", event.done);
+            out.push_str(&o.end());
         }
         out.push(']');
         Some(out)
@@ -446,7 +445,9 @@ pub(crate) struct StoreCounts {
 }
 
 /// `snake_case` → `camelCase`, for the snapshot's keys.
-fn camel(label: &str, out: &mut String) {
+/// `snake_case` as `camelCase`.
+fn camel(label: &str) -> String {
+    let mut out = String::with_capacity(label.len());
     let mut upper = false;
     for c in label.chars() {
         if c == '_' {
@@ -458,125 +459,96 @@ fn camel(label: &str, out: &mut String) {
             out.push(c);
         }
     }
+    out
 }
 
-fn push_u64(out: &mut String, n: u64) {
-    out.push_str(&n.to_string());
-}
-
-/// `{"a":1,"b":2}` from labels and counts (keys in camelCase).
-fn json_counts(out: &mut String, labels: &[&str], counts: &[u64]) {
-    out.push('{');
-    for (at, (label, count)) in labels.iter().zip(counts).enumerate() {
-        if at > 0 {
-            out.push(',');
-        }
-        out.push('"');
-        camel(label, out);
-        out.push_str("\":");
-        push_u64(out, *count);
+/// `"a":1,"b":2` from labels and counts (keys in camelCase).
+fn json_counts(o: &mut Obj, labels: &[&str], counts: &[u64]) {
+    for (label, count) in labels.iter().zip(counts) {
+        o.num(&camel(label), *count as f64);
     }
-    out.push('}');
 }
 
-fn json_optional(out: &mut String, value: Option<f64>) {
+fn json_optional(o: &mut Obj, key: &str, value: Option<f64>) {
     match value {
-        Some(v) => push_json_number(out, v),
-        None => out.push_str("null"),
-    }
+        Some(v) => o.num(key, v),
+        None => o.raw(key, "null"),
+    };
 }
 
-fn json_histogram(out: &mut String, h: &HistogramSnapshot) {
-    out.push_str("{\"count\":");
-    push_u64(out, h.count());
-    out.push_str(",\"sum\":");
-    push_json_number(out, h.sum);
+fn json_histogram(o: &mut Obj, h: &HistogramSnapshot) {
+    o.num("count", h.count() as f64).num("sum", h.sum);
     for (key, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
-        out.push_str(",\"");
-        out.push_str(key);
-        out.push_str("\":");
-        json_optional(out, h.quantile(q));
+        json_optional(o, key, h.quantile(q));
     }
-    out.push_str(",\"buckets\":[");
-    let mut cumulative = 0u64;
-    for (at, (bound, count)) in h.bounds.iter().zip(&h.counts).enumerate() {
-        cumulative += count;
-        if at > 0 {
-            out.push(',');
+    o.with("buckets", |out| {
+        let mut cumulative = 0u64;
+        for (at, (bound, count)) in h.bounds.iter().zip(&h.counts).enumerate() {
+            cumulative += count;
+            out.push(if at == 0 { '[' } else { ',' });
+            let mut bucket = Obj::new();
+            bucket.num("le", *bound).num("count", cumulative as f64);
+            out.push_str(&bucket.end());
         }
-        out.push_str("{\"le\":");
-        push_json_number(out, *bound);
-        out.push_str(",\"count\":");
-        push_u64(out, cumulative);
-        out.push('}');
-    }
-    out.push_str("]}");
+        out.push(']');
+    });
 }
 
 /// The snapshot `app.metrics()` answers, as JSON text (its shape is
-/// `MetricsSnapshot` in `ts/metrics.ts`; docs/operations.md lists it).
+/// `MetricsSnapshot` in `ts/metrics-snapshot.ts`; docs/operations.md lists it).
 pub(crate) fn render_json(snapshot: &Snapshot, store: &StoreCounts, at_ms: f64) -> String {
-    let mut out = String::with_capacity(8 * 1024);
-    out.push_str("{\"at\":");
-    push_json_number(&mut out, at_ms);
-    out.push_str(",\"store\":{\"ok\":");
-    out.push_str(if store.ok { "true" } else { "false" });
-    out.push_str("},\"jobs\":");
+    let mut out = Obj::with_capacity(8 * 1024);
+    out.num("at", at_ms).obj("store", |o| {
+        o.bool("ok", store.ok);
+    });
     match &store.jobs {
         Some(jobs) => {
             let labels: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-            json_counts(&mut out, &labels, jobs);
+            out.obj("jobs", |o| json_counts(o, &labels, jobs))
         }
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"runners\":");
+        None => out.raw("jobs", "null"),
+    };
     match &store.runners {
-        Some(r) => json_counts(
-            &mut out,
-            &["paired", "online", "revoked"],
-            &[r.paired, r.online, r.revoked],
-        ),
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"pairings\":");
-    let mut pairings = String::new();
-    json_counts(&mut pairings, PairingEvent::NAMES, &snapshot.pairings);
-    out.push_str("{\"pending\":");
-    json_optional(&mut out, store.pairings_pending.map(|n| n as f64));
-    out.push(',');
-    // The events' object without its braces, after `pending`.
-    out.push_str(pairings.get(1..pairings.len() - 1).unwrap_or_default());
-    out.push_str("},\"enqueued\":");
-    push_u64(&mut out, snapshot.enqueued);
-    out.push_str(",\"endpoints\":{");
-    for route in 0..ROUTES {
-        if route > 0 {
-            out.push(',');
+        Some(r) => out.obj("runners", |o| {
+            json_counts(
+                o,
+                &["paired", "online", "revoked"],
+                &[r.paired, r.online, r.revoked],
+            )
+        }),
+        None => out.raw("runners", "null"),
+    };
+    out.obj("pairings", |o| {
+        json_optional(o, "pending", store.pairings_pending.map(|n| n as f64));
+        json_counts(o, PairingEvent::NAMES, &snapshot.pairings);
+    })
+    .num("enqueued", snapshot.enqueued as f64)
+    .obj("endpoints", |o| {
+        for route in 0..ROUTES {
+            let counts = snapshot.requests.get(route).cloned().unwrap_or_default();
+            o.obj(route_label(route), |o| {
+                o.num("requests", counts.iter().sum::<u64>() as f64)
+                    .obj("statuses", |o| json_counts(o, Status::NAMES, &counts));
+                if let Some(h) = snapshot.request_seconds.get(route) {
+                    o.obj("latency", |o| json_histogram(o, h));
+                }
+            });
         }
-        write_json_str(route_label(route), &mut out);
-        let counts = snapshot.requests.get(route).cloned().unwrap_or_default();
-        out.push_str(":{\"requests\":");
-        push_u64(&mut out, counts.iter().sum());
-        out.push_str(",\"statuses\":");
-        json_counts(&mut out, Status::NAMES, &counts);
-        out.push_str(",\"latency\":");
-        if let Some(h) = snapshot.request_seconds.get(route) {
-            json_histogram(&mut out, h);
-        }
-        out.push('}');
-    }
-    out.push_str("},\"refusals\":");
-    json_counts(&mut out, Refusal::NAMES, &snapshot.refusals);
-    out.push_str(",\"jobLatency\":{\"queueWait\":");
-    json_histogram(&mut out, &snapshot.queue_wait);
-    out.push_str(",\"total\":");
-    json_histogram(&mut out, &snapshot.job_total);
-    out.push_str("},\"waits\":{\"outcomes\":");
-    json_counts(&mut out, WaitOutcome::NAMES, &snapshot.waits);
-    out.push_str(",\"duration\":");
-    json_histogram(&mut out, &snapshot.wait_seconds);
-    out.push_str("}}");
-    out
+    })
+    .obj("refusals", |o| {
+        json_counts(o, Refusal::NAMES, &snapshot.refusals)
+    })
+    .obj("jobLatency", |o| {
+        o.obj("queueWait", |o| json_histogram(o, &snapshot.queue_wait))
+            .obj("total", |o| json_histogram(o, &snapshot.job_total));
+    })
+    .obj("waits", |o| {
+        o.obj("outcomes", |o| {
+            json_counts(o, WaitOutcome::NAMES, &snapshot.waits)
+        })
+        .obj("duration", |o| json_histogram(o, &snapshot.wait_seconds));
+    });
+    out.end()
 }
 
 /// A Prometheus sample value: integers as integers, others in Rust's

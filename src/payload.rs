@@ -7,9 +7,9 @@ use std::sync::Arc;
 use crate::envelope::deferred::DeferredSeal;
 use crate::envelope::{self, Text};
 use crate::fingerprint;
-use crate::json::{self, write_json_str};
+use crate::json::Obj;
 use crate::keys::{KeyHandle, PublicIdentity};
-use crate::kinds::ValidPayload;
+use crate::kinds::{PayloadRefusal, ValidPayload};
 use crate::store::{EnvelopeInput, JobRef, Store};
 use crate::wire;
 
@@ -70,15 +70,15 @@ pub(crate) fn validate_for_enqueue(
     payload_json: Option<&str>,
     job_id: &str,
     deadline_at: f64,
-) -> Result<ValidPayload, String> {
+) -> Result<ValidPayload, PayloadRefusal> {
     let valid = crate::kinds::validate_payload(kind, kind_display, payload_json)?;
     let context = at_rest_context(site, job_id, deadline_at);
     let chars = envelope::sealed_envelope_chars(&context, Text::Utf8(&valid.canonical));
     if chars as u64 > wire::MAX_ENVELOPE_BYTES {
-        return Err(wire::undeliverable_payload_message(
-            kind_display,
-            chars as f64,
-        ));
+        return Err(PayloadRefusal::Undeliverable {
+            kind: kind_display.to_owned(),
+            bytes: chars as f64,
+        });
     }
     Ok(valid)
 }
@@ -242,19 +242,16 @@ pub(crate) fn seal_for_device(
 /// reference's order (written here with the reseal, so a megabyte answer is
 /// never `JSON.stringify`'d).
 pub(crate) fn fetch_answer(sealed: &envelope::SealedEnvelope) -> String {
-    let mut out = String::with_capacity(sealed.ciphertext.len() + 200);
-    out.push_str("{\"envelope\":{\"ciphertext\":");
-    write_json_str(&sealed.ciphertext, &mut out);
-    out.push_str(",\"recipientKeyId\":");
-    write_json_str(&sealed.recipient_key_id, &mut out);
-    out.push_str(",\"senderKeyId\":");
-    write_json_str(&sealed.sender_key_id, &mut out);
-    out.push_str(",\"direction\":");
-    write_json_str(&sealed.direction, &mut out);
-    out.push_str(",\"deadlineAt\":");
-    json::push_json_number(&mut out, sealed.deadline_at);
-    out.push_str("}}");
-    out
+    let mut out = Obj::with_capacity(sealed.ciphertext.len() + 200);
+    out.obj("envelope", |envelope| {
+        envelope
+            .str("ciphertext", &sealed.ciphertext)
+            .str("recipientKeyId", &sealed.recipient_key_id)
+            .str("senderKeyId", &sealed.sender_key_id)
+            .str("direction", &sealed.direction)
+            .num("deadlineAt", sealed.deadline_at);
+    });
+    out.end()
 }
 
 #[cfg(test)]
@@ -400,7 +397,10 @@ mod tests {
             Some(&format!("{{\"prompt\":\"{astral}\"}}"))
         )
         .is_ok());
-        let refused = check(&astral).err().unwrap_or_default();
+        let refused = check(&astral)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(
             refused.starts_with("invalid llm.generate payload \u{2014} sealed for its runner it would be 6.8 MB and the limit on one envelope is 6.0 MB"),
             "{refused}"

@@ -139,23 +139,20 @@ impl WireError {
 
     /// The compact JSON body, keys in the reference's order.
     pub fn to_json(&self) -> String {
-        let mut out = String::from("{\"error\":");
-        json::write_json_str(self.error.as_str(), &mut out);
-        out.push_str(",\"message\":");
-        self.message.write_json(&mut out);
+        let mut out = json::Obj::new();
+        out.str("error", self.error.as_str())
+            .js("message", &self.message);
         if let Some(v) = &self.version {
-            out.push_str(",\"supported\":[");
-            for (i, s) in v.supported.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+            out.with("supported", |out| {
+                for (i, s) in v.supported.iter().enumerate() {
+                    out.push(if i == 0 { '[' } else { ',' });
+                    json::write_json_str(s, out);
                 }
-                json::write_json_str(s, &mut out);
-            }
-            out.push_str("],\"minimum\":");
-            json::write_json_str(v.minimum, &mut out);
+                out.push(']');
+            })
+            .str("minimum", v.minimum);
         }
-        out.push('}');
-        out
+        out.end()
     }
 }
 
@@ -247,17 +244,6 @@ pub fn describe_bytes(bytes: f64) -> String {
         text
     };
     format!("{text} MB")
-}
-
-/// The refusal of an enqueue whose payload, sealed for its runner, would be
-/// an envelope of `bytes`, over [`MAX_ENVELOPE_BYTES`]: no runner could ever
-/// be handed it.
-pub fn undeliverable_payload_message(kind: &str, bytes: f64) -> String {
-    format!(
-        "invalid {kind} payload \u{2014} sealed for its runner it would be {} and the limit on one envelope is {}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs.",
-        describe_bytes(bytes),
-        describe_bytes(MAX_ENVELOPE_BYTES as f64)
-    )
 }
 
 /// The refusal of a body whose arrays and objects nest deeper than

@@ -52,12 +52,12 @@ pub(super) fn validate_payload(
                 size_class: Some(v.size_class.as_str().to_owned()),
                 message: None,
             },
-            Err(message) => JsPayloadCheck {
+            Err(refusal) => JsPayloadCheck {
                 ok: false,
                 canonical: None,
                 text_length: None,
                 size_class: None,
-                message: Some(message),
+                message: Some(refusal.to_string()),
             },
         },
     )

@@ -136,7 +136,7 @@ impl NativeMemoryStore {
         let output = crate::engine::native::run(&mut self.inner, op)?;
         if op.writes() {
             self.persist()
-                .map_err(|e| crate::engine::Fault(e.reason.clone()))?;
+                .map_err(|e| crate::engine::Fault::Store(e.reason.clone()))?;
         }
         Ok(output)
     }
@@ -702,7 +702,11 @@ impl NativeMemoryStore {
             envelope_deadline_at,
         ) {
             Ok(valid) => valid,
-            Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
+            Err(refusal) => {
+                return Ok(Either::B(JsPayloadRefusal {
+                    message: refusal.to_string(),
+                }))
+            }
         };
         let at_rest = crate::payload::seal_at_rest(
             keyring.handle(),

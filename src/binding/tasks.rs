@@ -135,6 +135,7 @@ impl CheckedPayload {
                 &self.job_id,
                 self.deadline_at,
             )
+            .map_err(|refusal| refusal.to_string())
         })
     }
 

@@ -31,7 +31,7 @@ use hashlink::LruCache;
 
 use crate::envelope::{OpenFailure, SealedEnvelope};
 use crate::ids;
-use crate::json::{write_json_str, Doc, JsStr};
+use crate::json::{write_json_str, Doc, JsStr, Obj};
 use crate::keys::{self, KeyHandle, PublicIdentity};
 use crate::metrics::{Metrics, PairingEvent, Refusal};
 use crate::payload::{self, reseal};
@@ -43,7 +43,6 @@ pub(crate) mod native;
 pub(crate) mod ops;
 pub(crate) mod rules;
 
-use ops::Obj;
 pub(crate) use ops::{Fault, Op, Output};
 
 /// The most store operations one request makes (`pair start`: eight user
@@ -145,7 +144,7 @@ impl Site {
 }
 
 fn identity_json(identity: &PublicIdentity) -> String {
-    let mut out = ops::Obj::new();
+    let mut out = Obj::new();
     out.str("identity", &identity.identity)
         .str("encryption", &identity.encryption)
         .str("encryptionSig", &identity.encryption_sig);
@@ -220,7 +219,7 @@ impl Answer {
 
     fn store_failed(fault: Fault) -> Answer {
         Answer {
-            cause: Some(fault.0),
+            cause: Some(fault.to_string()),
             ..Answer::refuse(ErrorCode::ServerError, STORE_FAILED)
         }
     }
@@ -382,9 +381,7 @@ impl Machine {
                 | (Some(Need::Urls(_)), Got::Urls(_))
         );
         if !fits {
-            self.finish(Answer::store_failed(Fault(
-                "the engine was handed something it did not ask for".into(),
-            )));
+            self.finish(Answer::store_failed(Fault::Unasked));
             return;
         }
         self.waiting = None;
@@ -412,9 +409,7 @@ impl Machine {
                     self.ops += 1;
                 }
                 if need.is_none() || self.ops > MAX_OPS {
-                    self.finish(Answer::store_failed(Fault(
-                        "the engine asked for more store operations than any request makes".into(),
-                    )));
+                    self.finish(Answer::store_failed(Fault::TooManyOps));
                 } else {
                     self.waiting = need;
                 }
@@ -504,9 +499,7 @@ impl Cx<'_> {
     async fn op(&self, op: Op) -> Flow<Output> {
         match self.ask(Need::Store(op)).await {
             Got::Store(result) => result.map_err(Answer::from),
-            _ => Err(Answer::store_failed(Fault(
-                "a store operation went unanswered".into(),
-            ))),
+            _ => Err(Answer::store_failed(Fault::Unanswered)),
         }
     }
 
@@ -521,12 +514,11 @@ impl Cx<'_> {
         }
         let work = Work(Box::new(move || Box::new(f()) as Box<dyn Any + Send>));
         match self.ask(Need::Work(work)).await {
-            Got::Work(done) => done.downcast::<T>().map(|t| *t).map_err(|_| {
-                Answer::store_failed(Fault("heavy work came back as something else".into()))
-            }),
-            _ => Err(Answer::store_failed(Fault(
-                "heavy work went unanswered".into(),
-            ))),
+            Got::Work(done) => done
+                .downcast::<T>()
+                .map(|t| *t)
+                .map_err(|_| Answer::store_failed(Fault::WorkMismatch)),
+            _ => Err(Answer::store_failed(Fault::WorkUnanswered)),
         }
     }
 
@@ -643,10 +635,8 @@ async fn authenticate(cx: &Cx<'_>, body: Result<Body, Answer>) -> Flow<(ops::Run
 }
 
 /// An operation's output that is not the one it returns (our own store's bug).
-fn mismatch(op: &str) -> Answer {
-    Answer::store_failed(Fault(format!(
-        "`{op}` came back as another operation's output"
-    )))
+fn mismatch(op: &'static str) -> Answer {
+    Answer::store_failed(Fault::Mismatch(op))
 }
 
 /// The refusal for a runner its store read again with the request's work.
@@ -722,10 +712,9 @@ fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> F
     let mut stubs = String::from("[");
     for job in jobs {
         let Some(lease) = &job.lease else {
-            return Err(Answer::store_failed(Fault(format!(
-                "store returned job {} from claim with no lease; the store contract requires a claimed job to hold one",
-                job.id
-            ))));
+            return Err(Answer::store_failed(Fault::NoLease {
+                job_id: job.id.clone(),
+            }));
         };
         if stubs.len() > 1 {
             stubs.push(',');
@@ -832,8 +821,8 @@ async fn heartbeat(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answe
     let mut out = Obj::new();
     out.raw("sites", &cx.site.sites_json)
         .raw("awaitingConsent", "[]")
-        .refs("cancel", &cancel)
-        .refs("lost", &lost)
+        .with("cancel", |out| ops::push_refs(out, &cancel))
+        .with("lost", |out| ops::push_refs(out, &lost))
         .num("serverTime", now);
     Ok(Answer::ok(out.end()))
 }
@@ -993,7 +982,7 @@ async fn accept(
     } else {
         let verdicts = match cx.ask(Need::Urls(asked.clone())).await {
             Got::Urls(verdicts) => verdicts,
-            _ => return Err(Answer::store_failed(Fault("URLs went unchecked".into()))),
+            _ => return Err(Answer::store_failed(Fault::Urls)),
         };
         crate::result::accept(opened, Some(disposition), &source, &|url| {
             asked

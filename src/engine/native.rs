@@ -1,7 +1,7 @@
 //! The engine's operations performed on our own [`Store`], in place: no
 //! JSON in between, nothing crosses to JavaScript.
 
-use crate::json::write_json_str;
+use crate::json::{json_string, write_json_str};
 use crate::payload::{self, AtRestSeal};
 use crate::store::{ClaimArgs, ClaimCapability, CompleteArgs, Holder, JobRef, Store};
 
@@ -123,7 +123,7 @@ pub(crate) fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
                 state: done
                     .job
                     .and_then(|r| store.view(r))
-                    .map(|j| quoted(j.state.as_str())),
+                    .map(|j| json_string(j.state.as_str())),
             }
         }
         Op::CancelRequests { runner_id } => Output::Refs(cancel_requests(store, runner_id)),
@@ -159,19 +159,11 @@ fn cancel_requests(store: &Store, runner_id: &str) -> Vec<Ref> {
         .collect()
 }
 
-fn quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    write_json_str(text, &mut out);
-    out
-}
-
 fn runner(store: &Store, runner_id: &str) -> Result<Option<Runner>, Fault> {
     let Some((facts, revoked)) = store.people.runner_facts(runner_id) else {
         return Ok(None);
     };
-    let facts = facts.ok_or_else(|| {
-        Fault("a stored runner record lacks its id, owner or device identity".into())
-    })?;
+    let facts = facts.ok_or(Fault::RunnerRecord)?;
     Ok(Some(Runner {
         id: facts.id,
         owner: facts.owner,
@@ -218,7 +210,7 @@ fn job(store: &Store, job_id: &str) -> Option<Job> {
     });
     Some(Job {
         audience: view.audience.to_owned(),
-        state: quoted(view.state.as_str()),
+        state: json_string(view.state.as_str()),
         lease: lease(store, r),
         created_at: view.created_at,
         ciphertext_chars: view.sealed_ciphertext_chars.unwrap_or(0),

@@ -10,7 +10,7 @@
 //! own store, as values.
 
 use crate::envelope::SealedEnvelope;
-use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
+use crate::json::{self, Doc, JsStr, Node, NodeId, Obj};
 use crate::keys::PublicIdentity;
 use crate::payload::AtRestSeal;
 use crate::store::LeaseRef;
@@ -199,7 +199,7 @@ impl Op {
                 w.str("runnerId", runner_id)
                     .raw("capabilities", capabilities)
                     .str("daemonVersion", daemon_version)
-                    .refs("leases", leases)
+                    .with("leases", |out| push_refs(out, leases))
                     .num("leaseMs", *lease_ms)
                     .num("now", *now);
             }
@@ -245,7 +245,7 @@ impl Op {
                 now,
             } => {
                 w.str("runnerId", runner_id)
-                    .refs("leases", leases)
+                    .with("leases", |out| push_refs(out, leases))
                     .str("reason", reason)
                     .num("now", *now);
             }
@@ -254,61 +254,6 @@ impl Op {
             }
         }
         w.end()
-    }
-}
-
-/// A JSON object written key by key, in the order written (the wire's).
-pub(crate) struct Obj {
-    out: String,
-}
-
-impl Default for Obj {
-    fn default() -> Obj {
-        Obj {
-            out: String::from("{"),
-        }
-    }
-}
-
-impl Obj {
-    pub(crate) fn new() -> Obj {
-        Obj::default()
-    }
-    fn key(&mut self, key: &str) {
-        if self.out.len() > 1 {
-            self.out.push(',');
-        }
-        write_json_str(key, &mut self.out);
-        self.out.push(':');
-    }
-    pub(crate) fn str(&mut self, key: &str, value: &str) -> &mut Obj {
-        self.key(key);
-        write_json_str(value, &mut self.out);
-        self
-    }
-    pub(crate) fn js(&mut self, key: &str, value: &JsStr) -> &mut Obj {
-        self.key(key);
-        value.write_json(&mut self.out);
-        self
-    }
-    pub(crate) fn raw(&mut self, key: &str, json: &str) -> &mut Obj {
-        self.key(key);
-        self.out.push_str(json);
-        self
-    }
-    pub(crate) fn num(&mut self, key: &str, value: f64) -> &mut Obj {
-        self.key(key);
-        json::push_json_number(&mut self.out, value);
-        self
-    }
-    pub(crate) fn refs(&mut self, key: &str, refs: &[Ref]) -> &mut Obj {
-        self.key(key);
-        push_refs(&mut self.out, refs);
-        self
-    }
-    pub(crate) fn end(mut self) -> String {
-        self.out.push('}');
-        self.out
     }
 }
 
@@ -345,15 +290,68 @@ pub(crate) fn push_refs(out: &mut String, refs: &[Ref]) {
 
 /// Why an operation gave the engine nothing it can use: the store threw,
 /// timed out, or answered something that is not what the operation returns.
-/// The text is for the server's log, never for the caller.
+/// Its text ([`std::fmt::Display`]) is for the server's log, never for the
+/// caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Fault(pub String);
+pub(crate) enum Fault {
+    /// The store threw, timed out or could not write: its own words.
+    Store(String),
+    /// The store's answer to an operation is not what the operation returns.
+    Malformed { op: &'static str, why: String },
+    /// An operation's output came back as another operation's.
+    Mismatch(&'static str),
+    /// A stored runner record lacks its id, owner or device identity.
+    RunnerRecord,
+    /// A claimed job without the lease the store contract requires.
+    NoLease { job_id: String },
+    /// The engine was handed something it did not ask for.
+    Unasked,
+    /// More store operations than any request makes.
+    TooManyOps,
+    /// A store operation went unanswered.
+    Unanswered,
+    /// Heavy work came back as something else.
+    WorkMismatch,
+    /// Heavy work went unanswered.
+    WorkUnanswered,
+    /// URLs went unchecked.
+    Urls,
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Store(cause) => f.write_str(cause),
+            Fault::Malformed { op, why } => write!(
+                f,
+                "the store's answer to `{op}` is not what the operation returns: {why}"
+            ),
+            Fault::Mismatch(op) => write!(f, "`{op}` came back as another operation's output"),
+            Fault::RunnerRecord => {
+                f.write_str("a stored runner record lacks its id, owner or device identity")
+            }
+            Fault::NoLease { job_id } => write!(
+                f,
+                "store returned job {job_id} from claim with no lease; the store contract requires a claimed job to hold one"
+            ),
+            Fault::Unasked => f.write_str("the engine was handed something it did not ask for"),
+            Fault::TooManyOps => f.write_str(
+                "the engine asked for more store operations than any request makes",
+            ),
+            Fault::Unanswered => f.write_str("a store operation went unanswered"),
+            Fault::WorkMismatch => f.write_str("heavy work came back as something else"),
+            Fault::WorkUnanswered => f.write_str("heavy work went unanswered"),
+            Fault::Urls => f.write_str("URLs went unchecked"),
+        }
+    }
+}
 
 impl Fault {
-    fn malformed(op: &str, error: impl std::fmt::Display) -> Fault {
-        Fault(format!(
-            "the store's answer to `{op}` is not what the operation returns: {error}"
-        ))
+    fn malformed(op: &'static str, why: impl std::fmt::Display) -> Fault {
+        Fault::Malformed {
+            op,
+            why: why.to_string(),
+        }
     }
 }
 

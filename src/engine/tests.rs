@@ -506,7 +506,7 @@ fn a_store_that_fails_or_answers_nonsense_gives_a_server_error_with_its_cause() 
     }
     // A throw (the shell's `fail`).
     let mut machine = Machine::start(Arc::clone(&fx.site), claim());
-    machine.resume(Got::Store(Err(Fault("connection reset".into()))));
+    machine.resume(Got::Store(Err(Fault::Store("connection reset".into()))));
     let answer = machine.answer().cloned().expect("answered");
     assert_eq!(
         (answer.status, answer.cause.as_deref()),

@@ -40,7 +40,8 @@ pub use coerce::{is_js_space, js_to_number, string_to_number};
 pub use parse::{lone_surrogates_replaced, parse, parse_any_depth, parse_secret};
 use write::write_json_utf16;
 pub use write::{
-    js_number_to_string, json_str_len, push_js_number, push_json_number, write_json_str,
+    js_number_to_string, json_str_len, json_string, push_js_number, push_json_number,
+    write_json_str, Obj,
 };
 
 /// Index of a value in a [`Doc`].

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-use crate::json::{self, write_json_str, Doc, Node, NodeId};
+use crate::json::{self, json_string, write_json_str, Doc, Node, NodeId};
 use crate::keys::PublicIdentity;
 use crate::metrics::RunnerCounts;
 
@@ -126,13 +126,7 @@ fn spread(record: &str, changes: &[(&str, &str)]) -> Option<String> {
     Some(out)
 }
 
-/// `JSON.stringify` of a string or a number, for [`spread`].
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    write_json_str(s, &mut out);
-    out
-}
-
+/// `JSON.stringify` of a number, for [`spread`].
 fn json_num(n: f64) -> String {
     let mut out = String::new();
     json::push_json_number(&mut out, n);
@@ -485,8 +479,8 @@ impl PairingStore {
         let (doc, root) = object(&pairing.json).ok_or_else(unknown)?;
         let mut runner = format!(
             "{{\"id\":{},\"owner\":{}",
-            json_str(runner_id),
-            json_str(owner)
+            json_string(runner_id),
+            json_string(owner)
         );
         // Carried from the pairing: the user approved this machine.
         for field in [
@@ -508,8 +502,8 @@ impl PairingStore {
             &pairing.json,
             &[
                 ("state", "\"approved\""),
-                ("owner", &json_str(owner)),
-                ("runnerId", &json_str(runner_id)),
+                ("owner", &json_string(owner)),
+                ("runnerId", &json_string(runner_id)),
                 ("collected", "false"),
             ],
         );
