@@ -118,9 +118,13 @@ pub enum PayloadRefusal {
     Invalid { kind: String, issues: Vec<String> },
     /// Valid, but no kind or payload came out (the schema makes it unreachable).
     Unread { kind: String },
-    /// Sealed for its runner its envelope would be `bytes` long, over
-    /// [`crate::wire::MAX_ENVELOPE_BYTES`].
-    Undeliverable { kind: String, bytes: f64 },
+    /// Sealed for its runner its envelope would be `size` long, over the
+    /// `limit` on one envelope (both as the refusal words them).
+    Undeliverable {
+        kind: String,
+        size: String,
+        limit: String,
+    },
 }
 
 impl std::fmt::Display for PayloadRefusal {
@@ -134,11 +138,9 @@ impl std::fmt::Display for PayloadRefusal {
                 write!(f, "invalid {kind} payload \u{2014} {}", issues.join("; "))
             }
             PayloadRefusal::Unread { kind } => write!(f, "invalid {kind} payload"),
-            PayloadRefusal::Undeliverable { kind, bytes } => write!(
+            PayloadRefusal::Undeliverable { kind, size, limit } => write!(
                 f,
-                "invalid {kind} payload \u{2014} sealed for its runner it would be {} and the limit on one envelope is {}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs.",
-                crate::wire::describe_bytes(*bytes),
-                crate::wire::describe_bytes(crate::wire::MAX_ENVELOPE_BYTES as f64)
+                "invalid {kind} payload \u{2014} sealed for its runner it would be {size} and the limit on one envelope is {limit}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs."
             ),
         }
     }

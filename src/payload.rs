@@ -77,7 +77,8 @@ pub(crate) fn validate_for_enqueue(
     if chars as u64 > wire::MAX_ENVELOPE_BYTES {
         return Err(PayloadRefusal::Undeliverable {
             kind: kind_display.to_owned(),
-            bytes: chars as f64,
+            size: wire::describe_bytes(chars as f64),
+            limit: wire::describe_bytes(wire::MAX_ENVELOPE_BYTES as f64),
         });
     }
     Ok(valid)
