@@ -228,17 +228,6 @@ impl Doc {
         id.map(|id| self.node(id))
     }
 
-    /// JavaScript's truthiness of the value at `id`.
-    pub fn truthy(&self, id: NodeId) -> bool {
-        match self.node(id) {
-            Node::Null => false,
-            Node::Bool(b) => *b,
-            Node::Number(n) => *n != 0.0 && !n.is_nan(),
-            Node::String(s) => s.utf16_len() > 0,
-            Node::Array(_) | Node::Object(_) => true,
-        }
-    }
-
     /// `obj[key]` for an own key of an object node (JS `undefined` → `None`).
     pub fn get(&self, obj: NodeId, key: &str) -> Option<NodeId> {
         match self.node(obj) {
@@ -265,13 +254,9 @@ impl Doc {
     }
 
     /// Number of values in the document.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.nodes.len()
-    }
-
-    /// Never true for a parsed document (it has a root).
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
     }
 
     /// `JSON.stringify` of the value at `id` (iterative, so any depth).
