@@ -352,13 +352,13 @@ impl NativeMemoryStore {
         now: f64,
         env: &'env Env,
     ) -> Result<JsString<'env>> {
-        let caps: Vec<ClaimCapability<'_>> = capabilities
+        let caps: Vec<ClaimCapability<&str>> = capabilities
             .chunks_exact(3)
             .filter_map(|c| match c {
                 [kind, backend_id, offer_scope] => Some(ClaimCapability {
-                    kind,
-                    backend_id,
-                    offer_scope,
+                    kind: kind.as_str(),
+                    backend_id: backend_id.as_str(),
+                    offer_scope: offer_scope.as_str(),
                 }),
                 _ => None,
             })

@@ -665,7 +665,7 @@ async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
                     .and_then(|v| v.as_js_str(&body.doc))
                     .map_or_else(String::new, |s| s.as_str().to_owned())
             };
-            matched.push(ops::ClaimCapability {
+            matched.push(crate::store::ClaimCapability {
                 kind: text("kind"),
                 backend_id: text("backendId"),
                 offer_scope: text("offerScope"),

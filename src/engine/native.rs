@@ -41,14 +41,8 @@ pub(crate) fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
             now,
             ..
         } => {
-            let capabilities: Vec<ClaimCapability<'_>> = matched
-                .iter()
-                .map(|c| ClaimCapability {
-                    kind: &c.kind,
-                    backend_id: &c.backend_id,
-                    offer_scope: &c.offer_scope,
-                })
-                .collect();
+            let capabilities: Vec<ClaimCapability<&str>> =
+                matched.iter().map(ClaimCapability::borrowed).collect();
             let claimed = store.claim(&ClaimArgs {
                 runner_id,
                 runner_owner,

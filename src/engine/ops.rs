@@ -13,7 +13,7 @@ use crate::envelope::SealedEnvelope;
 use crate::json::{self, Doc, JsStr, Node, NodeId, Obj};
 use crate::keys::PublicIdentity;
 use crate::payload::AtRestSeal;
-use crate::store::LeaseRef;
+use crate::store::{ClaimCapability, LeaseRef};
 
 /// `{jobId, leaseId}` exactly as the request or the store spelled it (lone
 /// surrogates too: the answers that list refs echo them).
@@ -41,14 +41,6 @@ impl From<LeaseRef> for Ref {
             lease_id: JsStr::new(r.lease_id),
         }
     }
-}
-
-/// One capability of a claim, as the store's match reads it.
-#[derive(Debug, Clone)]
-pub(crate) struct ClaimCapability {
-    pub kind: String,
-    pub backend_id: String,
-    pub offer_scope: String,
 }
 
 /// A store operation. Every `now` is the request's clock reading.

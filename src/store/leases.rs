@@ -362,7 +362,7 @@ fn claim_limit(max: f64) -> usize {
 /// One ordered source of claim candidates.
 struct Stream<'a> {
     iter: std::iter::Peekable<std::collections::btree_set::Range<'a, Entry>>,
-    cap: &'a ClaimCapability<'a>,
+    cap: &'a ClaimCapability<&'a str>,
     scope: Option<OfferScope>,
     strangers_only: bool,
 }
@@ -371,7 +371,7 @@ struct Stream<'a> {
 fn admits(
     syms: &Interner,
     job: &Job,
-    cap: &ClaimCapability<'_>,
+    cap: &ClaimCapability<&str>,
     scope: Option<OfferScope>,
     runner_owner: &str,
 ) -> bool {

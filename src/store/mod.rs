@@ -300,17 +300,30 @@ pub(crate) struct JobInput<'a> {
     pub deadline_at: Option<f64>,
 }
 
-/// One capability of a claim, as far as the store looks at it.
-pub(crate) struct ClaimCapability<'a> {
-    pub kind: &'a str,
-    pub backend_id: &'a str,
-    pub offer_scope: &'a str,
+/// One capability of a claim, as far as the store looks at it: owned by the
+/// engine's `claim` operation, borrowed ([`ClaimCapability::borrowed`]) by
+/// the store's match.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimCapability<S = String> {
+    pub kind: S,
+    pub backend_id: S,
+    pub offer_scope: S,
+}
+
+impl<S: AsRef<str>> ClaimCapability<S> {
+    pub(crate) fn borrowed(&self) -> ClaimCapability<&str> {
+        ClaimCapability {
+            kind: self.kind.as_ref(),
+            backend_id: self.backend_id.as_ref(),
+            offer_scope: self.offer_scope.as_ref(),
+        }
+    }
 }
 
 pub(crate) struct ClaimArgs<'a> {
     pub runner_id: &'a str,
     pub runner_owner: &'a str,
-    pub capabilities: &'a [ClaimCapability<'a>],
+    pub capabilities: &'a [ClaimCapability<&'a str>],
     pub max: f64,
     pub lease_ms: f64,
     pub now: f64,

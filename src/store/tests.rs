@@ -124,7 +124,7 @@ fn input<'a>(id: &'a str, owner: &'a str) -> JobInput<'a> {
     }
 }
 
-fn cap<'a>(kind: &'a str, backend: &'a str, scope: &'a str) -> ClaimCapability<'a> {
+fn cap<'a>(kind: &'a str, backend: &'a str, scope: &'a str) -> ClaimCapability<&'a str> {
     ClaimCapability {
         kind,
         backend_id: backend,
@@ -135,7 +135,7 @@ fn cap<'a>(kind: &'a str, backend: &'a str, scope: &'a str) -> ClaimCapability<'
 fn claim_args<'a>(
     runner: &'a str,
     owner: &'a str,
-    caps: &'a [ClaimCapability<'a>],
+    caps: &'a [ClaimCapability<&'a str>],
     now: f64,
 ) -> ClaimArgs<'a> {
     ClaimArgs {
@@ -180,7 +180,7 @@ fn state(store: &Store, id: &str) -> Option<JobState> {
     store.get(id).and_then(|r| store.live(r)).map(|j| j.state)
 }
 
-const OLLAMA: [ClaimCapability<'static>; 1] = [ClaimCapability {
+const OLLAMA: [ClaimCapability<&'static str>; 1] = [ClaimCapability {
     kind: "llm.generate",
     backend_id: "ollama",
     offer_scope: "team",
@@ -1345,7 +1345,7 @@ fn randomized_model_agreement() {
                         .collect();
                     let max = 1 + rng.below(3) as usize;
                     let lease_ms = 20.0 + rng.below(100) as f64;
-                    let claim_caps: Vec<ClaimCapability<'_>> =
+                    let claim_caps: Vec<ClaimCapability<&str>> =
                         caps.iter().map(|&(k, b, s)| cap(k, b, s)).collect();
                     let got = store.claim(&ClaimArgs {
                         max: max as f64,
