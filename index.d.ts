@@ -145,16 +145,7 @@ export declare class NativeMetrics {
    * was refused for its body's size, and its time in seconds.
    */
   request(endpoint: number, status: number, tooLarge: boolean, seconds: number): void
-  /**
-   * `n` refusals for `reason` beyond those a status tells (a release of
-   * refused jobs is answered 200).
-   */
-  refused(reason: string, n: number): void
   enqueued(): void
-  /** A job claimed for the first time, `ms` after its enqueue. */
-  queueWait(jobId: string, ms: number): void
-  /** A job's result accepted, `ms` after its enqueue. */
-  jobDone(jobId: string, ms: number): void
   wait(outcome: string, seconds: number): void
   pairing(event: string): void
   /** Keep job events for `drainEvents` (the OpenTelemetry shell's spans). */
@@ -202,7 +193,7 @@ export declare class PendingRequest {
 
 /**
  * A large payload validated on the thread pool, its at-rest seal left for
- * later where it can be ([`crate::direct::prepare_at_rest`]), waiting to
+ * later where it can be ([`crate::payload::prepare_at_rest`]), waiting to
  * be stored by `SiteKeyring.enqueuePrepared`. Used once.
  */
 export declare class PreparedPayload {}
@@ -255,8 +246,8 @@ export declare class SiteKeyring {
   openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
   /**
    * Open a device's result for `jobId` and accept it, or refuse it with
-   * the reference's message (`crate::direct::acceptance`): the general
-   * path's and the cloud lane's one call per result (on the thread pool
+   * the reference's message (`crate::result`): the one call per result of
+   * a store the engine does not run in place, and of the cloud lane (on the thread pool
    * past [`ASYNC_CRYPTO_THRESHOLD`] bytes). Values a relay sent that are
    * not even strings do not open: refused, not thrown.
    */
@@ -287,7 +278,7 @@ export declare function canonicalRequest(endpoint: string, runnerId: string, iss
  */
 export declare function capabilityFor(caps: readonly Capability[], kind: string): Capability | undefined
 
-/** The deadline a claim stub carries (`crate::direct::deadline_for`). */
+/** The deadline a claim stub carries (`crate::engine::rules::deadline_for`). */
 export declare function deadlineFor(deadlineAt: number | undefined | null, claimableAt: number | undefined | null, ttlMs: number, now: number): number
 
 /**
@@ -331,7 +322,7 @@ export interface EnvelopeContext {
 
 /**
  * A payload resealed for a device: the envelope, and the fetch answer's
- * text as the core writes it (`direct::fetch_answer`).
+ * text as the core writes it (`payload::fetch_answer`).
  */
 export interface FetchAnswer {
   envelope: SealedEnvelope
@@ -377,7 +368,7 @@ export declare function isAudience(text: string): boolean
 
 /**
  * The `x-byollm-issued-at` header as a timestamp (`Number(text)` when it
- * is finite, else `null`), as the fast path reads it.
+ * is finite, else `null`), as the engine reads it.
  */
 export declare function issuedAtHeader(text: string): number | null
 
@@ -429,7 +420,7 @@ export interface PayloadRefusal {
 
 export declare function protocolConstants(): ProtocolConstants
 
-/** The protocol constants both paths use. */
+/** The protocol constants the core and the shell both use. */
 export interface ProtocolConstants {
   /** The protocol version this server speaks. */
   version: "2"
@@ -517,7 +508,7 @@ export interface ResultProvenance {
   stopReported?: boolean
 }
 
-/** Who a result is accepted from (`crate::direct::acceptance::Source`). */
+/** Who a result is accepted from (`crate::result::Source`). */
 export interface ResultSource {
   /** The job's audience as stored (an unknown spelling is echoed, untrusted). */
   audience: string

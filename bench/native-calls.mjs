@@ -1,14 +1,15 @@
 #!/usr/bin/env node
 // Where our server's time goes, per native call, in the full job cycle
 // (bench/full-cycle.mjs, in-process, 1 KB prompt, ours only): every method of
-// the addon's SiteKeyring and NativeMemoryStore is wrapped with a timer, and
-// the direct lane's serveDirect is split by endpoint. Prints p50 and mean µs a
-// call and the native share of the server-side time a job.
+// the addon's SiteKeyring, NativeMemoryStore and Engine is wrapped with a
+// timer, and the engine's calls on our own store (`serveNative`) are split by
+// endpoint. Prints p50 and mean µs a call and the native share of the
+// server-side time a job.
 //
 //   node_modules/node/bin/node bench/native-calls.mjs [JOBS] [--fill=N] [--history]
 //
 // NAPI_RS_NATIVE_LIBRARY_PATH=<a .node> measures another build of the addon.
-import { NativeMemoryStore, SiteKeyring } from "../index.js";
+import { Engine, NativeMemoryStore, SiteKeyring } from "../index.js";
 import { cycles, loadImpls } from "./full-cycle.mjs";
 
 const args = process.argv.slice(2);
@@ -34,7 +35,8 @@ function wrap(proto, prefix, keyOf) {
   }
 }
 wrap(SiteKeyring.prototype, "");
-wrap(NativeMemoryStore.prototype, "store.", (name, a) => (name === "serve" ? `store.serve ${a[1]}` : undefined));
+wrap(NativeMemoryStore.prototype, "store.");
+wrap(Engine.prototype, "engine.", (name, a) => (name === "serveNative" ? `engine.serveNative ${a[1]}` : undefined));
 
 const { ours } = await loadImpls();
 await cycles(ours, { jobs: Math.min(500, jobs), promptChars: 1000, fill, population });

@@ -8,11 +8,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::vocabulary;
+use crate::vocabulary::vocabulary;
 
 vocabulary! {
     /// Who may run a job (job side).
-    Audience {
+    pub Audience {
         /// Only the job owner's own devices.
         Private => "private",
         /// A device whose owner admits the job owner.
@@ -35,7 +35,7 @@ impl Audience {
 
 vocabulary! {
     /// Who a service will run work for (device side).
-    OfferScope {
+    pub OfferScope {
         Private => "private",
         Team => "team",
     }
@@ -43,7 +43,7 @@ vocabulary! {
 
 vocabulary! {
     /// Who pays for a backend's tokens.
-    BackendCost {
+    pub BackendCost {
         Free => "free",
         Metered => "metered",
         Subscription => "subscription",
@@ -52,7 +52,7 @@ vocabulary! {
 
 vocabulary! {
     /// How a backend reaches its model.
-    BackendClass {
+    pub BackendClass {
         Http => "http",
         Process => "process",
     }
@@ -60,7 +60,7 @@ vocabulary! {
 
 vocabulary! {
     /// Why generation stopped, as sealed by the device in `ran.stop`.
-    StopReason {
+    pub StopReason {
         End => "end",
         Length => "length",
         StopSequence => "stop-sequence",
@@ -71,7 +71,7 @@ vocabulary! {
 vocabulary! {
     /// Why an audience match refused. Declaration order follows the reference
     /// enum (`no-capability` first), which is the order the vectors list.
-    Refusal {
+    pub Refusal {
         NoCapability => "no-capability",
         AudienceSelfOtherOwner => "audience-self-other-owner",
         NotLocallyAllowed => "not-locally-allowed",
@@ -239,7 +239,7 @@ pub fn provenance_for(input: &ProvenanceInput<'_>) -> ResultProvenance {
 
 vocabulary! {
     /// Why no runner can take a job right now.
-    NoRunnerReason {
+    pub NoRunnerReason {
         NoRunnerPaired => "no-runner-paired",
         NoRunnerOnline => "no-runner-online",
         NoMatchingCapability => "no-matching-capability",

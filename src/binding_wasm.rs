@@ -89,7 +89,7 @@ thread_local! {
 
 /// Hands the host a buffer of `len` bytes to write arguments into.
 #[no_mangle]
-pub extern "C" fn bx_alloc(len: usize) -> *mut u8 {
+pub(crate) extern "C" fn bx_alloc(len: usize) -> *mut u8 {
     let mut buf: Vec<u8> = Vec::with_capacity(len);
     let ptr = buf.as_mut_ptr();
     std::mem::forget(buf);
@@ -102,7 +102,7 @@ pub extern "C" fn bx_alloc(len: usize) -> *mut u8 {
 /// `ptr` and `len` must be exactly what one earlier `bx_alloc(len)` returned
 /// and received, and the buffer must not be freed twice.
 #[no_mangle]
-pub unsafe extern "C" fn bx_free(ptr: *mut u8, len: usize) {
+pub(crate) unsafe extern "C" fn bx_free(ptr: *mut u8, len: usize) {
     if ptr.is_null() {
         return;
     }
@@ -119,7 +119,7 @@ pub unsafe extern "C" fn bx_free(ptr: *mut u8, len: usize) {
 /// Both (ptr, len) pairs must describe readable memory (buffers from
 /// [`bx_alloc`] that the host filled), or have a zero length.
 #[no_mangle]
-pub unsafe extern "C" fn bx_call(
+pub(crate) unsafe extern "C" fn bx_call(
     op_ptr: *const u8,
     op_len: usize,
     args_ptr: *const u8,
@@ -131,7 +131,7 @@ pub unsafe extern "C" fn bx_call(
     let args = unsafe { bytes_at(args_ptr, args_len) };
     let (status, text) = match call(op, args) {
         Ok(answer) => (0, answer),
-        Err(message) => (1, string(&message)),
+        Err(message) => (1, json::json_string(&message)),
     };
     RESULT.with(|r| {
         let mut last = r.borrow_mut();
@@ -144,19 +144,19 @@ pub unsafe extern "C" fn bx_call(
 /// Wipes the last answer (it may be a plaintext or key material) once the
 /// host has read it.
 #[no_mangle]
-pub extern "C" fn bx_result_clear() {
+pub(crate) extern "C" fn bx_result_clear() {
     RESULT.with(|r| zeroize::Zeroize::zeroize(&mut *r.borrow_mut()));
 }
 
 /// Where the last answer starts.
 #[no_mangle]
-pub extern "C" fn bx_result_ptr() -> *const u8 {
+pub(crate) extern "C" fn bx_result_ptr() -> *const u8 {
     RESULT.with(|r| r.borrow().as_ptr())
 }
 
 /// How long the last answer is.
 #[no_mangle]
-pub extern "C" fn bx_result_len() -> usize {
+pub(crate) extern "C" fn bx_result_len() -> usize {
     RESULT.with(|r| r.borrow().len())
 }
 
@@ -204,7 +204,7 @@ pub(crate) fn call(op: &[u8], args: &[u8]) -> Outcome {
 
 fn run(op: &str, a: &Args<'_>) -> Outcome {
     match op {
-        "ping" => Ok(string("pong")),
+        "ping" => Ok(json::json_string("pong")),
         // Lets the JS tests prove that a panic (a trap on wasm32) reaches
         // callers as an ordinary Error and that the glue recovers with a fresh
         // instance. Nothing else can reach a panic on purpose.
@@ -216,8 +216,10 @@ fn run(op: &str, a: &Args<'_>) -> Outcome {
             a.public_identity(0)
                 .is_some_and(|id| keys::verify_public_identity(&id)),
         )),
-        "fingerprint" => Ok(string(&fingerprint::key_id(a.str(0, "identityPublic")?))),
-        "formatSiteKeys" => Ok(string(&site_keys::format_site_keys(&a.keys(0)?))),
+        "fingerprint" => Ok(json::json_string(&fingerprint::key_id(
+            a.str(0, "identityPublic")?,
+        ))),
+        "formatSiteKeys" => Ok(json::json_string(&site_keys::format_site_keys(&a.keys(0)?))),
         "siteKeysFromEnvValue" => {
             let variable = a.str(0, "variable")?;
             let value = match a.node(1) {
@@ -233,7 +235,7 @@ fn run(op: &str, a: &Args<'_>) -> Outcome {
         "seal" => seal(a),
         "open" => open(a),
         // ---- request signatures
-        "canonicalRequest" => Ok(string(&signing::canonical_request(
+        "canonicalRequest" => Ok(json::json_string(&signing::canonical_request(
             a.str(0, "endpoint")?,
             a.str(1, "runnerId")?,
             a.number(2, "issuedAt")?,
@@ -244,14 +246,16 @@ fn run(op: &str, a: &Args<'_>) -> Outcome {
         "verifyRequest" => verify_request(a, false),
         "verifySiteRequest" => verify_request(a, true),
         // ---- ids and secrets
-        "generateDeviceCode" => Ok(string(&ids::generate_device_code())),
-        "generateUserCode" => Ok(string(&ids::generate_user_code())),
-        "generateRunnerId" => Ok(string(&ids::generate_runner_id())),
-        "generateJobId" => Ok(string(&ids::generate_job_id())),
-        "generateLeaseId" => Ok(string(&ids::generate_lease_id())),
-        "hashSecret" => Ok(string(&ids::hash_secret(a.str(0, "secret")?))),
+        "generateDeviceCode" => Ok(json::json_string(&ids::generate_device_code())),
+        "generateUserCode" => Ok(json::json_string(&ids::generate_user_code())),
+        "generateRunnerId" => Ok(json::json_string(&ids::generate_runner_id())),
+        "generateJobId" => Ok(json::json_string(&ids::generate_job_id())),
+        "generateLeaseId" => Ok(json::json_string(&ids::generate_lease_id())),
+        "hashSecret" => Ok(json::json_string(&ids::hash_secret(a.str(0, "secret")?))),
         "secretsMatch" => Ok(boolean(ids::secrets_match(a.str(0, "a")?, a.str(1, "b")?))),
-        "normalizeUserCode" => Ok(string(&ids::normalize_user_code(a.str(0, "input")?))),
+        "normalizeUserCode" => Ok(json::json_string(&ids::normalize_user_code(
+            a.str(0, "input")?,
+        ))),
         _ => Err(format!("unknown operation {op:?}")),
     }
 }
@@ -342,7 +346,7 @@ fn sign_request(a: &Args<'_>, site: bool) -> Outcome {
         a.number(3, "issuedAt")?,
         a.str(4, "body")?,
     );
-    Ok(string(&sig.signature))
+    Ok(json::json_string(&sig.signature))
 }
 
 /// `verifyRequest(identityPublic, endpoint, body, signature, now, maxSkewMs)`:
@@ -366,14 +370,8 @@ fn verify_request(a: &Args<'_>, site: bool) -> Outcome {
     );
     Ok(match failure {
         None => "null".to_string(),
-        Some(f) => string(f.as_str()),
+        Some(f) => json::json_string(f.as_str()),
     })
-}
-
-fn string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    json::write_json_str(s, &mut out);
-    out
 }
 
 fn boolean(b: bool) -> String {

@@ -19,9 +19,9 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, OnceLock};
 
 /// Work items waiting at once; more are refused.
-pub const MAX_QUEUED: usize = 4096;
+pub(crate) const MAX_QUEUED: usize = 4096;
 /// Chores waiting at which a quiet one wakes the thread after all.
-pub const QUIET_BACKLOG: usize = 64;
+pub(crate) const QUIET_BACKLOG: usize = 64;
 
 type Chore = Box<dyn FnOnce() + Send + 'static>;
 
@@ -63,7 +63,7 @@ fn spawn(_: &'static Worker) -> bool {
 
 /// Queue `chore` for the background thread; `false` (and `chore` dropped
 /// unrun) when there is no thread or the queue is full.
-pub fn run(chore: impl FnOnce() + Send + 'static) -> bool {
+pub(crate) fn run(chore: impl FnOnce() + Send + 'static) -> bool {
     submit(Box::new(chore), Lane::Later)
 }
 
@@ -71,7 +71,7 @@ pub fn run(chore: impl FnOnce() + Send + 'static) -> bool {
 /// [`QUIET_BACKLOG`] chores are waiting): for work nobody waits for, which
 /// may run whenever the thread next wakes. Whoever needs its result before
 /// then must be able to do the work itself.
-pub fn run_quietly(chore: impl FnOnce() + Send + 'static) -> bool {
+pub(crate) fn run_quietly(chore: impl FnOnce() + Send + 'static) -> bool {
     submit(Box::new(chore), Lane::Quiet)
 }
 
@@ -106,7 +106,7 @@ fn submit_to(worker: &Worker, chore: Chore, lane: Lane) -> bool {
 }
 
 /// Whether there is a thread to run chores.
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     worker().is_some()
 }
 

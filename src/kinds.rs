@@ -1,12 +1,12 @@
 //! Job kinds and their payloads (protocol.md §9).
 
 use crate::json;
-use crate::wire::schema::{self, array, object, opt, req, text, Refine, Schema};
-use crate::wire::vocabulary;
+use crate::schema::{self, array, object, opt, req, text, Refine, Schema};
+use crate::vocabulary::vocabulary;
 
 vocabulary! {
     /// A job kind. The wire spelling is the dotted name.
-    JobKind {
+    pub JobKind {
         Generate => "llm.generate",
         Chat => "llm.chat",
     }
@@ -76,7 +76,7 @@ pub static KINDED_PAYLOAD: Schema = Schema::Union {
 
 vocabulary! {
     /// How big a job's text is, for the stub (`unbounded` is never produced).
-    SizeClass {
+    pub SizeClass {
         Small => "small",
         Medium => "medium",
         Large => "large",
@@ -107,6 +107,45 @@ pub struct ValidPayload {
     pub size_class: SizeClass,
 }
 
+/// Why an enqueue's payload is refused. Its text ([`std::fmt::Display`]) is
+/// the reference's message, `invalid <kind> payload — <detail>`, with the
+/// kind as JS `String(kind)` spells it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PayloadRefusal {
+    /// `JSON.stringify(payload)` gave no JSON text.
+    NotSerialisable { kind: String },
+    /// The schema's issues, each `path: message`.
+    Invalid { kind: String, issues: Vec<String> },
+    /// Valid, but no kind or payload came out (the schema makes it unreachable).
+    Unread { kind: String },
+    /// Sealed for its runner its envelope would be `size` long, over the
+    /// `limit` on one envelope (both as the refusal words them).
+    Undeliverable {
+        kind: String,
+        size: String,
+        limit: String,
+    },
+}
+
+impl std::fmt::Display for PayloadRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PayloadRefusal::NotSerialisable { kind } => write!(
+                f,
+                "invalid {kind} payload \u{2014} payload: the payload is not JSON-serialisable"
+            ),
+            PayloadRefusal::Invalid { kind, issues } => {
+                write!(f, "invalid {kind} payload \u{2014} {}", issues.join("; "))
+            }
+            PayloadRefusal::Unread { kind } => write!(f, "invalid {kind} payload"),
+            PayloadRefusal::Undeliverable { kind, size, limit } => write!(
+                f,
+                "invalid {kind} payload \u{2014} sealed for its runner it would be {size} and the limit on one envelope is {limit}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs."
+            ),
+        }
+    }
+}
+
 /// Validate an enqueue payload as `KindedPayload.safeParse({kind, payload})`
 /// does.
 ///
@@ -115,13 +154,13 @@ pub struct ValidPayload {
 /// * `kind_display`: JS `String(kind)`, for the message;
 /// * `payload_json`: `JSON.stringify(payload)`, `None` for `undefined`.
 ///
-/// The error is the reference's message:
+/// The error renders as the reference's message:
 /// `invalid <kind> payload — <path>: <message>; …`.
 pub fn validate_payload(
     kind: Option<&str>,
     kind_display: &str,
     payload_json: Option<&str>,
-) -> Result<ValidPayload, String> {
+) -> Result<ValidPayload, PayloadRefusal> {
     let mut text = String::from("{");
     if let Some(kind) = kind {
         text.push_str("\"kind\":");
@@ -135,10 +174,8 @@ pub fn validate_payload(
         text.push_str(payload);
     }
     text.push('}');
-    let doc = json::parse_any_depth(&text).map_err(|_| {
-        format!(
-            "invalid {kind_display} payload \u{2014} payload: the payload is not JSON-serialisable"
-        )
+    let doc = json::parse_any_depth(&text).map_err(|_| PayloadRefusal::NotSerialisable {
+        kind: kind_display.to_owned(),
     })?;
     let v = schema::validate(
         &doc,
@@ -150,23 +187,21 @@ pub fn validate_payload(
     let parsed = match v.out {
         Some(out) if v.issues.is_empty() => out,
         _ => {
-            let detail: Vec<String> = v
-                .issues
-                .iter()
-                .map(|i| format!("{}: {}", i.path_text(), i.message()))
-                .collect();
-            return Err(format!(
-                "invalid {kind_display} payload \u{2014} {}",
-                detail.join("; ")
-            ));
+            return Err(PayloadRefusal::Invalid {
+                kind: kind_display.to_owned(),
+                issues: v
+                    .issues
+                    .iter()
+                    .map(|i| format!("{}: {}", i.path_text(), i.message()))
+                    .collect(),
+            });
         }
     };
-    let kind = kind
-        .and_then(JobKind::parse)
-        .ok_or_else(|| format!("invalid {kind_display} payload"))?;
-    let payload = parsed
-        .field("payload")
-        .ok_or_else(|| format!("invalid {kind_display} payload"))?;
+    let unread = || PayloadRefusal::Unread {
+        kind: kind_display.to_owned(),
+    };
+    let kind = kind.and_then(JobKind::parse).ok_or_else(unread)?;
+    let payload = parsed.field("payload").ok_or_else(unread)?;
     let mut canonical = String::new();
     payload.write_json(&doc, &mut canonical);
     let text_length = schema::payload_text_length(&doc, payload);
@@ -183,7 +218,7 @@ mod tests {
     use super::*;
 
     fn check(kind: &str, payload: &str) -> Result<ValidPayload, String> {
-        validate_payload(Some(kind), kind, Some(payload))
+        validate_payload(Some(kind), kind, Some(payload)).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -223,7 +258,9 @@ mod tests {
             "invalid llm.embed payload \u{2014} kind: Invalid discriminator value. Expected 'llm.generate' | 'llm.chat'"
         );
         assert_eq!(
-            validate_payload(Some("llm.generate"), "llm.generate", None).unwrap_err(),
+            validate_payload(Some("llm.generate"), "llm.generate", None)
+                .unwrap_err()
+                .to_string(),
             "invalid llm.generate payload \u{2014} payload: Invalid input: expected object, received undefined"
         );
     }

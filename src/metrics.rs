@@ -18,14 +18,15 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use crate::json::{push_json_number, write_json_str};
+use crate::json::Obj;
 use crate::store::JobState;
-use crate::wire::{vocabulary, Endpoint};
+use crate::vocabulary::vocabulary;
+use crate::wire::Endpoint;
 
 vocabulary! {
     /// The answer's HTTP status, as a label: the statuses the protocol
     /// answers with, and `other`.
-    Status {
+    pub(crate) Status {
         Ok => "200",
         BadRequest => "400",
         Unauthorized => "401",
@@ -39,7 +40,7 @@ vocabulary! {
 }
 
 impl Status {
-    pub fn of(code: u16) -> Status {
+    pub(crate) fn of(code: u16) -> Status {
         Status::ALL
             .iter()
             .copied()
@@ -50,7 +51,7 @@ impl Status {
 
 vocabulary! {
     /// Why a request was refused.
-    Refusal {
+    pub(crate) Refusal {
         Unauthorized => "unauthorized",
         Revoked => "revoked",
         BadRequest => "bad_request",
@@ -66,7 +67,7 @@ impl Refusal {
     /// The refusal an answer's status stands for (`too_large`: the body
     /// was over the protocol's size cap); `None` for a success or a
     /// server-side failure.
-    pub fn of(status: u16, too_large: bool) -> Option<Refusal> {
+    pub(crate) fn of(status: u16, too_large: bool) -> Option<Refusal> {
         match status {
             400 if too_large => Some(Refusal::BodyTooLarge),
             400 | 405 => Some(Refusal::BadRequest),
@@ -80,7 +81,7 @@ impl Refusal {
 
 vocabulary! {
     /// How an app's wait for a job's result (`handle.result()`) ended.
-    WaitOutcome {
+    pub(crate) WaitOutcome {
         /// The job ended `ok` or `error`: a runner answered.
         Answered => "answered",
         Canceled => "canceled",
@@ -98,7 +99,7 @@ vocabulary! {
 
 vocabulary! {
     /// What happened to a pairing.
-    PairingEvent {
+    pub(crate) PairingEvent {
         /// `pair start` answered with a code.
         Started => "started",
         /// The owner approved it (`approvePairing`).
@@ -111,9 +112,9 @@ vocabulary! {
     }
 }
 
-/// Upper bounds (seconds) of a request's latency: the direct lane answers
+/// Upper bounds (seconds) of a request's latency: our own store answers
 /// in ≈ 0.1 ms, a SQL store in a few ms, a slow database in seconds.
-pub const REQUEST_BUCKETS: &[f64] = &[
+pub(crate) const REQUEST_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0,
 ];
@@ -121,7 +122,7 @@ pub const REQUEST_BUCKETS: &[f64] = &[
 /// Upper bounds (seconds) of a job's latencies and of an app's wait: from a
 /// daemon polling every few seconds to a job waiting an hour for its
 /// owner's machine.
-pub const JOB_BUCKETS: &[f64] = &[
+pub(crate) const JOB_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
     1800.0, 3600.0,
 ];
@@ -139,7 +140,7 @@ fn counters<const N: usize>() -> [AtomicU64; N] {
 }
 
 /// A histogram with fixed upper bounds; values in seconds.
-pub struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     /// One count per bound, then the `+Inf` bucket; not cumulative.
     counts: Box<[AtomicU64]>,
@@ -147,7 +148,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    pub fn new(bounds: &'static [f64]) -> Histogram {
+    pub(crate) fn new(bounds: &'static [f64]) -> Histogram {
         Histogram {
             bounds,
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
@@ -157,7 +158,7 @@ impl Histogram {
 
     /// Count one value. A negative or non-finite value (a clock that went
     /// back) counts as 0.
-    pub fn observe(&self, seconds: f64) {
+    pub(crate) fn observe(&self, seconds: f64) {
         let seconds = if seconds.is_finite() && seconds > 0.0 {
             seconds
         } else {
@@ -171,7 +172,7 @@ impl Histogram {
         self.sum_ns.fetch_add((seconds * 1e9) as u64, Relaxed);
     }
 
-    pub fn snapshot(&self) -> HistogramSnapshot {
+    pub(crate) fn snapshot(&self) -> HistogramSnapshot {
         HistogramSnapshot {
             bounds: self.bounds,
             counts: self.counts.iter().map(|c| c.load(Relaxed)).collect(),
@@ -182,7 +183,7 @@ impl Histogram {
 
 /// A histogram as read at one moment.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HistogramSnapshot {
+pub(crate) struct HistogramSnapshot {
     pub bounds: &'static [f64],
     /// Per bucket (the last is `+Inf`), not cumulative.
     pub counts: Vec<u64>,
@@ -190,14 +191,14 @@ pub struct HistogramSnapshot {
 }
 
 impl HistogramSnapshot {
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.counts.iter().sum()
     }
 
     /// The `q` quantile estimated as Prometheus's `histogram_quantile` does:
     /// linear within the bucket the rank falls in (from 0 for the first);
     /// the highest finite bound when it falls in `+Inf`; `None` when empty.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile(&self, q: f64) -> Option<f64> {
         let total = self.count();
         if total == 0 {
             return None;
@@ -227,17 +228,17 @@ impl HistogramSnapshot {
 /// A job event kept for tracing: `first_claim` (enqueue → first claim) or
 /// done (enqueue → an accepted result), with the job's id.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JobEvent {
+pub(crate) struct JobEvent {
     pub done: bool,
     pub job_id: String,
     pub seconds: f64,
 }
 
 /// Most job events kept between two drains; past it the oldest go.
-pub const MAX_EVENTS: usize = 1024;
+pub(crate) const MAX_EVENTS: usize = 1024;
 
 /// One site store's counters and histograms.
-pub struct Metrics {
+pub(crate) struct Metrics {
     requests: [[AtomicU64; Status::ALL.len()]; ROUTES],
     request_seconds: [Histogram; ROUTES],
     refusals: [AtomicU64; Refusal::ALL.len()],
@@ -274,14 +275,14 @@ fn index_of<T: PartialEq>(all: &[T], value: &T) -> usize {
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         Metrics::default()
     }
 
     /// One answered request: its endpoint (`None`: not a protocol route),
     /// status, whether it was refused for its body's size, and how long it
     /// took. A refusal is counted by its reason too.
-    pub fn record_request(
+    pub(crate) fn record_request(
         &self,
         endpoint: Option<Endpoint>,
         status: u16,
@@ -301,38 +302,38 @@ impl Metrics {
         }
     }
 
-    pub fn record_refusals(&self, reason: Refusal, n: u64) {
+    pub(crate) fn record_refusals(&self, reason: Refusal, n: u64) {
         self.refusals[index_of(Refusal::ALL, &reason)].fetch_add(n, Relaxed);
     }
 
-    pub fn record_enqueue(&self) {
+    pub(crate) fn record_enqueue(&self) {
         self.enqueued.fetch_add(1, Relaxed);
     }
 
     /// A job claimed for the first time, `ms` after its enqueue.
-    pub fn record_queue_wait(&self, job_id: &str, ms: f64) {
+    pub(crate) fn record_queue_wait(&self, job_id: &str, ms: f64) {
         self.queue_wait.observe(ms / 1000.0);
         self.note(false, job_id, ms);
     }
 
     /// A job's result accepted, `ms` after its enqueue.
-    pub fn record_job_done(&self, job_id: &str, ms: f64) {
+    pub(crate) fn record_job_done(&self, job_id: &str, ms: f64) {
         self.job_total.observe(ms / 1000.0);
         self.note(true, job_id, ms);
     }
 
-    pub fn record_wait(&self, outcome: WaitOutcome, seconds: f64) {
+    pub(crate) fn record_wait(&self, outcome: WaitOutcome, seconds: f64) {
         self.waits[index_of(WaitOutcome::ALL, &outcome)].fetch_add(1, Relaxed);
         self.wait_seconds.observe(seconds);
     }
 
-    pub fn record_pairing(&self, event: PairingEvent) {
+    pub(crate) fn record_pairing(&self, event: PairingEvent) {
         self.pairings[index_of(PairingEvent::ALL, &event)].fetch_add(1, Relaxed);
     }
 
     /// Keep job events for [`Metrics::drain_events`] from now on (`false`:
     /// stop, and drop those kept).
-    pub fn set_tracing(&self, on: bool) {
+    pub(crate) fn set_tracing(&self, on: bool) {
         self.tracing.store(on, Relaxed);
         if !on {
             self.events_lock().clear();
@@ -360,7 +361,7 @@ impl Metrics {
     }
 
     /// The job events kept since the last call, oldest first.
-    pub fn drain_events(&self) -> Vec<JobEvent> {
+    pub(crate) fn drain_events(&self) -> Vec<JobEvent> {
         if !self.tracing.load(Relaxed) {
             return Vec::new();
         }
@@ -370,7 +371,7 @@ impl Metrics {
     /// [`Metrics::drain_events`] as JSON text, `[{"jobId","seconds","done"}, …]`,
     /// or `None` when there are none: one string crosses into JavaScript
     /// instead of three arrays built element by element.
-    pub fn drain_events_json(&self) -> Option<String> {
+    pub(crate) fn drain_events_json(&self) -> Option<String> {
         let events = self.drain_events();
         if events.is_empty() {
             return None;
@@ -378,19 +379,18 @@ impl Metrics {
         let mut out = String::with_capacity(events.len() * 96);
         for (at, event) in events.iter().enumerate() {
             out.push(if at == 0 { '[' } else { ',' });
-            out.push_str("{\"jobId\":");
-            write_json_str(&event.job_id, &mut out);
-            out.push_str(",\"seconds\":");
-            push_json_number(&mut out, event.seconds);
-            out.push_str(",\"done\":");
-            out.push_str(if event.done { "true}" } else { "false}" });
+            let mut o = Obj::new();
+            o.str("jobId", &event.job_id)
+                .num("seconds", event.seconds)
+                .bool("done", event.done);
+            out.push_str(&o.end());
         }
         out.push(']');
         Some(out)
     }
 
     /// Everything counted, as read now.
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let load = |counts: &[AtomicU64]| counts.iter().map(|c| c.load(Relaxed)).collect();
         Snapshot {
             requests: self.requests.iter().map(|r| load(r)).collect(),
@@ -408,7 +408,7 @@ impl Metrics {
 
 /// The counters and histograms as read at one moment (see [`Metrics`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Per route (the endpoints, then `other`), per [`Status`].
     pub requests: Vec<Vec<u64>>,
     pub request_seconds: Vec<HistogramSnapshot>,
@@ -423,7 +423,7 @@ pub struct Snapshot {
 
 /// Runners by state, as the store counts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RunnerCounts {
+pub(crate) struct RunnerCounts {
     /// Not revoked.
     pub paired: u64,
     /// Not revoked, and heard from within the liveness window.
@@ -434,7 +434,7 @@ pub struct RunnerCounts {
 /// What the store counts, shared by every instance on it; `None` where the
 /// store cannot say (a store of the app's own has no counting call).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct StoreCounts {
+pub(crate) struct StoreCounts {
     /// Whether the store answered; `false` renders the counters alone.
     pub ok: bool,
     /// Per [`JobState`], in [`JobState::ALL`]'s order.
@@ -445,7 +445,9 @@ pub struct StoreCounts {
 }
 
 /// `snake_case` → `camelCase`, for the snapshot's keys.
-fn camel(label: &str, out: &mut String) {
+/// `snake_case` as `camelCase`.
+fn camel(label: &str) -> String {
+    let mut out = String::with_capacity(label.len());
     let mut upper = false;
     for c in label.chars() {
         if c == '_' {
@@ -457,125 +459,96 @@ fn camel(label: &str, out: &mut String) {
             out.push(c);
         }
     }
+    out
 }
 
-fn push_u64(out: &mut String, n: u64) {
-    out.push_str(&n.to_string());
-}
-
-/// `{"a":1,"b":2}` from labels and counts (keys in camelCase).
-fn json_counts(out: &mut String, labels: &[&str], counts: &[u64]) {
-    out.push('{');
-    for (at, (label, count)) in labels.iter().zip(counts).enumerate() {
-        if at > 0 {
-            out.push(',');
-        }
-        out.push('"');
-        camel(label, out);
-        out.push_str("\":");
-        push_u64(out, *count);
+/// `"a":1,"b":2` from labels and counts (keys in camelCase).
+fn json_counts(o: &mut Obj, labels: &[&str], counts: &[u64]) {
+    for (label, count) in labels.iter().zip(counts) {
+        o.num(&camel(label), *count as f64);
     }
-    out.push('}');
 }
 
-fn json_optional(out: &mut String, value: Option<f64>) {
+fn json_optional(o: &mut Obj, key: &str, value: Option<f64>) {
     match value {
-        Some(v) => push_json_number(out, v),
-        None => out.push_str("null"),
-    }
+        Some(v) => o.num(key, v),
+        None => o.raw(key, "null"),
+    };
 }
 
-fn json_histogram(out: &mut String, h: &HistogramSnapshot) {
-    out.push_str("{\"count\":");
-    push_u64(out, h.count());
-    out.push_str(",\"sum\":");
-    push_json_number(out, h.sum);
+fn json_histogram(o: &mut Obj, h: &HistogramSnapshot) {
+    o.num("count", h.count() as f64).num("sum", h.sum);
     for (key, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
-        out.push_str(",\"");
-        out.push_str(key);
-        out.push_str("\":");
-        json_optional(out, h.quantile(q));
+        json_optional(o, key, h.quantile(q));
     }
-    out.push_str(",\"buckets\":[");
-    let mut cumulative = 0u64;
-    for (at, (bound, count)) in h.bounds.iter().zip(&h.counts).enumerate() {
-        cumulative += count;
-        if at > 0 {
-            out.push(',');
+    o.with("buckets", |out| {
+        let mut cumulative = 0u64;
+        for (at, (bound, count)) in h.bounds.iter().zip(&h.counts).enumerate() {
+            cumulative += count;
+            out.push(if at == 0 { '[' } else { ',' });
+            let mut bucket = Obj::new();
+            bucket.num("le", *bound).num("count", cumulative as f64);
+            out.push_str(&bucket.end());
         }
-        out.push_str("{\"le\":");
-        push_json_number(out, *bound);
-        out.push_str(",\"count\":");
-        push_u64(out, cumulative);
-        out.push('}');
-    }
-    out.push_str("]}");
+        out.push(']');
+    });
 }
 
 /// The snapshot `app.metrics()` answers, as JSON text (its shape is
-/// `MetricsSnapshot` in `ts/metrics.ts`; docs/operations.md lists it).
-pub fn render_json(snapshot: &Snapshot, store: &StoreCounts, at_ms: f64) -> String {
-    let mut out = String::with_capacity(8 * 1024);
-    out.push_str("{\"at\":");
-    push_json_number(&mut out, at_ms);
-    out.push_str(",\"store\":{\"ok\":");
-    out.push_str(if store.ok { "true" } else { "false" });
-    out.push_str("},\"jobs\":");
+/// `MetricsSnapshot` in `ts/metrics-snapshot.ts`; docs/operations.md lists it).
+pub(crate) fn render_json(snapshot: &Snapshot, store: &StoreCounts, at_ms: f64) -> String {
+    let mut out = Obj::with_capacity(8 * 1024);
+    out.num("at", at_ms).obj("store", |o| {
+        o.bool("ok", store.ok);
+    });
     match &store.jobs {
         Some(jobs) => {
             let labels: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-            json_counts(&mut out, &labels, jobs);
+            out.obj("jobs", |o| json_counts(o, &labels, jobs))
         }
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"runners\":");
+        None => out.raw("jobs", "null"),
+    };
     match &store.runners {
-        Some(r) => json_counts(
-            &mut out,
-            &["paired", "online", "revoked"],
-            &[r.paired, r.online, r.revoked],
-        ),
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"pairings\":");
-    let mut pairings = String::new();
-    json_counts(&mut pairings, PairingEvent::NAMES, &snapshot.pairings);
-    out.push_str("{\"pending\":");
-    json_optional(&mut out, store.pairings_pending.map(|n| n as f64));
-    out.push(',');
-    // The events' object without its braces, after `pending`.
-    out.push_str(pairings.get(1..pairings.len() - 1).unwrap_or_default());
-    out.push_str("},\"enqueued\":");
-    push_u64(&mut out, snapshot.enqueued);
-    out.push_str(",\"endpoints\":{");
-    for route in 0..ROUTES {
-        if route > 0 {
-            out.push(',');
+        Some(r) => out.obj("runners", |o| {
+            json_counts(
+                o,
+                &["paired", "online", "revoked"],
+                &[r.paired, r.online, r.revoked],
+            )
+        }),
+        None => out.raw("runners", "null"),
+    };
+    out.obj("pairings", |o| {
+        json_optional(o, "pending", store.pairings_pending.map(|n| n as f64));
+        json_counts(o, PairingEvent::NAMES, &snapshot.pairings);
+    })
+    .num("enqueued", snapshot.enqueued as f64)
+    .obj("endpoints", |o| {
+        for route in 0..ROUTES {
+            let counts = snapshot.requests.get(route).cloned().unwrap_or_default();
+            o.obj(route_label(route), |o| {
+                o.num("requests", counts.iter().sum::<u64>() as f64)
+                    .obj("statuses", |o| json_counts(o, Status::NAMES, &counts));
+                if let Some(h) = snapshot.request_seconds.get(route) {
+                    o.obj("latency", |o| json_histogram(o, h));
+                }
+            });
         }
-        write_json_str(route_label(route), &mut out);
-        let counts = snapshot.requests.get(route).cloned().unwrap_or_default();
-        out.push_str(":{\"requests\":");
-        push_u64(&mut out, counts.iter().sum());
-        out.push_str(",\"statuses\":");
-        json_counts(&mut out, Status::NAMES, &counts);
-        out.push_str(",\"latency\":");
-        if let Some(h) = snapshot.request_seconds.get(route) {
-            json_histogram(&mut out, h);
-        }
-        out.push('}');
-    }
-    out.push_str("},\"refusals\":");
-    json_counts(&mut out, Refusal::NAMES, &snapshot.refusals);
-    out.push_str(",\"jobLatency\":{\"queueWait\":");
-    json_histogram(&mut out, &snapshot.queue_wait);
-    out.push_str(",\"total\":");
-    json_histogram(&mut out, &snapshot.job_total);
-    out.push_str("},\"waits\":{\"outcomes\":");
-    json_counts(&mut out, WaitOutcome::NAMES, &snapshot.waits);
-    out.push_str(",\"duration\":");
-    json_histogram(&mut out, &snapshot.wait_seconds);
-    out.push_str("}}");
-    out
+    })
+    .obj("refusals", |o| {
+        json_counts(o, Refusal::NAMES, &snapshot.refusals)
+    })
+    .obj("jobLatency", |o| {
+        o.obj("queueWait", |o| json_histogram(o, &snapshot.queue_wait))
+            .obj("total", |o| json_histogram(o, &snapshot.job_total));
+    })
+    .obj("waits", |o| {
+        o.obj("outcomes", |o| {
+            json_counts(o, WaitOutcome::NAMES, &snapshot.waits)
+        })
+        .obj("duration", |o| json_histogram(o, &snapshot.wait_seconds));
+    });
+    out.end()
 }
 
 /// A Prometheus sample value: integers as integers, others in Rust's
@@ -653,7 +626,7 @@ fn prom_counts(out: &mut String, name: &str, label: &str, names: &[&str], counts
 /// The Prometheus text exposition (format 0.0.4) of the counters and the
 /// store's counts. Counts the store could not give are left out, and
 /// `byollm_store_up` says whether it answered.
-pub fn render_prometheus(snapshot: &Snapshot, store: &StoreCounts) -> String {
+pub(crate) fn render_prometheus(snapshot: &Snapshot, store: &StoreCounts) -> String {
     let mut out = String::with_capacity(16 * 1024);
     if let Some(jobs) = &store.jobs {
         family(

@@ -7,7 +7,12 @@ use crypto_secretbox::XSalsa20Poly1305;
 
 /// Decrypt `message` in place when `tag` authenticates it under `key` and
 /// `nonce`; `false` (and `message` untouched) otherwise.
-pub fn open_in_place(key: &[u8; 32], nonce: &[u8; 24], message: &mut [u8], tag: &[u8; 16]) -> bool {
+pub(crate) fn open_in_place(
+    key: &[u8; 32],
+    nonce: &[u8; 24],
+    message: &mut [u8],
+    tag: &[u8; 16],
+) -> bool {
     XSalsa20Poly1305::new(key.into())
         .decrypt_in_place_detached(nonce.into(), b"", message, tag.into())
         .is_ok()
@@ -15,7 +20,7 @@ pub fn open_in_place(key: &[u8; 32], nonce: &[u8; 24], message: &mut [u8], tag: 
 
 /// Encrypt `message` in place under `key` and `nonce`; the Poly1305 tag
 /// (`crypto_secretbox_detached`).
-pub fn seal_in_place(key: &[u8; 32], nonce: &[u8; 24], message: &mut [u8]) -> [u8; 16] {
+pub(crate) fn seal_in_place(key: &[u8; 32], nonce: &[u8; 24], message: &mut [u8]) -> [u8; 16] {
     // Encryption with an empty AAD cannot fail for any length a slice can have.
     XSalsa20Poly1305::new(key.into())
         .encrypt_in_place_detached(nonce.into(), b"", message)

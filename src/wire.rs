@@ -3,16 +3,15 @@
 //! [`inspect_request`], which takes a raw body through JSON, version and
 //! schema in one parse (protocol.md §2, §4, §6).
 
-mod issue;
-pub mod schema;
-
 use crate::audience::{BackendClass, OfferScope, StopReason};
 use crate::json::{self, Doc, JsStr};
 use crate::kinds::JobKind;
-use schema::{array, bounded, int, object, opt, req, text, Field, Measure, Out, Presence, Schema};
+use crate::schema::{
+    self, array, bounded, int, object, opt, req, text, Field, Measure, Out, Presence, Schema,
+};
 
-pub use issue::{Issue, IssueKind, Seg};
-pub use schema::Validated;
+pub use crate::schema::{Issue, IssueKind, Seg, Validated};
+use crate::vocabulary::vocabulary;
 
 /// The protocol version this server speaks.
 pub const PROTOCOL_VERSION: &str = "2";
@@ -36,47 +35,9 @@ pub fn issued_at_header(text: &str) -> Option<f64> {
     Some(json::string_to_number(text)).filter(|n| n.is_finite())
 }
 
-/// Defines a string-valued vocabulary: parse from the wire spelling, print it
-/// back, and (de)serialise as that spelling.
-macro_rules! vocabulary {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
-        pub enum $name {
-            $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
-        }
-
-        impl $name {
-            /// Every value, in the reference's declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            /// Every wire spelling, in the same order (a schema's enum).
-            pub const NAMES: &'static [&'static str] = &[$($text),+];
-
-            /// The wire spelling.
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-
-            /// Exact, case-sensitive parse of the wire spelling.
-            #[allow(clippy::should_implement_trait)]
-            pub fn parse(text: &str) -> Option<$name> {
-                match text { $($text => Some($name::$variant),)+ _ => None }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-pub(crate) use vocabulary;
-
 vocabulary! {
     /// The six protocol endpoints, in the reference's order.
-    Endpoint {
+    pub Endpoint {
         Pair => "pair",
         Claim => "claim",
         Fetch => "fetch",
@@ -113,7 +74,7 @@ impl Endpoint {
 
 vocabulary! {
     /// Every wire error code (its HTTP status: [`ErrorCode::status`]).
-    ErrorCode {
+    pub ErrorCode {
         BadRequest => "bad-request",
         UnsupportedProtocolVersion => "unsupported-protocol-version",
         DaemonBelowFloor => "daemon-below-floor",
@@ -178,23 +139,20 @@ impl WireError {
 
     /// The compact JSON body, keys in the reference's order.
     pub fn to_json(&self) -> String {
-        let mut out = String::from("{\"error\":");
-        json::write_json_str(self.error.as_str(), &mut out);
-        out.push_str(",\"message\":");
-        self.message.write_json(&mut out);
+        let mut out = json::Obj::new();
+        out.str("error", self.error.as_str())
+            .js("message", &self.message);
         if let Some(v) = &self.version {
-            out.push_str(",\"supported\":[");
-            for (i, s) in v.supported.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+            out.with("supported", |out| {
+                for (i, s) in v.supported.iter().enumerate() {
+                    out.push(if i == 0 { '[' } else { ',' });
+                    json::write_json_str(s, out);
                 }
-                json::write_json_str(s, &mut out);
-            }
-            out.push_str("],\"minimum\":");
-            json::write_json_str(v.minimum, &mut out);
+                out.push(']');
+            })
+            .str("minimum", v.minimum);
         }
-        out.push('}');
-        out
+        out.end()
     }
 }
 
@@ -286,17 +244,6 @@ pub fn describe_bytes(bytes: f64) -> String {
         text
     };
     format!("{text} MB")
-}
-
-/// The refusal of an enqueue whose payload, sealed for its runner, would be
-/// an envelope of `bytes`, over [`MAX_ENVELOPE_BYTES`]: no runner could ever
-/// be handed it.
-pub fn undeliverable_payload_message(kind: &str, bytes: f64) -> String {
-    format!(
-        "invalid {kind} payload \u{2014} sealed for its runner it would be {} and the limit on one envelope is {}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs.",
-        describe_bytes(bytes),
-        describe_bytes(MAX_ENVELOPE_BYTES as f64)
-    )
 }
 
 /// The refusal of a body whose arrays and objects nest deeper than
@@ -912,7 +859,7 @@ mod tests {
             refusal(Endpoint::Heartbeat, &raw),
             "request body failed schema validation"
         );
-        // The canonical check (the direct lane's) never takes a body over a bound.
+        // The canonical check never takes a body over a bound.
         let claim = format!(
             r#"{{"protocolVersion":"2","runnerId":"r","capabilities":[{}],"max":1}}"#,
             vec![CAP; 33].join(",")

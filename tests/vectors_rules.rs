@@ -272,7 +272,7 @@ fn misc_enqueue_payload_refusals_and_canonical_form() {
             .then(|| serde_json::to_string(&input["payload"]).unwrap());
         let got = kinds::validate_payload(kind, display, payload.as_deref());
         assert_eq!(
-            got.as_ref().err().map(String::as_str),
+            got.err().map(|refusal| refusal.to_string()).as_deref(),
             Some(message),
             "{case}"
         );

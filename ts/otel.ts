@@ -12,8 +12,8 @@
 import * as crypto from "node:crypto";
 import { createRequire } from "node:module";
 import type * as OtelApi from "@opentelemetry/api";
-import { native } from "./native.js";
-import type { MetricsSnapshot, OtelHooks, Registry, WaitOutcome } from "./metrics.js";
+import type { MetricsSnapshot, WaitOutcome } from "./metrics-snapshot.js";
+import { native, type NativeMetricsHandle } from "./native.js";
 import type { Endpoint, JobRecord } from "./types.js";
 
 type Api = typeof OtelApi;
@@ -129,9 +129,16 @@ function claimedJobs(answer: unknown): { id: string; kind: string }[] {
   return out;
 }
 
+/** What the OpenTelemetry side is told by the registry (ts/metrics.ts); absent without `@opentelemetry/api`. */
+export interface OtelHooks {
+  request(endpoint: Endpoint | null, status: number, tooLarge: boolean, started: number, seconds: number, body: unknown, answer: unknown): void;
+  enqueued(record: JobRecord): void;
+  wait(outcome: WaitOutcome, seconds: number): void;
+}
+
 class Otel implements OtelHooks {
   readonly #api: Api;
-  readonly #registry: Registry;
+  readonly #metrics: NativeMetricsHandle;
   readonly #tracer: OtelApi.Tracer;
   readonly #requestDuration: OtelApi.Histogram;
   readonly #queueWait: OtelApi.Histogram;
@@ -141,9 +148,9 @@ class Otel implements OtelHooks {
   readonly #noTracer: OtelApi.TracerProvider;
   #pending: Fact[] = [];
 
-  constructor(otel: Api, registry: Registry, snapshot: () => Promise<MetricsSnapshot | null>) {
+  constructor(otel: Api, metrics: NativeMetricsHandle, snapshot: () => Promise<MetricsSnapshot | null>) {
     this.#api = otel;
-    this.#registry = registry;
+    this.#metrics = metrics;
     const version = native.nativeVersion();
     this.#tracer = otel.trace.getTracer("byollm-server-native", version);
     this.#noTracer = new otel.ProxyTracerProvider().getDelegate();
@@ -263,7 +270,7 @@ class Otel implements OtelHooks {
     const facts = this.#pending;
     if (facts.length === 0) return;
     this.#pending = [];
-    const drained = this.#registry.native.drainEvents();
+    const drained = this.#metrics.drainEvents();
     const events = drained === null ? [] : (JSON.parse(drained) as JobEvent[]);
     for (const event of events) (event.done ? this.#jobDuration : this.#queueWait).record(event.seconds);
     const tracing = this.#tracing();
@@ -354,9 +361,9 @@ class Otel implements OtelHooks {
 }
 
 /** The registry's OpenTelemetry side, when the API is installed; else undefined (nothing loaded). */
-export function attachOtel(registry: Registry, snapshot: () => Promise<MetricsSnapshot | null>): OtelHooks | undefined {
+export function attachOtel(metrics: NativeMetricsHandle, snapshot: () => Promise<MetricsSnapshot | null>): OtelHooks | undefined {
   const otel = otelApi();
   if (otel === null) return undefined;
-  registry.native.setTracing(true);
-  return new Otel(otel, registry, snapshot);
+  metrics.setTracing(true);
+  return new Otel(otel, metrics, snapshot);
 }

@@ -56,7 +56,7 @@ pub struct JsSealedEnvelope {
 }
 
 #[napi(object, js_name = "EnvelopeContext")]
-pub struct JsEnvelopeContext {
+pub(super) struct JsEnvelopeContext {
     pub job_id: String,
     pub sender_key_id: String,
     pub recipient_key_id: String,
@@ -66,7 +66,7 @@ pub struct JsEnvelopeContext {
 }
 
 #[napi(object, js_name = "OpenExpected")]
-pub struct JsOpenExpected {
+pub(super) struct JsOpenExpected {
     pub job_id: String,
     pub sender_key_id: String,
     pub recipient_key_id: String,
@@ -87,7 +87,7 @@ pub struct JsOpenResult {
 }
 
 #[napi(object)]
-pub struct SealOptions {
+pub(super) struct SealOptions {
     pub plaintext: String,
     pub sender_keys: JsStoredKeys,
     pub recipient_encryption_public: String,
@@ -95,7 +95,7 @@ pub struct SealOptions {
 }
 
 #[napi(object)]
-pub struct OpenOptions {
+pub(super) struct OpenOptions {
     pub envelope: JsSealedEnvelope,
     pub recipient_keys: JsStoredKeys,
     pub sender_identity_public: String,
@@ -103,7 +103,7 @@ pub struct OpenOptions {
 }
 
 #[napi(object, js_name = "RequestSignature")]
-pub struct JsRequestSignature {
+pub(super) struct JsRequestSignature {
     pub runner_id: String,
     pub issued_at: f64,
     pub signature: String,
@@ -112,7 +112,7 @@ pub struct JsRequestSignature {
 /// What `signRequest` returns: `runnerId` is echoed back exactly as given
 /// (as UTF-16, so even a lone surrogate survives).
 #[napi(object)]
-pub struct SignedRequest {
+pub(super) struct SignedRequest {
     #[napi(ts_type = "string")]
     pub runner_id: Utf16String,
     pub issued_at: f64,
@@ -120,7 +120,7 @@ pub struct SignedRequest {
 }
 
 #[napi(object)]
-pub struct RequestToSign {
+pub(super) struct RequestToSign {
     pub endpoint: String,
     #[napi(ts_type = "string")]
     pub runner_id: Utf16String,
@@ -129,7 +129,7 @@ pub struct RequestToSign {
 }
 
 #[napi(object)]
-pub struct VerifyRequestOptions {
+pub(super) struct VerifyRequestOptions {
     pub identity_public: String,
     pub endpoint: String,
     pub body: String,
@@ -276,7 +276,7 @@ fn now_ms() -> u64 {
 
 /// `generateSiteKeys(now = Date.now())`.
 #[napi(catch_unwind)]
-pub fn generate_keys(now: Option<f64>) -> Result<JsStoredKeys> {
+pub(super) fn generate_keys(now: Option<f64>) -> Result<JsStoredKeys> {
     let now = match now {
         None => now_ms(),
         Some(n) if is_positive_safe_integer(n) => n as u64,
@@ -290,7 +290,7 @@ pub fn generate_keys(now: Option<f64>) -> Result<JsStoredKeys> {
 }
 
 #[napi(catch_unwind)]
-pub fn public_identity_of(keys: JsStoredKeys) -> JsPublicIdentity {
+pub(super) fn public_identity_of(keys: JsStoredKeys) -> JsPublicIdentity {
     JsPublicIdentity {
         identity: keys.identity_public,
         encryption: keys.encryption_public,
@@ -300,7 +300,7 @@ pub fn public_identity_of(keys: JsStoredKeys) -> JsPublicIdentity {
 
 /// Never throws: anything that is not an object of three strings is `false`.
 #[napi(catch_unwind)]
-pub fn verify_public_identity(identity: Unknown<'_>) -> bool {
+pub(super) fn verify_public_identity(identity: Unknown<'_>) -> bool {
     read_public_identity(&identity).is_some_and(|p| keys::verify_public_identity(&p))
 }
 
@@ -309,7 +309,7 @@ pub fn verify_public_identity(identity: Unknown<'_>) -> bool {
 /// the one canonical spelling of its bytes (`keys::device_identity_refusal`).
 /// Never throws.
 #[napi(catch_unwind)]
-pub fn device_identity_refusal(identity: Unknown<'_>) -> Option<&'static str> {
+pub(super) fn device_identity_refusal(identity: Unknown<'_>) -> Option<&'static str> {
     read_public_identity(&identity).map_or(Some(keys::DEVICE_UNSIGNED), |p| {
         keys::device_identity_refusal(&p)
     })
@@ -337,12 +337,12 @@ fn read_public_identity(identity: &Unknown<'_>) -> Option<PublicIdentity> {
 }
 
 #[napi(catch_unwind)]
-pub fn key_id(identity_public: String) -> String {
+pub(super) fn key_id(identity_public: String) -> String {
     fingerprint::key_id(&identity_public)
 }
 
 #[napi(catch_unwind)]
-pub fn format_site_keys(keys: JsStoredKeys) -> Result<String> {
+pub(super) fn format_site_keys(keys: JsStoredKeys) -> Result<String> {
     Ok(site_keys::format_site_keys(&keys.to_core()?))
 }
 
@@ -353,7 +353,10 @@ pub fn format_site_keys(keys: JsStoredKeys) -> Result<String> {
     catch_unwind,
     ts_args_type = "variable: string, value?: string | undefined | null"
 )]
-pub fn site_keys_from_env_value(variable: String, value: Option<KeyText>) -> Result<JsStoredKeys> {
+pub(super) fn site_keys_from_env_value(
+    variable: String,
+    value: Option<KeyText>,
+) -> Result<JsStoredKeys> {
     site_keys::site_keys_from_env(&variable, value.as_deref())
         .map(JsStoredKeys::from_core)
         .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))
@@ -383,7 +386,7 @@ fn core_expected(e: JsOpenExpected) -> envelope::Expected {
 /// The sender key is parsed on each call, as the reference does: the
 /// server's own seals go through a `SiteKeyring`, which parses it once.
 #[napi(catch_unwind)]
-pub fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
+pub(super) fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
     envelope::seal_with_keys(
         Text::Utf8(&opts.plaintext),
         &opts.sender_keys.identity_private,
@@ -399,7 +402,7 @@ pub fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
     catch_unwind,
     ts_return_type = "{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
 )]
-pub fn open(opts: OpenOptions) -> JsOpenResult {
+pub(super) fn open(opts: OpenOptions) -> JsOpenResult {
     let opened = envelope::open_with_keys(
         &opts.envelope.into(),
         &opts.recipient_keys.encryption_private,
@@ -412,7 +415,7 @@ pub fn open(opts: OpenOptions) -> JsOpenResult {
 // ---------------------------------------------------------------- request signatures
 
 #[napi(catch_unwind)]
-pub fn canonical_request(
+pub(super) fn canonical_request(
     endpoint: String,
     runner_id: String,
     issued_at: f64,
@@ -422,7 +425,7 @@ pub fn canonical_request(
 }
 
 #[napi(catch_unwind)]
-pub fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<SignedRequest> {
+pub(super) fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<SignedRequest> {
     let signer =
         keys::parse_signing_key(&keys.identity_private).map_err(|e| invalid(e.to_string()))?;
     // The canonical bytes take the UTF-8 form (a lone surrogate as U+FFFD,
@@ -440,7 +443,7 @@ pub fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<SignedRequ
 }
 
 #[napi(catch_unwind, ts_return_type = "null | \"stale\" | \"bad-signature\"")]
-pub fn verify_request(opts: VerifyRequestOptions) -> Option<&'static str> {
+pub(super) fn verify_request(opts: VerifyRequestOptions) -> Option<&'static str> {
     let key = signing::pinned_key(&opts.identity_public);
     let signature = RequestSignature {
         runner_id: opts.signature.runner_id,
@@ -461,42 +464,42 @@ pub fn verify_request(opts: VerifyRequestOptions) -> Option<&'static str> {
 // ---------------------------------------------------------------- ids and secrets
 
 #[napi(catch_unwind)]
-pub fn generate_device_code() -> String {
+pub(super) fn generate_device_code() -> String {
     ids::generate_device_code()
 }
 
 #[napi(catch_unwind)]
-pub fn generate_user_code() -> String {
+pub(super) fn generate_user_code() -> String {
     ids::generate_user_code()
 }
 
 #[napi(catch_unwind)]
-pub fn generate_runner_id() -> String {
+pub(super) fn generate_runner_id() -> String {
     ids::generate_runner_id()
 }
 
 #[napi(catch_unwind)]
-pub fn generate_job_id() -> String {
+pub(super) fn generate_job_id() -> String {
     ids::generate_job_id()
 }
 
 #[napi(catch_unwind)]
-pub fn generate_lease_id() -> String {
+pub(super) fn generate_lease_id() -> String {
     ids::generate_lease_id()
 }
 
 #[napi(catch_unwind)]
-pub fn hash_secret(secret: String) -> String {
+pub(super) fn hash_secret(secret: String) -> String {
     ids::hash_secret(&secret)
 }
 
 /// Constant time for equal lengths; `false` (never a throw) on malformed input.
 #[napi(catch_unwind)]
-pub fn secrets_match(a: String, b: String) -> bool {
+pub(super) fn secrets_match(a: String, b: String) -> bool {
     ids::secrets_match(&a, &b)
 }
 
 #[napi(catch_unwind)]
-pub fn normalize_user_code(input: String) -> String {
+pub(super) fn normalize_user_code(input: String) -> String {
     ids::normalize_user_code(&input)
 }

@@ -362,7 +362,7 @@ impl PendingRequest {
     pub fn fail(&mut self, cause: String) {
         if let Some(machine) = self.running() {
             if let Step::Store(_) = machine.step() {
-                machine.resume(Got::Store(Err(Fault(cause))));
+                machine.resume(Got::Store(Err(Fault::Store(cause))));
             }
         }
     }

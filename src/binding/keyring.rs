@@ -1,7 +1,7 @@
 //! `SiteKeyring`, a site's key handle: its payload seals and result opens,
 //! inline and on the thread pool, and its reseals for a claiming device.
 //! The calls that also act on our store are `NativeMemoryStore`'s
-//! (`enqueue`, `serve`, …), which take the keyring.
+//! (`enqueue`, `serveNative`, …), which take the keyring.
 
 use std::sync::Arc;
 
@@ -16,11 +16,11 @@ use super::strings::ExactString;
 use super::tasks::{
     now_or_pooled, CheckedPayload, NowOrLater, PayloadSource, PreparedPayload, Work,
 };
-use crate::direct::acceptance::{self, NOT_FROM_DEVICE};
-use crate::direct::ASYNC_CRYPTO_THRESHOLD;
-use crate::envelope::{self, OpenFailure, SealedEnvelope, Text};
+use crate::envelope::{OpenFailure, SealedEnvelope};
 use crate::json::JsStr;
 use crate::keys::{KeyHandle, PublicIdentity};
+use crate::payload::ASYNC_CRYPTO_THRESHOLD;
+use crate::result::{self as acceptance, NOT_FROM_DEVICE};
 use crate::signing;
 
 /// `sealChecked`'s answer: the at-rest envelope and the payload's size
@@ -34,7 +34,7 @@ pub struct JsSealedPayload {
 }
 
 /// A payload resealed for a device: the envelope, and the fetch answer's
-/// text as the core writes it (`direct::fetch_answer`).
+/// text as the core writes it (`payload::fetch_answer`).
 #[napi(object, js_name = "FetchAnswer")]
 pub struct JsFetchAnswer {
     pub envelope: JsSealedEnvelope,
@@ -44,7 +44,7 @@ pub struct JsFetchAnswer {
 impl From<SealedEnvelope> for JsFetchAnswer {
     fn from(sealed: SealedEnvelope) -> Self {
         JsFetchAnswer {
-            text: crate::direct::fetch_answer(&sealed),
+            text: crate::payload::fetch_answer(&sealed),
             envelope: sealed.into(),
         }
     }
@@ -73,7 +73,7 @@ impl JsSealedPayload {
 }
 
 /// A payload validated, its at-rest seal prepared, or the validator's message.
-type Prepared = std::result::Result<(crate::direct::AtRestSeal, &'static str), String>;
+type Prepared = std::result::Result<(crate::payload::AtRestSeal, &'static str), String>;
 
 /// An opened result.
 type Opened = std::result::Result<JsStr, OpenFailure>;
@@ -84,7 +84,7 @@ pub struct JsPayloadRefusal {
     pub message: String,
 }
 
-/// Who a result is accepted from (`crate::direct::acceptance::Source`).
+/// Who a result is accepted from (`crate::result::Source`).
 #[napi(object, js_name = "ResultSource")]
 pub struct JsResultSource {
     /// The job's audience as stored (an unknown spelling is echoed, untrusted).
@@ -133,7 +133,7 @@ struct ResultToAccept {
 
 impl ResultToAccept {
     fn open(&self) -> std::result::Result<JsStr, OpenFailure> {
-        crate::direct::open_result(
+        crate::result::open_result(
             &self.site,
             &self.envelope,
             &self.job_id,
@@ -214,21 +214,6 @@ pub(super) fn device_from_js(device: &JsPublicIdentity) -> PublicIdentity {
     }
 }
 
-pub(super) fn seal_payload_core(
-    handle: &KeyHandle,
-    plaintext: &str,
-    job_id: &str,
-    deadline_at: f64,
-) -> std::result::Result<envelope::SealedEnvelope, envelope::SealError> {
-    let context = crate::direct::at_rest_context(handle, job_id, deadline_at);
-    envelope::seal_with_handle(
-        Text::Utf8(plaintext),
-        handle,
-        &handle.keys().encryption_public,
-        &context,
-    )
-}
-
 #[napi]
 impl SiteKeyring {
     /// Parses both private keys; throws a clear error when they are not keys.
@@ -272,7 +257,8 @@ impl SiteKeyring {
         let large = plaintext.len() > ASYNC_CRYPTO_THRESHOLD;
         let handle = self.inner.clone();
         let run = move || {
-            seal_payload_core(&handle, &plaintext, &job_id, deadline_at).map_err(seal_error)
+            crate::payload::seal_at_rest_now(&handle, &plaintext, &job_id, deadline_at)
+                .map_err(seal_error)
         };
         now_or_pooled(run, JsSealedEnvelope::from, large)
     }
@@ -315,6 +301,8 @@ impl SiteKeyring {
         catch_unwind,
         ts_return_type = "Promise<PreparedPayload | PayloadRefusal>"
     )]
+    // The task's output (an at-rest seal) never leaves Rust.
+    #[allow(private_interfaces)]
     pub fn prepare_checked_async(
         &self,
         kind: Unknown<'_>,
@@ -332,7 +320,7 @@ impl SiteKeyring {
                 Err(message) => return Ok(Err(message)),
             };
             let size_class = valid.size_class.as_str();
-            crate::direct::prepare_at_rest(
+            crate::payload::prepare_at_rest(
                 &checked.handle,
                 valid.canonical,
                 &checked.job_id,
@@ -366,10 +354,10 @@ impl SiteKeyring {
         device: JsPublicIdentity,
     ) -> Result<NowOrLater<Option<SealedEnvelope>, Option<JsFetchAnswer>>> {
         let large = at_rest.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
-        let inputs = crate::direct::reseal::Inputs {
+        let inputs = crate::payload::reseal::Inputs {
             site: self.inner.clone(),
             job_id,
-            at_rest: crate::direct::reseal::AtRest::Sealed(at_rest.into()),
+            at_rest: crate::payload::reseal::AtRest::Sealed(at_rest.into()),
             created_at,
             device: device_from_js(&device),
         };
@@ -392,7 +380,7 @@ impl SiteKeyring {
         let large = envelope.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
         let (handle, envelope) = (self.inner.clone(), SealedEnvelope::from(envelope));
         let run = move || {
-            Ok(crate::direct::open_result(
+            Ok(crate::result::open_result(
                 &handle,
                 &envelope,
                 &job_id,
@@ -403,8 +391,8 @@ impl SiteKeyring {
     }
 
     /// Open a device's result for `jobId` and accept it, or refuse it with
-    /// the reference's message (`crate::direct::acceptance`): the general
-    /// path's and the cloud lane's one call per result (on the thread pool
+    /// the reference's message (`crate::result`): the one call per result of
+    /// a store the engine does not run in place, and of the cloud lane (on the thread pool
     /// past [`ASYNC_CRYPTO_THRESHOLD`] bytes). Values a relay sent that are
     /// not even strings do not open: refused, not thrown.
     #[allow(clippy::too_many_arguments)]
@@ -470,7 +458,7 @@ impl SiteKeyring {
 }
 
 impl SiteKeyring {
-    /// The parsed keys (for the store's direct-lane calls).
+    /// The parsed keys (for the store's calls that seal and open).
     pub(super) fn handle(&self) -> &Arc<KeyHandle> {
         &self.inner
     }

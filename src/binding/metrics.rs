@@ -1,6 +1,6 @@
 //! `NativeMetrics`: one site store's registry (`crate::metrics`) as JS sees
 //! it. `ts/metrics.ts` keeps one per store and records through it; the
-//! direct lane records into the same registry from `NativeMemoryStore.serve`.
+//! engine records into the same registry when it runs on our own store.
 
 use std::sync::Arc;
 
@@ -104,30 +104,9 @@ impl NativeMetrics {
             .record_request(endpoint, status, too_large, seconds);
     }
 
-    /// `n` refusals for `reason` beyond those a status tells (a release of
-    /// refused jobs is answered 200).
-    #[napi(catch_unwind)]
-    pub fn refused(&self, reason: String, n: u32) -> Result<()> {
-        let reason = parsed(Refusal::parse(&reason), "refusal reason", &reason)?;
-        self.inner.record_refusals(reason, u64::from(n));
-        Ok(())
-    }
-
     #[napi(catch_unwind)]
     pub fn enqueued(&self) {
         self.inner.record_enqueue();
-    }
-
-    /// A job claimed for the first time, `ms` after its enqueue.
-    #[napi(catch_unwind)]
-    pub fn queue_wait(&self, job_id: String, ms: f64) {
-        self.inner.record_queue_wait(&job_id, ms);
-    }
-
-    /// A job's result accepted, `ms` after its enqueue.
-    #[napi(catch_unwind)]
-    pub fn job_done(&self, job_id: String, ms: f64) {
-        self.inner.record_job_done(&job_id, ms);
     }
 
     #[napi(catch_unwind)]
@@ -173,7 +152,7 @@ impl NativeMetrics {
 /// The refusal reason an answer's status stands for (`tooLarge`: refused
 /// for its body's size), as the metrics label it; `null` for none.
 #[napi(catch_unwind)]
-pub fn refusal_reason(status: u32, too_large: bool) -> Option<String> {
+pub(super) fn refusal_reason(status: u32, too_large: bool) -> Option<String> {
     Refusal::of(u16::try_from(status).unwrap_or(0), too_large).map(|r| r.as_str().to_owned())
 }
 
@@ -183,7 +162,11 @@ pub fn refusal_reason(status: u32, too_large: bool) -> Option<String> {
     catch_unwind,
     ts_args_type = "runners: readonly RunnerRecord[], now: number, livenessMs: number"
 )]
-pub fn runner_counts(runners: Vec<Object<'_>>, now: f64, liveness_ms: f64) -> Result<Vec<f64>> {
+pub(super) fn runner_counts(
+    runners: Vec<Object<'_>>,
+    now: f64,
+    liveness_ms: f64,
+) -> Result<Vec<f64>> {
     let mut counts = RunnerCounts::default();
     for runner in &runners {
         let (revoked, heard) = super::rules::liveness_of(runner)?;

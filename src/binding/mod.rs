@@ -31,7 +31,7 @@ use napi_derive::napi;
 
 /// Version of the native core, for diagnostics.
 #[napi(catch_unwind)]
-pub fn native_version() -> String {
+pub(crate) fn native_version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
 }
 

@@ -1,14 +1,13 @@
 //! The protocol's constants and header readings as the shell needs them:
-//! the numbers the fast path uses, handed to the general path, so each is
-//! written once.
+//! the numbers the core uses, handed to the shell, so each is written once.
 
 use napi_derive::napi;
 
-use crate::{direct, envelope, store, wire};
+use crate::{envelope, payload, store, wire};
 
-/// The protocol constants both paths use.
+/// The protocol constants the core and the shell both use.
 #[napi(object, js_name = "ProtocolConstants")]
-pub struct JsProtocolConstants {
+pub(super) struct JsProtocolConstants {
     /// The protocol version this server speaks.
     #[napi(ts_type = "\"2\"")]
     pub version: String,
@@ -35,7 +34,7 @@ pub struct JsProtocolConstants {
 }
 
 #[napi(catch_unwind)]
-pub fn protocol_constants() -> JsProtocolConstants {
+pub(super) fn protocol_constants() -> JsProtocolConstants {
     JsProtocolConstants {
         version: wire::PROTOCOL_VERSION.to_owned(),
         endpoints: wire::Endpoint::ALL
@@ -43,7 +42,7 @@ pub fn protocol_constants() -> JsProtocolConstants {
             .map(|e| e.as_str().to_owned())
             .collect(),
         max_body_bytes: wire::MAX_BODY_BYTES as f64,
-        async_crypto_threshold: direct::ASYNC_CRYPTO_THRESHOLD as u32,
+        async_crypto_threshold: payload::ASYNC_CRYPTO_THRESHOLD as u32,
         envelope_max_age_ms: envelope::ENVELOPE_MAX_AGE_MS,
         default_ttl_ms: store::DEFAULT_TTL_MS,
         envelope_keys: envelope::SEALED_ENVELOPE_KEYS.map(str::to_owned).to_vec(),
@@ -53,8 +52,8 @@ pub fn protocol_constants() -> JsProtocolConstants {
 }
 
 /// The `x-byollm-issued-at` header as a timestamp (`Number(text)` when it
-/// is finite, else `null`), as the fast path reads it.
+/// is finite, else `null`), as the engine reads it.
 #[napi(catch_unwind)]
-pub fn issued_at_header(text: String) -> Option<f64> {
+pub(super) fn issued_at_header(text: String) -> Option<f64> {
     wire::issued_at_header(&text)
 }

@@ -35,7 +35,7 @@ pub(super) fn node_url_ok(env: &Env) -> impl Fn(&str) -> bool + '_ {
 
 /// `WireErrorBody`: `{error, message, supported?, minimum?}`.
 #[napi(object, js_name = "WireErrorBody")]
-pub struct JsWireError {
+pub(super) struct JsWireError {
     pub error: String,
     #[napi(ts_type = "string")]
     pub message: Either<String, Utf16String>,
@@ -68,7 +68,7 @@ impl From<WireError> for JsWireError {
 /// A body's inspection: the stage it reached (`ok`, `json`, `version`,
 /// `schema`), the answer a failed stage gets, the validated body's JSON text.
 #[napi(object, js_name = "Inspection")]
-pub struct JsInspection {
+pub(super) struct JsInspection {
     pub stage: String,
     pub status: Option<u32>,
     pub error: Option<JsWireError>,
@@ -78,7 +78,7 @@ pub struct JsInspection {
 /// One parse of the raw body: JSON, protocol version, strict schema (the
 /// engine's `wire::inspect_request`).
 #[napi(catch_unwind)]
-pub fn inspect_request(endpoint: String, raw_body: String) -> Result<JsInspection> {
+pub(super) fn inspect_request(endpoint: String, raw_body: String) -> Result<JsInspection> {
     let ep = Endpoint::parse(&endpoint)
         .ok_or_else(|| type_error(format!("unknown protocol endpoint: {endpoint}")))?;
     // Request schemas hold no URLs.
@@ -105,14 +105,14 @@ pub fn inspect_request(endpoint: String, raw_body: String) -> Result<JsInspectio
 /// `{outcome, ran}` as the schema reads it) or `{ok: false, message}` with
 /// the reference's message.
 #[napi(object, js_name = "SealedOutcome")]
-pub struct JsSealedOutcome {
+pub(super) struct JsSealedOutcome {
     pub ok: bool,
     pub value: Option<String>,
     pub message: Option<String>,
 }
 
 #[napi(catch_unwind)]
-pub fn parse_sealed_outcome(env: Env, plaintext: String) -> JsSealedOutcome {
+pub(super) fn parse_sealed_outcome(env: Env, plaintext: String) -> JsSealedOutcome {
     match wire::parse_sealed_outcome(&plaintext, &node_url_ok(&env)) {
         SealedOutcomeResult::Ok { doc, outcome } => {
             let mut value = String::new();

@@ -21,7 +21,7 @@ use crate::wire;
 // ------------------------------------------------------------ payloads
 
 #[napi(object, js_name = "PayloadCheck")]
-pub struct JsPayloadCheck {
+pub(super) struct JsPayloadCheck {
     pub ok: bool,
     pub canonical: Option<String>,
     pub text_length: Option<u32>,
@@ -38,7 +38,10 @@ pub struct JsPayloadCheck {
     ts_args_type = "kind: unknown, payloadJson: string | undefined",
     ts_return_type = "{ ok: true; canonical: string; textLength: number; sizeClass: \"small\" | \"medium\" | \"large\" } | { ok: false; message: string }"
 )]
-pub fn validate_payload(kind: Unknown<'_>, payload_json: Option<String>) -> Result<JsPayloadCheck> {
+pub(super) fn validate_payload(
+    kind: Unknown<'_>,
+    payload_json: Option<String>,
+) -> Result<JsPayloadCheck> {
     let (kind_text, display) = payload_kind(kind)?;
     Ok(
         match kinds::validate_payload(kind_text.as_deref(), &display, payload_json.as_deref()) {
@@ -49,12 +52,12 @@ pub fn validate_payload(kind: Unknown<'_>, payload_json: Option<String>) -> Resu
                 size_class: Some(v.size_class.as_str().to_owned()),
                 message: None,
             },
-            Err(message) => JsPayloadCheck {
+            Err(refusal) => JsPayloadCheck {
                 ok: false,
                 canonical: None,
                 text_length: None,
                 size_class: None,
-                message: Some(message),
+                message: Some(refusal.to_string()),
             },
         },
     )
@@ -87,20 +90,20 @@ pub(super) fn rule_text(value: Unknown<'_>) -> Result<Option<String>> {
     Ok(String::from_utf16(&units).ok())
 }
 
-/// The deadline a claim stub carries (`crate::direct::deadline_for`).
+/// The deadline a claim stub carries (`crate::engine::rules::deadline_for`).
 #[napi(catch_unwind)]
-pub fn deadline_for(
+pub(super) fn deadline_for(
     deadline_at: Option<f64>,
     claimable_at: Option<f64>,
     ttl_ms: f64,
     now: f64,
 ) -> f64 {
-    crate::direct::deadline_for(deadline_at, claimable_at, ttl_ms, now)
+    crate::engine::rules::deadline_for(deadline_at, claimable_at, ttl_ms, now)
 }
 
 /// The too-large message for `bytes` (the limit is the body cap).
 #[napi(catch_unwind)]
-pub fn too_large_message(bytes: f64) -> String {
+pub(super) fn too_large_message(bytes: f64) -> String {
     wire::too_large_message(bytes)
 }
 
@@ -108,7 +111,7 @@ pub fn too_large_message(bytes: f64) -> String {
 
 /// Whether `text` is an audience a new job may have (`"private"`, `"team"`).
 #[napi(catch_unwind)]
-pub fn is_audience(text: String) -> bool {
+pub(super) fn is_audience(text: String) -> bool {
     Audience::parse(&text).is_some()
 }
 
@@ -117,7 +120,7 @@ fn offer_scope_of(s: &str) -> Result<OfferScope> {
 }
 
 #[napi(object, js_name = "ProvenanceInput")]
-pub struct JsProvenanceInput {
+pub(super) struct JsProvenanceInput {
     /// The job's audience as stored (an unknown spelling is echoed, untrusted).
     pub audience: String,
     pub runner_id: String,
@@ -131,7 +134,7 @@ pub struct JsProvenanceInput {
 }
 
 #[napi(object, js_name = "ResultProvenance")]
-pub struct JsResultProvenance {
+pub(super) struct JsResultProvenance {
     pub audience: String,
     pub runner_id: String,
     pub runner_owner: String,
@@ -144,7 +147,7 @@ pub struct JsResultProvenance {
 
 /// Provenance for a completed job; `untrusted` derived from the audience.
 #[napi(catch_unwind)]
-pub fn provenance_for(input: JsProvenanceInput) -> Result<JsResultProvenance> {
+pub(super) fn provenance_for(input: JsProvenanceInput) -> Result<JsResultProvenance> {
     let backend_class = BackendClass::parse(&input.backend_class)
         .ok_or_else(|| type_error(format!("unknown backend class: {}", input.backend_class)))?;
     let stop = match &input.stop {
@@ -182,7 +185,10 @@ pub fn provenance_for(input: JsProvenanceInput) -> Result<JsResultProvenance> {
     ts_args_type = "caps: readonly Capability[], kind: string",
     ts_return_type = "Capability | undefined"
 )]
-pub fn capability_for<'a>(caps: Array<'a>, kind: String) -> Result<Either<Object<'a>, Undefined>> {
+pub(super) fn capability_for<'a>(
+    caps: Array<'a>,
+    kind: String,
+) -> Result<Either<Object<'a>, Undefined>> {
     for i in 0..caps.len() {
         let Some(cap) = caps.get::<Object>(i)? else {
             continue;
@@ -201,7 +207,7 @@ pub fn capability_for<'a>(caps: Array<'a>, kind: String) -> Result<Either<Object
 }
 
 #[napi(object, js_name = "AvailabilityCapability")]
-pub struct JsAvailabilityCapability {
+pub(super) struct JsAvailabilityCapability {
     pub kind: String,
     pub offer_scope: String,
     pub backend_id: String,
@@ -241,7 +247,7 @@ fn read_runner(obj: &Object<'_>) -> Result<RunnerFields> {
 }
 
 #[napi(object, js_name = "AvailabilityQuery")]
-pub struct JsAvailabilityQuery {
+pub(super) struct JsAvailabilityQuery {
     pub kind: String,
     pub owner: String,
     /// Any spelling: an unknown one is matched as `private`, as the claim would.
@@ -251,7 +257,7 @@ pub struct JsAvailabilityQuery {
 }
 
 #[napi(object, js_name = "RunnerAvailability")]
-pub struct JsRunnerAvailability {
+pub(super) struct JsRunnerAvailability {
     pub available: bool,
     #[napi(
         ts_type = "\"no-runner-paired\" | \"no-runner-online\" | \"no-matching-capability\" | \"audience-admits-nobody\" | \"default-unusable\""
@@ -266,7 +272,7 @@ pub struct JsRunnerAvailability {
     catch_unwind,
     ts_args_type = "runners: readonly RunnerRecord[], query: AvailabilityQuery, now: number, livenessMs: number"
 )]
-pub fn runner_availability(
+pub(super) fn runner_availability(
     runners: Vec<Object<'_>>,
     query: JsAvailabilityQuery,
     now: f64,

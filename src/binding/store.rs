@@ -136,7 +136,7 @@ impl NativeMemoryStore {
         let output = crate::engine::native::run(&mut self.inner, op)?;
         if op.writes() {
             self.persist()
-                .map_err(|e| crate::engine::Fault(e.reason.clone()))?;
+                .map_err(|e| crate::engine::Fault::Store(e.reason.clone()))?;
         }
         Ok(output)
     }
@@ -352,13 +352,13 @@ impl NativeMemoryStore {
         now: f64,
         env: &'env Env,
     ) -> Result<JsString<'env>> {
-        let caps: Vec<ClaimCapability<'_>> = capabilities
+        let caps: Vec<ClaimCapability<&str>> = capabilities
             .chunks_exact(3)
             .filter_map(|c| match c {
                 [kind, backend_id, offer_scope] => Some(ClaimCapability {
-                    kind,
-                    backend_id,
-                    offer_scope,
+                    kind: kind.as_str(),
+                    backend_id: backend_id.as_str(),
+                    offer_scope: offer_scope.as_str(),
                 }),
                 _ => None,
             })
@@ -665,7 +665,7 @@ pub struct JsEnqueuedJob {
     pub deadline_at: Option<f64>,
 }
 
-// -- the direct lane: calls that also need the site's keys ------------------
+// -- calls that also need the site's keys -----------------------------------
 
 #[napi]
 impl NativeMemoryStore {
@@ -693,7 +693,7 @@ impl NativeMemoryStore {
         now: f64,
     ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
         let (kind_text, display) = super::rules::payload_kind(kind)?;
-        let valid = match crate::direct::validate_for_enqueue(
+        let valid = match crate::payload::validate_for_enqueue(
             keyring.handle(),
             kind_text.as_deref(),
             &display,
@@ -702,9 +702,13 @@ impl NativeMemoryStore {
             envelope_deadline_at,
         ) {
             Ok(valid) => valid,
-            Err(message) => return Ok(Either::B(JsPayloadRefusal { message })),
+            Err(refusal) => {
+                return Ok(Either::B(JsPayloadRefusal {
+                    message: refusal.to_string(),
+                }))
+            }
         };
-        let at_rest = crate::direct::seal_at_rest(
+        let at_rest = crate::payload::seal_at_rest(
             keyring.handle(),
             &self.inner,
             valid.canonical,
@@ -747,7 +751,7 @@ impl NativeMemoryStore {
         // A job under this id already: `create` answers with it, and this
         // payload's seal is never needed.
         if self.inner.get(&job.id).is_none() {
-            crate::direct::seal_later(&at_rest);
+            crate::payload::seal_later(&at_rest);
         }
         let input = JobInput {
             id: &job.id,

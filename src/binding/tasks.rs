@@ -7,7 +7,6 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::crypto::{invalid, seal_error};
-use super::keyring::seal_payload_core;
 use super::strings::ExactString;
 use crate::envelope;
 use crate::keys::KeyHandle;
@@ -48,7 +47,7 @@ impl<O: Send + 'static, J: ToNapiValue + TypeName> Task for Work<O, J> {
 }
 
 /// A keyring call's answer: now, or a promise of it from the thread pool.
-pub type NowOrLater<O, J> = Either<J, AsyncTask<Work<O, J>>>;
+pub(super) type NowOrLater<O, J> = Either<J, AsyncTask<Work<O, J>>>;
 
 /// `run` done now, on the main thread, or on the thread pool when `large`:
 /// each keyring call has one entry point, which picks by the size it knows.
@@ -64,7 +63,7 @@ pub(super) fn now_or_pooled<O: Send + 'static, J: ToNapiValue + TypeName>(
 }
 
 /// An enqueue payload as it reaches the keyring.
-pub enum PayloadSource {
+pub(super) enum PayloadSource {
     /// `JSON.stringify(payload)`, or `None` when there is none.
     Json(Option<String>),
     /// A plain object of string values, as keys and values.
@@ -92,13 +91,13 @@ impl PayloadSource {
     }
 
     /// Worth the thread pool: JSON text over
-    /// [`crate::direct::ASYNC_CRYPTO_THRESHOLD`] bytes, or fields (only a
+    /// [`crate::payload::ASYNC_CRYPTO_THRESHOLD`] bytes, or fields (only a
     /// large payload is handed over as its fields).
     pub(super) fn is_large(&self) -> bool {
         match self {
             PayloadSource::Json(json) => json
                 .as_ref()
-                .is_some_and(|json| json.len() > crate::direct::ASYNC_CRYPTO_THRESHOLD),
+                .is_some_and(|json| json.len() > crate::payload::ASYNC_CRYPTO_THRESHOLD),
             PayloadSource::Fields(..) => true,
         }
     }
@@ -114,7 +113,7 @@ impl PayloadSource {
 
 /// An enqueue payload of `kind`, to validate and seal at rest (or prepare)
 /// with the keyring that made it.
-pub struct CheckedPayload {
+pub(super) struct CheckedPayload {
     pub(super) handle: Arc<KeyHandle>,
     pub(super) kind_text: Option<String>,
     pub(super) kind_display: String,
@@ -128,7 +127,7 @@ impl CheckedPayload {
     /// class, or the validator's message.
     pub(super) fn validate(&self) -> std::result::Result<crate::kinds::ValidPayload, String> {
         self.payload.with_json(|payload_json| {
-            crate::direct::validate_for_enqueue(
+            crate::payload::validate_for_enqueue(
                 &self.handle,
                 self.kind_text.as_deref(),
                 &self.kind_display,
@@ -136,6 +135,7 @@ impl CheckedPayload {
                 &self.job_id,
                 self.deadline_at,
             )
+            .map_err(|refusal| refusal.to_string())
         })
     }
 
@@ -149,7 +149,7 @@ impl CheckedPayload {
             Ok(valid) => valid,
             Err(message) => return Ok(Err(message)),
         };
-        seal_payload_core(
+        crate::payload::seal_at_rest_now(
             &self.handle,
             &valid.canonical,
             &self.job_id,
@@ -161,11 +161,11 @@ impl CheckedPayload {
 }
 
 /// A large payload validated on the thread pool, its at-rest seal left for
-/// later where it can be ([`crate::direct::prepare_at_rest`]), waiting to
+/// later where it can be ([`crate::payload::prepare_at_rest`]), waiting to
 /// be stored by `SiteKeyring.enqueuePrepared`. Used once.
 #[napi]
 pub struct PreparedPayload {
-    pub(super) prepared: Option<(crate::direct::AtRestSeal, &'static str)>,
+    pub(super) prepared: Option<(crate::payload::AtRestSeal, &'static str)>,
 }
 
 /// `catch_unwind` for work on the thread pool, where the attribute does not

@@ -29,26 +29,26 @@ use std::task::{Context, Poll, Waker};
 
 use hashlink::LruCache;
 
-use crate::direct::{self, acceptance, reseal, LeaseFacts};
 use crate::envelope::{OpenFailure, SealedEnvelope};
 use crate::ids;
-use crate::json::{write_json_str, Doc, JsStr};
+use crate::json::{write_json_str, Doc, JsStr, Obj};
 use crate::keys::{self, KeyHandle, PublicIdentity};
 use crate::metrics::{Metrics, PairingEvent, Refusal};
+use crate::payload::{self, reseal};
+use crate::schema::Out;
 use crate::signing::{self, RequestSignature};
-use crate::wire::schema::Out;
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
 
-pub mod native;
-pub mod ops;
+pub(crate) mod native;
+pub(crate) mod ops;
+pub(crate) mod rules;
 
-use ops::Obj;
-pub use ops::{Fault, Op, Output};
+pub(crate) use ops::{Fault, Op, Output};
 
 /// The most store operations one request makes (`pair start`: eight user
 /// code lookups and the write). The machine answers `server-error` rather
 /// than ask for more.
-pub const MAX_OPS: usize = 9;
+pub(crate) const MAX_OPS: usize = 9;
 
 /// How many runners' identities a site remembers for stores that re-read
 /// the runner with each request's work (the oldest read is forgotten first).
@@ -76,7 +76,7 @@ const STORE_FAILED: &str = "the site's store failed; try again later";
 
 /// One site's side of the protocol: its keys and settings, and the
 /// identities of runners it has verified (see [`Request::rereads`]).
-pub struct Site {
+pub(crate) struct Site {
     keys: Arc<KeyHandle>,
     lease_ms: f64,
     pairing_ttl_ms: f64,
@@ -90,7 +90,7 @@ pub struct Site {
 }
 
 /// A site's settings, as `createFetchHandler` takes them.
-pub struct Settings {
+pub(crate) struct Settings {
     pub lease_ms: f64,
     pub pairing_ttl_ms: f64,
     pub poll_interval_ms: f64,
@@ -99,7 +99,7 @@ pub struct Settings {
 }
 
 impl Site {
-    pub fn new(keys: Arc<KeyHandle>, settings: Settings) -> Site {
+    pub(crate) fn new(keys: Arc<KeyHandle>, settings: Settings) -> Site {
         let mut sites_json = String::from("{");
         write_json_str(keys.key_id(), &mut sites_json);
         sites_json.push(':');
@@ -123,10 +123,6 @@ impl Site {
         }
     }
 
-    pub fn keys(&self) -> &Arc<KeyHandle> {
-        &self.keys
-    }
-
     fn known(&self, runner_id: &str) -> Option<ops::Runner> {
         self.known.lock().ok()?.get(runner_id).cloned()
     }
@@ -148,7 +144,7 @@ impl Site {
 }
 
 fn identity_json(identity: &PublicIdentity) -> String {
-    let mut out = ops::Obj::new();
+    let mut out = Obj::new();
     out.str("identity", &identity.identity)
         .str("encryption", &identity.encryption)
         .str("encryptionSig", &identity.encryption_sig);
@@ -157,7 +153,7 @@ fn identity_json(identity: &PublicIdentity) -> String {
 
 /// How a transport hands a request over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// From HTTP: a body that is not JSON, or declares the wrong protocol
     /// version, is answered at once, before the signature is looked at.
     Http,
@@ -167,7 +163,7 @@ pub enum Mode {
 }
 
 /// One request, as the engine takes it.
-pub struct Request {
+pub(crate) struct Request {
     pub endpoint: Endpoint,
     /// The text checked against the endpoint's schema (`None`: the caller's
     /// body could not be written as JSON, a schema failure).
@@ -188,7 +184,7 @@ pub struct Request {
 
 /// The wire answer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: u16,
     /// The JSON text of the body.
     pub body: String,
@@ -223,7 +219,7 @@ impl Answer {
 
     fn store_failed(fault: Fault) -> Answer {
         Answer {
-            cause: Some(fault.0),
+            cause: Some(fault.to_string()),
             ..Answer::refuse(ErrorCode::ServerError, STORE_FAILED)
         }
     }
@@ -237,16 +233,16 @@ impl From<Fault> for Answer {
 
 /// Work the engine wants run off the event loop (a large payload's crypto);
 /// its result is handed back with [`Machine::resume`] as [`Got::Work`].
-pub struct Work(Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>);
+pub(crate) struct Work(Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>);
 
 impl Work {
-    pub fn run(self) -> Box<dyn Any + Send> {
+    pub(crate) fn run(self) -> Box<dyn Any + Send> {
         (self.0)()
     }
 }
 
 /// What the machine waits for.
-pub enum Need {
+pub(crate) enum Need {
     Store(Op),
     Work(Work),
     /// `URL.canParse` of each (a sealed outcome's `artifactUrl`).
@@ -255,14 +251,14 @@ pub enum Need {
 
 /// What the machine is handed back (one at a time, moved once: not boxed).
 #[allow(clippy::large_enum_variant)]
-pub enum Got {
+pub(crate) enum Got {
     Store(Result<Output, Fault>),
     Work(Box<dyn Any + Send>),
     Urls(Vec<bool>),
 }
 
 /// Where a machine stands.
-pub enum Step<'a> {
+pub(crate) enum Step<'a> {
     Answer(&'a Answer),
     Store(&'a Op),
     Work,
@@ -297,7 +293,7 @@ impl Future for Ask<'_> {
 }
 
 /// One request in progress.
-pub struct Machine {
+pub(crate) struct Machine {
     /// `None` once answered: what the request held is freed with it.
     future: Option<Pin<Box<dyn Future<Output = Answer>>>>,
     io: Rc<Io>,
@@ -308,7 +304,7 @@ pub struct Machine {
 
 impl Machine {
     /// Start serving `request` for `site`; it runs until its first need.
-    pub fn start(site: Arc<Site>, request: Request) -> Machine {
+    pub(crate) fn start(site: Arc<Site>, request: Request) -> Machine {
         let io = Rc::new(Io::default());
         let inner = Rc::clone(&io);
         let future = Box::pin(async move {
@@ -333,11 +329,11 @@ impl Machine {
     }
 
     /// The answer to a request for an endpoint this engine does not serve.
-    pub fn unknown_endpoint() -> Answer {
+    pub(crate) fn unknown_endpoint() -> Answer {
         Answer::refuse(ErrorCode::NotFound, UNKNOWN_ENDPOINT)
     }
 
-    pub fn step(&self) -> Step<'_> {
+    pub(crate) fn step(&self) -> Step<'_> {
         if let Some(answer) = &self.answer {
             return Step::Answer(answer);
         }
@@ -351,17 +347,18 @@ impl Machine {
     }
 
     /// The answer, once there is one.
-    pub fn answer(&self) -> Option<&Answer> {
+    #[cfg(test)]
+    pub(crate) fn answer(&self) -> Option<&Answer> {
         self.answer.as_ref()
     }
 
     /// The answer, moved out.
-    pub fn take_answer(&mut self) -> Option<Answer> {
+    pub(crate) fn take_answer(&mut self) -> Option<Answer> {
         self.answer.take()
     }
 
     /// The work the machine waits for, to run elsewhere; feed its result back.
-    pub fn take_work(&mut self) -> Option<Work> {
+    pub(crate) fn take_work(&mut self) -> Option<Work> {
         match self.waiting.take() {
             Some(Need::Work(work)) => Some(work),
             other => {
@@ -373,7 +370,7 @@ impl Machine {
 
     /// Hand back what the machine waits for. Anything but the kind it asked
     /// for (a caller's mistake) ends the request with `server-error`.
-    pub fn resume(&mut self, got: Got) {
+    pub(crate) fn resume(&mut self, got: Got) {
         if self.answer.is_some() {
             return;
         }
@@ -384,9 +381,7 @@ impl Machine {
                 | (Some(Need::Urls(_)), Got::Urls(_))
         );
         if !fits {
-            self.finish(Answer::store_failed(Fault(
-                "the engine was handed something it did not ask for".into(),
-            )));
+            self.finish(Answer::store_failed(Fault::Unasked));
             return;
         }
         self.waiting = None;
@@ -414,9 +409,7 @@ impl Machine {
                     self.ops += 1;
                 }
                 if need.is_none() || self.ops > MAX_OPS {
-                    self.finish(Answer::store_failed(Fault(
-                        "the engine asked for more store operations than any request makes".into(),
-                    )));
+                    self.finish(Answer::store_failed(Fault::TooManyOps));
                 } else {
                     self.waiting = need;
                 }
@@ -506,9 +499,7 @@ impl Cx<'_> {
     async fn op(&self, op: Op) -> Flow<Output> {
         match self.ask(Need::Store(op)).await {
             Got::Store(result) => result.map_err(Answer::from),
-            _ => Err(Answer::store_failed(Fault(
-                "a store operation went unanswered".into(),
-            ))),
+            _ => Err(Answer::store_failed(Fault::Unanswered)),
         }
     }
 
@@ -523,12 +514,11 @@ impl Cx<'_> {
         }
         let work = Work(Box::new(move || Box::new(f()) as Box<dyn Any + Send>));
         match self.ask(Need::Work(work)).await {
-            Got::Work(done) => done.downcast::<T>().map(|t| *t).map_err(|_| {
-                Answer::store_failed(Fault("heavy work came back as something else".into()))
-            }),
-            _ => Err(Answer::store_failed(Fault(
-                "heavy work went unanswered".into(),
-            ))),
+            Got::Work(done) => done
+                .downcast::<T>()
+                .map(|t| *t)
+                .map_err(|_| Answer::store_failed(Fault::WorkMismatch)),
+            _ => Err(Answer::store_failed(Fault::WorkUnanswered)),
         }
     }
 
@@ -645,10 +635,8 @@ async fn authenticate(cx: &Cx<'_>, body: Result<Body, Answer>) -> Flow<(ops::Run
 }
 
 /// An operation's output that is not the one it returns (our own store's bug).
-fn mismatch(op: &str) -> Answer {
-    Answer::store_failed(Fault(format!(
-        "`{op}` came back as another operation's output"
-    )))
+fn mismatch(op: &'static str) -> Answer {
+    Answer::store_failed(Fault::Mismatch(op))
 }
 
 /// The refusal for a runner its store read again with the request's work.
@@ -677,7 +665,7 @@ async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
                     .and_then(|v| v.as_js_str(&body.doc))
                     .map_or_else(String::new, |s| s.as_str().to_owned())
             };
-            matched.push(ops::ClaimCapability {
+            matched.push(crate::store::ClaimCapability {
                 kind: text("kind"),
                 backend_id: text("backendId"),
                 offer_scope: text("offerScope"),
@@ -724,10 +712,9 @@ fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> F
     let mut stubs = String::from("[");
     for job in jobs {
         let Some(lease) = &job.lease else {
-            return Err(Answer::store_failed(Fault(format!(
-                "store returned job {} from claim with no lease; the store contract requires a claimed job to hold one",
-                job.id
-            ))));
+            return Err(Answer::store_failed(Fault::NoLease {
+                job_id: job.id.clone(),
+            }));
         };
         if stubs.len() > 1 {
             stubs.push(',');
@@ -741,7 +728,7 @@ fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> F
         if let Some(purpose) = &job.purpose {
             stub.raw("purpose", purpose);
         }
-        let deadline = direct::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now);
+        let deadline = rules::deadline_for(job.deadline_at, job.claimable_at, job.ttl_ms, now);
         let mut held = Obj::new();
         held.str("id", &lease.id)
             .str("runnerId", &lease.runner_id)
@@ -756,14 +743,6 @@ fn claim_answer(jobs: &[ops::Stub], site_id: &str, lease_ms: f64, now: f64) -> F
     let mut out = Obj::new();
     out.raw("jobs", &stubs).num("leaseMs", lease_ms);
     Ok(out.end())
-}
-
-fn lease_facts(lease: &Option<ops::Lease>) -> Option<LeaseFacts<'_>> {
-    lease.as_ref().map(|l| LeaseFacts {
-        id: Some(&l.id),
-        runner_id: Some(&l.runner_id),
-        expires_at: l.expires_at,
-    })
 }
 
 async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
@@ -781,16 +760,16 @@ async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
     // One answer for "no such job", "not yours" and "a lease you no longer hold".
     let job = job
         .filter(|job| {
-            direct::lease_check(
-                lease_facts(&job.lease),
+            rules::lease_check(
+                job.lease.as_ref(),
                 body.text("leaseId"),
-                Some(&runner.id),
+                &runner.id,
                 cx.req.now,
             )
             .fetch_held
         })
         .ok_or_else(|| Answer::refuse(ErrorCode::NotFound, NO_LEASE))?;
-    let heavy = job.ciphertext_chars > direct::ASYNC_CRYPTO_THRESHOLD;
+    let heavy = job.ciphertext_chars > payload::ASYNC_CRYPTO_THRESHOLD;
     let at_rest = job
         .envelope
         .ok_or_else(|| Answer::refuse(ErrorCode::ServerError, UNOPENABLE_PAYLOAD))?;
@@ -806,7 +785,7 @@ async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
         .work(heavy, move || {
             inputs
                 .reseal()
-                .map(|sealed| sealed.map(|e| direct::fetch_answer(&e)))
+                .map(|sealed| sealed.map(|e| payload::fetch_answer(&e)))
         })
         .await?;
     match answer {
@@ -842,8 +821,8 @@ async fn heartbeat(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answe
     let mut out = Obj::new();
     out.raw("sites", &cx.site.sites_json)
         .raw("awaitingConsent", "[]")
-        .refs("cancel", &cancel)
-        .refs("lost", &lost)
+        .with("cancel", |out| ops::push_refs(out, &cancel))
+        .with("lost", |out| ops::push_refs(out, &lost))
         .num("serverTime", now);
     Ok(Answer::ok(out.end()))
 }
@@ -864,7 +843,7 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     let lease_id = body.text("leaseId");
     let disposition = body.text("disposition");
     let sealed = sealed_envelope(body);
-    let heavy = sealed.ciphertext.len() > direct::ASYNC_CRYPTO_THRESHOLD;
+    let heavy = sealed.ciphertext.len() > payload::ASYNC_CRYPTO_THRESHOLD;
     // The result is sealed to the job id it names, so it opens before the
     // job is read; as a private job's (the common case), a store that can
     // completes it in the same call as it reads the job.
@@ -875,7 +854,7 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     );
     let opened: Opened = cx
         .work(heavy, move || {
-            direct::open_result(&site, &sealed, &id, &identity)
+            crate::result::open_result(&site, &sealed, &id, &identity)
         })
         .await?;
     let private = accept(cx, &opened, disposition, runner, "private").await?;
@@ -918,8 +897,7 @@ async fn result(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> 
     let job = job.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_JOB))?;
     // A live lease answers only to the runner it was granted to, and only
     // until it expires; refused with the store's own non-holder answer.
-    if direct::lease_check(lease_facts(&job.lease), lease_id, Some(&runner.id), now).result_refused
-    {
+    if rules::lease_check(job.lease.as_ref(), lease_id, &runner.id, now).result_refused {
         return Ok(Answer::ok(result_answer(false, false, &job.state)));
     }
     let accepted = if job.audience == "private" {
@@ -988,13 +966,13 @@ async fn accept(
     runner: &ops::Runner,
     audience: &str,
 ) -> Flow<Result<Acceptance, &'static str>> {
-    let source = acceptance::Source {
+    let source = crate::result::Source {
         audience,
         runner_id: &runner.id,
         runner_owner: &runner.owner,
     };
     let asked = RefCell::new(Vec::new());
-    let first = acceptance::accept(opened, Some(disposition), &source, &|url| {
+    let first = crate::result::accept(opened, Some(disposition), &source, &|url| {
         asked.borrow_mut().push(url.to_owned());
         false
     });
@@ -1004,9 +982,9 @@ async fn accept(
     } else {
         let verdicts = match cx.ask(Need::Urls(asked.clone())).await {
             Got::Urls(verdicts) => verdicts,
-            _ => return Err(Answer::store_failed(Fault("URLs went unchecked".into()))),
+            _ => return Err(Answer::store_failed(Fault::Urls)),
         };
-        acceptance::accept(opened, Some(disposition), &source, &|url| {
+        crate::result::accept(opened, Some(disposition), &source, &|url| {
             asked
                 .iter()
                 .position(|u| u == url)

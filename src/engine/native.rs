@@ -1,8 +1,8 @@
 //! The engine's operations performed on our own [`Store`], in place: no
 //! JSON in between, nothing crosses to JavaScript.
 
-use crate::direct::{self, AtRestSeal};
-use crate::json::write_json_str;
+use crate::json::{json_string, write_json_str};
+use crate::payload::{self, AtRestSeal};
 use crate::store::{ClaimArgs, ClaimCapability, CompleteArgs, Holder, JobRef, Store};
 
 use super::ops::{Fault, Job, Lease, Op, Output, Ref, Runner, Stub};
@@ -10,7 +10,7 @@ use super::ops::{Fault, Job, Lease, Op, Output, Ref, Runner, Stub};
 /// Perform `op` on `store`. Our store never re-reads the runner with a
 /// request's work (the read before it is in process and current), so the
 /// outputs carry no fresh runner.
-pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
+pub(crate) fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
     Ok(match op {
         Op::Runner { runner_id } => Output::Runner(runner(store, runner_id)?),
         Op::PairingByCode { user_code } => {
@@ -41,14 +41,8 @@ pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
             now,
             ..
         } => {
-            let capabilities: Vec<ClaimCapability<'_>> = matched
-                .iter()
-                .map(|c| ClaimCapability {
-                    kind: &c.kind,
-                    backend_id: &c.backend_id,
-                    offer_scope: &c.offer_scope,
-                })
-                .collect();
+            let capabilities: Vec<ClaimCapability<&str>> =
+                matched.iter().map(ClaimCapability::borrowed).collect();
             let claimed = store.claim(&ClaimArgs {
                 runner_id,
                 runner_owner,
@@ -123,7 +117,7 @@ pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
                 state: done
                     .job
                     .and_then(|r| store.view(r))
-                    .map(|j| quoted(j.state.as_str())),
+                    .map(|j| json_string(j.state.as_str())),
             }
         }
         Op::CancelRequests { runner_id } => Output::Refs(cancel_requests(store, runner_id)),
@@ -159,19 +153,11 @@ fn cancel_requests(store: &Store, runner_id: &str) -> Vec<Ref> {
         .collect()
 }
 
-fn quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    write_json_str(text, &mut out);
-    out
-}
-
 fn runner(store: &Store, runner_id: &str) -> Result<Option<Runner>, Fault> {
     let Some((facts, revoked)) = store.people.runner_facts(runner_id) else {
         return Ok(None);
     };
-    let facts = facts.ok_or_else(|| {
-        Fault("a stored runner record lacks its id, owner or device identity".into())
-    })?;
+    let facts = facts.ok_or(Fault::RunnerRecord)?;
     Ok(Some(Runner {
         id: facts.id,
         owner: facts.owner,
@@ -212,13 +198,13 @@ fn job(store: &Store, job_id: &str) -> Option<Job> {
     let view = store.view(r)?;
     // A caller's own envelope of another shape (keys in another order, say)
     // is read as the sealed envelope it may still be.
-    let envelope = direct::at_rest_of(store, r).or_else(|| {
+    let envelope = payload::at_rest_of(store, r).or_else(|| {
         let raw = store.raw_envelope(r)?;
         super::ops::sealed_from_json(raw).map(AtRestSeal::Sealed)
     });
     Some(Job {
         audience: view.audience.to_owned(),
-        state: quoted(view.state.as_str()),
+        state: json_string(view.state.as_str()),
         lease: lease(store, r),
         created_at: view.created_at,
         ciphertext_chars: view.sealed_ciphertext_chars.unwrap_or(0),

@@ -5,19 +5,20 @@
 //! or one call into our own [`crate::store::Store`]. Its arguments travel as
 //! a JSON object shaped like the argument of the store method it maps to
 //! (`ClaimArgs`, `CompleteArgs`, …), so an adapter hands them on as they are;
-//! its result comes back as JSON text (read here with serde, leniently where
-//! a store's records may be odd) or, from our own store, as values.
+//! its result comes back as JSON text (read here strictly, with
+//! [`json::Doc`]: what an operation does not return is a fault) or, from our
+//! own store, as values.
 
-use crate::direct::AtRestSeal;
 use crate::envelope::SealedEnvelope;
-use crate::json::{self, write_json_str, Doc, JsStr, Node, NodeId};
+use crate::json::{self, Doc, JsStr, Node, NodeId, Obj};
 use crate::keys::PublicIdentity;
-use crate::store::LeaseRef;
+use crate::payload::AtRestSeal;
+use crate::store::{ClaimCapability, LeaseRef};
 
 /// `{jobId, leaseId}` exactly as the request or the store spelled it (lone
 /// surrogates too: the answers that list refs echo them).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ref {
+pub(crate) struct Ref {
     pub job_id: JsStr,
     pub lease_id: JsStr,
 }
@@ -25,7 +26,7 @@ pub struct Ref {
 impl Ref {
     /// As our store looks it up (a lone surrogate reads as U+FFFD, which no
     /// id it holds can match: ids holding one are refused at enqueue).
-    pub fn to_store(&self) -> LeaseRef {
+    pub(crate) fn to_store(&self) -> LeaseRef {
         LeaseRef {
             job_id: self.job_id.as_str().to_owned(),
             lease_id: self.lease_id.as_str().to_owned(),
@@ -42,17 +43,9 @@ impl From<LeaseRef> for Ref {
     }
 }
 
-/// One capability of a claim, as the store's match reads it.
-#[derive(Debug, Clone)]
-pub struct ClaimCapability {
-    pub kind: String,
-    pub backend_id: String,
-    pub offer_scope: String,
-}
-
 /// A store operation. Every `now` is the request's clock reading.
 #[derive(Debug)]
-pub enum Op {
+pub(crate) enum Op {
     /// `getRunner`.
     Runner { runner_id: String },
     /// `getPairingByUserCode`.
@@ -122,7 +115,7 @@ pub enum Op {
 
 impl Op {
     /// The operation's name, as adapters look it up.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Op::Runner { .. } => "runner",
             Op::PairingByCode { .. } => "pairingByCode",
@@ -141,7 +134,7 @@ impl Op {
     }
 
     /// Whether the operation writes (a SQL store runs it in its own transaction either way).
-    pub fn writes(&self) -> bool {
+    pub(crate) fn writes(&self) -> bool {
         !matches!(
             self,
             Op::Runner { .. }
@@ -153,7 +146,7 @@ impl Op {
     }
 
     /// The arguments as a JSON object, shaped like the store method's.
-    pub fn args_json(&self) -> String {
+    pub(crate) fn args_json(&self) -> String {
         let mut w = Obj::new();
         match self {
             Op::Runner { runner_id } | Op::CancelRequests { runner_id } => {
@@ -198,7 +191,7 @@ impl Op {
                 w.str("runnerId", runner_id)
                     .raw("capabilities", capabilities)
                     .str("daemonVersion", daemon_version)
-                    .refs("leases", leases)
+                    .with("leases", |out| push_refs(out, leases))
                     .num("leaseMs", *lease_ms)
                     .num("now", *now);
             }
@@ -244,7 +237,7 @@ impl Op {
                 now,
             } => {
                 w.str("runnerId", runner_id)
-                    .refs("leases", leases)
+                    .with("leases", |out| push_refs(out, leases))
                     .str("reason", reason)
                     .num("now", *now);
             }
@@ -256,63 +249,8 @@ impl Op {
     }
 }
 
-/// A JSON object written key by key, in the order written (the wire's).
-pub struct Obj {
-    out: String,
-}
-
-impl Default for Obj {
-    fn default() -> Obj {
-        Obj {
-            out: String::from("{"),
-        }
-    }
-}
-
-impl Obj {
-    pub fn new() -> Obj {
-        Obj::default()
-    }
-    fn key(&mut self, key: &str) {
-        if self.out.len() > 1 {
-            self.out.push(',');
-        }
-        write_json_str(key, &mut self.out);
-        self.out.push(':');
-    }
-    pub fn str(&mut self, key: &str, value: &str) -> &mut Obj {
-        self.key(key);
-        write_json_str(value, &mut self.out);
-        self
-    }
-    pub fn js(&mut self, key: &str, value: &JsStr) -> &mut Obj {
-        self.key(key);
-        value.write_json(&mut self.out);
-        self
-    }
-    pub fn raw(&mut self, key: &str, json: &str) -> &mut Obj {
-        self.key(key);
-        self.out.push_str(json);
-        self
-    }
-    pub fn num(&mut self, key: &str, value: f64) -> &mut Obj {
-        self.key(key);
-        json::push_json_number(&mut self.out, value);
-        self
-    }
-    pub fn refs(&mut self, key: &str, refs: &[Ref]) -> &mut Obj {
-        self.key(key);
-        push_refs(&mut self.out, refs);
-        self
-    }
-    pub fn end(mut self) -> String {
-        self.out.push('}');
-        self.out
-    }
-}
-
 /// A JSON array of strings, lone surrogates and all.
-pub fn json_list(items: &[JsStr]) -> String {
+pub(crate) fn json_list(items: &[JsStr]) -> String {
     let mut out = String::from("[");
     for (at, item) in items.iter().enumerate() {
         if at > 0 {
@@ -325,7 +263,7 @@ pub fn json_list(items: &[JsStr]) -> String {
 }
 
 /// `[{"jobId":…,"leaseId":…},…]`.
-pub fn push_refs(out: &mut String, refs: &[Ref]) {
+pub(crate) fn push_refs(out: &mut String, refs: &[Ref]) {
     out.push('[');
     for (at, r) in refs.iter().enumerate() {
         if at > 0 {
@@ -344,21 +282,74 @@ pub fn push_refs(out: &mut String, refs: &[Ref]) {
 
 /// Why an operation gave the engine nothing it can use: the store threw,
 /// timed out, or answered something that is not what the operation returns.
-/// The text is for the server's log, never for the caller.
+/// Its text ([`std::fmt::Display`]) is for the server's log, never for the
+/// caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fault(pub String);
+pub(crate) enum Fault {
+    /// The store threw, timed out or could not write: its own words.
+    Store(String),
+    /// The store's answer to an operation is not what the operation returns.
+    Malformed { op: &'static str, why: String },
+    /// An operation's output came back as another operation's.
+    Mismatch(&'static str),
+    /// A stored runner record lacks its id, owner or device identity.
+    RunnerRecord,
+    /// A claimed job without the lease the store contract requires.
+    NoLease { job_id: String },
+    /// The engine was handed something it did not ask for.
+    Unasked,
+    /// More store operations than any request makes.
+    TooManyOps,
+    /// A store operation went unanswered.
+    Unanswered,
+    /// Heavy work came back as something else.
+    WorkMismatch,
+    /// Heavy work went unanswered.
+    WorkUnanswered,
+    /// URLs went unchecked.
+    Urls,
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Store(cause) => f.write_str(cause),
+            Fault::Malformed { op, why } => write!(
+                f,
+                "the store's answer to `{op}` is not what the operation returns: {why}"
+            ),
+            Fault::Mismatch(op) => write!(f, "`{op}` came back as another operation's output"),
+            Fault::RunnerRecord => {
+                f.write_str("a stored runner record lacks its id, owner or device identity")
+            }
+            Fault::NoLease { job_id } => write!(
+                f,
+                "store returned job {job_id} from claim with no lease; the store contract requires a claimed job to hold one"
+            ),
+            Fault::Unasked => f.write_str("the engine was handed something it did not ask for"),
+            Fault::TooManyOps => f.write_str(
+                "the engine asked for more store operations than any request makes",
+            ),
+            Fault::Unanswered => f.write_str("a store operation went unanswered"),
+            Fault::WorkMismatch => f.write_str("heavy work came back as something else"),
+            Fault::WorkUnanswered => f.write_str("heavy work went unanswered"),
+            Fault::Urls => f.write_str("URLs went unchecked"),
+        }
+    }
+}
 
 impl Fault {
-    fn malformed(op: &str, error: impl std::fmt::Display) -> Fault {
-        Fault(format!(
-            "the store's answer to `{op}` is not what the operation returns: {error}"
-        ))
+    fn malformed(op: &'static str, why: impl std::fmt::Display) -> Fault {
+        Fault::Malformed {
+            op,
+            why: why.to_string(),
+        }
     }
 }
 
 /// A runner as a signed request is checked against.
 #[derive(Debug, Clone)]
-pub struct Runner {
+pub(crate) struct Runner {
     pub id: String,
     pub owner: String,
     pub device: PublicIdentity,
@@ -368,17 +359,17 @@ pub struct Runner {
 
 /// The runner a store read again with a request's work: `None` when it did
 /// not (then the one read before stands), `Some(None)` for an unknown runner.
-pub type Fresh = Option<Option<Revocation>>;
+pub(crate) type Fresh = Option<Option<Revocation>>;
 
 /// What the engine reads of a runner read again: whether it is revoked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Revocation {
+pub(crate) struct Revocation {
     pub revoked: bool,
 }
 
 /// What a pairing's poll and the search for a free user code read.
 #[derive(Debug, Clone)]
-pub struct Pairing {
+pub(crate) struct Pairing {
     pub state: Option<String>,
     pub expires_at: f64,
     pub collected: bool,
@@ -389,7 +380,7 @@ pub struct Pairing {
 
 /// A job's lease as the lease rules read it.
 #[derive(Debug, Clone)]
-pub struct Lease {
+pub(crate) struct Lease {
     pub id: String,
     /// `""` for an adopted (relay-granted) lease.
     pub runner_id: String,
@@ -398,7 +389,7 @@ pub struct Lease {
 
 /// A claimed job, as its stub is written from it.
 #[derive(Debug, Clone)]
-pub struct Stub {
+pub(crate) struct Stub {
     pub id: String,
     pub kind: String,
     pub audience: String,
@@ -418,7 +409,7 @@ pub struct Stub {
 
 /// A job read for a fetch or a result.
 #[derive(Debug, Clone)]
-pub struct Job {
+pub(crate) struct Job {
     pub audience: String,
     /// JSON text of `state`.
     pub state: String,
@@ -433,7 +424,7 @@ pub struct Job {
 
 /// What each operation gives back.
 #[derive(Debug)]
-pub enum Output {
+pub(crate) enum Output {
     Done,
     Runner(Option<Runner>),
     Pairing(Option<Pairing>),
@@ -473,7 +464,7 @@ impl Op {
     /// Anything that is not what the operation returns is a fault: the
     /// daemon hears `server-error` and the cause is logged, rather than a
     /// wrong value reaching the wire.
-    pub fn output_from_json(&self, text: &str) -> Result<Output, Fault> {
+    pub(crate) fn output_from_json(&self, text: &str) -> Result<Output, Fault> {
         let op = self.name();
         if matches!(
             self,
@@ -573,7 +564,7 @@ impl Op {
 
 /// A sealed envelope from its JSON text, whatever its key order; `None`
 /// when it is not one.
-pub fn sealed_from_json(text: &str) -> Option<SealedEnvelope> {
+pub(crate) fn sealed_from_json(text: &str) -> Option<SealedEnvelope> {
     let doc = json::parse(text).ok()?;
     Read { doc: &doc, op: "" }.sealed(doc.root())
 }

@@ -3,10 +3,10 @@
 //! a JavaScript or SQL store's.
 
 use super::*;
-use crate::direct::{seal_at_rest, AtRestSeal};
 use crate::envelope::{self, Text};
 use crate::json;
 use crate::keys::StoredKeys;
+use crate::payload::{seal_at_rest, AtRestSeal};
 use crate::store::{JobInput, Store, StoreOptions};
 
 const NOW: f64 = 1_764_500_000_000.0;
@@ -40,14 +40,14 @@ fn site_of(keys: &Arc<KeyHandle>) -> Arc<Site> {
 
 /// A store with runner `r1` (owner bob, paired with `device`) and one job
 /// for bob, sealed at rest by `site` (now, or `deferred` as our enqueue does).
-struct Lane {
+struct Fixture {
     store: Store,
     keys: Arc<KeyHandle>,
     site: Arc<Site>,
     device: KeyHandle,
 }
 
-fn lane_with(deferred: bool) -> Lane {
+fn fixture_with(deferred: bool) -> Fixture {
     let (keys, device) = (Arc::new(handle(1)), handle(7));
     let mut store = Store::new(StoreOptions::default());
     store.set_omit_envelopes(deferred);
@@ -72,7 +72,7 @@ fn lane_with(deferred: bool) -> Lane {
             Text::Utf8("{\"prompt\":\"hi\"}"),
             &keys,
             &keys.keys().encryption_public,
-            &direct::at_rest_context(&keys, "job-1", deadline_at),
+            &payload::at_rest_context(&keys, "job-1", deadline_at),
         )
         .map(AtRestSeal::Sealed)
     };
@@ -95,7 +95,7 @@ fn lane_with(deferred: bool) -> Lane {
         NOW - 1_000.0,
     );
     let site = site_of(&keys);
-    Lane {
+    Fixture {
         store,
         keys,
         site,
@@ -135,10 +135,10 @@ fn drive(machine: &mut Machine, store: &mut Store) -> Answer {
     }
 }
 
-fn serve(lane: &mut Lane, endpoint: Endpoint, body: &str) -> Answer {
-    let sig = signed(&lane.device, endpoint, body, NOW);
-    let mut machine = Machine::start(Arc::clone(&lane.site), request(endpoint, body, Some(sig)));
-    drive(&mut machine, &mut lane.store)
+fn serve(fx: &mut Fixture, endpoint: Endpoint, body: &str) -> Answer {
+    let sig = signed(&fx.device, endpoint, body, NOW);
+    let mut machine = Machine::start(Arc::clone(&fx.site), request(endpoint, body, Some(sig)));
+    drive(&mut machine, &mut fx.store)
 }
 
 fn all_jobs(store: &Store) -> String {
@@ -155,18 +155,18 @@ fn lease_id(store: &Store) -> String {
     }
 }
 
-fn result_body(lane: &Lane, lease_id: &str, outcome: &str, disposition: &str) -> String {
+fn result_body(fx: &Fixture, lease_id: &str, outcome: &str, disposition: &str) -> String {
     let context = envelope::Context {
         job_id: "job-1".into(),
-        sender_key_id: lane.device.key_id().into(),
-        recipient_key_id: lane.keys.key_id().into(),
+        sender_key_id: fx.device.key_id().into(),
+        recipient_key_id: fx.keys.key_id().into(),
         deadline_at: NOW + 1.0,
         direction: "result".into(),
     };
     let sealed = envelope::seal_with_handle(
         Text::Utf8(outcome),
-        &lane.device,
-        &lane.keys.keys().encryption_public,
+        &fx.device,
+        &fx.keys.keys().encryption_public,
         &context,
     )
     .expect("seal");
@@ -192,12 +192,12 @@ fn the_same_for_a_payload_whose_seal_at_rest_is_deferred() {
 }
 
 fn claim_fetch_result(deferred: bool) {
-    let mut lane = lane_with(deferred);
-    let answer = serve(&mut lane, Endpoint::Claim, CLAIM);
-    let lease_id = lease_id(&lane.store);
+    let mut fx = fixture_with(deferred);
+    let answer = serve(&mut fx, Endpoint::Claim, CLAIM);
+    let lease_id = lease_id(&fx.store);
     let expected = format!(
         r#"{{"jobs":[{{"id":"job-1","kind":"llm.generate","audience":"private","owner":"bob","site":"{}","sizeClass":"small","streaming":false,"deadlineAt":{},"lease":{{"id":"{lease_id}","runnerId":"r1","expiresAt":{}}}}}],"leaseMs":60000}}"#,
-        lane.keys.key_id(),
+        fx.keys.key_id(),
         NOW - 1_000.0 + 900_000.0,
         NOW + 60_000.0,
     );
@@ -209,7 +209,7 @@ fn claim_fetch_result(deferred: bool) {
     let fetch = format!(
         r#"{{"protocolVersion":"2","runnerId":"r1","jobId":"job-1","leaseId":"{lease_id}"}}"#
     );
-    let answer = serve(&mut lane, Endpoint::Fetch, &fetch);
+    let answer = serve(&mut fx, Endpoint::Fetch, &fetch);
     assert_eq!(answer.status, 200, "{}", answer.body);
     let doc = json::parse(&answer.body).expect("the answer is JSON");
     let env = doc.get(doc.root(), "envelope").expect("an envelope");
@@ -228,25 +228,21 @@ fn claim_fetch_result(deferred: bool) {
     };
     let expected = envelope::Expected {
         job_id: "job-1".into(),
-        sender_key_id: lane.keys.key_id().into(),
-        recipient_key_id: lane.device.key_id().into(),
+        sender_key_id: fx.keys.key_id().into(),
+        recipient_key_id: fx.device.key_id().into(),
         direction: "payload".into(),
     };
-    let opened = envelope::open_with_handle(
-        &for_device,
-        &lane.device,
-        lane.keys.identity_key(),
-        &expected,
-    );
+    let opened =
+        envelope::open_with_handle(&for_device, &fx.device, fx.keys.identity_key(), &expected);
     assert_eq!(
         opened.map(|t| t.into_string()),
         Ok("{\"prompt\":\"hi\"}".to_string())
     );
 
-    let result = result_body(&lane, &lease_id, OUTCOME, "ok");
-    let answer = serve(&mut lane, Endpoint::Result, &result);
+    let result = result_body(&fx, &lease_id, OUTCOME, "ok");
+    let answer = serve(&mut fx, Endpoint::Result, &result);
     assert_eq!(answer.body, r#"{"accepted":true,"state":"ok"}"#);
-    let record = all_jobs(&lane.store);
+    let record = all_jobs(&fx.store);
     assert!(
         record.contains(r#"{"outcome":"ok","text":"done"}"#),
         "{record}"
@@ -255,7 +251,7 @@ fn claim_fetch_result(deferred: bool) {
         record.contains(r#"{"audience":"private","runnerId":"r1","runnerOwner":"bob","backendClass":"http","model":"m","untrusted":false,"stop":"end"}"#),
         "{record}"
     );
-    let replay = serve(&mut lane, Endpoint::Result, &result);
+    let replay = serve(&mut fx, Endpoint::Result, &result);
     assert_eq!(
         replay.body, r#"{"accepted":false,"duplicate":true,"state":"ok"}"#,
         "a replay"
@@ -264,39 +260,39 @@ fn claim_fetch_result(deferred: bool) {
 
 #[test]
 fn a_deferred_seal_once_made_is_kept_compact_from_the_next_write() {
-    let mut lane = lane_with(true);
-    let r = lane.store.get("job-1").expect("stored");
-    let Some(deferred) = lane.store.deferred_seal(r).cloned() else {
+    let mut fx = fixture_with(true);
+    let r = fx.store.get("job-1").expect("stored");
+    let Some(deferred) = fx.store.deferred_seal(r).cloned() else {
         panic!("the enqueue did not defer");
     };
     deferred.seal_now();
     let mut made = String::new();
-    assert!(lane.store.sealed_envelope_parts(r, &mut made).is_some());
-    assert_eq!(serve(&mut lane, Endpoint::Claim, CLAIM).status, 200);
+    assert!(fx.store.sealed_envelope_parts(r, &mut made).is_some());
+    assert_eq!(serve(&mut fx, Endpoint::Claim, CLAIM).status, 200);
     assert!(
-        lane.store.deferred_seal(r).is_none(),
+        fx.store.deferred_seal(r).is_none(),
         "still deferred after a write"
     );
     let mut again = String::new();
-    assert!(lane.store.sealed_envelope_parts(r, &mut again).is_some());
+    assert!(fx.store.sealed_envelope_parts(r, &mut again).is_some());
     assert_eq!(again, made, "another envelope after settling");
     assert!(
-        all_jobs(&lane.store).contains(&made),
+        all_jobs(&fx.store).contains(&made),
         "a small sealed envelope rides in its record"
     );
 }
 
 #[test]
 fn refusals_are_answered_in_the_order_the_protocol_gives_and_change_nothing() {
-    let mut lane = lane_with(false);
+    let mut fx = fixture_with(false);
     let stranger = handle(42);
-    let before = all_jobs(&lane.store);
+    let before = all_jobs(&fx.store);
     let refused =
-        |lane: &mut Lane, sig: Option<RequestSignature>, body: &str, endpoint: Endpoint| {
-            let mut machine = Machine::start(Arc::clone(&lane.site), request(endpoint, body, sig));
-            drive(&mut machine, &mut lane.store)
+        |fx: &mut Fixture, sig: Option<RequestSignature>, body: &str, endpoint: Endpoint| {
+            let mut machine = Machine::start(Arc::clone(&fx.site), request(endpoint, body, sig));
+            drive(&mut machine, &mut fx.store)
         };
-    let good = signed(&lane.device, Endpoint::Claim, CLAIM, NOW);
+    let good = signed(&fx.device, Endpoint::Claim, CLAIM, NOW);
     type Case<'a> = (
         &'a str,
         Option<RequestSignature>,
@@ -324,12 +320,7 @@ fn refusals_are_answered_in_the_order_the_protocol_gives_and_change_nothing() {
         ),
         (
             "stale",
-            Some(signed(
-                &lane.device,
-                Endpoint::Claim,
-                CLAIM,
-                NOW - 600_000.0,
-            )),
+            Some(signed(&fx.device, Endpoint::Claim, CLAIM, NOW - 600_000.0)),
             CLAIM.into(),
             Endpoint::Claim,
             401,
@@ -337,7 +328,7 @@ fn refusals_are_answered_in_the_order_the_protocol_gives_and_change_nothing() {
         ),
         (
             "a fractional timestamp, signed as such",
-            Some(signed(&lane.device, Endpoint::Claim, CLAIM, NOW + 0.5)),
+            Some(signed(&fx.device, Endpoint::Claim, CLAIM, NOW + 0.5)),
             CLAIM.into(),
             Endpoint::Claim,
             401,
@@ -365,7 +356,7 @@ fn refusals_are_answered_in_the_order_the_protocol_gives_and_change_nothing() {
         (
             "schema failure, after the signature",
             Some(signed(
-                &lane.device,
+                &fx.device,
                 Endpoint::Claim,
                 "{\"protocolVersion\":\"2\"}",
                 NOW,
@@ -378,7 +369,7 @@ fn refusals_are_answered_in_the_order_the_protocol_gives_and_change_nothing() {
         (
             "another runner in the body",
             Some(signed(
-                &lane.device,
+                &fx.device,
                 Endpoint::Claim,
                 &CLAIM.replace("\"r1\"", "\"r2\""),
                 NOW,
@@ -390,13 +381,13 @@ fn refusals_are_answered_in_the_order_the_protocol_gives_and_change_nothing() {
         ),
     ];
     for (name, sig, body, endpoint, status, message) in cases {
-        let answer = refused(&mut lane, sig, &body, endpoint);
+        let answer = refused(&mut fx, sig, &body, endpoint);
         assert_eq!(answer.status, status, "{name}: {}", answer.body);
         assert!(answer.body.contains(message), "{name}: {}", answer.body);
-        assert_eq!(all_jobs(&lane.store), before, "{name}: nothing changed");
+        assert_eq!(all_jobs(&fx.store), before, "{name}: nothing changed");
     }
     // From HTTP, JSON and version failures are answered before the signature.
-    let answer = refused(&mut lane, None, "{nope", Endpoint::Claim);
+    let answer = refused(&mut fx, None, "{nope", Endpoint::Claim);
     assert_eq!(
         (answer.status, answer.body.as_str()),
         (
@@ -409,9 +400,9 @@ fn refusals_are_answered_in_the_order_the_protocol_gives_and_change_nothing() {
         r#""protocolVersion":"2","runnerId":"r1""#,
         r#""runnerId":"r1","protocolVersion":"2""#,
     );
-    assert_eq!(serve(&mut lane, Endpoint::Claim, &reordered).status, 200);
-    lane.store.people.revoke("r1", NOW);
-    let answer = serve(&mut lane, Endpoint::Claim, CLAIM);
+    assert_eq!(serve(&mut fx, Endpoint::Claim, &reordered).status, 200);
+    fx.store.people.revoke("r1", NOW);
+    let answer = serve(&mut fx, Endpoint::Claim, CLAIM);
     assert_eq!(answer.status, 403, "{}", answer.body);
 }
 
@@ -451,13 +442,13 @@ fn runner_json(device: &KeyHandle, revoked: &str) -> String {
 
 #[test]
 fn a_js_store_is_asked_for_one_operation_at_a_time_with_its_methods_arguments() {
-    let lane = lane_with(false);
-    let runner = runner_json(&lane.device, "null");
-    let sig = signed(&lane.device, Endpoint::Claim, CLAIM, NOW);
+    let fx = fixture_with(false);
+    let runner = runner_json(&fx.device, "null");
+    let sig = signed(&fx.device, Endpoint::Claim, CLAIM, NOW);
     let job = r#"{"id":"job-1","kind":"llm.generate","envelope":{},"sizeClass":"small","audience":"private","owner":"bob","dependsOn":[],"state":"claimed","lease":{"id":"L","runnerId":"r1","expiresAt":1764500060000},"createdAt":1,"claimableAt":1,"ttlMs":10,"deadlineAt":null}"#;
     let (answer, args) = script(
         request(Endpoint::Claim, CLAIM, Some(sig)),
-        &lane.site,
+        &fx.site,
         &[
             ("runner", &runner),
             ("claim", &format!(r#"{{"jobs":[{job}]}}"#)),
@@ -480,13 +471,13 @@ fn a_js_store_is_asked_for_one_operation_at_a_time_with_its_methods_arguments() 
 
 #[test]
 fn a_store_that_fails_or_answers_nonsense_gives_a_server_error_with_its_cause() {
-    let lane = lane_with(false);
-    let runner = runner_json(&lane.device, "null");
+    let fx = fixture_with(false);
+    let runner = runner_json(&fx.device, "null");
     let claim = || {
         request(
             Endpoint::Claim,
             CLAIM,
-            Some(signed(&lane.device, Endpoint::Claim, CLAIM, NOW)),
+            Some(signed(&fx.device, Endpoint::Claim, CLAIM, NOW)),
         )
     };
     for (name, output) in [
@@ -501,11 +492,7 @@ fn a_store_that_fails_or_answers_nonsense_gives_a_server_error_with_its_cause() 
         ),
         ("not a list of jobs", r#"{"jobs":7}"#),
     ] {
-        let (answer, _) = script(
-            claim(),
-            &lane.site,
-            &[("runner", &runner), ("claim", output)],
-        );
+        let (answer, _) = script(claim(), &fx.site, &[("runner", &runner), ("claim", output)]);
         assert_eq!(answer.status, 500, "{name}");
         assert_eq!(
             answer.body,
@@ -518,30 +505,30 @@ fn a_store_that_fails_or_answers_nonsense_gives_a_server_error_with_its_cause() 
         );
     }
     // A throw (the shell's `fail`).
-    let mut machine = Machine::start(Arc::clone(&lane.site), claim());
-    machine.resume(Got::Store(Err(Fault("connection reset".into()))));
+    let mut machine = Machine::start(Arc::clone(&fx.site), claim());
+    machine.resume(Got::Store(Err(Fault::Store("connection reset".into()))));
     let answer = machine.answer().cloned().expect("answered");
     assert_eq!(
         (answer.status, answer.cause.as_deref()),
         (500, Some("connection reset"))
     );
     // Handed something it did not ask for.
-    let mut machine = Machine::start(Arc::clone(&lane.site), claim());
+    let mut machine = Machine::start(Arc::clone(&fx.site), claim());
     machine.resume(Got::Urls(vec![]));
     assert_eq!(machine.answer().map(|a| a.status), Some(500));
 }
 
 #[test]
 fn with_a_store_that_rereads_the_runner_a_verified_identity_skips_the_read() {
-    let lane = lane_with(false);
-    let site = site_of(&lane.keys);
-    let runner = runner_json(&lane.device, "null");
+    let fx = fixture_with(false);
+    let site = site_of(&fx.keys);
+    let runner = runner_json(&fx.device, "null");
     let claim = || Request {
         rereads: true,
         ..request(
             Endpoint::Claim,
             CLAIM,
-            Some(signed(&lane.device, Endpoint::Claim, CLAIM, NOW)),
+            Some(signed(&fx.device, Endpoint::Claim, CLAIM, NOW)),
         )
     };
     let fresh = r#"{"runner":{"id":"r1","revokedAt":null},"jobs":[]}"#;
@@ -566,7 +553,7 @@ fn with_a_store_that_rereads_the_runner_a_verified_identity_skips_the_read() {
         ..request(
             Endpoint::Heartbeat,
             beat,
-            Some(signed(&lane.device, Endpoint::Heartbeat, beat, NOW)),
+            Some(signed(&fx.device, Endpoint::Heartbeat, beat, NOW)),
         )
     };
     let (_, _) = script(
@@ -623,13 +610,13 @@ fn pair_start_body(device: &KeyHandle) -> String {
 
 #[test]
 fn pair_start_draws_a_code_no_live_pairing_holds_and_gives_up_after_eight() {
-    let lane = lane_with(false);
-    let body = pair_start_body(&lane.device);
+    let fx = fixture_with(false);
+    let body = pair_start_body(&fx.device);
     let held = format!(r#"{{"state":"pending","expiresAt":{}}}"#, NOW + 1.0);
     let lapsed = format!(r#"{{"state":"pending","expiresAt":{NOW}}}"#);
     let (answer, args) = script(
         request(Endpoint::Pair, &body, None),
-        &lane.site,
+        &fx.site,
         &[
             ("pairingByCode", &held),
             ("pairingByCode", &lapsed),
@@ -655,7 +642,7 @@ fn pair_start_draws_a_code_no_live_pairing_holds_and_gives_up_after_eight() {
     let all_held: Vec<(&str, &str)> = (0..USER_CODE_DRAWS)
         .map(|_| ("pairingByCode", held.as_str()))
         .collect();
-    let (answer, _) = script(request(Endpoint::Pair, &body, None), &lane.site, &all_held);
+    let (answer, _) = script(request(Endpoint::Pair, &body, None), &fx.site, &all_held);
     assert_eq!(
         (answer.status, answer.body.as_str()),
         (
@@ -667,10 +654,10 @@ fn pair_start_draws_a_code_no_live_pairing_holds_and_gives_up_after_eight() {
 
 #[test]
 fn pair_poll_answers_each_state_and_hands_out_an_approval_once() {
-    let lane = lane_with(false);
+    let fx = fixture_with(false);
     let body = r#"{"protocolVersion":"2","action":"poll","deviceCode":"dc-0123456789abcdefghij"}"#;
     let poll =
-        |steps: &[(&str, &str)]| script(request(Endpoint::Pair, body, None), &lane.site, steps).0;
+        |steps: &[(&str, &str)]| script(request(Endpoint::Pair, body, None), &fx.site, steps).0;
     assert_eq!(poll(&[("pairingByHash", "null")]).status, 404);
     assert_eq!(
         poll(&[("pairingByHash", r#"{"state":"denied","expiresAt":1}"#)]).body,
@@ -709,13 +696,13 @@ fn pair_poll_answers_each_state_and_hands_out_an_approval_once() {
 
 #[test]
 fn a_release_cancels_the_released_jobs_the_owner_asked_to_stop() {
-    let lane = lane_with(false);
+    let fx = fixture_with(false);
     let body = r#"{"protocolVersion":"2","runnerId":"r1","leases":[{"jobId":"a","leaseId":"1"},{"jobId":"b","leaseId":"2"}],"reason":"shutdown"}"#;
-    let sig = signed(&lane.device, Endpoint::Release, body, NOW);
-    let runner = runner_json(&lane.device, "null");
+    let sig = signed(&fx.device, Endpoint::Release, body, NOW);
+    let runner = runner_json(&fx.device, "null");
     let (answer, args) = script(
         request(Endpoint::Release, body, Some(sig)),
-        &lane.site,
+        &fx.site,
         &[
             ("runner", &runner),
             (
@@ -732,16 +719,16 @@ fn a_release_cancels_the_released_jobs_the_owner_asked_to_stop() {
 
 #[test]
 fn from_handle_any_failure_of_the_body_is_its_schemas_after_the_signature() {
-    let lane = lane_with(false);
-    let runner = runner_json(&lane.device, "null");
-    let sig = signed(&lane.device, Endpoint::Claim, CLAIM, NOW);
+    let fx = fixture_with(false);
+    let runner = runner_json(&fx.device, "null");
+    let sig = signed(&fx.device, Endpoint::Claim, CLAIM, NOW);
     let req = Request {
         body: Some(CLAIM.replace("\"2\"", "\"1\"")),
         signed: Some(("claim".into(), CLAIM.into())),
         mode: Mode::Handle,
         ..request(Endpoint::Claim, CLAIM, Some(sig))
     };
-    let (answer, _) = script(req, &lane.site, &[("runner", &runner)]);
+    let (answer, _) = script(req, &fx.site, &[("runner", &runner)]);
     assert_eq!(
         (answer.status, answer.body.as_str()),
         (
@@ -755,10 +742,10 @@ fn from_handle_any_failure_of_the_body_is_its_schemas_after_the_signature() {
 fn every_request_asks_for_a_bounded_number_of_operations() {
     // A store that answers every read with "not there" and every write with
     // nothing: no request asks for more than MAX_OPS, whatever the endpoint.
-    let lane = lane_with(false);
-    let runner = runner_json(&lane.device, "null");
+    let fx = fixture_with(false);
+    let runner = runner_json(&fx.device, "null");
     let bodies = [
-        (Endpoint::Pair, pair_start_body(&lane.device)),
+        (Endpoint::Pair, pair_start_body(&fx.device)),
         (Endpoint::Claim, CLAIM.to_owned()),
         (
             Endpoint::Release,
@@ -766,9 +753,8 @@ fn every_request_asks_for_a_bounded_number_of_operations() {
         ),
     ];
     for (endpoint, body) in bodies {
-        let sig = signed(&lane.device, endpoint, &body, NOW);
-        let mut machine =
-            Machine::start(Arc::clone(&lane.site), request(endpoint, &body, Some(sig)));
+        let sig = signed(&fx.device, endpoint, &body, NOW);
+        let mut machine = Machine::start(Arc::clone(&fx.site), request(endpoint, &body, Some(sig)));
         let mut ops = 0;
         while let Step::Store(op) = machine.step() {
             ops += 1;

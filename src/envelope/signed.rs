@@ -72,7 +72,7 @@ pub(super) fn write_inner_json(body: &[u8], signature: &str, out: &mut String) {
     out.push('}');
 }
 
-/// Steps 5 to 7 of [`open`]: the verified body's claims against the context.
+/// Steps 5 to 7 of [`crate::envelope::open`]: the verified body's claims against the context.
 pub(super) fn read_claims(
     envelope: &SealedEnvelope,
     expected: &Expected,

@@ -40,7 +40,8 @@ pub use coerce::{is_js_space, js_to_number, string_to_number};
 pub use parse::{lone_surrogates_replaced, parse, parse_any_depth, parse_secret};
 use write::write_json_utf16;
 pub use write::{
-    js_number_to_string, json_str_len, push_js_number, push_json_number, write_json_str,
+    js_number_to_string, json_str_len, json_string, push_js_number, push_json_number,
+    write_json_str, Obj,
 };
 
 /// Index of a value in a [`Doc`].
@@ -165,7 +166,7 @@ pub struct Doc {
     pub(super) root: NodeId,
 }
 
-/// How deep arrays and objects may nest in a text [`parse`] takes: the
+/// How deep arrays and objects may nest in a text [`parse()`] takes: the
 /// 65th container inside containers is refused where it opens
 /// ([`ParseError::too_deep`]). The deepest body of this protocol nests 5
 /// (a heartbeat's `withheld[].claimants[]`), a payload 3.
@@ -227,17 +228,6 @@ impl Doc {
         id.map(|id| self.node(id))
     }
 
-    /// JavaScript's truthiness of the value at `id`.
-    pub fn truthy(&self, id: NodeId) -> bool {
-        match self.node(id) {
-            Node::Null => false,
-            Node::Bool(b) => *b,
-            Node::Number(n) => *n != 0.0 && !n.is_nan(),
-            Node::String(s) => s.utf16_len() > 0,
-            Node::Array(_) | Node::Object(_) => true,
-        }
-    }
-
     /// `obj[key]` for an own key of an object node (JS `undefined` → `None`).
     pub fn get(&self, obj: NodeId, key: &str) -> Option<NodeId> {
         match self.node(obj) {
@@ -264,13 +254,9 @@ impl Doc {
     }
 
     /// Number of values in the document.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.nodes.len()
-    }
-
-    /// Never true for a parsed document (it has a root).
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
     }
 
     /// `JSON.stringify` of the value at `id` (iterative, so any depth).

@@ -174,3 +174,96 @@ pub(super) fn shortest_js_number(n: f64) -> String {
     }
     out
 }
+
+/// `JSON.stringify(s)` as a new string.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    write_json_str(s, &mut out);
+    out
+}
+
+/// A JSON object written key by key, in the order written (the wire's
+/// order): the one object writer of everything the core answers but the
+/// byte-pinned envelope body (`envelope::signed`).
+pub struct Obj {
+    out: String,
+    /// Where this object's `{` is in `out`.
+    start: usize,
+}
+
+impl Default for Obj {
+    fn default() -> Obj {
+        Obj::with_capacity(0)
+    }
+}
+
+impl Obj {
+    pub fn new() -> Obj {
+        Obj::default()
+    }
+
+    /// An object whose text is about `bytes` long.
+    pub fn with_capacity(bytes: usize) -> Obj {
+        let mut out = String::with_capacity(bytes.max(2));
+        out.push('{');
+        Obj { out, start: 0 }
+    }
+
+    fn key(&mut self, key: &str) -> &mut String {
+        if self.out.len() > self.start + 1 {
+            self.out.push(',');
+        }
+        write_json_str(key, &mut self.out);
+        self.out.push(':');
+        &mut self.out
+    }
+
+    pub fn str(&mut self, key: &str, value: &str) -> &mut Obj {
+        write_json_str(value, self.key(key));
+        self
+    }
+
+    pub fn js(&mut self, key: &str, value: &super::JsStr) -> &mut Obj {
+        value.write_json(self.key(key));
+        self
+    }
+
+    /// A value that is JSON text already.
+    pub fn raw(&mut self, key: &str, json: &str) -> &mut Obj {
+        self.key(key).push_str(json);
+        self
+    }
+
+    pub fn num(&mut self, key: &str, value: f64) -> &mut Obj {
+        push_json_number(self.key(key), value);
+        self
+    }
+
+    pub fn bool(&mut self, key: &str, value: bool) -> &mut Obj {
+        self.raw(key, if value { "true" } else { "false" })
+    }
+
+    /// An object value, written by `fill` in place.
+    pub fn obj(&mut self, key: &str, fill: impl FnOnce(&mut Obj)) -> &mut Obj {
+        let out = std::mem::take(self.key(key));
+        let mut inner = Obj {
+            start: out.len(),
+            out,
+        };
+        inner.out.push('{');
+        fill(&mut inner);
+        self.out = inner.end();
+        self
+    }
+
+    /// A value written by `write` straight into the text.
+    pub fn with(&mut self, key: &str, write: impl FnOnce(&mut String)) -> &mut Obj {
+        write(self.key(key));
+        self
+    }
+
+    pub fn end(mut self) -> String {
+        self.out.push('}');
+        self.out
+    }
+}

@@ -39,7 +39,7 @@ use super::{
 
 /// How a commit reaches the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Sync {
+pub(crate) enum Sync {
     /// `synchronous=NORMAL`: durable across a killed process.
     #[default]
     Normal,
@@ -49,7 +49,7 @@ pub enum Sync {
 
 /// Why the durable file could not be opened or written.
 #[derive(Debug)]
-pub enum DurableError {
+pub(crate) enum DurableError {
     /// Another process (or another store in this one) has the file open.
     Locked(String),
     /// The file is not a store this version can read.
@@ -96,7 +96,7 @@ const VERSION: i64 = 1;
 /// `PRAGMA application_id` of a store file ("bylm" in ASCII), written in the
 /// file's header when the store first sets the file up. A file with another
 /// application id is another program's, and is refused untouched.
-pub const APPLICATION_ID: i64 = 0x6279_6C6D;
+pub(crate) const APPLICATION_ID: i64 = 0x6279_6C6D;
 
 /// A store file's tables and their columns, in order. A file written before
 /// the application id existed has no id (0), `user_version` 1 and exactly
@@ -201,7 +201,7 @@ const ENV_SEALED_TEXT: i64 = 1;
 const ENV_RAW: i64 = 2;
 
 /// The open file of a durable store.
-pub struct Durable {
+pub(crate) struct Durable {
     conn: Option<Connection>,
 }
 
@@ -222,7 +222,7 @@ fn is_busy(error: &rusqlite::Error) -> bool {
 
 impl Durable {
     /// Open (or create) the store file at `path` and read it into a store.
-    pub fn open(
+    pub(crate) fn open(
         path: &Path,
         options: StoreOptions,
         sync: Sync,
@@ -303,7 +303,7 @@ impl Durable {
 
     /// Write the rows `store` changed since the last flush, in one
     /// transaction. On an error the changes are kept for the next flush.
-    pub fn flush(&mut self, store: &mut Store) -> Result<(), DurableError> {
+    pub(crate) fn flush(&mut self, store: &mut Store) -> Result<(), DurableError> {
         let pending_jobs = store
             .changes
             .as_ref()
@@ -349,7 +349,7 @@ impl Durable {
 
     /// Flush, then close the file (releasing the lock). Later flushes fail
     /// with [`DurableError::Closed`].
-    pub fn close(&mut self, store: &mut Store) -> Result<(), DurableError> {
+    pub(crate) fn close(&mut self, store: &mut Store) -> Result<(), DurableError> {
         if self.conn.is_none() {
             return Ok(());
         }
@@ -785,7 +785,7 @@ fn load(conn: &Connection, store: &mut Store) -> Result<(), DurableError> {
 
 /// `PRAGMA integrity_check` of the file at `path` (opened read-only): `"ok"`
 /// or SQLite's list of problems. For tests and operators.
-pub fn integrity_check(path: &Path) -> Result<String, DurableError> {
+pub(crate) fn integrity_check(path: &Path) -> Result<String, DurableError> {
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     let mut check = conn.prepare("pragma integrity_check")?;
     let lines: Vec<String> = check

@@ -8,7 +8,7 @@ use crate::audience::{server_admits, OfferScope};
 impl Store {
     /// `claim`: sweep, then hand out up to `max` claimable jobs, oldest
     /// `claimableAt` first, ties in creation order.
-    pub fn claim(&mut self, args: &ClaimArgs<'_>) -> Vec<JobRef> {
+    pub(crate) fn claim(&mut self, args: &ClaimArgs<'_>) -> Vec<JobRef> {
         self.settle_made_seals();
         self.sweep(args.now, None);
         let max = claim_limit(args.max);
@@ -138,7 +138,7 @@ impl Store {
     }
 
     /// `renewLeases`, answered per lease ref: the new expiry, or `None` = lost.
-    pub fn renew_leases_each(
+    pub(crate) fn renew_leases_each(
         &mut self,
         runner_id: &str,
         leases: &[LeaseRef],
@@ -176,7 +176,7 @@ impl Store {
     }
 
     /// `adopt` (cloud lane): take a relay-granted lease on a queued job.
-    pub fn adopt(
+    pub(crate) fn adopt(
         &mut self,
         job_id: &str,
         lease_id: &str,
@@ -204,7 +204,7 @@ impl Store {
     }
 
     /// `complete`: first terminal outcome wins; only the holder may write.
-    pub fn complete(&mut self, args: &CompleteArgs<'_>) -> CompleteResult {
+    pub(crate) fn complete(&mut self, args: &CompleteArgs<'_>) -> CompleteResult {
         let refused = |job: Option<JobRef>| CompleteResult {
             accepted: false,
             duplicate: false,
@@ -306,7 +306,7 @@ impl Store {
     }
 
     /// `release`, answered as the positions of the refs that were released.
-    pub fn release_each(
+    pub(crate) fn release_each(
         &mut self,
         runner_id: &str,
         leases: &[LeaseRef],
@@ -362,7 +362,7 @@ fn claim_limit(max: f64) -> usize {
 /// One ordered source of claim candidates.
 struct Stream<'a> {
     iter: std::iter::Peekable<std::collections::btree_set::Range<'a, Entry>>,
-    cap: &'a ClaimCapability<'a>,
+    cap: &'a ClaimCapability<&'a str>,
     scope: Option<OfferScope>,
     strangers_only: bool,
 }
@@ -371,7 +371,7 @@ struct Stream<'a> {
 fn admits(
     syms: &Interner,
     job: &Job,
-    cap: &ClaimCapability<'_>,
+    cap: &ClaimCapability<&str>,
     scope: Option<OfferScope>,
     runner_owner: &str,
 ) -> bool {

@@ -14,13 +14,13 @@
 //! caller hands in (outcome, provenance, odd envelopes, pairing and runner
 //! records) are kept as the JSON text they arrived as.
 //!
-//! A job's payload is here only sealed, or, from the direct lane's enqueue,
+//! A job's payload is here only sealed, or, from our own enqueue,
 //! as a seal still to be made ([`crate::envelope::deferred`]): every way an
 //! envelope leaves the store makes that seal first, so no reader ever sees
 //! anything but the sealed envelope.
 
 #[cfg(not(edge))]
-pub mod durable;
+pub(crate) mod durable;
 mod index;
 mod leases;
 mod out;
@@ -40,17 +40,15 @@ use crate::audience::Audience;
 use crate::envelope::deferred::DeferredSeal;
 use index::{reach_of, Entry, Indexes, Key, Reach};
 
-pub use out::{split_json_array, JOB_KEYS};
-pub use people::{
-    ApproveError, PairingStore, RunnerFacts, MAX_PAIRINGS, PAIRING_GRACE_MS, RUNNER_KEYS,
-};
+pub(crate) use out::{split_json_array, JOB_KEYS};
+pub(crate) use people::{PairingStore, RUNNER_KEYS};
 
 /// The reference's default time a claimable job may wait: 15 minutes.
-pub const DEFAULT_TTL_MS: f64 = 900_000.0;
+pub(crate) const DEFAULT_TTL_MS: f64 = 900_000.0;
 
 /// A job's lifecycle state (protocol `JobState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobState {
+pub(crate) enum JobState {
     Queued,
     Claimed,
     Running,
@@ -62,7 +60,7 @@ pub enum JobState {
 
 impl JobState {
     /// Every state, in the protocol's order (the metrics' order too).
-    pub const ALL: [JobState; 7] = [
+    pub(crate) const ALL: [JobState; 7] = [
         JobState::Queued,
         JobState::Claimed,
         JobState::Running,
@@ -73,13 +71,13 @@ impl JobState {
     ];
 
     /// The state [`JobState::as_str`] spells `text`.
-    pub fn parse(text: &str) -> Option<JobState> {
+    pub(crate) fn parse(text: &str) -> Option<JobState> {
         JobState::ALL
             .into_iter()
             .find(|state| state.as_str() == text)
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobState::Queued => "queued",
             JobState::Claimed => "claimed",
@@ -145,7 +143,7 @@ const ADOPTED: Sym = 0;
 /// of its base64url text) when the text is canonical unpadded base64url, so
 /// that re-encoding gives back exactly the string we were given.
 #[derive(Debug, Clone)]
-pub enum Ciphertext {
+pub(crate) enum Ciphertext {
     Bytes(Box<[u8]>),
     Text(Box<str>),
 }
@@ -234,7 +232,7 @@ fn note_dependents(
 }
 
 /// How a caller hands an envelope in.
-pub enum EnvelopeInput<'a> {
+pub(crate) enum EnvelopeInput<'a> {
     Sealed {
         ciphertext: &'a str,
         recipient_key_id: &'a str,
@@ -244,7 +242,7 @@ pub enum EnvelopeInput<'a> {
     },
     /// JSON text of an envelope of any other shape.
     Raw(&'a str),
-    /// The direct lane's enqueue: a payload sealed to the site when first read.
+    /// Our own enqueue: a payload sealed to the site when first read.
     Deferred(Arc<DeferredSeal>),
 }
 
@@ -287,7 +285,7 @@ struct Job {
 
 /// What `create` takes (`StoredJobInput`; the plaintext payload enters only
 /// inside a [`DeferredSeal`], which gives nothing but its sealed envelope).
-pub struct JobInput<'a> {
+pub(crate) struct JobInput<'a> {
     pub id: &'a str,
     pub kind: &'a str,
     pub envelope: EnvelopeInput<'a>,
@@ -302,17 +300,30 @@ pub struct JobInput<'a> {
     pub deadline_at: Option<f64>,
 }
 
-/// One capability of a claim, as far as the store looks at it.
-pub struct ClaimCapability<'a> {
-    pub kind: &'a str,
-    pub backend_id: &'a str,
-    pub offer_scope: &'a str,
+/// One capability of a claim, as far as the store looks at it: owned by the
+/// engine's `claim` operation, borrowed ([`ClaimCapability::borrowed`]) by
+/// the store's match.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimCapability<S = String> {
+    pub kind: S,
+    pub backend_id: S,
+    pub offer_scope: S,
 }
 
-pub struct ClaimArgs<'a> {
+impl<S: AsRef<str>> ClaimCapability<S> {
+    pub(crate) fn borrowed(&self) -> ClaimCapability<&str> {
+        ClaimCapability {
+            kind: self.kind.as_ref(),
+            backend_id: self.backend_id.as_ref(),
+            offer_scope: self.offer_scope.as_ref(),
+        }
+    }
+}
+
+pub(crate) struct ClaimArgs<'a> {
     pub runner_id: &'a str,
     pub runner_owner: &'a str,
-    pub capabilities: &'a [ClaimCapability<'a>],
+    pub capabilities: &'a [ClaimCapability<&'a str>],
     pub max: f64,
     pub lease_ms: f64,
     pub now: f64,
@@ -320,18 +331,18 @@ pub struct ClaimArgs<'a> {
 
 /// `{jobId, leaseId}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseRef {
+pub(crate) struct LeaseRef {
     pub job_id: String,
     pub lease_id: String,
 }
 
 /// Who claims to hold a job when completing it.
-pub enum Holder<'a> {
+pub(crate) enum Holder<'a> {
     Runner(&'a str),
     Lease(&'a str),
 }
 
-pub struct CompleteArgs<'a> {
+pub(crate) struct CompleteArgs<'a> {
     pub job_id: &'a str,
     pub runner_id: &'a str,
     pub holder: Holder<'a>,
@@ -346,21 +357,21 @@ pub struct CompleteArgs<'a> {
 
 /// A handle on a stored job: its slot and its creation sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JobRef {
+pub(crate) struct JobRef {
     slot: u32,
     seq: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CompleteResult {
+pub(crate) struct CompleteResult {
     pub accepted: bool,
     pub duplicate: bool,
     pub job: Option<JobRef>,
 }
 
-/// What the direct lane reads of a stored job (see `crate::direct`).
+/// What the engine reads of a stored job (see `crate::payload`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct JobView<'a> {
+pub(crate) struct JobView<'a> {
     pub id: &'a str,
     pub kind: &'a str,
     pub audience: &'a str,
@@ -383,7 +394,7 @@ pub struct JobView<'a> {
 
 /// A job's lease as [`JobView`] shows it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LeaseView<'a> {
+pub(crate) struct LeaseView<'a> {
     pub id: &'a str,
     /// `""` for an adopted (relay-granted) lease.
     pub runner_id: &'a str,
@@ -392,7 +403,7 @@ pub struct LeaseView<'a> {
 
 /// Options of the store.
 #[derive(Debug, Clone, Copy)]
-pub struct StoreOptions {
+pub(crate) struct StoreOptions {
     pub default_ttl_ms: f64,
     /// Drop terminal jobs this long after they ended; `None` keeps them (the
     /// reference's behaviour).
@@ -410,7 +421,7 @@ impl Default for StoreOptions {
 
 /// The store.
 #[derive(Default)]
-pub struct Store {
+pub(crate) struct Store {
     options: StoreOptions,
     syms: Interner,
     slots: Vec<Option<Job>>,
@@ -451,7 +462,7 @@ struct Changes {
 }
 
 impl Store {
-    pub fn new(options: StoreOptions) -> Store {
+    pub(crate) fn new(options: StoreOptions) -> Store {
         Store {
             options,
             ..Store::default()
@@ -463,19 +474,19 @@ impl Store {
     /// sound for a caller that fetches an envelope by id later, which is
     /// exact as long as an id keeps its job (no retention: `create` on a
     /// known id returns the existing job, so its envelope never changes).
-    pub fn set_omit_envelopes(&mut self, omit: bool) {
+    pub(crate) fn set_omit_envelopes(&mut self, omit: bool) {
         self.omit_envelopes = omit;
     }
 
     /// Whether records leave envelopes out ([`Store::set_omit_envelopes`]),
     /// so an envelope is made no sooner than someone asks for it.
-    pub fn omits_envelopes(&self) -> bool {
+    pub(crate) fn omits_envelopes(&self) -> bool {
         self.omit_envelopes
     }
 
     /// Job `r`'s at-rest seal when it is one still to be made or made late
     /// ([`Envelope::Deferred`]).
-    pub fn deferred_seal(&self, r: JobRef) -> Option<&Arc<DeferredSeal>> {
+    pub(crate) fn deferred_seal(&self, r: JobRef) -> Option<&Arc<DeferredSeal>> {
         match &self.live(r)?.envelope {
             Envelope::Deferred(deferred) => Some(deferred),
             _ => None,
@@ -484,17 +495,13 @@ impl Store {
 
     /// Stored jobs by state, in [`JobState::ALL`]'s order: kept with the
     /// indexes, so reading them costs nothing per job.
-    pub fn state_counts(&self) -> [u64; 7] {
+    pub(crate) fn state_counts(&self) -> [u64; 7] {
         self.idx.by_state
     }
 
     /// Number of stored jobs.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_id.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
     }
 
     fn job(&self, slot: u32) -> Option<&Job> {
@@ -550,7 +557,7 @@ impl Store {
     // -- jobs -------------------------------------------------------------
 
     /// `create`: idempotent by id; blocked while any dependency is not `ok`.
-    pub fn create(&mut self, input: JobInput<'_>, now: f64) -> JobRef {
+    pub(crate) fn create(&mut self, input: JobInput<'_>, now: f64) -> JobRef {
         if let Some(slot) = self.slot_of(input.id) {
             if let Some(r) = self.job_ref(slot) {
                 return r;
@@ -638,7 +645,7 @@ impl Store {
     }
 
     /// Jobs created with a deferred seal not yet kept compact.
-    pub fn unsettled_seals(&self) -> usize {
+    pub(crate) fn unsettled_seals(&self) -> usize {
         self.unsettled.len()
     }
 
@@ -679,12 +686,12 @@ impl Store {
     }
 
     /// `get`.
-    pub fn get(&self, id: &str) -> Option<JobRef> {
+    pub(crate) fn get(&self, id: &str) -> Option<JobRef> {
         self.slot_of(id).and_then(|s| self.job_ref(s))
     }
 
-    /// The fields of a job the direct lane reads, without a record's JSON.
-    pub fn view(&self, r: JobRef) -> Option<JobView<'_>> {
+    /// The fields of a job the engine reads, without a record's JSON.
+    pub(crate) fn view(&self, r: JobRef) -> Option<JobView<'_>> {
         let job = self.live(r)?;
         let name = |sym| self.syms.name(sym);
         Some(JobView {
@@ -710,7 +717,7 @@ impl Store {
     }
 
     /// `cancel`: a queued job at once, a held one by request to its runner.
-    pub fn cancel(&mut self, job_id: &str, now: f64) -> Option<JobRef> {
+    pub(crate) fn cancel(&mut self, job_id: &str, now: f64) -> Option<JobRef> {
         let slot = self.slot_of(job_id)?;
         let job = self.job(slot)?;
         match job.state {
@@ -735,7 +742,7 @@ impl Store {
     }
 
     /// `listClaimedBy`: jobs whose current lease is this runner's, in creation order.
-    pub fn list_claimed_by(&self, runner_id: &str) -> Vec<JobRef> {
+    pub(crate) fn list_claimed_by(&self, runner_id: &str) -> Vec<JobRef> {
         self.syms
             .lookup(runner_id)
             .and_then(|runner| self.idx.held_by.get(&runner))
@@ -748,7 +755,7 @@ impl Store {
     }
 
     /// `listCancelRequests`: requested jobs whose current lease is this runner's.
-    pub fn list_cancel_requests(&self, runner_id: &str) -> Vec<LeaseRef> {
+    pub(crate) fn list_cancel_requests(&self, runner_id: &str) -> Vec<LeaseRef> {
         let Some(runner) = self.syms.lookup(runner_id) else {
             return Vec::new();
         };
@@ -766,7 +773,7 @@ impl Store {
     }
 
     /// Every stored job in creation order (`allJobs`).
-    pub fn all_jobs(&self) -> Vec<JobRef> {
+    pub(crate) fn all_jobs(&self) -> Vec<JobRef> {
         let mut all: Vec<JobRef> = self
             .slots
             .iter()
@@ -785,11 +792,11 @@ impl Store {
     // -- watchers -----------------------------------------------------------
 
     /// Start logging writes to `job_id` (see [`Store::drain_writes`]).
-    pub fn watch(&mut self, job_id: &str) {
+    pub(crate) fn watch(&mut self, job_id: &str) {
         self.watched.insert(job_id.into());
     }
 
-    pub fn unwatch(&mut self, job_id: &str) {
+    pub(crate) fn unwatch(&mut self, job_id: &str) {
         self.watched.remove(job_id);
         if self.watched.is_empty() {
             self.write_log.clear();
@@ -797,7 +804,7 @@ impl Store {
     }
 
     /// The ids of watched jobs written since the last call, one per write, in order.
-    pub fn drain_writes(&mut self) -> Vec<String> {
+    pub(crate) fn drain_writes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.write_log)
     }
 }

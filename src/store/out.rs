@@ -26,7 +26,7 @@ use super::{Ciphertext, Envelope, Job, JobRef, LeaseRef, Store};
 /// A job record's keys in the reference's order: the order of a row here
 /// and of the record object every store builds (the shell reads it through
 /// `protocolConstants().jobKeys`).
-pub const JOB_KEYS: [&str; 21] = [
+pub(crate) const JOB_KEYS: [&str; 21] = [
     "id",
     "kind",
     "envelope",
@@ -63,7 +63,7 @@ pub(super) enum CiphertextRef<'a> {
 
 /// The parts of a sealed envelope besides its ciphertext.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SealedParts<'a> {
+pub(crate) struct SealedParts<'a> {
     pub recipient_key_id: &'a str,
     pub sender_key_id: &'a str,
     pub direction: &'a str,
@@ -119,7 +119,7 @@ fn push_str_list<S: AsRef<str>>(out: &mut String, items: &[S]) {
 
 impl Store {
     /// Append one job record (see the module docs for the layout).
-    pub fn push_job_json(&self, r: JobRef, out: &mut String) {
+    pub(crate) fn push_job_json(&self, r: JobRef, out: &mut String) {
         let Some(job) = self.live(r) else {
             out.push_str("null");
             return;
@@ -206,7 +206,7 @@ impl Store {
     /// What `ByollmApp.result` answers for a job, as JSON for `JSON.parse`:
     /// `{"jobId","state"}`, then `outcome` and `provenance` when the job
     /// holds them (the keys are left out for `null`, as the app does).
-    pub fn push_result_json(&self, r: JobRef, out: &mut String) {
+    pub(crate) fn push_result_json(&self, r: JobRef, out: &mut String) {
         let Some(job) = self.live(r) else {
             out.push_str("null");
             return;
@@ -230,7 +230,7 @@ impl Store {
     /// `ciphertext` (bare, no JSON quotes): how a store that leaves large
     /// envelopes out of its records hands one over when it is read. `None`
     /// for an unknown job or a caller's own (unsealed) envelope.
-    pub fn sealed_envelope_parts(
+    pub(crate) fn sealed_envelope_parts(
         &self,
         r: JobRef,
         ciphertext: &mut String,
@@ -244,7 +244,7 @@ impl Store {
     }
 
     /// A caller's own envelope of another shape, as the JSON text it arrived as.
-    pub fn raw_envelope(&self, r: JobRef) -> Option<&str> {
+    pub(crate) fn raw_envelope(&self, r: JobRef) -> Option<&str> {
         match &self.live(r)?.envelope {
             Envelope::Raw(json) => Some(json),
             _ => None,
@@ -339,14 +339,14 @@ impl Store {
     }
 
     /// One record as JSON text.
-    pub fn job_json(&self, r: JobRef) -> String {
+    pub(crate) fn job_json(&self, r: JobRef) -> String {
         let mut out = String::with_capacity(self.json_size_hint(r));
         self.push_job_json(r, &mut out);
         out
     }
 
     /// A JSON array of records.
-    pub fn jobs_json(&self, refs: &[JobRef]) -> String {
+    pub(crate) fn jobs_json(&self, refs: &[JobRef]) -> String {
         let hint: usize = refs.iter().map(|&r| self.json_size_hint(r)).sum();
         let mut out = String::with_capacity(hint + 2);
         self.push_jobs_json(refs, &mut out);
@@ -354,7 +354,7 @@ impl Store {
     }
 
     /// Append a JSON array of records.
-    pub fn push_jobs_json(&self, refs: &[JobRef], out: &mut String) {
+    pub(crate) fn push_jobs_json(&self, refs: &[JobRef], out: &mut String) {
         out.push('[');
         for (at, &r) in refs.iter().enumerate() {
             if at > 0 {
@@ -378,7 +378,7 @@ impl Store {
     }
 
     /// `[{jobId, leaseId}]` as JSON.
-    pub fn lease_refs_json(refs: &[LeaseRef]) -> String {
+    pub(crate) fn lease_refs_json(refs: &[LeaseRef]) -> String {
         let mut out = String::from("[");
         for (at, r) in refs.iter().enumerate() {
             if at > 0 {
@@ -403,7 +403,7 @@ impl Store {
 /// characters, and Node-API refuses anything over 2 GiB with `InvalidArg`).
 /// The caller hands such an answer over as several strings. An item larger than
 /// `max_bytes` on its own gets a chunk to itself.
-pub fn split_json_array(json: &str, max_bytes: usize) -> Vec<String> {
+pub(crate) fn split_json_array(json: &str, max_bytes: usize) -> Vec<String> {
     let bytes = json.as_bytes();
     let inner = match (bytes.first(), bytes.last()) {
         (Some(b'['), Some(b']')) if bytes.len() >= 2 => &json[1..json.len() - 1],

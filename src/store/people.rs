@@ -10,13 +10,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-use crate::json::{self, write_json_str, Doc, Node, NodeId};
+use crate::json::{self, json_string, write_json_str, Doc, Node, NodeId};
 use crate::keys::PublicIdentity;
 use crate::metrics::RunnerCounts;
 
 /// A runner record's keys in the reference's order, as an approval writes
 /// them (the shell reads it through `protocolConstants().runnerKeys`).
-pub const RUNNER_KEYS: [&str; 10] = [
+pub(crate) const RUNNER_KEYS: [&str; 10] = [
     "id",
     "owner",
     "device",
@@ -31,7 +31,7 @@ pub const RUNNER_KEYS: [&str; 10] = [
 
 /// Why `approvePairing` refused; `Display` is the reference's exact message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApproveError {
+pub(crate) enum ApproveError {
     Unknown(String),
     Expired,
     Already(String),
@@ -126,13 +126,7 @@ fn spread(record: &str, changes: &[(&str, &str)]) -> Option<String> {
     Some(out)
 }
 
-/// `JSON.stringify` of a string or a number, for [`spread`].
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    write_json_str(s, &mut out);
-    out
-}
-
+/// `JSON.stringify` of a number, for [`spread`].
 fn json_num(n: f64) -> String {
     let mut out = String::new();
     json::push_json_number(&mut out, n);
@@ -142,14 +136,14 @@ fn json_num(n: f64) -> String {
 /// How long a pairing is kept after its `expiresAt`: the protocol's clock
 /// window, so a daemon whose clock runs behind still hears `expired` (or
 /// collects an approval made in time) before the pairing is pruned.
-pub const PAIRING_GRACE_MS: f64 = 120_000.0;
+pub(crate) const PAIRING_GRACE_MS: f64 = 120_000.0;
 
 /// Most pairings one store keeps. `pair start` is unauthenticated, so past
 /// this the oldest pairing that is not an approval waiting to be collected
 /// is dropped (its daemon hears `unknown device code` and starts over). With
-/// a `pair start` body of at most [`crate::wire::MAX_PAIR_START_BYTES`],
+/// a `pair start` body of at most [`crate::schema::MAX_PAIR_START_BYTES`],
 /// this bounds what pairings hold (see docs/security.md).
-pub const MAX_PAIRINGS: usize = 4096;
+pub(crate) const MAX_PAIRINGS: usize = 4096;
 
 /// One pairing: the record as compact JSON text (its key order kept), and
 /// the fields the store's rules read.
@@ -247,14 +241,14 @@ impl Runner {
 /// What a signed request is checked against: an unrevoked runner's id,
 /// owner and device keys, all strings as the record holds them.
 #[derive(Debug, Clone)]
-pub struct RunnerFacts {
+pub(crate) struct RunnerFacts {
     pub id: String,
     pub owner: String,
     pub device: PublicIdentity,
 }
 
 #[derive(Default)]
-pub struct PairingStore {
+pub(crate) struct PairingStore {
     /// Pairings by insertion sequence; an overwrite keeps the sequence.
     pairings: BTreeMap<u64, Pairing>,
     next_seq: u64,
@@ -320,7 +314,7 @@ impl PairingStore {
     /// record's `createdAt` is the clock), and past [`MAX_PAIRINGS`] the
     /// oldest are dropped. `false` (nothing stored) when it is not the text
     /// of a JSON object.
-    pub fn create_pairing_json(&mut self, json: String) -> bool {
+    pub(crate) fn create_pairing_json(&mut self, json: String) -> bool {
         let Some((pairing, created_at)) = Pairing::parse(json) else {
             return false;
         };
@@ -364,7 +358,7 @@ impl PairingStore {
     /// daemon has not collected stays until it is (a daemon may collect one
     /// at any time, as in the reference): approvals are a signed-in person's
     /// act, so these cannot pile up from unauthenticated traffic.
-    pub fn prune(&mut self, now: f64) -> usize {
+    pub(crate) fn prune(&mut self, now: f64) -> usize {
         let before = now - PAIRING_GRACE_MS;
         if self.next_expiry.is_none_or(|next| next > before) {
             return 0;
@@ -429,7 +423,7 @@ impl PairingStore {
     }
 
     /// The record stored under this hash, as JSON text.
-    pub fn pairing_json_by_hash(&self, hash: &str) -> Option<&str> {
+    pub(crate) fn pairing_json_by_hash(&self, hash: &str) -> Option<&str> {
         self.by_hash
             .get(hash)
             .and_then(|seq| self.pairings.get(seq))
@@ -447,7 +441,7 @@ impl PairingStore {
     }
 
     /// [`Self::named`]'s record as JSON text.
-    pub fn pairing_json_by_code(&self, code: &str) -> Option<&str> {
+    pub(crate) fn pairing_json_by_code(&self, code: &str) -> Option<&str> {
         self.named(code)
             .and_then(|seq| self.pairings.get(&seq))
             .map(|p| &*p.json)
@@ -457,7 +451,7 @@ impl PairingStore {
     /// pairing with this code, answering its record's JSON text. Without
     /// one, the first pairing with the code says why (the reference's
     /// messages).
-    pub fn approve(
+    pub(crate) fn approve(
         &mut self,
         code: &str,
         owner: &str,
@@ -485,8 +479,8 @@ impl PairingStore {
         let (doc, root) = object(&pairing.json).ok_or_else(unknown)?;
         let mut runner = format!(
             "{{\"id\":{},\"owner\":{}",
-            json_str(runner_id),
-            json_str(owner)
+            json_string(runner_id),
+            json_string(owner)
         );
         // Carried from the pairing: the user approved this machine.
         for field in [
@@ -508,8 +502,8 @@ impl PairingStore {
             &pairing.json,
             &[
                 ("state", "\"approved\""),
-                ("owner", &json_str(owner)),
-                ("runnerId", &json_str(runner_id)),
+                ("owner", &json_string(owner)),
+                ("runnerId", &json_string(runner_id)),
                 ("collected", "false"),
             ],
         );
@@ -538,14 +532,14 @@ impl PairingStore {
 
     /// `denyPairing`: the pairing the code names ([`Self::named`]: a
     /// pending one first) becomes `denied`.
-    pub fn deny(&mut self, code: &str) {
+    pub(crate) fn deny(&mut self, code: &str) {
         if let Some(seq) = self.named(code) {
             self.rewrite(seq, &[("state", "\"denied\"")]);
         }
     }
 
     /// `consumePairingToken`: mark the approval collected (deliver once).
-    pub fn consume(&mut self, hash: &str) {
+    pub(crate) fn consume(&mut self, hash: &str) {
         if let Some(&seq) = self.by_hash.get(hash) {
             self.rewrite(seq, &[("collected", "true")]);
         }
@@ -567,7 +561,7 @@ impl PairingStore {
     }
 
     /// The runner's record as JSON text.
-    pub fn runner(&self, id: &str) -> Option<&str> {
+    pub(crate) fn runner(&self, id: &str) -> Option<&str> {
         self.find_runner(id).map(|r| &*r.json)
     }
 
@@ -577,7 +571,7 @@ impl PairingStore {
 
     /// What a signed request is checked against, revoked or not: the facts
     /// (`None` for a record without those strings) and whether it is revoked.
-    pub fn runner_facts(&self, id: &str) -> Option<(Option<RunnerFacts>, bool)> {
+    pub(crate) fn runner_facts(&self, id: &str) -> Option<(Option<RunnerFacts>, bool)> {
         let runner = self.find_runner(id)?;
         let facts = (|| {
             Some(RunnerFacts {
@@ -599,7 +593,7 @@ impl PairingStore {
     }
 
     /// `touchRunner`: new capabilities and version (JSON texts), heartbeat now.
-    pub fn touch(
+    pub(crate) fn touch(
         &mut self,
         id: &str,
         capabilities: &str,
@@ -618,7 +612,7 @@ impl PairingStore {
     }
 
     /// `revokeRunner`: one-way; the first revocation time is kept.
-    pub fn revoke(&mut self, id: &str, now: f64) {
+    pub(crate) fn revoke(&mut self, id: &str, now: f64) {
         if self.find_runner(id).is_some_and(|r| r.active) {
             self.change_runner(id, &[("revokedAt", &json_num(now))]);
         }
@@ -626,7 +620,7 @@ impl PairingStore {
 
     /// Runners by state at `now` (one pass over the runners, which are one
     /// per paired device): not revoked, of those online, and revoked.
-    pub fn runner_counts(&self, now: f64, liveness_ms: f64) -> RunnerCounts {
+    pub(crate) fn runner_counts(&self, now: f64, liveness_ms: f64) -> RunnerCounts {
         let mut counts = RunnerCounts::default();
         for runner in &self.runners {
             if !runner.active {
@@ -643,13 +637,13 @@ impl PairingStore {
     }
 
     /// Pairings pending and not expired at `now` (at most [`MAX_PAIRINGS`]).
-    pub fn pending_pairings(&self, now: f64) -> u64 {
+    pub(crate) fn pending_pairings(&self, now: f64) -> u64 {
         self.pairings.values().filter(|p| p.live(now)).count() as u64
     }
 
     /// `listRunners`: all, or one owner's, revoked included, in insertion
     /// order, as a JSON array.
-    pub fn list_runners(&self, owner: Option<&str>) -> String {
+    pub(crate) fn list_runners(&self, owner: Option<&str>) -> String {
         let listed: Vec<&str> = self
             .runners
             .iter()
@@ -664,7 +658,7 @@ impl PairingStore {
 #[cfg(test)]
 impl PairingStore {
     /// How many pairings are kept, and the bytes of their records.
-    pub fn pairing_footprint(&self) -> (usize, usize) {
+    pub(crate) fn pairing_footprint(&self) -> (usize, usize) {
         let bytes = self.pairings.values().map(|p| p.json.len()).sum();
         (self.pairings.len(), bytes)
     }

@@ -9,7 +9,7 @@ impl Store {
     /// the records written, in order, each as it was at its write (a job
     /// requeued in pass 1 and expired in pass 3 appears twice, first as
     /// `queued`).
-    pub fn expire_due_into(&mut self, now: f64, out: &mut String) {
+    pub(crate) fn expire_due_into(&mut self, now: f64, out: &mut String) {
         let start = out.len();
         out.push('[');
         self.sweep(now, Some((out, start + 1)));
@@ -18,7 +18,7 @@ impl Store {
 
     /// `expireDue` without the list of what it changed (the changes still
     /// reach watchers through [`Store::drain_writes`]).
-    pub fn expire_due_quietly(&mut self, now: f64) {
+    pub(crate) fn expire_due_quietly(&mut self, now: f64) {
         self.sweep(now, None);
     }
 

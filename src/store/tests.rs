@@ -3,13 +3,14 @@
 //! written rules read.
 
 use super::out::push_num;
+use super::people::{ApproveError, MAX_PAIRINGS, PAIRING_GRACE_MS};
 use super::*;
 use crate::audience::{server_admits, OfferScope};
 use crate::json::write_json_str;
 
 /// `renewLeases` as the reference answers it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RenewResult {
+pub(crate) struct RenewResult {
     pub renewed: Vec<(String, f64)>,
     pub lost: Vec<LeaseRef>,
 }
@@ -19,12 +20,12 @@ pub struct RenewResult {
 impl Store {
     /// Deterministic lease ids (`lease-1`, `lease-2`, …), for tests that
     /// compare two stores operation by operation.
-    pub fn use_counter_lease_ids(&mut self) {
+    pub(crate) fn use_counter_lease_ids(&mut self) {
         self.counter_lease_ids = Some(0);
     }
 
     /// `renewLeases`: sweep, then extend each named grant this runner holds.
-    pub fn renew_leases(
+    pub(crate) fn renew_leases(
         &mut self,
         runner_id: &str,
         leases: &[LeaseRef],
@@ -46,7 +47,7 @@ impl Store {
     }
 
     /// `release`: back to the queue, remembering a refusal.
-    pub fn release(
+    pub(crate) fn release(
         &mut self,
         runner_id: &str,
         leases: &[LeaseRef],
@@ -62,7 +63,7 @@ impl Store {
     /// `expireDue`: the three-pass sweep; a JSON array of the records
     /// written, in order, each as it was at its write (a job requeued in
     /// pass 1 and expired in pass 3 appears twice, first as `queued`).
-    pub fn expire_due(&mut self, now: f64) -> String {
+    pub(crate) fn expire_due(&mut self, now: f64) -> String {
         let mut changed = String::new();
         self.expire_due_into(now, &mut changed);
         changed
@@ -70,11 +71,11 @@ impl Store {
 }
 
 /// A record as a value.
-pub type Record = serde_json::Map<String, serde_json::Value>;
+pub(super) type Record = serde_json::Map<String, serde_json::Value>;
 
 /// Pairings and runners as values.
 impl PairingStore {
-    pub fn create_pairing(&mut self, record: Record) {
+    pub(crate) fn create_pairing(&mut self, record: Record) {
         let json = serde_json::to_string(&record).unwrap_or_default();
         assert!(
             self.create_pairing_json(json),
@@ -82,15 +83,15 @@ impl PairingStore {
         );
     }
 
-    pub fn pairing_by_hash(&self, hash: &str) -> Option<Record> {
+    pub(crate) fn pairing_by_hash(&self, hash: &str) -> Option<Record> {
         self.pairing_json_by_hash(hash).and_then(as_record)
     }
 
-    pub fn pairing_by_code(&self, code: &str) -> Option<Record> {
+    pub(crate) fn pairing_by_code(&self, code: &str) -> Option<Record> {
         self.pairing_json_by_code(code).and_then(as_record)
     }
 
-    pub fn runner_record(&self, id: &str) -> Option<Record> {
+    pub(crate) fn runner_record(&self, id: &str) -> Option<Record> {
         self.runner(id).and_then(as_record)
     }
 }
@@ -123,7 +124,7 @@ fn input<'a>(id: &'a str, owner: &'a str) -> JobInput<'a> {
     }
 }
 
-fn cap<'a>(kind: &'a str, backend: &'a str, scope: &'a str) -> ClaimCapability<'a> {
+fn cap<'a>(kind: &'a str, backend: &'a str, scope: &'a str) -> ClaimCapability<&'a str> {
     ClaimCapability {
         kind,
         backend_id: backend,
@@ -134,7 +135,7 @@ fn cap<'a>(kind: &'a str, backend: &'a str, scope: &'a str) -> ClaimCapability<'
 fn claim_args<'a>(
     runner: &'a str,
     owner: &'a str,
-    caps: &'a [ClaimCapability<'a>],
+    caps: &'a [ClaimCapability<&'a str>],
     now: f64,
 ) -> ClaimArgs<'a> {
     ClaimArgs {
@@ -179,7 +180,7 @@ fn state(store: &Store, id: &str) -> Option<JobState> {
     store.get(id).and_then(|r| store.live(r)).map(|j| j.state)
 }
 
-const OLLAMA: [ClaimCapability<'static>; 1] = [ClaimCapability {
+const OLLAMA: [ClaimCapability<&'static str>; 1] = [ClaimCapability {
     kind: "llm.generate",
     backend_id: "ollama",
     offer_scope: "team",
@@ -1344,7 +1345,7 @@ fn randomized_model_agreement() {
                         .collect();
                     let max = 1 + rng.below(3) as usize;
                     let lease_ms = 20.0 + rng.below(100) as f64;
-                    let claim_caps: Vec<ClaimCapability<'_>> =
+                    let claim_caps: Vec<ClaimCapability<&str>> =
                         caps.iter().map(|&(k, b, s)| cap(k, b, s)).collect();
                     let got = store.claim(&ClaimArgs {
                         max: max as f64,

@@ -20,9 +20,14 @@
 //! * unknown keys never stop later checks; a refinement runs only when no
 //!   issue so far has stopped the object.
 
-use super::issue::{received, Cont, Issue, IssueKind, Origin, Seg};
+mod issue;
+
 use crate::json::json_str_len;
 use crate::json::{is_js_space, js_to_number, push_json_number, Doc, JsStr, Node, NodeId};
+use issue::{received, Cont, Origin};
+// Reachable as `wire::Issue` and its parts.
+#[allow(unreachable_pub)]
+pub use issue::{Issue, IssueKind, Measure, Seg};
 
 /// A schema node.
 #[derive(Debug)]
@@ -70,28 +75,6 @@ pub enum Schema {
     },
 }
 
-/// What a [`Schema::Bounded`] counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Measure {
-    /// The items of an array.
-    Items,
-    /// The code points of a string (as zod's string lengths count them).
-    Chars,
-    /// The bytes of the validated value written as compact JSON.
-    JsonBytes,
-}
-
-impl Measure {
-    /// The unit as a refusal names it.
-    pub fn unit(self) -> &'static str {
-        match self {
-            Measure::Items => "items",
-            Measure::Chars => "characters",
-            Measure::JsonBytes => "bytes as JSON",
-        }
-    }
-}
-
 /// How a key may be absent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Presence {
@@ -125,13 +108,13 @@ pub enum Refine {
 
 /// The largest `pair start` body kept: a daemon's is well under 2 KiB
 /// (device keys, version, label, a few capabilities).
-pub const MAX_PAIR_START_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_PAIR_START_BYTES: usize = 8 * 1024;
 
 /// Total payload text limit, in UTF-16 units.
-pub const MAX_TOTAL_CHARS: usize = 4_000_000;
+pub(crate) const MAX_TOTAL_CHARS: usize = 4_000_000;
 
 /// Const helpers so schema tables read like the zod source.
-pub const fn req(name: &'static str, schema: &'static Schema) -> Field {
+pub(crate) const fn req(name: &'static str, schema: &'static Schema) -> Field {
     Field {
         name,
         schema,
@@ -139,7 +122,7 @@ pub const fn req(name: &'static str, schema: &'static Schema) -> Field {
     }
 }
 
-pub const fn opt(name: &'static str, schema: &'static Schema) -> Field {
+pub(crate) const fn opt(name: &'static str, schema: &'static Schema) -> Field {
     Field {
         name,
         schema,
@@ -148,12 +131,12 @@ pub const fn opt(name: &'static str, schema: &'static Schema) -> Field {
 }
 
 /// `z.string()` with optional `.min(n)` / `.max(n)`.
-pub const fn text(min: Option<u32>, max: Option<u32>) -> Schema {
+pub(crate) const fn text(min: Option<u32>, max: Option<u32>) -> Schema {
     Schema::Str { min, max }
 }
 
 /// `z.number().int()` with optional `.min(n)` / `.max(n)`.
-pub const fn int(min: Option<f64>, max: Option<f64>) -> Schema {
+pub(crate) const fn int(min: Option<f64>, max: Option<f64>) -> Schema {
     Schema::Int {
         min,
         max,
@@ -162,12 +145,12 @@ pub const fn int(min: Option<f64>, max: Option<f64>) -> Schema {
 }
 
 /// `z.array(elem)` with optional `.min(n)` / `.max(n)`.
-pub const fn array(elem: &'static Schema, min: Option<u32>, max: Option<u32>) -> Schema {
+pub(crate) const fn array(elem: &'static Schema, min: Option<u32>, max: Option<u32>) -> Schema {
     Schema::Array { elem, min, max }
 }
 
 /// `inner` with one of our bounds ([`Schema::Bounded`]).
-pub const fn bounded(inner: &'static Schema, max: u32, measure: Measure) -> Schema {
+pub(crate) const fn bounded(inner: &'static Schema, max: u32, measure: Measure) -> Schema {
     Schema::Bounded {
         inner,
         max,
@@ -176,7 +159,7 @@ pub const fn bounded(inner: &'static Schema, max: u32, measure: Measure) -> Sche
 }
 
 /// `z.object({...}).strict()` without a refinement.
-pub const fn object(fields: &'static [Field]) -> Schema {
+pub(crate) const fn object(fields: &'static [Field]) -> Schema {
     Schema::Object {
         fields,
         refine: None,
@@ -339,7 +322,7 @@ impl Path<'_> {
 }
 
 /// Runs schemas over a parsed document.
-pub struct Validator<'d> {
+pub(crate) struct Validator<'d> {
     doc: &'d Doc,
     url_ok: &'d dyn Fn(&str) -> bool,
     issues: Vec<Issue>,
@@ -378,7 +361,7 @@ impl Validated {
 /// Validate `value` (`None` = JS `undefined`) against `schema`.
 /// `url_ok` answers `URL.canParse` for `z.url()`; `limit` caps the issues
 /// collected (use 1 when only the verdict matters).
-pub fn validate(
+pub(crate) fn validate(
     doc: &Doc,
     value: Option<NodeId>,
     schema: &Schema,
@@ -404,7 +387,7 @@ pub fn validate(
 /// `prompt` (generate) or its messages' `content`s (chat), in UTF-16 units.
 /// A validated object holds only its schema's keys, so the kind shows in
 /// which of `prompt` and `messages` it has.
-pub fn payload_text_length(doc: &Doc, payload: &Out) -> usize {
+pub(crate) fn payload_text_length(doc: &Doc, payload: &Out) -> usize {
     let len = |o: Option<&Out>| o.and_then(|o| o.as_js_str(doc)).map_or(0, JsStr::utf16_len);
     let body = match payload.field("messages") {
         Some(Out::Arr(messages)) => messages.iter().map(|m| len(m.field("content"))).sum(),

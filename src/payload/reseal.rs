@@ -12,11 +12,11 @@ use crate::keys::{KeyHandle, PublicIdentity};
 /// What a reseal gives: the envelope for the device, `Ok(None)` when the
 /// at-rest envelope does not open, `Err` when the device's key cannot be
 /// sealed to ([`super::reseal_for_device`]).
-pub type Resealed = Result<Option<SealedEnvelope>, SealError>;
+pub(crate) type Resealed = Result<Option<SealedEnvelope>, SealError>;
 
 /// The payload as the store holds it.
 #[derive(Clone)]
-pub enum AtRest {
+pub(crate) enum AtRest {
     Sealed(SealedEnvelope),
     /// Sealed when first needed; the same seal for every reader.
     Deferred(Arc<DeferredSeal>),
@@ -32,7 +32,7 @@ impl std::fmt::Debug for AtRest {
 }
 
 /// Everything a reseal is computed from.
-pub struct Inputs {
+pub(crate) struct Inputs {
     pub site: Arc<KeyHandle>,
     pub job_id: String,
     pub at_rest: AtRest,
@@ -44,7 +44,7 @@ impl Inputs {
     /// The payload sealed for the device ([`super::reseal_for_device`]).
     /// A payload whose at-rest seal is not made yet is sealed for the
     /// device from its text: what opening that seal would give.
-    pub fn reseal(&self) -> Resealed {
+    pub(crate) fn reseal(&self) -> Resealed {
         let at_rest = match &self.at_rest {
             AtRest::Sealed(sealed) => sealed,
             AtRest::Deferred(deferred) => {
@@ -150,7 +150,7 @@ mod tests {
         let deferred = match crate::envelope::deferred::DeferredSeal::new(
             &site,
             "{\"prompt\":\"hi\"}".into(),
-            crate::direct::at_rest_context(&site, "job-6", deadline),
+            crate::payload::at_rest_context(&site, "job-6", deadline),
         ) {
             Ok(d) => d,
             Err(_) => panic!("own keys defer"),

@@ -1,7 +1,6 @@
 //! What a validation reports: zod's issues, with their paths and zod v4's
 //! English messages (the enqueue error shows them).
 
-use super::schema::Measure;
 use crate::json::{js_number_to_string, Doc, Node, NodeId};
 
 /// One step of an issue path.
@@ -68,7 +67,7 @@ pub enum IssueKind {
     Custom {
         message: &'static str,
     },
-    /// Ours, not zod's: over one of our bounds ([`super::schema::Schema::Bounded`]).
+    /// Ours, not zod's: over one of our bounds ([`super::Schema::Bounded`]).
     OverBound {
         max: u32,
         measure: Measure,
@@ -223,5 +222,27 @@ pub(super) fn received(doc: &Doc, value: Option<NodeId>) -> String {
         Some(Node::String(_)) => "string".into(),
         Some(Node::Array(_)) => "array".into(),
         Some(Node::Object(_)) => "object".into(),
+    }
+}
+
+/// What a [`super::Schema::Bounded`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// The items of an array.
+    Items,
+    /// The code points of a string (as zod's string lengths count them).
+    Chars,
+    /// The bytes of the validated value written as compact JSON.
+    JsonBytes,
+}
+
+impl Measure {
+    /// The unit as a refusal names it.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Measure::Items => "items",
+            Measure::Chars => "characters",
+            Measure::JsonBytes => "bytes as JSON",
+        }
     }
 }

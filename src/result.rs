@@ -1,32 +1,61 @@
-//! A device's result accepted or refused, for both paths (the direct lane
-//! in-process, the general path and the cloud lane through
-//! `SiteKeyring.acceptResult`): a sealed outcome inside the opened
-//! envelope, the clear-text disposition equal to the sealed one (it travels
-//! in the clear for routing, so it is checked, never believed), and the
-//! provenance the site writes, built from the job and the authenticated
-//! runner, never from the daemon's word.
+//! A device's result opened and accepted or refused: a sealed outcome
+//! inside the envelope opened with the device's pinned identity, the
+//! clear-text disposition equal to the sealed one (it travels in the clear
+//! for routing, so it is checked, never believed), and the provenance the
+//! site writes, built from the job and the authenticated runner, never from
+//! the daemon's word.
 
 use crate::audience::{self, BackendClass, ProvenanceInput, ResultProvenance, StopReason};
-use crate::envelope::OpenFailure;
+use crate::envelope::{self, OpenFailure};
 use crate::json::{self, Doc, JsStr, Node, NodeId};
+use crate::keys::KeyHandle;
 use crate::wire::{self, SealedOutcomeResult};
+use crate::{fingerprint, signing};
 
 /// The refusal of a result that does not open as this device's, sealed to
 /// this site, for this job.
-pub const NOT_FROM_DEVICE: &str = "the result did not verify as coming from this device";
+pub(crate) const NOT_FROM_DEVICE: &str = "the result did not verify as coming from this device";
 
 /// The refusal of a result whose clear-text disposition is not the sealed one.
-pub const OTHER_DISPOSITION: &str = "the declared disposition is not the one that was sealed";
+pub(crate) const OTHER_DISPOSITION: &str =
+    "the declared disposition is not the one that was sealed";
 
 /// The refusal for a document the sealed-outcome schema let through without
 /// the fields it requires; the schema makes it unreachable.
 const NOT_AN_OUTCOME: &str = "the sealed result was not an outcome";
 
+/// Open a device's sealed result for `job_id`, checking it was signed by
+/// the device's pinned identity.
+pub(crate) fn open_result(
+    site: &KeyHandle,
+    sealed: &envelope::SealedEnvelope,
+    job_id: &str,
+    device_identity: &str,
+) -> Result<JsStr, OpenFailure> {
+    let expected = envelope::Expected {
+        job_id: job_id.to_string(),
+        sender_key_id: fingerprint::key_id(device_identity),
+        recipient_key_id: site.key_id().to_string(),
+        direction: "result".into(),
+    };
+    let sender = signing::pinned_key(device_identity);
+    envelope::open_with_handle(sealed, site, sender.as_ref(), &expected)
+}
+
+/// An opened result parsed, when it is a sealed outcome in canonical form
+/// (what `JSON.stringify` writes), so the caller may also parse it plainly.
+pub(crate) fn canonical_outcome(plaintext: &JsStr) -> Option<Doc> {
+    if plaintext.lone_utf16().is_some() {
+        return None;
+    }
+    wire::canonical_doc(&wire::SEALED_OUTCOME, plaintext.as_str(), &|_| false)
+}
+
 /// Who a result is accepted from, as the site knows it: the job's audience
 /// (as stored; an unknown spelling is echoed, untrusted) and the
 /// authenticated runner.
 #[derive(Debug, Clone, Copy)]
-pub struct Source<'a> {
+pub(crate) struct Source<'a> {
     pub audience: &'a str,
     pub runner_id: &'a str,
     pub runner_owner: &'a str,
@@ -34,7 +63,7 @@ pub struct Source<'a> {
 
 /// An accepted result: the sealed outcome and the provenance to store with it.
 #[derive(Debug)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     doc: Doc,
     outcome: NodeId,
     /// The outcome's tag (`ok`, `error`, …), equal to the disposition.
@@ -44,18 +73,19 @@ pub struct Accepted {
 
 impl Accepted {
     /// The outcome as JSON text, as `JSON.stringify` writes it.
-    pub fn outcome_json(&self) -> String {
+    pub(crate) fn outcome_json(&self) -> String {
         self.doc.to_json(self.outcome)
     }
 
     /// The provenance as JSON text, in the record's key order (`None`
     /// only if serde could not write plain strings, which it always can).
-    pub fn provenance_json(&self) -> Option<String> {
+    pub(crate) fn provenance_json(&self) -> Option<String> {
         serde_json::to_string(&self.provenance).ok()
     }
 
-    /// `{"outcome":…,"provenance":…}`: what the general path hands its store.
-    pub fn to_json(&self) -> Option<String> {
+    /// `{"outcome":…,"provenance":…}`: what a store the engine does not run in
+    /// place is handed.
+    pub(crate) fn to_json(&self) -> Option<String> {
         let outcome = self.outcome_json();
         let provenance = self.provenance_json()?;
         let mut out = String::with_capacity(outcome.len() + provenance.len() + 30);
@@ -73,14 +103,14 @@ impl Accepted {
 /// tag equals); `url_ok` answers `URL.canParse` for the outcome's
 /// `artifactUrl`. A canonical outcome (what `JSON.stringify` writes) is
 /// taken as parsed; any other is rewritten as the schema reads it.
-pub fn accept(
+pub(crate) fn accept(
     opened: &Result<JsStr, OpenFailure>,
     disposition: Option<&str>,
     source: &Source<'_>,
     url_ok: &dyn Fn(&str) -> bool,
 ) -> Result<Accepted, &'static str> {
     let plaintext = opened.as_ref().map_err(|_| NOT_FROM_DEVICE)?;
-    let doc = match super::canonical_outcome(plaintext) {
+    let doc = match canonical_outcome(plaintext) {
         Some(doc) => doc,
         None => rewritten(plaintext, url_ok)?,
     };
