@@ -11,7 +11,7 @@ import { readdir, readFile } from "node:fs/promises";
 import pg from "pg";
 import type { Pool, PoolClient, PoolConfig } from "pg";
 import { waitWithPush } from "./delivery.js";
-import { REFUSAL_CODES, SQL_TEXT_MARK, sqlStore, sqlTextOut, Watchers, type SqlCall, type SqlParam, type SqlStoreOptions } from "./sql-store.js";
+import { REFUSAL_CODES, sqlStore, sqlStringOut, Watchers, type SqlCall, type SqlParam, type SqlStoreOptions } from "./sql-store.js";
 import type { ByollmStore, PollingDeliveryDeps, ResultDelivery } from "./types.js";
 
 export type PostgresStoreOptions = (
@@ -107,7 +107,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
       const changed = (row?.changed ?? "")
         .split(",")
         .filter((id) => id !== "")
-        .map((id) => (id.includes(SQL_TEXT_MARK) ? (JSON.parse(sqlTextOut(JSON.stringify(id))) as string) : id));
+        .map(sqlStringOut);
       if (changed.length > 0) watchers.notify(changed);
       return row?.r ?? null;
     } catch (error) {
@@ -231,7 +231,7 @@ export function postgresDelivery(
       }
       const conn = { client, release };
       client.on("notification", (n) => {
-        if (n.channel === ENDED_CHANNEL && n.payload !== undefined) waiters.notify([n.payload]);
+        if (n.channel === ENDED_CHANNEL && n.payload !== undefined) waiters.notify([sqlStringOut(n.payload)]);
       });
       client.on("error", () => {
         // Notifications may have been missed: every wait reads its job again.

@@ -313,6 +313,8 @@ export const SQL_TEXT_MARK = native.sqlTextMark();
 export const sqlTextIn = (json: string): string =>
   json.includes("\\u") || json.includes(SQL_TEXT_MARK) ? (native.sqlTextIn(json) ?? json) : json;
 export const sqlTextOut = (json: string): string => (json.includes(SQL_TEXT_MARK) ? (native.sqlTextOut(json) ?? json) : json);
+/** One string as the database gave it (a job id it reports), read back. */
+export const sqlStringOut = (s: string): string => (s.includes(SQL_TEXT_MARK) ? (JSON.parse(sqlTextOut(JSON.stringify(s))) as string) : s);
 
 /** A SQL function's answer as text (`""` from a void function), stored forms read back. */
 function answerText(out: unknown): string {
