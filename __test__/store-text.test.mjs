@@ -33,6 +33,12 @@ const TEXTS = {
 };
 
 const SECRET = "stand-in-jwt-secret-for-tests-only-0123456789";
+// supabase-js needs a WebSocket transport on Node 20; the stand-in has no Realtime.
+class NoRealtimeHere {
+  constructor() {
+    throw new Error("this test has no Realtime server");
+  }
+}
 let db;
 let pool;
 let standIn;
@@ -44,6 +50,7 @@ before(async () => {
   standIn = await startPostgrestStandIn({ connectionString: db.url, jwtSecret: SECRET });
   client = createClient(standIn.url, signJwt({ role: "service_role" }, SECRET), {
     auth: { persistSession: false, autoRefreshToken: false },
+    realtime: { transport: NoRealtimeHere },
   });
 });
 after(async () => {
