@@ -600,6 +600,22 @@ export declare function signRequest(keys: StoredKeys, req: RequestToSign): Signe
 export declare function siteKeysFromEnvValue(variable: string, value?: string | undefined | null): StoredKeys
 
 /**
+ * `json` (the JSON text of a SQL store's arguments) with every string the
+ * database cannot hold as it is (NUL, a lone surrogate) in its stored form;
+ * `undefined` when nothing changes.
+ */
+export declare function sqlTextIn(json: string): string | null
+
+/** The character that starts a string kept in its stored form. */
+export declare function sqlTextMark(): string
+
+/**
+ * `json` (the JSON text of a SQL store's answer) with every stored form
+ * turned back into the exact string; `undefined` when nothing changes.
+ */
+export declare function sqlTextOut(json: string): string | null
+
+/**
  * What the store counted, as the shell hands it over (see
  * `crate::metrics::StoreCounts`); absent fields are counts the store
  * cannot give.

@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { Engine, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, signRequest, siteKeysFromEnvValue, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { Engine, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, signRequest, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { Engine }
 export { NativeMemoryStore }
 export { NativeMetrics }
@@ -810,6 +810,9 @@ export { seal }
 export { secretsMatch }
 export { signRequest }
 export { siteKeysFromEnvValue }
+export { sqlTextIn }
+export { sqlTextMark }
+export { sqlTextOut }
 export { tooLargeMessage }
 export { validatePayload }
 export { verifyPublicIdentity }

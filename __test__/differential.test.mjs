@@ -1,6 +1,7 @@
 // Differential adversarial suite: the reference @byollm/server@0.1.1 and ours
 // side by side in one process (helpers/differential.mjs), each with its own
-// MemoryStore, app and fetch handler under one fake clock, driven by a
+// store (the reference's MemoryStore; ours on DIFF_STORE's), app and fetch
+// handler under one fake clock, driven by a
 // simulated daemon that signs, seals and opens with @byollm/protocol. Every
 // answer (status, error code, body) and every resulting job record is
 // compared after ids are normalised. A difference passes only if it is in
@@ -9,16 +10,23 @@
 // not yet fixed: each is a bug to fix and then remove from the list). Any 5xx
 // or rejected promise from ours, and any unhandled rejection, fails the suite.
 //
-// DIFF_SEED picks the seed of the mutation run (printed with each failure),
-// DIFF_MUTATIONS its size (3,200 by default); DIFF_ALL=1 prints every
-// divergence instead of the first 25.
-import { test } from "node:test";
+// DIFF_STORE picks ours's store: memory (default), plain, postgres or
+// supabase (differential-stores.test.mjs runs the last three). DIFF_SEED picks
+// the seed of the mutation run (printed with each failure), DIFF_MUTATIONS its
+// size (3,200 by default); DIFF_ALL=1 prints every divergence instead of the
+// first 25.
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import * as protocol from "@byollm/protocol";
 import sodium from "libsodium-wrappers";
 import * as H from "./helpers/differential.mjs";
 import { DUP, RAW, prng, raw, toText } from "./helpers/raw-json.mjs";
+import { closeStores, STORE } from "./helpers/diff-stores.mjs";
+
+// DIFF_STORE (helpers/diff-stores.mjs) names the store ours runs on; the
+// reference always runs on its MemoryStore.
+after(closeStores);
 
 const { both, pair, claim, fetchJob, result, sealResult, jobState, appCall, observe, compareLogs, fatal, unhandledRejections } = H;
 
@@ -220,6 +228,41 @@ const DELIBERATE = [
  * when it is.
  */
 const OPEN_DIVERGENCES = [];
+
+/** Ours on a SQL store (postgresStore, supabaseStore): its schema's own limits. */
+const SQL = STORE === "postgres" || STORE === "supabase";
+if (SQL) {
+  // What the SQL stores keep of an enqueue whose optional fields are not of
+  // the type the API declares (the reference and MemoryStore keep any value):
+  // found by this suite on a SQL store, not yet decided.
+  OPEN_DIVERGENCES.push(
+    {
+      id: "SQL stores: a purpose that is not a string is kept as its text (null as absent)",
+      label: /^enqueue mutation #\d+ \[.*purpose=/,
+      ref: (v) => v?.value !== undefined && typeof v.value.purpose !== "string",
+      ours: (v) => v?.value !== undefined && (v.value.purpose === undefined || typeof v.value.purpose === "string"),
+    },
+    {
+      id: "SQL stores: a ttlMs that is not a 32-bit integer is refused by the column",
+      label: /^enqueue mutation #\d+ \[.*ttlMs=/,
+      ref: (v) => v?.value !== undefined && !(Number.isInteger(v.value.ttlMs) && Math.abs(v.value.ttlMs) < 2 ** 31),
+      ours: (v) => typeof v?.error?.message === "string",
+    },
+    {
+      id: "SQL stores: a fractional time is rounded to a whole millisecond",
+      label: /^enqueue mutation #\d+ \[.*(deadlineAt|ttlMs)=/,
+      ref: (v) => typeof v?.value?.deadlineAt === "number" && !Number.isInteger(v.value.deadlineAt),
+      ours: (v, r) => Number.isInteger(v?.value?.deadlineAt) && Math.abs(v.value.deadlineAt - r.value.deadlineAt) < 1,
+    },
+    {
+      // The reference keeps ±Infinity (the sweep then expires the job at once
+      // or never); the column keeps no deadline.
+      id: "SQL stores: a deadlineAt that is not a finite number is kept as none",
+      label: /^enqueue mutation #\d+ \[.*deadlineAt=(-?Infinity|NaN)/,
+      ours: (v) => v?.value?.deadlineAt === null,
+    },
+  );
+}
 
 /**
  * The entries in force: those whose every quoted line is in its document
@@ -945,8 +988,9 @@ dtest("audiences: enqueue, claim across owners, result, availability", async () 
   ];
   for (const [name, extra] of cases) failures.push(...(await cycle(name, extra)));
   // A job an older deployment stored with an odd audience (written straight
-  // into each store): it must still complete, never with a 5xx.
-  for (const audience of ["public", "Private", ""]) {
+  // into each store): it must still complete, never with a 5xx. (The SQL
+  // stores' audience column is an enum: no such job can be stored there.)
+  for (const audience of SQL ? [] : ["public", "Private", ""]) {
     const id = `job-stored-${audience || "empty"}`;
     const envelope = await protocol.seal({
       plaintext: JSON.stringify({ prompt: "stored earlier" }),
@@ -1705,7 +1749,7 @@ test("no 5xx, no rejected promise, no unhandled rejection from ours", async () =
   // Let any stray promise settle first.
   await new Promise((r) => setTimeout(r, 50));
   const list = (m) => [...m].map(([id, n]) => `${id} x${n}`).join(", ") || "none";
-  console.log(`compared: ${H.stats.scenarios} scenarios and mutation steps, ${H.stats.entries} answers and records`);
+  console.log(`compared (ours on ${STORE}): ${H.stats.scenarios} scenarios and mutation steps, ${H.stats.entries} answers and records`);
   console.log(`deliberate differences seen: ${list(seen.deliberate)}`);
   console.log(`open divergences seen: ${list(seen.open)}`);
   for (const o of OPEN_DIVERGENCES) if (!seen.open.has(o.id)) console.log(`open divergence not seen in this run (fixed, or not merged yet?): ${o.id}`);

@@ -4,6 +4,7 @@
 // crypto (byte-compatible with the reference's, so it drives both).
 import http from "node:http";
 import * as native from "../index.js";
+import { oursStore } from "./helpers/diff-stores.mjs";
 
 export const ORIGIN = "http://127.0.0.1";
 
@@ -13,14 +14,15 @@ export async function implementation(which) {
 }
 
 /**
- * A site over one MemoryStore. `clock` (an object with `t`) makes time
+ * A site over one MemoryStore (for ours, the store DIFF_STORE names). `clock` (an object with `t`) makes time
  * controllable for lease-expiry scenarios; otherwise Date.now.
  */
 export async function makeSite(which, { clock, siteKeys, store: givenStore, leaseMs, basePath = "/byollm" } = {}) {
   const mod = await implementation(which);
   const keys = siteKeys ?? mod.generateSiteKeys();
   const now = clock ? () => clock.t : Date.now;
-  const store = givenStore ?? new mod.MemoryStore();
+  // Ours on the store DIFF_STORE names (helpers/diff-stores.mjs), else a MemoryStore.
+  const store = givenStore ?? (which === "ours" ? (await oursStore())?.store : undefined) ?? new mod.MemoryStore();
   const app = new mod.ByollmApp({ store, siteKeys: keys, now });
   const handler = mod.createFetchHandler({
     store,

@@ -2,13 +2,17 @@
 // the reference @byollm/server and against ours over loopback HTTP: the test
 // asserts the reference's weak behaviour (so the scenario really exercises
 // it) and that ours closes it. docs/security.md explains each decision.
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import * as refProtocol from "@byollm/protocol";
 import * as refServer from "@byollm/server";
 import * as ours from "../dist/index.js";
 import { Daemon, listen, makeSite, native } from "./hardening-harness.mjs";
+import { closeStores } from "./helpers/diff-stores.mjs";
+
+// Ours on the store DIFF_STORE names (differential-stores.test.mjs runs them all).
+after(closeStores);
 
 const vectors = (name) => JSON.parse(readFileSync(new URL(`../tests/vectors/${name}`, import.meta.url), "utf8"));
 

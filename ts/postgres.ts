@@ -11,7 +11,7 @@ import { readdir, readFile } from "node:fs/promises";
 import pg from "pg";
 import type { Pool, PoolClient, PoolConfig } from "pg";
 import { waitWithPush } from "./delivery.js";
-import { REFUSAL_CODES, sqlStore, Watchers, type SqlCall, type SqlParam, type SqlStoreOptions } from "./sql-store.js";
+import { REFUSAL_CODES, sqlStore, sqlStringOut, Watchers, type SqlCall, type SqlParam, type SqlStoreOptions } from "./sql-store.js";
 import type { ByollmStore, PollingDeliveryDeps, ResultDelivery } from "./types.js";
 
 export type PostgresStoreOptions = (
@@ -45,7 +45,7 @@ export interface PostgresStore extends ByollmStore {
   close(): Promise<void>;
 }
 
-/** A parameter taken from the engine's arguments (`x.a`, one jsonb value), as `sqlValues` would pass it. */
+/** A parameter taken from the call's arguments (`x.a`, one jsonb value), as `sqlValues` would pass it. */
 function fromArgs([, field, type]: SqlParam): string {
   // The field names are ours (sql-store.ts), never input.
   const text = `(x.a ->> '${field}')`;
@@ -55,36 +55,26 @@ function fromArgs([, field, type]: SqlParam): string {
   return text;
 }
 
-/** Each function's statement text, by name (and whether it answers text and takes the engine's arguments). */
+/** Each function's statement text, by name. */
 const statements = new Map<string, string>();
 
-/** The statement's name and text: the same on every call of the function in the same form. */
+/** The statement's name and text: the same on every call of the function. */
 function statementOf(call: SqlCall): { name: string; text: string } {
-  const engine = typeof call.args === "string";
-  const name = engine ? `${call.fn}_engine` : call.text === true ? `${call.fn}_text` : call.fn;
+  const name = call.fn;
   let text = statements.get(name);
   if (text === undefined) {
     // The function name is one of ours (sql-store.ts), never input. The
     // subquery (kept by OFFSET 0) runs the function before the outer select
     // reads the ids it wrote (byollm_note_changes). The list is local to the
     // statement's own transaction, so it starts empty on every call. The
-    // engine's arguments arrive as the one JSON text it wrote, read once
-    // (the inner OFFSET 0 keeps it from being parsed once per parameter).
-    const inner = engine
-      ? `select ${call.fn}(${call.params.map((p) => `${p[0]} => ${fromArgs(p)}`).join(", ")}) as r from (select $1::jsonb as a offset 0) x`
-      : `select ${call.fn}(${call.params.map(([p, , type], i) => `${p} => $${String(i + 1)}::${type}`).join(", ")}) as r`;
-    const r = call.text === true ? "s.r::text" : "s.r";
-    text = `select ${r} as r, current_setting('byollm.changed', true) as changed from (${inner} offset 0) s`;
+    // arguments arrive as one JSON text, read once (the inner OFFSET 0 keeps
+    // it from being parsed once per parameter); the answer leaves as text,
+    // which the store reads itself.
+    const inner = `select ${call.fn}(${call.params.map((p) => `${p[0]} => ${fromArgs(p)}`).join(", ")}) as r from (select $1::jsonb as a offset 0) x`;
+    text = `select s.r::text as r, current_setting('byollm.changed', true) as changed from (${inner} offset 0) s`;
     statements.set(name, text);
   }
   return { name, text };
-}
-
-function sqlValue(value: unknown, type: string): unknown {
-  if (value === null || value === undefined) return null;
-  // node-postgres turns JS arrays into Postgres array literals; jsonb wants JSON.
-  if (type === "jsonb") return JSON.stringify(value);
-  return value;
 }
 
 /** The ByollmStore on PostgreSQL. Apply the migrations first (`migratePostgres`). */
@@ -110,11 +100,14 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   const call = async (c: SqlCall): Promise<unknown> => {
     try {
       const { name, text } = statementOf(c);
-      const values = typeof c.args === "string" ? [c.args] : c.args.map((value, i) => sqlValue(value, c.params[i]?.[2] ?? "text"));
+      const values = [c.args];
       type Row = { r: unknown; changed: string | null };
       const result = prepared ? await pool.query<Row>({ name, text, values }) : await pool.query<Row>(text, values);
       const row = result.rows[0];
-      const changed = (row?.changed ?? "").split(",").filter((id) => id !== "");
+      const changed = (row?.changed ?? "")
+        .split(",")
+        .filter((id) => id !== "")
+        .map(sqlStringOut);
       if (changed.length > 0) watchers.notify(changed);
       return row?.r ?? null;
     } catch (error) {
@@ -238,7 +231,7 @@ export function postgresDelivery(
       }
       const conn = { client, release };
       client.on("notification", (n) => {
-        if (n.channel === ENDED_CHANNEL && n.payload !== undefined) waiters.notify([n.payload]);
+        if (n.channel === ENDED_CHANNEL && n.payload !== undefined) waiters.notify([sqlStringOut(n.payload)]);
       });
       client.on("error", () => {
         // Notifications may have been missed: every wait reads its job again.

@@ -4,7 +4,7 @@
 // caller's arguments (every `now` included, as epoch ms) and gives the JSON the
 // database returns the key order of the in-memory records.
 import type { Operations } from "./operations.js";
-import { PROTOCOL, type StoreCounts } from "./native.js";
+import { native, PROTOCOL, type StoreCounts } from "./native.js";
 import type {
   ByollmStore,
   ClaimArgs,
@@ -28,14 +28,13 @@ export interface SqlCall {
   /** The function's parameters, in order. */
   readonly params: readonly SqlParam[];
   /**
-   * Each parameter's value, in `params` order; or, for the engine's
-   * operations, the JSON text of the object the engine wrote, holding each
-   * parameter's field, which a caller that can hands to SQL unparsed (see
-   * `sqlValues` for one that cannot).
+   * The JSON text of an object holding each parameter's field, every string
+   * in the form the database holds (`sqlTextIn`), which a caller that can
+   * hands to SQL unparsed (see `sqlValues` for one that cannot). The answer
+   * is the function's result as JSON text, or its value for a caller that
+   * cannot answer text.
    */
-  readonly args: readonly unknown[] | string;
-  /** Answer the result as its JSON text, unparsed (for the engine, which reads it itself). */
-  readonly text?: boolean;
+  readonly args: string;
 }
 
 /** Error codes our SQL functions raise for a refused request (the message is the answer). */
@@ -303,9 +302,28 @@ function sqlArg(value: unknown, type: SqlArgType): unknown {
   return value;
 }
 
-/** A call's values in `params` order, the engine's JSON text read here. */
+/**
+ * Every string the database cannot hold as it is (NUL, a lone surrogate) in
+ * the form it is stored in, by the core's one rule (src/sql_text.rs): the
+ * JSON text of a call's arguments on the way in, of its answer on the way
+ * out. The core is asked only when the text could hold such a string: a
+ * `\u` escape (how JSON spells NUL and lone surrogates) or the mark.
+ */
+export const SQL_TEXT_MARK = native.sqlTextMark();
+export const sqlTextIn = (json: string): string =>
+  json.includes("\\u") || json.includes(SQL_TEXT_MARK) ? (native.sqlTextIn(json) ?? json) : json;
+export const sqlTextOut = (json: string): string => (json.includes(SQL_TEXT_MARK) ? (native.sqlTextOut(json) ?? json) : json);
+/** One string as the database gave it (a job id it reports), read back. */
+export const sqlStringOut = (s: string): string => (s.includes(SQL_TEXT_MARK) ? (JSON.parse(sqlTextOut(JSON.stringify(s))) as string) : s);
+
+/** A SQL function's answer as text (`""` from a void function), stored forms read back. */
+function answerText(out: unknown): string {
+  if (out === null || out === undefined || out === "") return "null";
+  return sqlTextOut(typeof out === "string" ? out : (JSON.stringify(out) ?? "null"));
+}
+
+/** A call's values in `params` order, read from its JSON text. */
 export function sqlValues(call: SqlCall): readonly unknown[] {
-  if (typeof call.args !== "string") return call.args;
   const from = JSON.parse(call.args) as Record<string, unknown>;
   return call.params.map(([, field, type]) => sqlArg(from[field], type));
 }
@@ -320,15 +338,18 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
   const notify = (records: readonly (JobRecord | null)[]): void => {
     notifyIds(records.flatMap((r) => (r ? [r.id] : [])));
   };
-  /** Call `fn` with its parameters taken from `values` (async: a bad value rejects, it never throws). */
-  const run = async <F extends SqlFunction>(
-    fn: F,
-    values: Record<(typeof FUNCTIONS)[F][number], unknown>,
-    text = false,
-  ): Promise<unknown> => {
+  /**
+   * Call `fn` with its parameters taken from `values` (async: a bad value
+   * rejects, it never throws): sent as one JSON text, like the engine's
+   * arguments, so every string reaches the database in the form it holds.
+   */
+  const run = async <F extends SqlFunction>(fn: F, values: Record<(typeof FUNCTIONS)[F][number], unknown>): Promise<unknown> => {
     const from = values as Record<string, unknown>;
     const params = SIGNATURES[fn];
-    return call({ fn, text, params, args: params.map(([, field, type]) => sqlArg(from[field], type)) });
+    const args: Record<string, unknown> = {};
+    for (const [, field, type] of params) args[field] = sqlArg(from[field], type);
+    const out = await call({ fn, params, args: sqlTextIn(JSON.stringify(args)) });
+    return JSON.parse(answerText(out)) as unknown;
   };
   const jobs = (v: unknown): JobRecord[] => list(v).map(jobFromJson);
   const refs = (leases: readonly LeaseRef[]): LeaseRef[] => leases.map((l) => ({ jobId: l.jobId, leaseId: l.leaseId }));
@@ -348,9 +369,8 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       const fn = OPERATIONS[op as keyof typeof OPERATIONS];
       if (fn === undefined) throw new Error(`unknown store operation ${op}`);
       // The engine's arguments are named as the function's parameters take them.
-      const out = await call({ fn, text: true, params: SIGNATURES[fn], args });
       // A caller that cannot answer text (supabase-js parses every answer) answers the value.
-      return typeof out === "string" ? out : (JSON.stringify(out) ?? "null");
+      return answerText(await call({ fn, params: SIGNATURES[fn], args: sqlTextIn(args) }));
     },
 
     async sweepGet(jobId, now) {

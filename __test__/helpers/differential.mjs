@@ -9,6 +9,7 @@
 import { readFileSync } from "node:fs";
 import * as protocol from "@byollm/protocol";
 import { makeSite } from "../hardening-harness.mjs";
+import { oursStore } from "./diff-stores.mjs";
 
 const vectors = JSON.parse(readFileSync(new URL("../../tests/vectors/keys.json", import.meta.url), "utf8"));
 export const SITE = vectors.parties.site.storedKeys;
@@ -40,9 +41,13 @@ const ID_INSIDE = /runner_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 
 /** One implementation under test: a site, its live ids, and its log. */
 export async function makeSide(which, options = {}) {
-  const site = await makeSite(which, { clock, siteKeys: SITE, ...options });
+  // Ours on the store DIFF_STORE names (helpers/diff-stores.mjs), the reference on its MemoryStore.
+  const given = which === "ours" ? await oursStore() : undefined;
+  const site = await makeSite(which, { clock, siteKeys: SITE, ...(given ? { store: given.store } : {}), ...options });
   return Object.assign(site, {
     which,
+    /** Every job the side's store holds. */
+    allJobs: given?.allJobs ?? (async () => [...site.store.allJobs()]),
     // live value -> placeholder, and the counters that name placeholders
     names: new Map(),
     counts: {},
@@ -312,7 +317,7 @@ export async function both(script, options = {}) {
     // difference earlier in the scenario already set the two apart).
     // (A race leaves whichever state its winner made: it says what must hold
     // itself and sets `racy`.)
-    if (!side.racy) observe(side, "end: every job", [...side.store.allJobs()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)));
+    if (!side.racy) observe(side, "end: every job", (await side.allJobs()).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)));
     out[which] = side;
   }
   clock.t = T0;

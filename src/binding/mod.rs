@@ -15,6 +15,7 @@ mod metrics;
 mod protocol;
 mod requests;
 mod rules;
+mod sql_text;
 mod store;
 mod strings;
 mod tasks;
