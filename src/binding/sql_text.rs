@@ -9,7 +9,7 @@ use crate::sql_text;
 /// database cannot hold as it is (NUL, a lone surrogate) in its stored form;
 /// `undefined` when nothing changes.
 #[napi(catch_unwind)]
-pub fn sql_text_in(json: String) -> Option<String> {
+pub(super) fn sql_text_in(json: String) -> Option<String> {
     match sql_text::to_sql(&json) {
         std::borrow::Cow::Borrowed(_) => None,
         std::borrow::Cow::Owned(text) => Some(text),
@@ -19,7 +19,7 @@ pub fn sql_text_in(json: String) -> Option<String> {
 /// `json` (the JSON text of a SQL store's answer) with every stored form
 /// turned back into the exact string; `undefined` when nothing changes.
 #[napi(catch_unwind)]
-pub fn sql_text_out(json: String) -> Option<String> {
+pub(super) fn sql_text_out(json: String) -> Option<String> {
     match sql_text::from_sql(&json) {
         std::borrow::Cow::Borrowed(_) => None,
         std::borrow::Cow::Owned(text) => Some(text),
@@ -28,6 +28,6 @@ pub fn sql_text_out(json: String) -> Option<String> {
 
 /// The character that starts a string kept in its stored form.
 #[napi(catch_unwind)]
-pub fn sql_text_mark() -> String {
+pub(super) fn sql_text_mark() -> String {
     sql_text::MARK.to_string()
 }
