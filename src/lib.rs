@@ -25,6 +25,7 @@ pub mod wire;
 pub mod chores;
 pub mod direct;
 pub mod engine;
+pub mod sources;
 pub mod store;
 
 // --- what operators watch

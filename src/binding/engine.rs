@@ -159,6 +159,7 @@ impl Engine {
         signature: Option<String>,
         now: f64,
         rereads: bool,
+        source: Option<String>,
     ) -> PendingRequest {
         self.pending(&endpoint, |endpoint| Request {
             endpoint,
@@ -168,6 +169,7 @@ impl Engine {
             mode: Mode::Http,
             now,
             rereads,
+            source,
         })
     }
 
@@ -197,6 +199,7 @@ impl Engine {
             mode: Mode::Handle,
             now,
             rereads,
+            source: None,
         }))
     }
 
@@ -235,8 +238,11 @@ impl Engine {
         issued_at: Option<String>,
         signature: Option<String>,
         now: f64,
+        source: Option<String>,
     ) -> Result<Either<JsString<'env>, PendingRequest>> {
-        let pending = self.request(endpoint, body, runner_id, issued_at, signature, now, false);
+        let pending = self.request(
+            endpoint, body, runner_id, issued_at, signature, now, false, source,
+        );
         self.in_place(env, store, pending)
     }
 
