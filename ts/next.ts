@@ -2,13 +2,17 @@
 // route-handler mount. Pass a config *function* so nothing (store, secrets)
 // is built when `next build` imports the route module; it is called on the
 // first request and the handler is kept.
-import { createFetchHandler } from "./http.js";
+import { createFetchHandler, type FetchHandlerConfig, type RequestSource } from "./http.js";
 import type { HandlerConfig } from "./types.js";
 
-export type { HandlerConfig };
+export type { HandlerConfig, RequestSource };
 
-/** The handler config plus where the route is mounted (usually `"/api/byollm"`). */
-export type NextHandlerConfig = HandlerConfig & { readonly basePath?: string };
+/**
+ * The handler config plus where the route is mounted (usually
+ * `"/api/byollm"`) and how a request's source is named (on Vercel:
+ * `(req) => req.headers.get("x-real-ip") ?? undefined`; see docs/security.md).
+ */
+export type NextHandlerConfig = FetchHandlerConfig;
 
 export function createHandler(config: NextHandlerConfig | (() => NextHandlerConfig)): {
   POST: (request: Request) => Promise<Response>;

@@ -1,0 +1,246 @@
+// A flood of unsigned `pair start` requests from a few sources can neither
+// drop the pairings people started nor stop people from starting new ones,
+// on every store: MemoryStore, the durable store (MemoryStore({path})),
+// postgresStore and supabaseStore (through the PostgREST stand-in). Each
+// source holds at most 64 pending pairings (a 64th of the 4,096 a store
+// keeps); past that it is answered 429 `rate-limited` with `retryAfter`.
+// Driven in process through createFetchHandler, the source named by a
+// header the test sets (as a trusted proxy would).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createClient } from "@supabase/supabase-js";
+import { ByollmApp, MemoryStore, createFetchHandler, generateSiteKeys } from "../dist/index.js";
+import { postgresStore } from "../dist/postgres.js";
+import { supabaseStore } from "../dist/supabase/index.js";
+import * as native from "../index.js";
+import { freshDatabase, testPool, TRUNCATE } from "./postgres-db.mjs";
+import { startPostgrestStandIn, signJwt } from "./supabase-standin.mjs";
+
+const T0 = 1_767_225_600_000;
+const SHARE = 64;
+const MAX_PAIRINGS = 4096;
+const RETRY_AFTER = 30;
+
+const device = native.publicIdentityOf(native.generateKeys(T0));
+const START = JSON.stringify({
+  protocolVersion: "2",
+  action: "start",
+  daemon: { version: "0.1.1", label: "laptop", platform: "linux" },
+  device,
+  capabilities: [{ kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" }],
+});
+
+function site(store) {
+  const siteKeys = generateSiteKeys();
+  const clock = { t: T0 };
+  const now = () => clock.t;
+  const handler = createFetchHandler({
+    store,
+    siteKeys,
+    verificationUrl: "https://site.example/pair",
+    now,
+    source: (request) => request.headers.get("x-test-source") ?? undefined,
+  });
+  const post = async (source, body, read = true) => {
+    const response = await handler(
+      new Request("http://127.0.0.1/byollm/pair", { method: "POST", body, headers: { "x-test-source": source } }),
+    );
+    return { status: response.status, retryAfter: response.headers.get("retry-after"), body: read ? await response.json() : undefined };
+  };
+  // The flood reads an answer's body only when it looks at it (the first 429).
+  const start = (source, read = true) => post(source, START, read);
+  const poll = (source, deviceCode) => post(source, JSON.stringify({ protocolVersion: "2", action: "poll", deviceCode }));
+  return { app: new ByollmApp({ store, siteKeys, now }), clock, start, poll, siteKeys };
+}
+
+/** A person's whole pairing: approved by code, collected by the daemon's poll. */
+async function approveAndCollect(s, source, started, owner) {
+  assert.equal(started.status, 200, JSON.stringify(started.body));
+  const runner = await s.app.approvePairing({ userCode: started.body.userCode, owner });
+  const collected = await s.poll(source, started.body.deviceCode);
+  assert.equal(collected.status, 200, JSON.stringify(collected.body));
+  assert.equal(collected.body.status, "approved");
+  assert.equal(collected.body.runnerId, runner.id);
+}
+
+function assertRateLimited(answer) {
+  assert.equal(answer.status, 429);
+  assert.equal(answer.body.error, "rate-limited");
+  assert.equal(answer.body.retryAfter, RETRY_AFTER);
+  assert.equal(answer.retryAfter, String(RETRY_AFTER));
+}
+
+/**
+ * The three behaviours on one store: `flood` requests from one source
+ * around a person's pairing; then 1,000 sources × 50.
+ */
+function floodTests(name, makeStore, { flood, sources = 1000, reset = async () => undefined }) {
+  test(`${name}: a person's pairing outlives a flood of ${flood.toLocaleString("en")} pair starts from one source, and another person pairs during it`, { timeout: 300_000 }, async () => {
+    await reset();
+    const s = site(await makeStore());
+    const person = await s.start("198.51.100.1");
+    const began = performance.now();
+    let refused = 0;
+    let during;
+    for (let i = 0; i < flood; i++) {
+      s.clock.t += 1;
+      const answer = await s.start("203.0.113.66", i < SHARE + 1);
+      if (answer.status === 429) {
+        refused++;
+        if (refused === 1) assertRateLimited(answer);
+      } else assert.equal(answer.status, 200);
+      if (i === flood >> 1) during = await s.start("192.0.2.7");
+    }
+    const seconds = (performance.now() - began) / 1000;
+    console.log(`# ${name}: ${flood} pair starts from one source in ${seconds.toFixed(1)} s, ${refused} refused`);
+    assert.equal(refused, flood - SHARE);
+    await approveAndCollect(s, "198.51.100.1", person, "alice");
+    await approveAndCollect(s, "192.0.2.7", during, "bob");
+    const m = await s.app.metrics();
+    assert.equal(m.refusals.rateLimited, refused);
+  });
+
+  test(`${name}: with ${sources.toLocaleString("en")} sources × 50 pair starts, no pairing a source holds within its share is dropped`, { timeout: 300_000 }, async () => {
+    await reset();
+    const s = site(await makeStore());
+    const kept = [];
+    let refused = 0;
+    for (let round = 0; round < 50; round++) {
+      for (let source = 0; source < sources; source++) {
+        const answer = await s.start(`10.0.${source >> 8}.${source & 255}`);
+        if (answer.status === 429) {
+          refused++;
+          if (refused === 1) assertRateLimited(answer);
+        } else {
+          assert.equal(answer.status, 200);
+          kept.push([`10.0.${source >> 8}.${source & 255}`, answer.body.deviceCode]);
+        }
+      }
+    }
+    // The store is full of pairings held within their shares: the rest were refused, none dropped.
+    assert.equal(kept.length, MAX_PAIRINGS);
+    assert.equal(refused, sources * 50 - MAX_PAIRINGS);
+    for (const [source, deviceCode] of kept) {
+      const polled = await s.poll(source, deviceCode);
+      assert.deepEqual(polled.body, { status: "pending" }, `${source} lost a pairing`);
+    }
+  });
+}
+
+// ---------------------------------------------------------------- MemoryStore
+
+floodTests("MemoryStore", () => new MemoryStore(), { flood: 100_000 });
+
+test("MemoryStore: polls of unknown device codes from one source are refused past its budget; others still poll", async () => {
+  const s = site(new MemoryStore());
+  const mine = await s.start("198.51.100.1");
+  // Well-formed device codes (43 base64url characters) nobody was given.
+  const guess = (i) => `${String(i).padStart(8, "0")}${"A".repeat(35)}`;
+  let refused = 0;
+  for (let i = 0; i < 1000; i++) {
+    const answer = await s.poll("203.0.113.66", guess(i));
+    if (answer.status === 429) {
+      refused++;
+      assertRateLimited(answer);
+    } else assert.equal(answer.status, 404);
+  }
+  assert.equal(refused, 1000 - 32);
+  assert.deepEqual((await s.poll("198.51.100.1", mine.body.deviceCode)).body, { status: "pending" });
+  // A minute later the budget is whole again.
+  s.clock.t += 60_000;
+  assert.equal((await s.poll("203.0.113.66", guess(0))).status, 404);
+});
+
+test("MemoryStore: without a source option every request is one source", async () => {
+  const store = new MemoryStore();
+  const handler = createFetchHandler({ store, siteKeys: generateSiteKeys(), verificationUrl: "https://site.example/pair" });
+  const statuses = [];
+  for (let i = 0; i < SHARE + 2; i++) {
+    const response = await handler(new Request("http://127.0.0.1/byollm/pair", { method: "POST", body: START }));
+    statuses.push(response.status);
+  }
+  assert.deepEqual(statuses, [...Array(SHARE).fill(200), 429, 429]);
+});
+
+test("the source is never stored or shown as given", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "byollm-flood-"));
+  try {
+    const store = new MemoryStore({ path: join(dir, "store.db") });
+    const s = site(store);
+    const started = await s.start("198.51.100.77");
+    assert.equal(started.status, 200);
+    store.close?.();
+    const files = ["store.db", "store.db-wal"].map((f) => join(dir, f)).filter((f) => existsSync(f));
+    const bytes = files.map((f) => readFileSync(f).toString("latin1")).join("");
+    assert.ok(bytes.includes(started.body.userCode), "the pairing is in the file");
+    assert.ok(!bytes.includes("198.51.100.77"));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+// ---------------------------------------------------------------- the durable store
+
+{
+  const dirs = [];
+  after(() => {
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+  floodTests(
+    "durable MemoryStore",
+    () => {
+      const dir = mkdtempSync(join(tmpdir(), "byollm-flood-"));
+      dirs.push(dir);
+      return new MemoryStore({ path: join(dir, "store.db") });
+    },
+    { flood: 100_000 },
+  );
+}
+
+// ---------------------------------------------------------------- postgresStore and supabaseStore
+
+let db;
+let pool;
+let standIn;
+let client;
+before(async () => {
+  db = await freshDatabase("flood");
+  pool = testPool(db.url, 4);
+  const SECRET = "flood-test-secret-at-least-32-characters";
+  standIn = await startPostgrestStandIn({ connectionString: db.url, jwtSecret: SECRET });
+  client = createClient(standIn.url, signJwt({ role: "service_role" }, SECRET), {
+    auth: { persistSession: false, autoRefreshToken: false },
+  });
+});
+after(async () => {
+  await standIn?.close?.();
+  await pool?.end();
+  await db?.drop();
+});
+const truncate = () => pool.query(TRUNCATE);
+
+// A smaller flood than in memory (each start is a round trip), still past
+// the 4,096 a store keeps, so the old drop-the-oldest rule would have lost
+// the person's pairing.
+floodTests("postgresStore", () => postgresStore({ pool }), { flood: 5_000, reset: truncate });
+// Through the stand-in each request is two HTTP round trips more: 100
+// sources × 50 (5,000 starts) still fill the store past its bound.
+floodTests("supabaseStore", () => supabaseStore({ client }), { flood: 4_200, sources: 100, reset: truncate });
+
+test("postgresStore: the source is kept only as a keyed hash", async () => {
+  await truncate();
+  const s = site(postgresStore({ pool }));
+  assert.equal((await s.start("198.51.100.77")).status, 200);
+  const { rows } = await pool.query("select source from byollm_pairings");
+  assert.equal(rows.length, 1);
+  assert.match(rows[0].source, /^[0-9a-f]{32}$/);
+  assert.ok(!rows[0].source.includes("198"));
+  const plan = await pool.query(
+    "explain select 1 from byollm_pairings where source = $1 and state = 'pending' limit 64",
+    [rows[0].source],
+  );
+  assert.ok(!plan.rows.map((r) => r["QUERY PLAN"]).join("\n").includes("Seq Scan"), "the share is counted on an index");
+});
