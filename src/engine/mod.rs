@@ -235,7 +235,10 @@ impl Answer {
     fn rate_limited(message: &str) -> Answer {
         let mut body = WireError::new(ErrorCode::RateLimited, message).to_json();
         body.pop();
-        body.push_str(&format!(",\"retryAfter\":{}}}", sources::RETRY_AFTER_SECONDS));
+        body.push_str(&format!(
+            ",\"retryAfter\":{}}}",
+            sources::RETRY_AFTER_SECONDS
+        ));
         Answer {
             status: ErrorCode::RateLimited.status(),
             body,

@@ -29,7 +29,10 @@ pub fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
             source,
             now,
         } => {
-            if store.people.start_pairing_json(record.clone(), source, *now) {
+            if store
+                .people
+                .start_pairing_json(record.clone(), source, *now)
+            {
                 Output::Done
             } else {
                 Output::Refused

@@ -174,7 +174,9 @@ impl Op {
                 source,
                 now,
             } => {
-                w.raw("pairing", record).str("source", source).num("now", *now);
+                w.raw("pairing", record)
+                    .str("source", source)
+                    .num("now", *now);
             }
             Op::PairingByHash { hash } | Op::ConsumePairing { hash } => {
                 w.str("hash", hash);
@@ -498,7 +500,11 @@ impl Op {
                 doc.get(doc.root(), "started")
                     .is_some_and(|id| doc.node(id) == &Node::Bool(false))
             });
-            return Ok(if refused { Output::Refused } else { Output::Done });
+            return Ok(if refused {
+                Output::Refused
+            } else {
+                Output::Done
+            });
         }
         let doc = json::parse_any_depth(text).map_err(|e| Fault::malformed(op, e))?;
         let r = Read { doc: &doc, op };

@@ -1788,7 +1788,8 @@ fn the_result_view_holds_state_outcome_and_provenance_only() {
 }
 
 fn start(people: &mut PairingStore, hash: &str, source: &str, now: f64) -> bool {
-    let json = serde_json::to_string(&pending(hash, hash, now, now + 600_000.0)).unwrap_or_default();
+    let json =
+        serde_json::to_string(&pending(hash, hash, now, now + 600_000.0)).unwrap_or_default();
     people.start_pairing_json(json, source, now)
 }
 
@@ -1809,7 +1810,12 @@ fn a_source_past_its_share_is_refused_and_evicts_nothing() {
     // An approval is no longer held against its source.
     assert_eq!(people.source_holds("home"), 0);
     // Once its pairings are past pruning, the source may start again.
-    assert!(start(&mut people, "later", "flood", 600_001.0 + PAIRING_GRACE_MS));
+    assert!(start(
+        &mut people,
+        "later",
+        "flood",
+        600_001.0 + PAIRING_GRACE_MS
+    ));
     assert_eq!(people.source_holds("flood"), 1);
 }
 
