@@ -28,7 +28,6 @@ function site({ clock = { t: T0 }, store = new MemoryStore() } = {}) {
   const now = () => clock.t;
   const config = { store, siteKeys, verificationUrl: "https://site.example/pair", now };
   return {
-    siteKeys,
     clock,
     store,
     app: new ByollmApp({ store, siteKeys, now }),
@@ -302,17 +301,10 @@ test("approval acts only on the pending, unexpired pairing with the code", async
 });
 
 test("100,000 maximal pair starts from 1,000 sources leave memory bounded, and a sweep removes expired pairings", { timeout: 300_000 }, async () => {
-  const { store, clock, siteKeys, handlers } = site();
-  const fetchHandler = createFetchHandler({
-    store,
-    siteKeys,
-    verificationUrl: "https://site.example/pair",
-    now: () => clock.t,
-    source: (request) => request.headers.get("x-source") ?? undefined,
-  });
+  const { store, clock, handlers } = site();
   const device = native.publicIdentityOf(native.generateKeys(T0));
-  const text = JSON.stringify(maximalStart(device));
-  const start = async (i) => answer(await post(fetchHandler, "pair", text, { "x-source": `s${i % 1000}` }));
+  const body = maximalStart(device);
+  const start = (i) => handlers.handle("pair", body, { ...auth, source: `s${i % 1000}` });
   globalThis.gc?.();
   const before = process.memoryUsage().rss;
   let first;

@@ -4,15 +4,16 @@
 // postgresStore and supabaseStore (through the PostgREST stand-in). Each
 // source holds at most 64 pending pairings (a 64th of the 4,096 a store
 // keeps); past that it is answered 429 `rate-limited` with `retryAfter`.
-// Driven in process through createFetchHandler, the source named by a
-// header the test sets (as a trusted proxy would).
+// The floods are driven in process through ByollmHandlers (the source in
+// its AuthContext); createFetchHandler's `source` option and its
+// `retry-after` header are checked on their own.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createClient } from "@supabase/supabase-js";
-import { ByollmApp, MemoryStore, createFetchHandler, generateSiteKeys } from "../dist/index.js";
+import { ByollmApp, ByollmHandlers, MemoryStore, createFetchHandler, generateSiteKeys } from "../dist/index.js";
 import { postgresStore } from "../dist/postgres.js";
 import { supabaseStore } from "../dist/supabase/index.js";
 import * as native from "../index.js";
@@ -25,34 +26,26 @@ const MAX_PAIRINGS = 4096;
 const RETRY_AFTER = 30;
 
 const device = native.publicIdentityOf(native.generateKeys(T0));
-const START = JSON.stringify({
+const START_BODY = {
   protocolVersion: "2",
   action: "start",
   daemon: { version: "0.1.1", label: "laptop", platform: "linux" },
   device,
   capabilities: [{ kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "m", offerScope: "private" }],
-});
+};
+const START = JSON.stringify(START_BODY);
 
 function site(store) {
   const siteKeys = generateSiteKeys();
   const clock = { t: T0 };
   const now = () => clock.t;
-  const handler = createFetchHandler({
-    store,
-    siteKeys,
-    verificationUrl: "https://site.example/pair",
-    now,
-    source: (request) => request.headers.get("x-test-source") ?? undefined,
-  });
-  const post = async (source, body, read = true) => {
-    const response = await handler(
-      new Request("http://127.0.0.1/byollm/pair", { method: "POST", body, headers: { "x-test-source": source } }),
-    );
-    return { status: response.status, retryAfter: response.headers.get("retry-after"), body: read ? await response.json() : undefined };
+  const handlers = new ByollmHandlers({ store, siteKeys, verificationUrl: "https://site.example/pair", now });
+  const post = async (source, body) => {
+    const answer = await handlers.handle("pair", body, { endpoint: "pair", rawBody: "", signature: undefined, source });
+    return { status: answer.status, retryAfter: answer.retryAfterSeconds, body: answer.body };
   };
-  // The flood reads an answer's body only when it looks at it (the first 429).
-  const start = (source, read = true) => post(source, START, read);
-  const poll = (source, deviceCode) => post(source, JSON.stringify({ protocolVersion: "2", action: "poll", deviceCode }));
+  const start = (source) => post(source, START_BODY);
+  const poll = (source, deviceCode) => post(source, { protocolVersion: "2", action: "poll", deviceCode });
   return { app: new ByollmApp({ store, siteKeys, now }), clock, start, poll, siteKeys };
 }
 
@@ -70,7 +63,7 @@ function assertRateLimited(answer) {
   assert.equal(answer.status, 429);
   assert.equal(answer.body.error, "rate-limited");
   assert.equal(answer.body.retryAfter, RETRY_AFTER);
-  assert.equal(answer.retryAfter, String(RETRY_AFTER));
+  assert.equal(answer.retryAfter, RETRY_AFTER);
 }
 
 /**
@@ -87,7 +80,7 @@ function floodTests(name, makeStore, { flood, sources = 1000, reset = async () =
     let during;
     for (let i = 0; i < flood; i++) {
       s.clock.t += 1;
-      const answer = await s.start("203.0.113.66", i < SHARE + 1);
+      const answer = await s.start("203.0.113.66");
       if (answer.status === 429) {
         refused++;
         if (refused === 1) assertRateLimited(answer);
@@ -152,6 +145,44 @@ test("MemoryStore: polls of unknown device codes from one source are refused pas
   // A minute later the budget is whole again.
   s.clock.t += 60_000;
   assert.equal((await s.poll("203.0.113.66", guess(0))).status, 404);
+});
+
+test("createFetchHandler: each source named by the option has its own share; 429 carries retry-after", async () => {
+  const store = new MemoryStore();
+  const handler = createFetchHandler({
+    store,
+    siteKeys: generateSiteKeys(),
+    verificationUrl: "https://site.example/pair",
+    source: (request) => request.headers.get("x-test-source") ?? undefined,
+  });
+  const start = (source) =>
+    handler(new Request("http://127.0.0.1/byollm/pair", { method: "POST", body: START, headers: { "x-test-source": source } }));
+  for (let i = 0; i < SHARE; i++) assert.equal((await start("a")).status, 200);
+  const refused = await start("a");
+  assert.equal(refused.status, 429);
+  assert.equal(refused.headers.get("retry-after"), String(RETRY_AFTER));
+  assert.deepEqual(await refused.json(), {
+    error: "rate-limited",
+    message: "too many pairings are pending from this source; try again later",
+    retryAfter: RETRY_AFTER,
+  });
+  assert.equal((await start("b")).status, 200);
+});
+
+test("approvePairing: unknown user codes are budgeted per source (else per owner)", async () => {
+  const s = site(new MemoryStore());
+  const mine = await s.start("198.51.100.1");
+  for (let i = 0; i < 32; i++) {
+    await assert.rejects(s.app.approvePairing({ userCode: "ZZZZ-ZZZZ", owner: "mallory", source: "203.0.113.66" }), /unknown pairing code/);
+  }
+  await assert.rejects(s.app.approvePairing({ userCode: "ZZZZ-ZZZZ", owner: "mallory", source: "203.0.113.66" }), (error) => {
+    assert.equal(error.code, "rate-limited");
+    assert.equal(error.retryAfter, RETRY_AFTER);
+    return true;
+  });
+  // Another source, or another owner without one, still approves.
+  const runner = await s.app.approvePairing({ userCode: mine.body.userCode, owner: "alice", source: "198.51.100.1" });
+  assert.equal(runner.owner, "alice");
 });
 
 test("MemoryStore: without a source option every request is one source", async () => {

@@ -41,6 +41,12 @@ export interface Answer {
   readonly text: string;
 }
 
+/** The source an AuthContext names, if it names one. */
+function sourceOf(auth: AuthContext): string | undefined {
+  const source: unknown = auth.source;
+  return typeof source === "string" && source !== "" ? source : undefined;
+}
+
 /** A `rate-limited` answer's `retryAfter` (seconds), else undefined. */
 export function retryAfterOf(answer: Answer): number | undefined {
   if (answer.status !== 429) return undefined;
@@ -101,10 +107,10 @@ export class Endpoints {
     const now = this.#now();
     const lane = nativeStoreOf(this.#store);
     if (lane !== undefined) {
-      return this.#inPlace(endpoint, lane, this.#engine.handleNative(lane.native, endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now));
+      return this.#inPlace(endpoint, lane, this.#engine.handleNative(lane.native, endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sourceOf(auth)));
     }
     const sql = sqlOperations(this.#store);
-    const p = this.#engine.handle(endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sql !== undefined);
+    const p = this.#engine.handle(endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sql !== undefined, sourceOf(auth));
     return this.#finish(endpoint, p, sql);
   }
 
