@@ -368,10 +368,11 @@ impl PairingStore {
     /// `pair start`'s write: [`Self::create_pairing_json`] for a pairing a
     /// request from `source` (a keyed hash) started at `now`, unless that
     /// source already holds its [`SOURCE_SHARE`] of pending pairings, or the
-    /// store holds [`MAX_PAIRINGS`] and none of them is an app's pending
-    /// pairing to drop instead: then nothing is stored and the answer is
-    /// `false` (the request is refused `rate-limited`). A pairing a source
-    /// started within its share is never dropped for another's.
+    /// store holds [`MAX_PAIRINGS`] and none of them may go instead (an
+    /// app's own pending pairing, or one that is over: denied, or approved
+    /// and collected): then nothing is stored and the answer is `false` (the
+    /// request is refused `rate-limited`). A pairing a source started within
+    /// its share is never dropped for another's.
     pub fn start_pairing_json(&mut self, json: String, source: &str, now: f64) -> bool {
         let Some((mut pairing, created_at)) = Pairing::parse(json) else {
             return false;
@@ -382,12 +383,12 @@ impl PairingStore {
         if self.pairings.len() >= MAX_PAIRINGS && !self.by_hash.contains_key(&pairing.hash) {
             self.prune(now);
             if self.pairings.len() >= MAX_PAIRINGS {
-                let unsourced = self
+                let spare = self
                     .pairings
                     .iter()
-                    .find(|(_, p)| p.source.is_none() && p.is("pending"))
+                    .find(|(_, p)| p.held().is_none() && !p.awaiting_collection())
                     .map(|(&seq, _)| seq);
-                match unsourced {
+                match spare {
                     Some(seq) => self.remove(seq),
                     None => return false,
                 }

@@ -1854,3 +1854,28 @@ fn sources_survive_a_rewrite_and_a_removal() {
     assert_eq!(people.source_holds("s"), 0);
     assert_eq!(people.pairing_footprint().0, 0);
 }
+
+#[test]
+fn a_full_store_drops_a_pairing_that_is_over_before_refusing() {
+    use crate::store::people::{MAX_PAIRINGS, SOURCE_SHARE};
+    let mut people = PairingStore::default();
+    assert!(start(&mut people, "denied", "s0", 0.0));
+    people.deny("denied");
+    let mut n = 1;
+    let mut s = 1;
+    while n < MAX_PAIRINGS {
+        for i in 0..SOURCE_SHARE.min(MAX_PAIRINGS - n) {
+            assert!(start(
+                &mut people,
+                &format!("s{s}p{i}"),
+                &format!("s{s}"),
+                1.0
+            ));
+            n += 1;
+        }
+        s += 1;
+    }
+    assert!(start(&mut people, "newcomer", "fresh", 2.0));
+    assert!(people.pairing_by_hash("denied").is_none());
+    assert!(!start(&mut people, "refused", "fresher", 2.0));
+}

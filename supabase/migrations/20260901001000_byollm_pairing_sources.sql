@@ -9,9 +9,10 @@
 --     past that its `pair start` is refused `rate-limited` and nothing is
 --     written. Its own pairings past pruning go first.
 --   * When the table holds byollm_max_pairings() (4,096), the pairing
---     dropped is the oldest pending one no source holds (an app's own
---     createPairing); a pairing a source holds within its share is never
---     dropped, so then the request is refused `rate-limited` instead.
+--     dropped is the oldest that no source holds pending and no daemon has
+--     yet to collect (an app's own createPairing, a denied one, a collected
+--     approval); a pairing a source holds within its share is never
+--     dropped, so without one the request is refused `rate-limited`.
 --   * Every step is an index probe or bounded by the share; the count of
 --     the whole table is taken only when its insertion numbers span the
 --     bound (as byollm_create_pairing does), under a lock so that two
@@ -23,9 +24,11 @@ alter table byollm_pairings add column if not exists source text;
 create index if not exists byollm_pairings_source_idx
   on byollm_pairings (source, byollm_seq) where state = 'pending' and source is not null;
 
--- Pending pairings no source holds, oldest first (the ones dropped when full).
-create index if not exists byollm_pairings_unsourced_idx
-  on byollm_pairings (byollm_seq) where state = 'pending' and source is null;
+-- Pairings that may be dropped when the table is full, oldest first.
+create index if not exists byollm_pairings_spare_idx
+  on byollm_pairings (byollm_seq)
+  where (state <> 'pending' or source is null)
+    and not (state = 'approved' and collected_at is null);
 
 create or replace function byollm_source_share() returns integer
 language sql immutable parallel safe
@@ -69,7 +72,8 @@ begin
       delete from byollm_pairings
        where device_code_hash = (
          select device_code_hash from byollm_pairings
-          where state = 'pending' and source is null
+          where (state <> 'pending' or source is null)
+            and not (state = 'approved' and collected_at is null)
           order by byollm_seq
           limit 1
           for update skip locked);
