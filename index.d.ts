@@ -16,21 +16,36 @@ export declare class Engine {
    * A request from HTTP: the body text and the `x-byollm-*` header values.
    * `rereads`: the store reads the runner again with each request's work.
    */
-  request(endpoint: string, body: string, runnerId: string | undefined | null, issuedAt: string | undefined | null, signature: string | undefined | null, now: number, rereads: boolean): PendingRequest
+  request(endpoint: string, body: string, runnerId: string | undefined | null, issuedAt: string | undefined | null, signature: string | undefined | null, now: number, rereads: boolean, source?: string | undefined | null): PendingRequest
   /**
    * A request from `ByollmHandlers.handle`: the parsed body written as
    * JSON (`undefined` when it cannot be), and what the signature covers.
    */
-  handle(endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, rereads: boolean): PendingRequest
+  handle(endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, rereads: boolean, source?: string): PendingRequest
   /** `request`, served on our own store in place (see `status`). */
-  serveNative(store: NativeMemoryStore, endpoint: string, body: string, runnerId: string | undefined | null, issuedAt: string | undefined | null, signature: string | undefined | null, now: number): string | PendingRequest
+  serveNative(store: NativeMemoryStore, endpoint: string, body: string, runnerId: string | undefined | null, issuedAt: string | undefined | null, signature: string | undefined | null, now: number, source?: string | undefined | null): string | PendingRequest
   /** `handle`, served on our own store in place (see `status`). */
-  handleNative(store: NativeMemoryStore, endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number): string | PendingRequest
+  handleNative(store: NativeMemoryStore, endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, source?: string): string | PendingRequest
   /**
    * The status of the answer the last `serveNative` or `handleNative`
    * call returned as text.
    */
   get status(): number
+}
+
+/**
+ * A budget of lookups that found nothing, per source (the core's
+ * [`crate::sources::Sources`]): what `ByollmApp.approvePairing` spends on
+ * unknown user codes. In memory only.
+ */
+export declare class FailureBudget {
+  constructor()
+  /** Whether `source` has spent its budget at `now`. */
+  spent(source: string, now: number): boolean
+  /** Count one lookup of `source` that found nothing. */
+  failed(source: string, now: number): void
+  /** `retryAfter` of a refusal, in seconds. */
+  get retryAfter(): number
 }
 
 export declare class NativeMemoryStore {

@@ -773,8 +773,9 @@ if (
   }
 }
 
-const { Engine, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, signRequest, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { Engine, FailureBudget, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, signRequest, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { Engine }
+export { FailureBudget }
 export { NativeMemoryStore }
 export { NativeMetrics }
 export { PendingRequest }

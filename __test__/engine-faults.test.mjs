@@ -596,7 +596,7 @@ describe("postgresStore: a SQL function that fails, answers garbage or never ans
   // Endpoint, the SQL function of the operation that fails, and the engine's name of it.
   const CASES = [
     ["pair start", "byollm_get_pairing_by_user_code", "pairingByCode"],
-    ["pair start", "byollm_create_pairing", "createPairing"],
+    ["pair start", "byollm_start_pairing", "createPairing"],
     ["pair poll", "byollm_get_pairing_by_device_code_hash", "pairingByHash"],
     ["pair poll", "byollm_consume_pairing_token", "consumePairing"],
     ["claim", "byollm_claim_for", "claim"],

@@ -98,7 +98,7 @@ test("the snapshot and the exposition count a site's traffic (direct lane)", asy
   assert.equal(m.endpoints.pair.requests, 2);
   assert.equal(m.endpoints.claim.latency.count, 4);
   assert.ok(m.endpoints.claim.latency.sum > 0);
-  assert.deepEqual(m.refusals, { unauthorized: 1, revoked: 0, badRequest: 1, notFound: 1, bodyTooLarge: 1, audience: 1 });
+  assert.deepEqual(m.refusals, { unauthorized: 1, revoked: 0, badRequest: 1, notFound: 1, bodyTooLarge: 1, audience: 1, rateLimited: 0 });
   // Two first claims timed (the released job's second claim is not a first), two results.
   assert.equal(m.jobLatency.queueWait.count, 3);
   assert.equal(m.jobLatency.total.count, 2);

@@ -393,6 +393,19 @@ impl KeyHandle {
         &self.keys
     }
 
+    /// A 32-byte key for `purpose`, derived from the encryption secret
+    /// (BLAKE2b-256 of the purpose and the secret): the same for every
+    /// process holding these keys, and revealing nothing of them.
+    pub fn derived_key(&self, purpose: &str) -> [u8; 32] {
+        use blake2::digest::consts::U32;
+        use blake2::{Blake2b, Digest};
+        let mut hasher = Blake2b::<U32>::new();
+        hasher.update((purpose.len() as u64).to_le_bytes());
+        hasher.update(purpose.as_bytes());
+        hasher.update(self.encryption_secret.to_bytes());
+        hasher.finalize().into()
+    }
+
     /// `keyId(identityPublic)` of these keys.
     pub fn key_id(&self) -> &str {
         &self.key_id

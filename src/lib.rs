@@ -34,6 +34,7 @@ mod chores;
 mod engine;
 mod payload;
 mod result;
+mod sources;
 mod sql_text;
 mod store;
 

@@ -60,6 +60,9 @@ vocabulary! {
         /// A daemon released a job with reason `refused`: its audience
         /// rules would not let it run the job.
         Audience => "audience",
+        /// Refused `rate-limited`: a source over its share of pending
+        /// pairings or its budget of unknown lookups.
+        RateLimited => "rate_limited",
     }
 }
 
@@ -74,6 +77,7 @@ impl Refusal {
             401 => Some(Refusal::Unauthorized),
             403 => Some(Refusal::Revoked),
             404 => Some(Refusal::NotFound),
+            429 => Some(Refusal::RateLimited),
             _ => None,
         }
     }
@@ -853,7 +857,7 @@ mod tests {
         assert_eq!(s.requests[1][0], 1);
         assert_eq!(s.requests[1][2], 1);
         assert_eq!(s.requests[6][4], 1);
-        assert_eq!(s.refusals, vec![1, 0, 0, 1, 1, 0]);
+        assert_eq!(s.refusals, vec![1, 0, 0, 1, 1, 0, 0]);
         assert_eq!(s.request_seconds[1].count(), 2);
     }
 

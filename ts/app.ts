@@ -56,6 +56,8 @@ export class ByollmApp {
   readonly #store: ByollmStore;
   readonly #keyring: SiteKeyringHandle;
   readonly #now: () => number;
+  /** Unknown user codes per approving source (or owner). */
+  readonly #approvals = new native.FailureBudget();
   readonly #livenessMs: number;
   readonly #delivery: ResultDelivery;
   /** The relay side of this site; present only on the cloud lane. */
@@ -255,19 +257,39 @@ export class ByollmApp {
       : { available: false, reason: answer.reason as NoRunnerReason, candidates: answer.candidates };
   }
 
-  /** Approve a pairing; `owner` must come from the approving user's own session. */
-  async approvePairing(args: { userCode: string; owner: string }): Promise<RunnerRecord> {
+  /**
+   * Approve a pairing; `owner` must come from the approving user's own
+   * session. Unknown codes are budgeted per `source` (the approving
+   * request's, named as for createFetchHandler), else per owner: past 32 a
+   * minute the call throws a `rate-limited` error (its `retryAfter` in
+   * seconds) before the store is asked.
+   */
+  async approvePairing(args: { userCode: string; owner: string; source?: string }): Promise<RunnerRecord> {
     bag("approvePairing", args);
     const userCode = lookupText("approvePairing", "userCode", args.userCode);
     // An empty owner would consume the pairing and then fail the daemon's
     // own check of the approval: refused before anything changes.
     const owner = nonEmptyText("approvePairing", "owner", args.owner);
-    const runner = await this.#store.approvePairing({
-      userCode: normalizeUserCode(userCode),
-      owner,
-      runnerId: generateRunnerId(),
-      now: this.#now(),
-    });
+    const now = this.#now();
+    const budget = typeof args.source === "string" && args.source !== "" ? `source:${args.source}` : `owner:${owner}`;
+    if (this.#approvals.spent(budget, now)) {
+      throw Object.assign(new Error("too many unknown pairing codes; try again later"), {
+        code: "rate-limited",
+        retryAfter: this.#approvals.retryAfter,
+      });
+    }
+    let runner: RunnerRecord;
+    try {
+      runner = await this.#store.approvePairing({
+        userCode: normalizeUserCode(userCode),
+        owner,
+        runnerId: generateRunnerId(),
+        now,
+      });
+    } catch (error) {
+      if (error instanceof Error && error.message.startsWith("unknown pairing code")) this.#approvals.failed(budget, now);
+      throw error;
+    }
     this.#metrics?.pairing("approved"); // metrics:
     return runner;
   }

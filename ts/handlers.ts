@@ -57,6 +57,19 @@ export interface Answer {
   readonly text: string;
 }
 
+/** The source an AuthContext names, if it names one. */
+function sourceOf(auth: AuthContext): string | undefined {
+  const source: unknown = auth.source;
+  return typeof source === "string" && source !== "" ? source : undefined;
+}
+
+/** A `rate-limited` answer's `retryAfter` (seconds), else undefined. */
+export function retryAfterOf(answer: Answer): number | undefined {
+  if (answer.status !== 429) return undefined;
+  const wait = (JSON.parse(answer.text) as { retryAfter?: unknown }).retryAfter;
+  return typeof wait === "number" ? wait : undefined;
+}
+
 /** The engine for one site and store, behind `ByollmHandlers` and `createFetchHandler`. */
 export class Endpoints {
   readonly #engine: InstanceType<typeof native.Engine>;
@@ -85,7 +98,7 @@ export class Endpoints {
   }
 
   /** A request from HTTP: the body text and the `x-byollm-*` header values. */
-  async serve(endpoint: string, body: string, headers: Headers): Promise<Answer> {
+  async serve(endpoint: string, body: string, headers: Headers, source?: string): Promise<Answer> {
     const runnerId = headers.get("x-byollm-runner") ?? undefined;
     const issuedAt = headers.get("x-byollm-issued-at") ?? undefined;
     const signature = headers.get("x-byollm-signature") ?? undefined;
@@ -94,10 +107,10 @@ export class Endpoints {
     // method) is served through its methods from then on.
     const lane = nativeStoreOf(this.#store);
     if (lane !== undefined) {
-      return this.#inPlace(endpoint, lane, this.#engine.serveNative(lane.native, endpoint, body, runnerId, issuedAt, signature, now));
+      return this.#inPlace(endpoint, lane, this.#engine.serveNative(lane.native, endpoint, body, runnerId, issuedAt, signature, now, source));
     }
     const sql = sqlOperations(this.#store);
-    return this.#finish(endpoint, this.#engine.request(endpoint, body, runnerId, issuedAt, signature, now, sql !== undefined), sql);
+    return this.#finish(endpoint, this.#engine.request(endpoint, body, runnerId, issuedAt, signature, now, sql !== undefined, source), sql);
   }
 
   /** A request from `ByollmHandlers.handle`. */
@@ -111,10 +124,10 @@ export class Endpoints {
     const now = this.#now();
     const lane = nativeStoreOf(this.#store);
     if (lane !== undefined) {
-      return this.#inPlace(endpoint, lane, this.#engine.handleNative(lane.native, endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now));
+      return this.#inPlace(endpoint, lane, this.#engine.handleNative(lane.native, endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sourceOf(auth)));
     }
     const sql = sqlOperations(this.#store);
-    const p = this.#engine.handle(endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sql !== undefined);
+    const p = this.#engine.handle(endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sql !== undefined, sourceOf(auth));
     return this.#finish(endpoint, p, sql);
   }
 
@@ -170,7 +183,9 @@ export class ByollmHandlers {
     let answer: Answer | undefined;
     try {
       answer = await this.#endpoints.handle(endpoint, body, auth);
-      return { status: answer.status, body: JSON.parse(answer.text) as unknown };
+      const retryAfterSeconds = retryAfterOf(answer);
+      const parsed = JSON.parse(answer.text) as unknown;
+      return retryAfterSeconds === undefined ? { status: answer.status, body: parsed } : { status: answer.status, body: parsed, retryAfterSeconds };
     } finally {
       this.#metrics?.request(endpoint, answer?.status ?? 500, false, started, auth.rawBody, answer?.text);
     }

@@ -1,6 +1,6 @@
 // The web-standard Request → Response mount of the protocol: method, route,
 // size limits, one parse of the body in the core, then the handlers.
-import { Endpoints } from "./handlers.js";
+import { Endpoints, retryAfterOf } from "./handlers.js";
 import { recorderFor } from "./metrics.js";
 import { native, PROTOCOL } from "./native.js";
 import type { Endpoint, HandlerConfig } from "./types.js";
@@ -107,12 +107,34 @@ function json(status: number, body: unknown): Response {
   return new Response(JSON.stringify(body), { status, headers: { ...HEADERS } });
 }
 
+/**
+ * Where a request came from, as far as this server can trust it: the
+ * socket's address, or the first hop a trusted proxy wrote (see
+ * docs/security.md). `undefined`: not known (counted with every other
+ * request that names none).
+ */
+export type RequestSource = (request: Request) => string | undefined;
+
+/** `createFetchHandler`'s options: the handler config, where it is mounted, and how a request's source is named. */
+export type FetchHandlerConfig = HandlerConfig & {
+  readonly basePath?: string;
+  /**
+   * Names each request's source, so unsigned `pair start` requests and
+   * failed pairing polls are bounded per source (at most 64 pending
+   * pairings each; past that `429 rate-limited`). Without it every request
+   * is one source: one client can then hold every pending pairing there is.
+   */
+  readonly source?: RequestSource;
+};
+
 /** A `(Request) => Promise<Response>` handler for the whole protocol (Next.js, Hono, Bun, Deno, Workers…). */
-export function createFetchHandler(
-  config: HandlerConfig & { readonly basePath?: string },
-): (request: Request) => Promise<Response> {
+export function createFetchHandler(config: FetchHandlerConfig): (request: Request) => Promise<Response> {
   const endpoints = new Endpoints(config);
   const basePath = normalizeBasePath(config.basePath ?? DEFAULT_BASE_PATH);
+  const sourceOf = config.source;
+  if (sourceOf !== undefined && typeof sourceOf !== "function") {
+    throw new TypeError("source must be a function of the Request returning a string or undefined");
+  }
   const metrics = recorderFor(config.store, config.metrics);
 
   // The request boundary: every answer is counted, with what it alone does not say.
@@ -153,9 +175,23 @@ export function createFetchHandler(
       return json(400, { error: "bad-request", message: native.tooLargeMessage(read.overBytes) });
     }
     seen.body = read.text;
-    const answer = await endpoints.serve(endpoint, read.text, request.headers);
+    const answer = await endpoints.serve(endpoint, read.text, request.headers, endpoint === "pair" ? sourceName(request) : undefined);
     seen.answer = answer.text;
-    return new Response(answer.text, { status: answer.status, headers: { ...HEADERS } });
+    const headers: Record<string, string> = { ...HEADERS };
+    const wait = retryAfterOf(answer);
+    if (wait !== undefined) headers["retry-after"] = String(wait);
+    return new Response(answer.text, { status: answer.status, headers });
+  }
+
+  /** The host's name for the request's source; a throwing or odd answer names none. */
+  function sourceName(request: Request): string | undefined {
+    if (sourceOf === undefined) return undefined;
+    try {
+      const named = sourceOf(request);
+      return typeof named === "string" && named !== "" ? named : undefined;
+    } catch {
+      return undefined;
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 export { ByollmApp } from "./app.js";
 export { ByollmHandlers, SERVED_PROTOCOL_VERSION } from "./handlers.js";
 export { createFetchHandler, routeEndpoint, signatureFrom } from "./http.js";
+export type { FetchHandlerConfig, RequestSource } from "./http.js";
 export { MemoryStore } from "./memory.js";
 export { PollingDelivery } from "./delivery.js";
 export { NoRunnerAvailableError, ResultTimeoutError, RelayUnavailable, EnqueueRefused } from "./errors.js";

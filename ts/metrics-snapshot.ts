@@ -68,6 +68,8 @@ export interface MetricsSnapshot {
     readonly notFound: number;
     readonly bodyTooLarge: number;
     readonly audience: number;
+    /** `rate-limited`: a source over its share of pending pairings or its budget of unknown device codes. */
+    readonly rateLimited: number;
   };
   readonly jobLatency: {
     /** Enqueue → first claim. */

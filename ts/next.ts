@@ -3,13 +3,17 @@
 // is built when `next build` imports the route module; it is called on the
 // first request and the handler is kept.
 import { publicOriginProblem } from "./handlers.js";
-import { createFetchHandler } from "./http.js";
+import { createFetchHandler, type FetchHandlerConfig, type RequestSource } from "./http.js";
 import type { HandlerConfig } from "./types.js";
 
-export type { HandlerConfig };
+export type { HandlerConfig, RequestSource };
 
-/** The handler config plus where the route is mounted (usually `"/api/byollm"`). */
-export type NextHandlerConfig = HandlerConfig & { readonly basePath?: string };
+/**
+ * The handler config plus where the route is mounted (usually
+ * `"/api/byollm"`) and how a request's source is named (on Vercel:
+ * `(req) => req.headers.get("x-real-ip") ?? undefined`; see docs/security.md).
+ */
+export type NextHandlerConfig = FetchHandlerConfig;
 
 let warnedAtBuild = false;
 

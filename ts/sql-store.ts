@@ -184,7 +184,7 @@ export function sqlOperations(store: ByollmStore): Operations | undefined {
 const OPERATIONS = {
   runner: "byollm_get_runner",
   pairingByCode: "byollm_get_pairing_by_user_code",
-  createPairing: "byollm_create_pairing",
+  createPairing: "byollm_start_pairing",
   pairingByHash: "byollm_get_pairing_by_device_code_hash",
   consumePairing: "byollm_consume_pairing_token",
   claim: "byollm_claim_for",
@@ -269,6 +269,7 @@ const FUNCTIONS = {
   byollm_list_claimed_by: ["runnerId"],
   byollm_list_cancel_requests: ["runnerId"],
   byollm_create_pairing: ["pairing"],
+  byollm_start_pairing: ["pairing", "source", "now"],
   byollm_get_pairing_by_device_code_hash: ["hash"],
   byollm_get_pairing_by_user_code: ["userCode"],
   byollm_approve_pairing_as: ["userCode", "owner", "runnerId", "now"],

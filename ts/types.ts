@@ -220,6 +220,12 @@ export interface AuthContext {
   /** The exact text received; signatures cover these bytes, never a re-serialisation. */
   readonly rawBody: string;
   readonly signature: unknown;
+  /**
+   * Where the request came from, as far as the transport can trust it (see
+   * createFetchHandler's `source`): bounds `pair start` and failed polls per
+   * source. Absent: counted with every other request that names none.
+   */
+  readonly source?: string;
 }
 
 export interface HandlerConfig {

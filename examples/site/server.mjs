@@ -134,8 +134,16 @@ function toFetchRequest(req, origin) {
     init.body = Readable.toWeb(req);
     init.duplex = "half";
   }
-  return new Request(new URL(req.url, origin), init);
+  const request = new Request(new URL(req.url, origin), init);
+  socketAddresses.set(request, req.socket.remoteAddress);
+  return request;
 }
+
+// Each protocol request's source, for the pairing bounds: the socket's
+// address (this server faces clients directly). Behind a proxy you trust,
+// take the first hop of the x-forwarded-for it writes instead; never a header
+// a client could have written itself (docs/security.md, "Pairing floods").
+const socketAddresses = new WeakMap();
 
 
 // ---------------------------------------------------------------------------
@@ -354,6 +362,8 @@ export async function startSite(options = {}) {
     siteKeys,
     // What the daemon prints as "Open: …" next to the code: the approval page.
     verificationUrl: `${origin}/pair`,
+    // Where each request came from, so one client cannot crowd out pairings.
+    source: (request) => socketAddresses.get(request),
   });
 
   // LIBRARY: the Prometheus exposition of this site's metrics, at /metrics.

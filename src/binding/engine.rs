@@ -159,6 +159,7 @@ impl Engine {
         signature: Option<String>,
         now: f64,
         rereads: bool,
+        source: Option<String>,
     ) -> PendingRequest {
         self.pending(&endpoint, |endpoint| Request {
             endpoint,
@@ -168,6 +169,7 @@ impl Engine {
             mode: Mode::Http,
             now,
             rereads,
+            source,
         })
     }
 
@@ -176,7 +178,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     #[napi(
         catch_unwind,
-        ts_args_type = "endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, rereads: boolean"
+        ts_args_type = "endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, rereads: boolean, source?: string"
     )]
     pub fn handle(
         &self,
@@ -187,6 +189,7 @@ impl Engine {
         signature: Unknown<'_>,
         now: f64,
         rereads: bool,
+        source: Option<String>,
     ) -> Result<PendingRequest> {
         let signature = object_signature(signature)?;
         Ok(self.pending(&endpoint, |endpoint| Request {
@@ -197,6 +200,7 @@ impl Engine {
             mode: Mode::Handle,
             now,
             rereads,
+            source,
         }))
     }
 
@@ -235,8 +239,11 @@ impl Engine {
         issued_at: Option<String>,
         signature: Option<String>,
         now: f64,
+        source: Option<String>,
     ) -> Result<Either<JsString<'env>, PendingRequest>> {
-        let pending = self.request(endpoint, body, runner_id, issued_at, signature, now, false);
+        let pending = self.request(
+            endpoint, body, runner_id, issued_at, signature, now, false, source,
+        );
         self.in_place(env, store, pending)
     }
 
@@ -244,7 +251,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     #[napi(
         catch_unwind,
-        ts_args_type = "store: NativeMemoryStore, endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number"
+        ts_args_type = "store: NativeMemoryStore, endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, source?: string"
     )]
     pub fn handle_native<'env>(
         &self,
@@ -256,6 +263,7 @@ impl Engine {
         signed_body: String,
         signature: Unknown<'_>,
         now: f64,
+        source: Option<String>,
     ) -> Result<Either<JsString<'env>, PendingRequest>> {
         let pending = self.handle(
             endpoint,
@@ -265,6 +273,7 @@ impl Engine {
             signature,
             now,
             false,
+            source,
         )?;
         self.in_place(env, store, pending)
     }
@@ -424,5 +433,42 @@ impl PendingRequest {
             Ok(mut machine) => machine.take_answer().map(|a| a.body),
             Err(answer) => Some(answer.body),
         }
+    }
+}
+
+/// A budget of lookups that found nothing, per source (the core's
+/// [`crate::sources::Sources`]): what `ByollmApp.approvePairing` spends on
+/// unknown user codes. In memory only.
+#[napi]
+pub struct FailureBudget {
+    sources: crate::sources::Sources,
+}
+
+#[napi]
+#[allow(clippy::new_without_default)]
+impl FailureBudget {
+    #[napi(constructor, catch_unwind)]
+    pub fn new() -> Self {
+        FailureBudget {
+            sources: crate::sources::Sources::new([0; 32]),
+        }
+    }
+
+    /// Whether `source` has spent its budget at `now`.
+    #[napi(catch_unwind)]
+    pub fn spent(&self, source: String, now: f64) -> bool {
+        self.sources.spent(&source, now)
+    }
+
+    /// Count one lookup of `source` that found nothing.
+    #[napi(catch_unwind)]
+    pub fn failed(&self, source: String, now: f64) {
+        self.sources.failed(&source, now);
+    }
+
+    /// `retryAfter` of a refusal, in seconds.
+    #[napi(getter, catch_unwind)]
+    pub fn retry_after(&self) -> u32 {
+        crate::sources::RETRY_AFTER_SECONDS
     }
 }

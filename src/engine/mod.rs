@@ -37,6 +37,7 @@ use crate::metrics::{Metrics, PairingEvent, Refusal};
 use crate::payload::{self, reseal};
 use crate::schema::Out;
 use crate::signing::{self, RequestSignature};
+use crate::sources::{self, Sources};
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
 
 pub(crate) mod native;
@@ -70,6 +71,8 @@ const UNKNOWN_JOB: &str = "unknown job";
 const UNKNOWN_DEVICE_CODE: &str = "unknown device code";
 const COLLECTED: &str = "this pairing has already been collected";
 const NO_FREE_CODE: &str = "no free pairing code was found; try again";
+const TOO_MANY_PAIRINGS: &str = "too many pairings are pending from this source; try again later";
+const TOO_MANY_UNKNOWN: &str = "too many unknown device codes from this source; try again later";
 const UNKNOWN_ENDPOINT: &str = "unknown endpoint";
 /// A store that failed: the cause goes to the server's log, not to the caller.
 const STORE_FAILED: &str = "the site's store failed; try again later";
@@ -87,6 +90,8 @@ pub(crate) struct Site {
     known: Mutex<LruCache<String, ops::Runner>>,
     /// Where what only the engine sees is counted (`None`: metrics off).
     metrics: Option<Arc<Metrics>>,
+    /// Request sources as kept, and their failure budgets.
+    sources: Sources,
 }
 
 /// A site's settings, as `createFetchHandler` takes them.
@@ -105,6 +110,7 @@ impl Site {
         sites_json.push(':');
         sites_json.push_str(&identity_json(&keys.public_identity()));
         sites_json.push('}');
+        let sources = Sources::new(keys.derived_key("byollm request sources"));
         Site {
             keys,
             lease_ms: settings.lease_ms,
@@ -114,6 +120,7 @@ impl Site {
             sites_json,
             known: Mutex::new(LruCache::new(KNOWN_RUNNERS)),
             metrics: settings.metrics,
+            sources,
         }
     }
 
@@ -180,6 +187,9 @@ pub(crate) struct Request {
     /// read of its own; whether it still exists and is not revoked comes back
     /// with the work.
     pub rereads: bool,
+    /// Where the request came from, as the host names it (`None`: it names
+    /// none, and every such request is one source).
+    pub source: Option<String>,
 }
 
 /// The wire answer.
@@ -213,6 +223,21 @@ impl Answer {
             status: error.status(),
             body: error.to_json(),
             error: Some(error.error),
+            cause: None,
+        }
+    }
+
+    /// `rate-limited`, with how long to wait (the reference's key order).
+    fn rate_limited(message: &str) -> Answer {
+        let mut body = Obj::new();
+        body.str("error", ErrorCode::RateLimited.as_str())
+            .str("message", message)
+            .num("retryAfter", f64::from(sources::RETRY_AFTER_SECONDS));
+        let body = body.end();
+        Answer {
+            status: ErrorCode::RateLimited.status(),
+            body,
+            error: Some(ErrorCode::RateLimited),
             cause: None,
         }
     }
@@ -488,6 +513,12 @@ impl Body {
 }
 
 impl Cx<'_> {
+    /// The request's source as kept (a keyed hash; see [`Request::source`]).
+    fn source(&self) -> String {
+        let named = self.req.source.as_deref().unwrap_or(sources::UNNAMED);
+        self.site.sources.hash(named)
+    }
+
     async fn ask(&self, need: Need) -> Got {
         Ask {
             io: self.io,
@@ -1137,10 +1168,16 @@ async fn pair_start(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
         .raw("device", &identity_json(&device))
         .num("expiresAt", expires_at)
         .num("createdAt", now);
-    cx.op(Op::CreatePairing {
-        record: record.end(),
-    })
-    .await?;
+    let started = cx
+        .op(Op::CreatePairing {
+            record: record.end(),
+            source: cx.source(),
+            now,
+        })
+        .await?;
+    if let Output::Refused = started {
+        return Err(Answer::rate_limited(TOO_MANY_PAIRINGS));
+    }
     cx.site.count(|m| m.record_pairing(PairingEvent::Started));
     let mut out = Obj::new();
     out.str("deviceCode", &device_code)
@@ -1157,12 +1194,19 @@ fn expired(expires_at: f64, now: f64) -> bool {
 }
 
 async fn pair_poll(cx: &Cx<'_>, body: &Body) -> Flow<Answer> {
+    let source = cx.source();
+    let now = cx.req.now;
+    if cx.site.sources.spent(&source, now) {
+        return Err(Answer::rate_limited(TOO_MANY_UNKNOWN));
+    }
     let hash = ids::hash_secret(body.text("deviceCode"));
     let Output::Pairing(pairing) = cx.op(Op::PairingByHash { hash: hash.clone() }).await? else {
         return Err(mismatch("pairingByHash"));
     };
-    let pairing =
-        pairing.ok_or_else(|| Answer::refuse(ErrorCode::NotFound, UNKNOWN_DEVICE_CODE))?;
+    let pairing = pairing.ok_or_else(|| {
+        cx.site.sources.failed(&source, now);
+        Answer::refuse(ErrorCode::NotFound, UNKNOWN_DEVICE_CODE)
+    })?;
     let status = |s: &str| Answer::ok(format!("{{\"status\":\"{s}\"}}"));
     match pairing.state.as_deref() {
         Some("denied") => Ok(status("denied")),

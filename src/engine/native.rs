@@ -24,9 +24,19 @@ pub(crate) fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
             let text = store.people.pairing_json_by_hash(hash).unwrap_or("null");
             op.output_from_json(text)?
         }
-        Op::CreatePairing { record } => {
-            store.people.create_pairing_json(record.clone());
-            Output::Done
+        Op::CreatePairing {
+            record,
+            source,
+            now,
+        } => {
+            if store
+                .people
+                .start_pairing_json(record.clone(), source, *now)
+            {
+                Output::Done
+            } else {
+                Output::Refused
+            }
         }
         Op::ConsumePairing { hash } => {
             store.people.consume(hash);

@@ -50,8 +50,15 @@ pub(crate) enum Op {
     Runner { runner_id: String },
     /// `getPairingByUserCode`.
     PairingByCode { user_code: String },
-    /// `createPairing`; the record as JSON text, in the record's key order.
-    CreatePairing { record: String },
+    /// `createPairing`, for a pairing `pair start` began: the record as JSON
+    /// text, in the record's key order, and the request's source (a keyed
+    /// hash). Our stores and the SQL ones may refuse it (the source holds
+    /// its share); a user's store is given the record.
+    CreatePairing {
+        record: String,
+        source: String,
+        now: f64,
+    },
     /// `getPairingByDeviceCodeHash`.
     PairingByHash { hash: String },
     /// `consumePairingToken`.
@@ -155,8 +162,14 @@ impl Op {
             Op::PairingByCode { user_code } => {
                 w.str("userCode", user_code);
             }
-            Op::CreatePairing { record } => {
-                w.raw("pairing", record);
+            Op::CreatePairing {
+                record,
+                source,
+                now,
+            } => {
+                w.raw("pairing", record)
+                    .str("source", source)
+                    .num("now", *now);
             }
             Op::PairingByHash { hash } | Op::ConsumePairing { hash } => {
                 w.str("hash", hash);
@@ -426,6 +439,8 @@ pub(crate) struct Job {
 #[derive(Debug)]
 pub(crate) enum Output {
     Done,
+    /// The store refused the write: its source holds its share.
+    Refused,
     Runner(Option<Runner>),
     Pairing(Option<Pairing>),
     Claimed {
@@ -466,11 +481,21 @@ impl Op {
     /// wrong value reaching the wire.
     pub(crate) fn output_from_json(&self, text: &str) -> Result<Output, Fault> {
         let op = self.name();
-        if matches!(
-            self,
-            Op::CreatePairing { .. } | Op::ConsumePairing { .. } | Op::Cancel { .. }
-        ) {
+        if matches!(self, Op::ConsumePairing { .. } | Op::Cancel { .. }) {
             return Ok(Output::Done);
+        }
+        if let Op::CreatePairing { .. } = self {
+            // `{"started":false}` from ours and the SQL stores; anything
+            // else (a user's store answers nothing) stored it.
+            let refused = json::parse_any_depth(text).ok().is_some_and(|doc| {
+                doc.get(doc.root(), "started")
+                    .is_some_and(|id| doc.node(id) == &Node::Bool(false))
+            });
+            return Ok(if refused {
+                Output::Refused
+            } else {
+                Output::Done
+            });
         }
         let doc = json::parse_any_depth(text).map_err(|e| Fault::malformed(op, e))?;
         let r = Read { doc: &doc, op };

@@ -116,6 +116,7 @@ fn request(endpoint: Endpoint, body: &str, signature: Option<RequestSignature>) 
         mode: Mode::Http,
         now: NOW,
         rereads: false,
+        source: None,
     }
 }
 
@@ -525,6 +526,7 @@ fn with_a_store_that_rereads_the_runner_a_verified_identity_skips_the_read() {
     let runner = runner_json(&fx.device, "null");
     let claim = || Request {
         rereads: true,
+        source: None,
         ..request(
             Endpoint::Claim,
             CLAIM,
@@ -550,6 +552,7 @@ fn with_a_store_that_rereads_the_runner_a_verified_identity_skips_the_read() {
     let beat = r#"{"protocolVersion":"2","runnerId":"r1","daemonVersion":"1","capabilities":[],"activeLeases":[]}"#;
     let heartbeat = || Request {
         rereads: true,
+        source: None,
         ..request(
             Endpoint::Heartbeat,
             beat,
@@ -590,6 +593,7 @@ fn with_a_store_that_rereads_the_runner_a_verified_identity_skips_the_read() {
     let (_, _) = script(claim(), &site, &[("runner", &runner), ("claim", fresh)]);
     let forged = Request {
         rereads: true,
+        source: None,
         ..request(
             Endpoint::Claim,
             CLAIM,

@@ -181,6 +181,11 @@ create table if not exists pairings (hash text primary key, seq integer not null
 create table if not exists runners (pos integer primary key, record text not null);
 ";
 
+/// Beside [`SCHEMA`] (a file from before it gets it at open): the keyed
+/// hash of the request source that started each pairing.
+const SOURCES_SCHEMA: &str =
+    "create table if not exists pairing_sources (hash text primary key, source text not null);";
+
 /// The columns a job's later writes change (everything but its identity,
 /// envelope and enqueue options, which are written once, at create).
 const UPDATE_JOB: &str = "update jobs set
@@ -286,6 +291,7 @@ impl Durable {
         // rather than at its first write.
         conn.execute_batch("begin immediate").map_err(locked)?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(SOURCES_SCHEMA)?;
         if without_id {
             conn.pragma_update(None, "application_id", APPLICATION_ID)?;
         }
@@ -496,11 +502,19 @@ fn write(
         let mut pairing =
             tx.prepare_cached("insert or replace into pairings values (?1, ?2, ?3)")?;
         let mut gone = tx.prepare_cached("delete from pairings where hash = ?1")?;
+        // The keyed hash of the source that started it, beside it.
+        let mut source =
+            tx.prepare_cached("insert or replace into pairing_sources values (?1, ?2)")?;
+        let mut no_source = tx.prepare_cached("delete from pairing_sources where hash = ?1")?;
         for hash in pairings {
             // Kept as the JSON text it was given; absent now: pruned.
             match store.people.pairing_row(hash) {
                 Some((seq, json)) => pairing.execute(params![hash, seq as i64, json])?,
                 None => gone.execute([hash])?,
+            };
+            match store.people.pairing_source(hash) {
+                Some(from) => source.execute(params![hash, from])?,
+                None => no_source.execute([hash])?,
             };
         }
         let mut runner = tx.prepare_cached("insert or replace into runners values (?1, ?2)")?;
@@ -768,9 +782,16 @@ fn load(conn: &Connection, store: &mut Store) -> Result<(), DurableError> {
             .add(&job, slot, reach, store.options.retention_ms.is_some());
         store.slots.push(Some(job));
     }
-    let mut pairings = conn.prepare("select record from pairings order by seq")?;
-    for text in pairings.query_map([], |row| row.get::<_, String>(0))? {
-        if !store.people.create_pairing_json(text?) {
+    let mut pairings = conn.prepare(
+        "select p.record, s.source from pairings p
+           left join pairing_sources s on s.hash = p.hash order by p.seq",
+    )?;
+    let rows = pairings.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?))
+    })?;
+    for row in rows {
+        let (text, source) = row?;
+        if !store.people.load_pairing(text, source.as_deref()) {
             return Err(DurableError::Format("a pairing record".into()));
         }
     }

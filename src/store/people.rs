@@ -145,6 +145,12 @@ pub(crate) const PAIRING_GRACE_MS: f64 = 120_000.0;
 /// this bounds what pairings hold (see docs/security.md).
 pub(crate) const MAX_PAIRINGS: usize = 4096;
 
+/// Most pending pairings one request source may hold (a 64th of
+/// [`MAX_PAIRINGS`]): `pair start` past it is refused `rate-limited`, so
+/// 64 sources must each fill their share before the store is full, and no
+/// source can push out a pairing another started (see docs/security.md).
+pub(crate) const SOURCE_SHARE: usize = MAX_PAIRINGS / 64;
+
 /// One pairing: the record as compact JSON text (its key order kept), and
 /// the fields the store's rules read.
 struct Pairing {
@@ -155,6 +161,9 @@ struct Pairing {
     state: Option<String>,
     expires_at: Option<f64>,
     collected: bool,
+    /// The keyed hash of the request source that started it (`None`:
+    /// written by the app through `createPairing`, not by a request).
+    source: Option<Box<str>>,
 }
 
 impl Pairing {
@@ -171,6 +180,7 @@ impl Pairing {
             expires_at: number(&doc, root, "expiresAt"),
             collected: collected == Some(&Node::Bool(true)),
             json: json.into_boxed_str(),
+            source: None,
         };
         Some((pairing, number(&doc, root, "createdAt")))
     }
@@ -187,6 +197,12 @@ impl Pairing {
     /// Pending and not expired: the only pairing an approval acts on.
     fn live(&self, now: f64) -> bool {
         self.is("pending") && !self.expired(now)
+    }
+
+    /// Counted against its source's share: pending (expired or not, until
+    /// it is pruned) and started by a request.
+    fn held(&self) -> Option<&str> {
+        self.source.as_deref().filter(|_| self.is("pending"))
     }
 
     /// An approval its daemon has not collected yet: never evicted.
@@ -255,6 +271,9 @@ pub(crate) struct PairingStore {
     by_hash: HashMap<String, u64>,
     /// User code → sequences of the pairings carrying it.
     by_code: HashMap<String, BTreeSet<u64>>,
+    /// Source → sequences of the pending pairings it holds (at most
+    /// [`SOURCE_SHARE`] each, one entry per source holding any).
+    by_source: HashMap<Box<str>, BTreeSet<u64>>,
     /// How many pairings the last prune left (prunes on create are amortised).
     pruned_to: usize,
     /// No pairing expires before this (a lower bound; `None`: none
@@ -302,6 +321,24 @@ impl PairingStore {
         self.pairings.get(&seq).map(|p| (seq, &*p.json))
     }
 
+    /// The source of the pairing stored under `hash`.
+    #[cfg(not(edge))]
+    pub(super) fn pairing_source(&self, hash: &str) -> Option<&str> {
+        let seq = self.by_hash.get(hash)?;
+        self.pairings.get(seq)?.source.as_deref()
+    }
+
+    /// A pairing read back from the durable file, with its source.
+    #[cfg(not(edge))]
+    pub(super) fn load_pairing(&mut self, json: String, source: Option<&str>) -> bool {
+        let Some((mut pairing, created_at)) = Pairing::parse(json) else {
+            return false;
+        };
+        pairing.source = source.map(Into::into);
+        self.insert_pairing(pairing.hash.clone(), pairing, created_at);
+        true
+    }
+
     /// The runner at position `at` (insertion order).
     #[cfg(not(edge))]
     pub(super) fn runner_at(&self, at: usize) -> Option<&str> {
@@ -322,11 +359,103 @@ impl PairingStore {
         true
     }
 
+    /// `pair start`'s write: [`Self::create_pairing_json`] for a pairing a
+    /// request from `source` (a keyed hash) started at `now`, unless that
+    /// source already holds its [`SOURCE_SHARE`] of pending pairings, or the
+    /// store holds [`MAX_PAIRINGS`] and none of them may go instead (an
+    /// app's own pending pairing, or one that is over: denied, or approved
+    /// and collected): then nothing is stored and the answer is `false` (the
+    /// request is refused `rate-limited`). A pairing a source started within
+    /// its share is never dropped for another's.
+    pub(crate) fn start_pairing_json(&mut self, json: String, source: &str, now: f64) -> bool {
+        let Some((mut pairing, created_at)) = Pairing::parse(json) else {
+            return false;
+        };
+        if self.source_full(source, now) {
+            return false;
+        }
+        if self.pairings.len() >= MAX_PAIRINGS && !self.by_hash.contains_key(&pairing.hash) {
+            self.prune(now);
+            if self.pairings.len() >= MAX_PAIRINGS {
+                let spare = self
+                    .pairings
+                    .iter()
+                    .find(|(_, p)| p.held().is_none() && !p.awaiting_collection())
+                    .map(|(&seq, _)| seq);
+                match spare {
+                    Some(seq) => self.remove(seq),
+                    None => return false,
+                }
+            }
+        }
+        pairing.source = Some(source.into());
+        self.insert_pairing(pairing.hash.clone(), pairing, created_at);
+        true
+    }
+
+    /// Whether `source` holds its whole share at `now`, after the pairings
+    /// of its that are past pruning went (at most [`SOURCE_SHARE`] looked at).
+    fn source_full(&mut self, source: &str, now: f64) -> bool {
+        let Some(held) = self.by_source.get(source) else {
+            return false;
+        };
+        if held.len() < SOURCE_SHARE {
+            return false;
+        }
+        let before = now - PAIRING_GRACE_MS;
+        let stale: Vec<u64> = held
+            .iter()
+            .copied()
+            .filter(|seq| {
+                self.pairings
+                    .get(seq)
+                    .and_then(|p| p.expires_at)
+                    .is_some_and(|at| at <= before)
+            })
+            .collect();
+        for seq in stale {
+            self.remove(seq);
+        }
+        self.by_source
+            .get(source)
+            .is_some_and(|held| held.len() >= SOURCE_SHARE)
+    }
+
+    fn index_source(&mut self, seq: u64) {
+        if let Some(source) = self.pairings.get(&seq).and_then(Pairing::held) {
+            let source: Box<str> = source.into();
+            self.by_source.entry(source).or_default().insert(seq);
+        }
+    }
+
+    fn unindex_source(&mut self, seq: u64) {
+        let Some(source) = self.pairings.get(&seq).and_then(Pairing::held) else {
+            return;
+        };
+        if let Some(set) = self.by_source.get_mut(source) {
+            set.remove(&seq);
+            if set.is_empty() {
+                self.by_source.remove(source);
+            }
+        }
+    }
+
+    /// Replace the pairing at `seq`, keeping its source.
+    fn replace(&mut self, seq: u64, mut pairing: Pairing) {
+        self.unindex_source(seq);
+        if let Some(old) = self.pairings.get_mut(&seq) {
+            pairing.source = old.source.take();
+        }
+        self.pairings.insert(seq, pairing);
+        self.index_source(seq);
+    }
+
     fn insert_pairing(&mut self, key: String, pairing: Pairing, created_at: Option<f64>) {
         self.pairing_changed(&key);
         let seq = match self.by_hash.get(&key) {
             Some(&seq) => {
                 self.unindex_code(seq);
+                self.unindex_source(seq);
                 seq
             }
             None => {
@@ -343,6 +472,7 @@ impl PairingStore {
             self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
         }
         self.pairings.insert(seq, pairing);
+        self.index_source(seq);
         if let Some(now) = created_at {
             if self.pairings.len() >= (2 * self.pruned_to).max(1024) {
                 self.prune(now);
@@ -384,19 +514,24 @@ impl PairingStore {
         gone.len()
     }
 
-    /// Over [`MAX_PAIRINGS`]: drop the oldest pairings but `keep` and those
-    /// awaiting collection.
+    /// Over [`MAX_PAIRINGS`] (the app's own `createPairing` calls): drop
+    /// the oldest pairings but `keep` and those awaiting collection, those
+    /// no source holds first.
     fn evict_oldest(&mut self, keep: u64) {
-        let excess = self.pairings.len().saturating_sub(MAX_PAIRINGS);
-        let gone: Vec<u64> = self
-            .pairings
-            .iter()
-            .filter(|(&seq, p)| seq != keep && !p.awaiting_collection())
-            .map(|(&seq, _)| seq)
-            .take(excess)
-            .collect();
-        for seq in gone {
-            self.remove(seq);
+        for sourced in [false, true] {
+            let excess = self.pairings.len().saturating_sub(MAX_PAIRINGS);
+            let gone: Vec<u64> = self
+                .pairings
+                .iter()
+                .filter(|(&seq, p)| {
+                    seq != keep && !p.awaiting_collection() && p.held().is_some() == sourced
+                })
+                .map(|(&seq, _)| seq)
+                .take(excess)
+                .collect();
+            for seq in gone {
+                self.remove(seq);
+            }
         }
     }
 
@@ -414,6 +549,7 @@ impl PairingStore {
 
     fn remove(&mut self, seq: u64) {
         self.unindex_code(seq);
+        self.unindex_source(seq);
         if let Some(pairing) = self.pairings.remove(&seq) {
             if self.by_hash.get(&pairing.hash) == Some(&seq) {
                 self.by_hash.remove(&pairing.hash);
@@ -510,7 +646,7 @@ impl PairingStore {
         let hash = pairing.hash.clone();
         self.pairing_changed(&hash);
         if let Some((approved, _)) = approved.and_then(Pairing::parse) {
-            self.pairings.insert(seq, approved);
+            self.replace(seq, approved);
         }
         let runner = Runner::parse(runner).ok_or_else(unknown)?;
         let at = match self.runner_at.get(runner_id) {
@@ -546,17 +682,17 @@ impl PairingStore {
     }
 
     fn rewrite(&mut self, seq: u64, changes: &[(&str, &str)]) {
-        let Some(stored) = self.pairings.get_mut(&seq) else {
+        let Some(stored) = self.pairings.get(&seq) else {
             return;
         };
         let Some((changed, _)) = spread(&stored.json, changes).and_then(Pairing::parse) else {
             return;
         };
-        *stored = changed;
-        let hash = stored.hash.clone();
-        if let Some(at) = stored.expires_at {
+        let hash = changed.hash.clone();
+        if let Some(at) = changed.expires_at {
             self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
         }
+        self.replace(seq, changed);
         self.pairing_changed(&hash);
     }
 
@@ -657,6 +793,11 @@ impl PairingStore {
 /// What pairings hold, for the tests.
 #[cfg(test)]
 impl PairingStore {
+    /// Pending pairings `source` holds.
+    pub(crate) fn source_holds(&self, source: &str) -> usize {
+        self.by_source.get(source).map_or(0, BTreeSet::len)
+    }
+
     /// How many pairings are kept, and the bytes of their records.
     pub(crate) fn pairing_footprint(&self) -> (usize, usize) {
         let bytes = self.pairings.values().map(|p| p.json.len()).sum();

@@ -1787,3 +1787,96 @@ fn the_result_view_holds_state_outcome_and_provenance_only() {
     });
     assert_eq!(view(&store, b), r#"{"jobId":"b","state":"error"}"#);
 }
+
+fn start(people: &mut PairingStore, hash: &str, source: &str, now: f64) -> bool {
+    let json =
+        serde_json::to_string(&pending(hash, hash, now, now + 600_000.0)).unwrap_or_default();
+    people.start_pairing_json(json, source, now)
+}
+
+#[test]
+fn a_source_past_its_share_is_refused_and_evicts_nothing() {
+    use crate::store::people::SOURCE_SHARE;
+    let mut people = PairingStore::default();
+    assert!(start(&mut people, "person", "home", 0.0));
+    for i in 0..SOURCE_SHARE {
+        assert!(start(&mut people, &format!("f{i}"), "flood", 1.0));
+    }
+    for i in 0..100_000 {
+        assert!(!start(&mut people, &format!("x{i}"), "flood", 2.0));
+    }
+    assert_eq!(people.source_holds("flood"), SOURCE_SHARE);
+    assert_eq!(people.pairing_footprint().0, SOURCE_SHARE + 1);
+    assert!(people.approve("person", "alice", "r1", 3.0).is_ok());
+    // An approval is no longer held against its source.
+    assert_eq!(people.source_holds("home"), 0);
+    // Once its pairings are past pruning, the source may start again.
+    assert!(start(
+        &mut people,
+        "later",
+        "flood",
+        600_001.0 + PAIRING_GRACE_MS
+    ));
+    assert_eq!(people.source_holds("flood"), 1);
+}
+
+#[test]
+fn a_full_store_refuses_rather_than_drop_a_pairing_held_within_its_share() {
+    use crate::store::people::{MAX_PAIRINGS, SOURCE_SHARE};
+    let mut people = PairingStore::default();
+    // An app's own pairing (no source) is the one dropped first.
+    people.create_pairing(pending("app", "APP", 0.0, 600_000.0));
+    let sources = MAX_PAIRINGS / SOURCE_SHARE;
+    let mut started = Vec::new();
+    for s in 0..sources * 2 {
+        for i in 0..SOURCE_SHARE {
+            let hash = format!("s{s}p{i}");
+            if start(&mut people, &hash, &format!("src{s}"), 1.0) {
+                started.push(hash);
+            }
+        }
+    }
+    assert_eq!(started.len(), MAX_PAIRINGS);
+    assert_eq!(people.pairing_footprint().0, MAX_PAIRINGS);
+    assert!(people.pairing_by_hash("app").is_none());
+    for hash in &started {
+        assert!(people.pairing_by_hash(hash).is_some(), "{hash} was dropped");
+    }
+}
+
+#[test]
+fn sources_survive_a_rewrite_and_a_removal() {
+    let mut people = PairingStore::default();
+    assert!(start(&mut people, "a", "s", 0.0));
+    assert!(start(&mut people, "b", "s", 0.0));
+    people.deny("a");
+    assert_eq!(people.source_holds("s"), 1);
+    people.prune(600_000.0 + PAIRING_GRACE_MS + 1.0);
+    assert_eq!(people.source_holds("s"), 0);
+    assert_eq!(people.pairing_footprint().0, 0);
+}
+
+#[test]
+fn a_full_store_drops_a_pairing_that_is_over_before_refusing() {
+    use crate::store::people::{MAX_PAIRINGS, SOURCE_SHARE};
+    let mut people = PairingStore::default();
+    assert!(start(&mut people, "denied", "s0", 0.0));
+    people.deny("denied");
+    let mut n = 1;
+    let mut s = 1;
+    while n < MAX_PAIRINGS {
+        for i in 0..SOURCE_SHARE.min(MAX_PAIRINGS - n) {
+            assert!(start(
+                &mut people,
+                &format!("s{s}p{i}"),
+                &format!("s{s}"),
+                1.0
+            ));
+            n += 1;
+        }
+        s += 1;
+    }
+    assert!(start(&mut people, "newcomer", "fresh", 2.0));
+    assert!(people.pairing_by_hash("denied").is_none());
+    assert!(!start(&mut people, "refused", "fresher", 2.0));
+}
