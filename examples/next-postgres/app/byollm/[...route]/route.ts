@@ -9,4 +9,8 @@ export const { POST, GET, dynamic } = createHandler(() => ({
   store: getStore(),
   siteKeys: siteKeysFromEnv("BYOLLM_SITE_KEYS"),
   verificationUrl: verificationUrl(),
+  // Who sent a request, for the pairing limits (docs/security.md). On Vercel
+  // its edge sets x-real-ip and a client cannot; elsewhere a client could, so
+  // without a trusted proxy every request counts as one source.
+  source: (request) => (process.env.VERCEL ? (request.headers.get("x-real-ip") ?? undefined) : undefined),
 }));
