@@ -53,9 +53,13 @@ const seconds = (ms) => `${(ms / 1000).toFixed(0)} s`;
 
 const AREAS = {
   core: {
-    about: "the Rust core's rules and crypto: cargo test, then the JS files on the golden vectors and against the reference's rules",
+    about: "the Rust core's rules and crypto: cargo test, and beside it the JS files on the golden vectors",
     rust: true,
-    files: /^(rules|rules-parity|crypto|crypto-interop|api-vectors|seal-checked|open-input|protocol-types)\.test/,
+    files: /^(rules|crypto|api-vectors|seal-checked|open-input|protocol-types)\.test/,
+  },
+  parity: {
+    about: "the core against the reference on seeded random input: rules, crypto, the differential suite (minutes)",
+    files: /^(rules-parity|crypto-interop|differential)\.test/,
   },
   memory: {
     about: "MemoryStore (in memory and on a file): the store contract, its records, the engine's operations run in place",
@@ -88,8 +92,8 @@ const AREAS = {
     files: /^(package|dropin|install-platforms|addon-elf|first-run|runtimes|wasi)\.test/,
   },
   hardening: {
-    about: "what no input may grow past, fuzzing, panics, the differential suite, load and crash runs",
-    files: /^(hardening|differential|load|durable-crash|bounds)/,
+    about: "what no input may grow past, fuzzing, panics, load and crash runs",
+    files: /^(hardening|load|durable-crash|bounds)/,
   },
   cloud: { about: "the cloud lane against a real relay", files: /^cloud/ },
 };
@@ -242,18 +246,27 @@ const host = /^host: (\S+)$/m.exec(spawnSync("rustc", ["-vV"], { encoding: "utf8
 const cargoTest = ["test", "--features", "wasm", ...(host ? ["--target", host] : [])];
 const rustSteps = [];
 if (area?.rust) {
-  run("cargo test", "cargo", cargoTest);
+  // Beside the area's JS files, which test the addon already built.
+  rustSteps.push(() => spawnStep("cargo test", "cargo", cargoTest));
 } else if (!area && !jsOnly && only.length === 0) {
   // rustfmt and clippy are rustup components a minimal toolchain leaves out.
   const hasTool = (tool) => spawnSync("cargo", [tool, "--version"], { stdio: "ignore" }).status === 0;
   const toolsMissing = ["fmt", "clippy"].filter((tool) => !hasTool(tool));
   if (toolsMissing.length > 0) run("rustup component add rustfmt clippy", "rustup", ["component", "add", "rustfmt", "clippy"]);
   run("cargo fmt", "cargo", ["fmt", "--all", "--", "--check"]);
-  // The rest runs beside the JS tests (below), one step after another.
+  // The rest runs beside the JS tests (below), one step after another:
+  // cargo test first, as the fuzzer's build (hardening-fuzz) waits for its
+  // lock on target/debug and then shares what it compiled.
   const step = (label, cmd, cmdArgs, opts) => () => spawnStep(label, cmd, cmdArgs, opts);
+  // A check never links, so the SQLite its build script compiles is never
+  // used: unoptimised, without debug info (its own profile settings, so these
+  // clippy runs share it).
+  const checkOnly = ["--config", 'profile.dev.package."libsqlite3-sys".opt-level=0', "--config", 'profile.dev.package."libsqlite3-sys".debug=false'];
   rustSteps.push(
-    step("cargo clippy (core)", "cargo", ["clippy", "--all-targets", "--", "-D", "warnings"]),
-    step("cargo clippy (node binding)", "cargo", ["clippy", "--features", "node", "--", "-D", "warnings"]),
+    // The core's tests plus the wasm binding's host-side tests.
+    step("cargo test", "cargo", cargoTest),
+    step("cargo clippy (core)", "cargo", ["clippy", ...checkOnly, "--all-targets", "--", "-D", "warnings"]),
+    step("cargo clippy (node binding)", "cargo", ["clippy", ...checkOnly, "--features", "node", "--", "-D", "warnings"]),
     // The wasm build picks getrandom's host-supplied source by cfg (as scripts/build-wasm.mjs does);
     // its own target dir keeps these RUSTFLAGS from invalidating the native build's cache.
     step("cargo clippy (wasm binding)", "cargo", ["clippy", "--features", "wasm", "--target", "wasm32-unknown-unknown", "--", "-D", "warnings"], {
@@ -263,8 +276,6 @@ if (area?.rust) {
         CARGO_TARGET_DIR: join(root, "target", "wasm-clippy"),
       },
     }),
-    // The core's tests plus the wasm binding's host-side tests.
-    step("cargo test", "cargo", cargoTest),
     // The core's tests again on curve25519-dalek's AVX2 backend.
     // .cargo/config.toml compiles in the AVX-512 IFMA one, which this
     // machine's CPU selects, while a CPU without AVX-512 IFMA (most Intel
@@ -399,7 +410,9 @@ const lanes = [];
 if (files.length) {
   const v22 = versionOf(node22);
   lanes.push(() => testRun(`node ${v22}`, node22, byDuration(files)));
-  if (!area) {
+  if (area) {
+    if (rustSteps.length) lanes.push(() => chain(...rustSteps));
+  } else {
     const others = [];
     if (existsSync(node24)) {
       const v24 = versionOf(node24);
