@@ -1,8 +1,8 @@
 // A node:test reporter that writes one JSON line per test file: its path,
 // how long it ran (the file's own process, from Node 22's per-file
 // `test:summary`) and whether it passed. scripts/test.mjs adds it beside the
-// usual reporter, prints the slowest files and starts them first next time.
-// (Node 20 sends no per-file summary; there it writes nothing.)
+// usual reporter and prints the slowest files. (Node 20 sends no per-file
+// summary; there it writes nothing.)
 export default async function* testTimes(source) {
   for await (const event of source) {
     if (event.type !== "test:summary" || event.data.file === undefined) continue;

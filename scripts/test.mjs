@@ -16,17 +16,16 @@
 //                                       BYOLLM_TEST_JOBS)
 //
 // Test files share nothing (each makes its own temp dirs, loopback ports and
-// PostgreSQL database), so they run concurrently, the slowest first: the
-// order is the last run's (target/test-times.json) or, in a fresh clone, the
-// committed scripts/test-times.json. Node 22 and 24 come from npm
-// (devDependencies `node` and `node24`); Node 20 is the machine's own.
+// PostgreSQL database), so they run concurrently (node --test starts them in
+// the order of their paths). Node 22 and 24 come from npm (devDependencies
+// `node` and `node24`); Node 20 is the machine's own.
 //
 // It brings up what the chosen files need first: PostgreSQL, this checkout's
 // own server (scripts/pg-start.sh; BYOLLM_PG_URL names another), and
 // Chromium (/usr/bin/chromium, or BYOLLM_CHROMIUM), each installed from
 // Debian's packages when missing (as root, or through sudo without a password).
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join, resolve, dirname, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -340,16 +339,6 @@ function alsoOn(label, list, { node20 = false } = {}) {
   return kept;
 }
 
-// The slowest first, by the last run's times (or the committed ones).
-function byDuration(list) {
-  const times = new Map();
-  for (const source of [join(root, "scripts", "test-times.json"), join(root, "target", "test-times.json")]) {
-    if (!existsSync(source)) continue;
-    for (const [file, ms] of Object.entries(JSON.parse(readFileSync(source, "utf8")))) times.set(file, ms);
-  }
-  return [...list].sort((a, b) => (times.get(baseName(b)) ?? 0) - (times.get(baseName(a)) ?? 0));
-}
-
 // ---------------------------------------------------------------------------
 // The JS runs: `node --test` per Node version (its summary lines close each
 // one), several at once, each output printed whole when it ends.
@@ -409,7 +398,7 @@ const chain = async (...steps) => {
 const lanes = [];
 if (files.length) {
   const v22 = versionOf(node22);
-  lanes.push(() => testRun(`node ${v22}`, node22, byDuration(files)));
+  lanes.push(() => testRun(`node ${v22}`, node22, files));
   if (area) {
     if (rustSteps.length) lanes.push(() => chain(...rustSteps));
   } else {
@@ -417,7 +406,7 @@ if (files.length) {
     if (existsSync(node24)) {
       const v24 = versionOf(node24);
       const on24 = alsoOn(`node ${v24}`, files);
-      if (on24.length) others.push(() => testRun(`node ${v24}`, node24, byDuration(on24), { concurrency: 2 }));
+      if (on24.length) others.push(() => testRun(`node ${v24}`, node24, on24, { concurrency: 2 }));
     } else {
       console.error(`\nnode_modules/node24 is missing (run npm ci): the Node 24 run cannot happen`);
       failures.push("node 24 (not installed)");
@@ -425,7 +414,7 @@ if (files.length) {
     const v20 = versionOf(nodeSystem);
     if (v20 !== v22) {
       const on20 = alsoOn(`node ${v20}`, files, { node20: true });
-      if (on20.length) others.push(() => testRun(`node ${v20}`, nodeSystem, byDuration(on20), { concurrency: 2 }));
+      if (on20.length) others.push(() => testRun(`node ${v20}`, nodeSystem, on20, { concurrency: 2 }));
     } else {
       console.log(`(the machine's node is ${v20}, the same as node@22: no second run)`);
     }
@@ -451,9 +440,7 @@ if (files.length) {
 await Promise.all(lanes.map((lane) => lane()));
 
 // ---------------------------------------------------------------------------
-// What took the time: each step, the slowest files; their times order the
-// next run (target/test-times.json; copy it to scripts/test-times.json to
-// change a fresh clone's order).
+// What took the time: each step, and the slowest files.
 
 const fileTimes = new Map();
 for (const name of existsSync(timesDir) ? readdirSync(timesDir) : []) {
@@ -464,9 +451,6 @@ for (const name of existsSync(timesDir) ? readdirSync(timesDir) : []) {
   }
 }
 if (fileTimes.size) {
-  const saved = join(root, "target", "test-times.json");
-  const previous = existsSync(saved) ? JSON.parse(readFileSync(saved, "utf8")) : {};
-  writeFileSync(saved, JSON.stringify(Object.fromEntries(Object.entries({ ...previous, ...Object.fromEntries(fileTimes) }).sort(([, a], [, b]) => b - a)), null, 1) + "\n");
   const slowest = [...fileTimes].sort(([, a], [, b]) => b - a).slice(0, 12);
   const sum = [...fileTimes.values()].reduce((a, b) => a + b, 0);
   console.log(`\nNode 22, the slowest files (each file's own time; ${fileTimes.size} files, ${seconds(sum)} in all):`);
