@@ -394,14 +394,23 @@ function testRun(label, bin, list, { concurrency = jobs, extraEnv = {} } = {}) {
 const chain = async (...steps) => {
   for (const step of steps) await step();
 };
+/** Two of the runs at a time, in the order given: each lane takes the next when its run ends. */
+async function twoAtATime(runs) {
+  const queue = [...runs];
+  const lane = async () => {
+    for (let next = queue.shift(); next !== undefined; next = queue.shift()) await next();
+  };
+  await Promise.all([lane(), lane()]);
+}
 
+// The Node 22 run and the Rust steps (one unit: they take cargo's locks in
+// turn) first, then the shorter runs, each on whichever lane is free first.
 const lanes = [];
 if (files.length) {
   const v22 = versionOf(node22);
   lanes.push(() => testRun(`node ${v22}`, node22, files));
-  if (area) {
-    if (rustSteps.length) lanes.push(() => chain(...rustSteps));
-  } else {
+  if (rustSteps.length) lanes.push(() => chain(...rustSteps));
+  if (!area) {
     const others = [];
     if (existsSync(node24)) {
       const v24 = versionOf(node24);
@@ -434,10 +443,10 @@ if (files.length) {
         others.push(() => testRun(`WebAssembly fallback, node ${versionOf(bin)}`, bin, wasiFiles, { concurrency: 2, extraEnv: { NAPI_RS_FORCE_WASI: "1" } }));
       }
     }
-    if (others.length || rustSteps.length) lanes.push(() => chain(...rustSteps, ...others));
+    lanes.push(...others);
   }
 }
-await Promise.all(lanes.map((lane) => lane()));
+await twoAtATime(lanes);
 
 // ---------------------------------------------------------------------------
 // What took the time: each step, and the slowest files.
