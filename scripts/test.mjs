@@ -258,14 +258,17 @@ if (area?.rust) {
   // lock on target/debug and then shares what it compiled.
   const step = (label, cmd, cmdArgs, opts) => () => spawnStep(label, cmd, cmdArgs, opts);
   // A check never links, so the SQLite its build script compiles is never
-  // used: unoptimised, without debug info (its own profile settings, so these
-  // clippy runs share it).
+  // used: unoptimised, without debug info. In a target dir of its own, so a
+  // check never holds the lock of target/debug, where the builds of cargo
+  // test and the fuzzer (hardening-fuzz, meanwhile) keep their build scripts;
+  // a check shares nothing with a build anyway.
   const checkOnly = ["--config", 'profile.dev.package."libsqlite3-sys".opt-level=0', "--config", 'profile.dev.package."libsqlite3-sys".debug=false'];
+  const checkEnv = { env: { ...process.env, CARGO_TARGET_DIR: join(root, "target", "clippy") } };
   rustSteps.push(
     // The core's tests plus the wasm binding's host-side tests.
     step("cargo test", "cargo", cargoTest),
-    step("cargo clippy (core)", "cargo", ["clippy", ...checkOnly, "--all-targets", "--", "-D", "warnings"]),
-    step("cargo clippy (node binding)", "cargo", ["clippy", ...checkOnly, "--features", "node", "--", "-D", "warnings"]),
+    step("cargo clippy (core)", "cargo", ["clippy", ...checkOnly, "--all-targets", "--", "-D", "warnings"], checkEnv),
+    step("cargo clippy (node binding)", "cargo", ["clippy", ...checkOnly, "--features", "node", "--", "-D", "warnings"], checkEnv),
     // The wasm build picks getrandom's host-supplied source by cfg (as scripts/build-wasm.mjs does);
     // its own target dir keeps these RUSTFLAGS from invalidating the native build's cache.
     step("cargo clippy (wasm binding)", "cargo", ["clippy", "--features", "wasm", "--target", "wasm32-unknown-unknown", "--", "-D", "warnings"], {
