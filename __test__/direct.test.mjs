@@ -11,7 +11,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { ByollmApp, MemoryStore, createFetchHandler } from "../dist/index.js";
-import { servesDirectly } from "../dist/memory.js";
+import { runsInPlace } from "../dist/memory.js";
 import { native } from "../dist/native.js";
 import { binding } from "../dist/native-loader.js";
 
@@ -167,23 +167,23 @@ function resultEnvelope(jobId, { outcome = { outcome: "ok", text: `done ${jobId}
 
 test("operations run in place on a plain MemoryStore only", async () => {
   const plain = new MemoryStore();
-  assert.equal(servesDirectly(plain), true);
-  assert.equal(servesDirectly(jsStore(plain)), false, "a proxy goes through its own methods");
+  assert.equal(runsInPlace(plain), true);
+  assert.equal(runsInPlace(jsStore(plain)), false, "a proxy goes through its own methods");
   class Sub extends MemoryStore {}
-  assert.equal(servesDirectly(new Sub()), false, "a subclass may override the methods");
+  assert.equal(runsInPlace(new Sub()), false, "a subclass may override the methods");
   const patched = new MemoryStore();
   patched.complete = async () => ({ accepted: false });
-  assert.equal(servesDirectly(patched), false, "an instance with its own methods");
+  assert.equal(runsInPlace(patched), false, "an instance with its own methods");
   const original = MemoryStore.prototype.claim;
   try {
     MemoryStore.prototype.claim = async () => [];
-    assert.equal(servesDirectly(plain), false, "a patched prototype");
+    assert.equal(runsInPlace(plain), false, "a patched prototype");
   } finally {
     MemoryStore.prototype.claim = original;
   }
-  assert.equal(servesDirectly(plain), true);
-  assert.equal(servesDirectly({}), false);
-  assert.equal(servesDirectly(null), false);
+  assert.equal(runsInPlace(plain), true);
+  assert.equal(runsInPlace({}), false);
+  assert.equal(runsInPlace(null), false);
 });
 
 test("claim, fetch and result: the same answers and the same store in place as through the methods", async () => {

@@ -10,7 +10,10 @@ import { fileURLToPath } from "node:url";
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const TARGETS = ["inspect", "open", "verify", "keys", "b64"];
 
-test("fuzz smoke: every target runs without a crash", { timeout: 180_000 }, () => {
+// The timeout covers building the fuzzer too: when npm test's cargo test has
+// not run yet (it runs beside the JS files), that build compiles the
+// dependencies itself, minutes on two busy cores.
+test("fuzz smoke: every target runs without a crash", { timeout: 900_000 }, () => {
   const r = spawnSync("bash", [join(root, "scripts", "fuzz.sh"), "4", ...TARGETS], { cwd: root, encoding: "utf8", env: { ...process.env, FUZZ_SEED: String(Date.now() % 100000) } });
   const out = `${r.stdout}\n${r.stderr}`;
   console.log(r.stdout.split("\n").filter(Boolean).map((l) => `# ${l}`).join("\n"));

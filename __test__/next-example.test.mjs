@@ -265,6 +265,8 @@ test("with VERCEL set, the in-memory store's warning was logged once, after requ
 });
 
 test("next build finishes in reasonable time", { skip }, () => {
-  // Not a benchmark: a guard against the example growing a slow build.
-  assert.ok(buildSeconds < 180, `next build took ${buildSeconds} s`);
+  // Not a benchmark: a guard against the example growing a pathologically
+  // slow build. npm test runs it beside other files (another next build
+  // among them) on two cores, where an ordinary build took 187 s.
+  assert.ok(buildSeconds < 600, `next build took ${buildSeconds} s`);
 });

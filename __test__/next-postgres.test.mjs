@@ -19,7 +19,7 @@ import { freePort } from "./helpers/net.mjs";
 import { installExample, nextBin, run, startNext, stopChild, Browserless } from "./helpers/next-app.mjs";
 import { adminUrl, TRUNCATE, testPool } from "./postgres-db.mjs";
 import { makeTarget, ours } from "./postgres-target.mjs";
-import { certifyAllowingOneTimingRetry } from "./helpers/certify.mjs";
+import { certifyAllowingTimingRetries } from "./helpers/certify.mjs";
 import { CHECKS, formatReport } from "@byollm/conformance";
 import { root } from "./site-harness.mjs";
 
@@ -298,7 +298,7 @@ test("the conformance kit passes through the two next start processes (30 of its
     let turn = 0;
     const backends = servers.slice(0, 2).map((server) => server.origin);
     const only = CHECKS.map((check) => check.id).filter((id) => !NEEDS_THE_SERVERS_CLOCK.includes(id));
-    const report = await certifyAllowingOneTimingRetry(
+    const report = await certifyAllowingTimingRetries(
       {
         ...target,
         origin: proxyOrigin,

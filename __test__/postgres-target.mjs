@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { formatReport, CHECKS } from "@byollm/conformance";
-import { certifyAllowingOneTimingRetry } from "./helpers/certify.mjs";
+import { certifyAllowingTimingRetries } from "./helpers/certify.mjs";
 
 const ORIGIN = "https://sql.byollm.test";
 
@@ -106,7 +106,7 @@ export function makeTarget({ name, stack, makeStore, truncate, siteKeys, fakeClo
 }
 
 export async function certifyAndReport(target) {
-  const report = await certifyAllowingOneTimingRetry(target);
+  const report = await certifyAllowingTimingRetries(target);
   const failed = report.results.filter((r) => !r.passed);
   if (failed.length > 0) console.log(formatReport(report));
   assert.equal(CHECKS.length, 32);

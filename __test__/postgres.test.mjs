@@ -609,10 +609,14 @@ test("upgrade: a database migrated by @byollm/server 0.1.1 takes our migrations 
     // What Supabase provides that the 0.1.1 files assume.
     await up.query(`create schema auth; create table auth.users (id uuid primary key);
       create function auth.uid() returns uuid language sql stable as $$ select (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub')::uuid $$;
-      do $$ begin
-        if not exists (select 1 from pg_roles where rolname = 'anon') then create role anon nologin; end if;
-        if not exists (select 1 from pg_roles where rolname = 'authenticated') then create role authenticated nologin; end if;
-        if not exists (select 1 from pg_roles where rolname = 'service_role') then create role service_role nologin; end if;
+      do $$ declare r text; begin
+        -- Roles are cluster-wide: another test file's database may create one at the same moment.
+        foreach r in array array['anon', 'authenticated', 'service_role'] loop
+          begin
+            if not exists (select 1 from pg_roles where rolname = r) then execute format('create role %I nologin', r); end if;
+          exception when duplicate_object or unique_violation then null;
+          end;
+        end loop;
       end $$;
       set client_min_messages = warning; create publication supabase_realtime;`);
     const refDir = `${root}/node_modules/@byollm/server/supabase/migrations`;

@@ -26,10 +26,13 @@ if [[ "${FUZZ_COVERAGE:-0}" == "1" ]]; then
     cargo build --quiet --target "$triple"
   bin="$CARGO_TARGET_DIR/$triple/debug/byollm-fuzz"
 else
-  # The main crate's target dir: its dependencies are already built there.
+  # The main crate's target dir and the host triple named as `napi build
+  # --platform` and npm test's cargo test name it: the dependencies they
+  # compiled (target/<triple>/debug) are reused.
+  triple="$(rustc -vV | sed -n 's/^host: //p')"
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-  cargo build --quiet
-  bin="$CARGO_TARGET_DIR/debug/byollm-fuzz"
+  cargo build --quiet --target "$triple"
+  bin="$CARGO_TARGET_DIR/$triple/debug/byollm-fuzz"
 fi
 
 if [[ ${#targets[@]} -eq 0 ]]; then

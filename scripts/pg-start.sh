@@ -74,6 +74,12 @@ fi
 
 mkdir -p "$DIR"
 if [ "$(id -u)" = "0" ]; then chown postgres: "$DIR"; fi
+# Test files started at once each run this script (without BYOLLM_PG_URL):
+# one of them initialises and starts the cluster, the others wait for it.
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$DIR.lock"
+  flock 9
+fi
 
 if [ ! -f "$DATA/PG_VERSION" ]; then
   log "initialising a cluster in $DATA"

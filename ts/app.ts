@@ -14,7 +14,7 @@ import { CloudLane } from "./cloud.js";
 import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
 import { bindApp, recorderFor, snapshotOf, type MetricsSnapshot, type Registry } from "./metrics.js";
-import { enqueueDirect, servesDirectly, sweptResult, type PayloadSource } from "./memory.js";
+import { enqueueDirect, runsInPlace, sweptResult, type PayloadSource } from "./memory.js";
 import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
 import { sqlStorePaths } from "./sql-store.js";
 import type {
@@ -134,7 +134,7 @@ export class ByollmApp {
     // The plaintext payload is not handed to the store (its interface never
     // had it); everything else the caller passed goes through unchanged.
     const { payload: _plaintext, ...rest } = input;
-    if (this.cloud === undefined && servesDirectly(this.#store)) {
+    if (this.cloud === undefined && runsInPlace(this.#store)) {
       // Our MemoryStore: validated, sealed and stored in one native call; a
       // large payload validated on the thread pool and sealed at rest on the
       // background thread, off the request's way.
@@ -202,7 +202,7 @@ export class ByollmApp {
   async result(jobId: string): Promise<DeliveredResult | null> {
     text("result", "jobId", jobId);
     // Our MemoryStore, read by this class's own `job`: one native call.
-    if (typeof jobId === "string" && this.job === ORIGINAL_JOB && servesDirectly(this.#store)) {
+    if (typeof jobId === "string" && this.job === ORIGINAL_JOB && runsInPlace(this.#store)) {
       return sweptResult(this.#store, jobId, this.#now());
     }
     const job = await this.job(jobId);

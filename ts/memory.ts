@@ -17,6 +17,7 @@ import {
   type SiteKeyringHandle,
   type StoreCounts,
 } from "./native.js";
+import { OPERATION_METHODS } from "./operations.js";
 import type {
   AdoptArgs,
   DeliveredResult,
@@ -269,7 +270,7 @@ interface Lane {
 const lanes = new WeakMap<object, Lane>();
 
 /**
- * `ByollmApp.result` on a store `servesDirectly` accepts, in one native call:
+ * `ByollmApp.result` on a store `runsInPlace` accepts, in one native call:
  * the expiry sweep, then the job's state, outcome and provenance, without
  * the whole record. Watchers hear what the sweep changed.
  */
@@ -290,32 +291,38 @@ export function nativeStoreCounts(store: unknown, now: number, livenessMs: numbe
   return lane?.native.storeCounts(now, livenessMs);
 }
 
-/** The store methods whose work a direct-lane call does natively. */
-const DIRECT_METHODS = ["getRunner", "get", "claim", "complete", "create", "expireDue"] as const;
+/**
+ * Every store method a call served in place on our MemoryStore stands for:
+ * each engine operation's (`OPERATION_METHODS`), an enqueue's `create`
+ * (`enqueueDirect`) and a result's sweep and read (`sweptResult`).
+ */
+export const IN_PLACE_METHODS: readonly string[] = [
+  ...new Set<keyof ByollmStore>([...Object.values(OPERATION_METHODS).flat(), "create", "expireDue", "get"]),
+];
 
 /**
  * Whether `store` is one of our MemoryStores exactly as this module made it:
- * a direct-lane call skips its JS methods, so a subclass, a proxy, an
- * instance with methods of its own or a patched prototype (anything that
- * could change what those methods do) takes the general path.
+ * a call served in place skips the methods in `IN_PLACE_METHODS`, so a
+ * subclass, a proxy, an instance with methods of its own or a prototype with
+ * any of them patched (anything that could change what they do) is served
+ * through its methods instead.
  */
-export function servesDirectly(store: unknown): store is MemoryStore {
+export function runsInPlace(store: unknown): store is MemoryStore {
   if (typeof store !== "object" || store === null || !lanes.has(store)) return false;
   if (Object.getPrototypeOf(store) !== MemoryStore.prototype || !Reflect.ownKeys(store).every((key) => OWN_STATE.has(key))) return false;
   const proto = MemoryStore.prototype as unknown as Record<string, unknown>;
-  for (let at = 0; at < DIRECT_METHODS.length; at += 1) {
-    const name = DIRECT_METHODS[at] as string;
-    if (proto[name] !== ORIGINAL_METHODS[at]) return false;
+  for (let at = 0; at < IN_PLACE_METHODS.length; at += 1) {
+    if (proto[IN_PLACE_METHODS[at] as string] !== ORIGINAL_METHODS[at]) return false;
   }
   return true;
 }
 
 /**
  * Our native store when the engine may run its operations in place (a store
- * `servesDirectly` accepts), and the bell for its watchers; else undefined.
+ * `runsInPlace` accepts), and the bell for its watchers; else undefined.
  */
 export function nativeStoreOf(store: unknown): { native: NativeMemoryStoreHandle; notify: () => void } | undefined {
-  return servesDirectly(store) ? lanes.get(store) : undefined;
+  return runsInPlace(store) ? lanes.get(store) : undefined;
 }
 
 /** What an enqueue stores besides its envelope and size class (`StoredJobInput`'s other fields). */
@@ -338,7 +345,7 @@ const isStrings = (value: unknown): value is string[] =>
 
 /**
  * Validate, seal at rest and store a job, for an enqueue on a store
- * `servesDirectly` accepts: the new record, or the validator's refusal
+ * `runsInPlace` accepts: the new record, or the validator's refusal
  * (nothing stored). A payload up to `threshold` units is done in one native
  * call; a larger one is validated on the thread pool, its at-rest seal left
  * to the background thread (the store's records read it by id when someone
@@ -788,7 +795,7 @@ function checkStoredJob(input: StoredJobInput): void {
   optionalNumber(where, "deadlineAt", input.deadlineAt);
 }
 
-/** The prototype's methods as defined above, for `servesDirectly`. */
-const ORIGINAL_METHODS: readonly unknown[] = DIRECT_METHODS.map(
+/** The prototype's methods as defined above, for `runsInPlace`. */
+const ORIGINAL_METHODS: readonly unknown[] = IN_PLACE_METHODS.map(
   (name) => (MemoryStore.prototype as unknown as Record<string, unknown>)[name],
 );

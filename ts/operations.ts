@@ -11,8 +11,38 @@ export type Operations = (op: string, args: string) => Promise<string>;
 // Each operation's arguments are its store method's own, by name (src/engine/ops.rs).
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Args = any;
+
+/**
+ * Each engine operation and the store methods it stands for, in the order a
+ * store of the app's own is called. On our MemoryStore the engine performs
+ * the operation in place instead, without calling them: this table is also
+ * the list of methods a patch of which makes it go through the methods
+ * (ts/memory.ts). An operation's implementation below sees only its own
+ * methods, so a call the table does not name does not compile.
+ */
+export const OPERATION_METHODS = {
+  runner: ["getRunner"],
+  pairingByCode: ["getPairingByUserCode"],
+  createPairing: ["createPairing"],
+  pairingByHash: ["getPairingByDeviceCodeHash"],
+  consumePairing: ["consumePairingToken"],
+  claim: ["claim"],
+  job: ["get"],
+  resultFor: ["get"],
+  heartbeat: ["touchRunner", "renewLeases", "listCancelRequests"],
+  complete: ["complete"],
+  cancelRequests: ["listCancelRequests"],
+  release: ["release"],
+  cancel: ["cancel"],
+} as const satisfies Record<string, readonly (keyof ByollmStore)[]>;
+
+type Operation = keyof typeof OPERATION_METHODS;
+type Performers = {
+  readonly [Op in Operation]: (s: Pick<ByollmStore, (typeof OPERATION_METHODS)[Op][number]>, a: Args) => Promise<unknown>;
+};
+
 /** A user's own store: each operation as the store's methods. */
-const METHODS: Record<string, (s: ByollmStore, a: Args) => Promise<unknown>> = {
+const METHODS: Performers = {
   runner: (s, a) => s.getRunner(a.runnerId),
   pairingByCode: (s, a) => s.getPairingByUserCode(a.userCode),
   createPairing: (s, a) => s.createPairing(a.pairing),
@@ -37,7 +67,7 @@ const METHODS: Record<string, (s: ByollmStore, a: Args) => Promise<unknown>> = {
 /** The operations of a store of the app's own, as its methods. */
 export function methodOperations(store: ByollmStore): Operations {
   return async (op, args) => {
-    const method = METHODS[op];
+    const method = Object.hasOwn(METHODS, op) ? METHODS[op as Operation] : undefined;
     if (method === undefined) throw new Error(`unknown store operation ${op}`);
     return JSON.stringify(await method(store, JSON.parse(args) as Args)) ?? "null";
   };
