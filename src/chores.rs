@@ -64,7 +64,7 @@ fn spawn(_: &'static Worker) -> bool {
 /// Queue `chore` for the background thread; `false` (and `chore` dropped
 /// unrun) when there is no thread or the queue is full.
 pub(crate) fn run(chore: impl FnOnce() + Send + 'static) -> bool {
-    submit(Box::new(chore), Lane::Later)
+    submit(Box::new(chore), Urgency::Later)
 }
 
 /// [`run`], without waking the thread if it sleeps (unless
@@ -72,24 +72,24 @@ pub(crate) fn run(chore: impl FnOnce() + Send + 'static) -> bool {
 /// may run whenever the thread next wakes. Whoever needs its result before
 /// then must be able to do the work itself.
 pub(crate) fn run_quietly(chore: impl FnOnce() + Send + 'static) -> bool {
-    submit(Box::new(chore), Lane::Quiet)
+    submit(Box::new(chore), Urgency::Quiet)
 }
 
 #[derive(Clone, Copy, PartialEq)]
-enum Lane {
+enum Urgency {
     Later,
-    /// [`Lane::Later`]'s queue, without the wake.
+    /// [`Urgency::Later`]'s queue, without the wake.
     Quiet,
 }
 
-fn submit(chore: Chore, lane: Lane) -> bool {
+fn submit(chore: Chore, urgency: Urgency) -> bool {
     match worker() {
-        Some(worker) => submit_to(worker, chore, lane),
+        Some(worker) => submit_to(worker, chore, urgency),
         None => false,
     }
 }
 
-fn submit_to(worker: &Worker, chore: Chore, lane: Lane) -> bool {
+fn submit_to(worker: &Worker, chore: Chore, urgency: Urgency) -> bool {
     let Ok(mut queue) = worker.queue.lock() else {
         return false;
     };
@@ -97,7 +97,7 @@ fn submit_to(worker: &Worker, chore: Chore, lane: Lane) -> bool {
         return false;
     }
     queue.chores.push_back(chore);
-    let wake = queue.parked && (lane != Lane::Quiet || queue.chores.len() >= QUIET_BACKLOG);
+    let wake = queue.parked && (urgency != Urgency::Quiet || queue.chores.len() >= QUIET_BACKLOG);
     drop(queue);
     if wake {
         worker.wake.notify_one();
@@ -191,19 +191,19 @@ mod tests {
         let worker = own_worker();
         wait_until_parked(worker);
         let (tx, rx) = mpsc::channel();
-        let send = |name: &'static str, lane: Lane| {
+        let send = |name: &'static str, urgency: Urgency| {
             let tx = tx.clone();
             let chore = Box::new(move || {
                 let _ = tx.send(name);
             });
-            assert!(submit_to(worker, chore, lane));
+            assert!(submit_to(worker, chore, urgency));
         };
-        send("quiet", Lane::Quiet);
+        send("quiet", Urgency::Quiet);
         assert!(
             rx.recv_timeout(Duration::from_millis(100)).is_err(),
             "a quiet chore woke the sleeping thread"
         );
-        send("loud", Lane::Later);
+        send("loud", Urgency::Later);
         let mut seen = Vec::new();
         for _ in 0..2 {
             match rx.recv_timeout(Duration::from_secs(10)) {
@@ -226,7 +226,7 @@ mod tests {
                         "one"
                     });
                 }),
-                Lane::Quiet
+                Urgency::Quiet
             ));
         }
         let mut last = false;

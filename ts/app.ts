@@ -14,7 +14,7 @@ import { CloudLane } from "./cloud.js";
 import { PollingDelivery } from "./delivery.js";
 import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
 import { bindApp, recorderFor, snapshotOf, type MetricsSnapshot, type Registry } from "./metrics.js";
-import { enqueueDirect, runsInPlace, sweptResult, type PayloadSource } from "./memory.js";
+import { enqueueInPlace, runsInPlace, sweptResult, type PayloadSource } from "./memory.js";
 import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
 import { sqlStorePaths } from "./sql-store.js";
 import type {
@@ -139,7 +139,7 @@ export class ByollmApp {
       // large payload validated on the thread pool and sealed at rest on the
       // background thread, off the request's way.
       const job = { ...rest, id };
-      const stored = await enqueueDirect(this.#store, this.#keyring, input.kind, payload, job, deadlineAt, createdAt, ASYNC_SEAL_THRESHOLD);
+      const stored = await enqueueInPlace(this.#store, this.#keyring, input.kind, payload, job, deadlineAt, createdAt, ASYNC_SEAL_THRESHOLD);
       if (stored !== null) {
         if ("message" in stored) throw new Error(payloadError(String(input.kind), stored.message));
         return this.#handle(stored);

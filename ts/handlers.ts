@@ -19,7 +19,7 @@ export const SERVED_PROTOCOL_VERSION = PROTOCOL.version;
 const DEFAULT_STORE_TIMEOUT_MS = 30_000;
 
 /** Our native store, and the bell for its watchers. */
-type Lane = { readonly native: NativeMemoryStoreHandle; readonly notify: () => void };
+type InPlace = { readonly native: NativeMemoryStoreHandle; readonly notify: () => void };
 
 /**
  * What is wrong with `PUBLIC_ORIGIN`, the variable the documented recipes
@@ -105,9 +105,9 @@ export class Endpoints {
     const now = this.#now();
     // Checked on every request: a store patched since (to log or change a
     // method) is served through its methods from then on.
-    const lane = nativeStoreOf(this.#store);
-    if (lane !== undefined) {
-      return this.#inPlace(endpoint, lane, this.#engine.serveNative(lane.native, endpoint, body, runnerId, issuedAt, signature, now, source));
+    const inPlace = nativeStoreOf(this.#store);
+    if (inPlace !== undefined) {
+      return this.#inPlace(endpoint, inPlace, this.#engine.serveNative(inPlace.native, endpoint, body, runnerId, issuedAt, signature, now, source));
     }
     const sql = sqlOperations(this.#store);
     return this.#finish(endpoint, this.#engine.request(endpoint, body, runnerId, issuedAt, signature, now, sql !== undefined, source), sql);
@@ -122,9 +122,9 @@ export class Endpoints {
       json = undefined;
     }
     const now = this.#now();
-    const lane = nativeStoreOf(this.#store);
-    if (lane !== undefined) {
-      return this.#inPlace(endpoint, lane, this.#engine.handleNative(lane.native, endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sourceOf(auth)));
+    const inPlace = nativeStoreOf(this.#store);
+    if (inPlace !== undefined) {
+      return this.#inPlace(endpoint, inPlace, this.#engine.handleNative(inPlace.native, endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sourceOf(auth)));
     }
     const sql = sqlOperations(this.#store);
     const p = this.#engine.handle(endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sql !== undefined, sourceOf(auth));
@@ -132,9 +132,9 @@ export class Endpoints {
   }
 
   /** A request on our store, answered in place (its text) or to finish. */
-  #inPlace(endpoint: string, lane: Lane, served: string | PendingRequest): Promise<Answer> {
-    if (typeof served !== "string") return this.#finish(endpoint, served, lane);
-    lane.notify();
+  #inPlace(endpoint: string, inPlace: InPlace, served: string | PendingRequest): Promise<Answer> {
+    if (typeof served !== "string") return this.#finish(endpoint, served, inPlace);
+    inPlace.notify();
     return Promise.resolve({ status: this.#engine.status, text: served });
   }
 
@@ -142,17 +142,17 @@ export class Endpoints {
    * Perform what the request asks for until it has its answer: in place on
    * our store, else through the SQL functions or the store's methods.
    */
-  async #finish(endpoint: string, p: PendingRequest, on: Lane | Operations | undefined): Promise<Answer> {
-    const lane = typeof on === "object" ? on : undefined;
+  async #finish(endpoint: string, p: PendingRequest, on: InPlace | Operations | undefined): Promise<Answer> {
+    const inPlace = typeof on === "object" ? on : undefined;
     const operations = typeof on === "function" ? on : this.#methods;
     try {
       for (let op = p.next(); op !== null; op = p.next()) {
         if (op === "work") await p.work();
-        else if (lane !== undefined) p.runOn(lane.native);
+        else if (inPlace !== undefined) p.runOn(inPlace.native);
         else await perform(p, op, operations, this.#timeoutMs);
       }
     } finally {
-      lane?.notify();
+      inPlace?.notify();
     }
     const cause = p.cause;
     if (cause != null) console.error(`byollm: the store failed on ${endpoint}: ${cause}`);

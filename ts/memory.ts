@@ -258,16 +258,16 @@ function jsonOf(value: unknown): string {
 }
 
 /**
- * What the direct lane uses of a MemoryStore: its native store, that store
+ * What calls run in place use of a MemoryStore: its native store, that store
  * again when records read their envelope lazily, and the bell for its
  * watchers. Set by the constructor; only our MemoryStores have one.
  */
-interface Lane {
+interface InPlace {
   readonly native: NativeMemoryStoreHandle;
   readonly lazy: NativeMemoryStoreHandle | undefined;
   readonly notify: () => void;
 }
-const lanes = new WeakMap<object, Lane>();
+const inPlaceStores = new WeakMap<object, InPlace>();
 
 /**
  * `ByollmApp.result` on a store `runsInPlace` accepts, in one native call:
@@ -275,9 +275,9 @@ const lanes = new WeakMap<object, Lane>();
  * the whole record. Watchers hear what the sweep changed.
  */
 export function sweptResult(store: MemoryStore, jobId: string, now: number): DeliveredResult | null {
-  const lane = lanes.get(store) as Lane;
-  const text = lane.native.sweptResult(jobId, now);
-  lane.notify();
+  const inPlace = inPlaceStores.get(store) as InPlace;
+  const text = inPlace.native.sweptResult(jobId, now);
+  inPlace.notify();
   return text == null ? null : (JSON.parse(text) as DeliveredResult);
 }
 
@@ -287,14 +287,14 @@ export function sweptResult(store: MemoryStore, jobId: string, now: number): Del
  * other store.
  */
 export function nativeStoreCounts(store: unknown, now: number, livenessMs: number): StoreCounts | undefined {
-  const lane = typeof store === "object" && store !== null ? lanes.get(store) : undefined;
-  return lane?.native.storeCounts(now, livenessMs);
+  const inPlace = typeof store === "object" && store !== null ? inPlaceStores.get(store) : undefined;
+  return inPlace?.native.storeCounts(now, livenessMs);
 }
 
 /**
  * Every store method a call served in place on our MemoryStore stands for:
  * each engine operation's (`OPERATION_METHODS`), an enqueue's `create`
- * (`enqueueDirect`) and a result's sweep and read (`sweptResult`).
+ * (`enqueueInPlace`) and a result's sweep and read (`sweptResult`).
  */
 export const IN_PLACE_METHODS: readonly string[] = [
   ...new Set<keyof ByollmStore>([...Object.values(OPERATION_METHODS).flat(), "create", "expireDue", "get"]),
@@ -308,7 +308,7 @@ export const IN_PLACE_METHODS: readonly string[] = [
  * through its methods instead.
  */
 export function runsInPlace(store: unknown): store is MemoryStore {
-  if (typeof store !== "object" || store === null || !lanes.has(store)) return false;
+  if (typeof store !== "object" || store === null || !inPlaceStores.has(store)) return false;
   if (Object.getPrototypeOf(store) !== MemoryStore.prototype || !Reflect.ownKeys(store).every((key) => OWN_STATE.has(key))) return false;
   const proto = MemoryStore.prototype as unknown as Record<string, unknown>;
   for (let at = 0; at < IN_PLACE_METHODS.length; at += 1) {
@@ -322,11 +322,11 @@ export function runsInPlace(store: unknown): store is MemoryStore {
  * `runsInPlace` accepts), and the bell for its watchers; else undefined.
  */
 export function nativeStoreOf(store: unknown): { native: NativeMemoryStoreHandle; notify: () => void } | undefined {
-  return runsInPlace(store) ? lanes.get(store) : undefined;
+  return runsInPlace(store) ? inPlaceStores.get(store) : undefined;
 }
 
 /** What an enqueue stores besides its envelope and size class (`StoredJobInput`'s other fields). */
-export interface DirectJob {
+export interface EnqueuedFields {
   readonly id: unknown;
   readonly owner: unknown;
   readonly audience?: unknown;
@@ -353,21 +353,21 @@ const isStrings = (value: unknown): value is string[] =>
  * path handles, which then fails the way it always has, in the same order;
  * or a large payload on a store whose records carry their envelopes).
  */
-export function enqueueDirect(
+export function enqueueInPlace(
   store: MemoryStore,
   keyring: SiteKeyringHandle,
   kind: unknown,
   payload: PayloadSource,
-  job: DirectJob,
+  job: EnqueuedFields,
   envelopeDeadlineAt: number,
   now: number,
   threshold: number,
 ): JobRecord | { message: string } | null | Promise<JobRecord | { message: string } | null> {
   // The shapes `create` hands the native side without a throw; anything
   // else goes the general way, which validates the payload first.
-  const args = directJobArgs(job);
+  const args = inPlaceJobArgs(job);
   if (args === null) return null;
-  const { native, lazy, notify } = lanes.get(store) as Lane;
+  const { native, lazy, notify } = inPlaceStores.get(store) as InPlace;
   if ("json" in payload && (payload.json === undefined || payload.json.length <= threshold)) {
     const answer = native.enqueue(
       keyring,
@@ -401,8 +401,8 @@ export function enqueueDirect(
   });
 }
 
-/** The job fields of an enqueue as the native calls take them, or null for types only the general path handles. */
-function directJobArgs(job: DirectJob): EnqueuedJob | null {
+/** The job fields of an enqueue as the native calls take them, or null for types only the store's own `create` takes. */
+function inPlaceJobArgs(job: EnqueuedFields): EnqueuedJob | null {
   const { id, owner, audience, purpose, audienceAllow, dependsOn, ttlMs, deadlineAt } = job;
   if (typeof id !== "string" || typeof owner !== "string") return null;
   if (audience != null && typeof audience !== "string") return null;
@@ -521,7 +521,7 @@ export class MemoryStore implements ByollmStore {
       this[NATIVE].omitEnvelopes();
       this[LAZY] = this[NATIVE];
     }
-    lanes.set(this, { native: this[NATIVE], lazy: this[LAZY], notify: () => this[NOTIFY]() });
+    inPlaceStores.set(this, { native: this[NATIVE], lazy: this[LAZY], notify: () => this[NOTIFY]() });
     if (options.path == null) processOnly.add(this);
   }
 
