@@ -53,8 +53,8 @@ function engineOperationNames() {
   };
   walk(join(root, "src"));
   for (const text of sources) {
-    const at = text.indexOf("pub fn name(&self) -> &'static str");
-    if (at < 0 || !/pub enum Op\b/.test(text)) continue;
+    const at = text.search(/pub(\([a-z]+\))? fn name\(&self\) -> &'static str/);
+    if (at < 0 || !/pub(\([a-z]+\))? enum Op\b/.test(text)) continue;
     const body = text.slice(at, text.indexOf("\n    }\n", at));
     return [...body.matchAll(/Op::\w+ \{ \.\. \} => "(\w+)"/g)].map((m) => m[1]).sort();
   }
