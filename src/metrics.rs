@@ -507,10 +507,7 @@ pub(crate) fn render_json(snapshot: &Snapshot, store: &StoreCounts, at_ms: f64) 
         o.bool("ok", store.ok);
     });
     match &store.jobs {
-        Some(jobs) => {
-            let labels: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-            out.obj("jobs", |o| json_counts(o, &labels, jobs))
-        }
+        Some(jobs) => out.obj("jobs", |o| json_counts(o, JobState::NAMES, jobs)),
         None => out.raw("jobs", "null"),
     };
     match &store.runners {
@@ -628,9 +625,8 @@ pub(crate) fn render_prometheus(snapshot: &Snapshot, store: &StoreCounts) -> Str
         name: "",
     };
     if let Some(jobs) = &store.jobs {
-        let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
         p.family("byollm_jobs", "gauge", "Jobs in the store, by state.")
-            .counts("state", &states, jobs);
+            .counts("state", JobState::NAMES, jobs);
     }
     if let Some(r) = &store.runners {
         p.family("byollm_runners", "gauge",
