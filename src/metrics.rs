@@ -280,10 +280,6 @@ fn index_of<T: PartialEq>(all: &[T], value: &T) -> usize {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Metrics {
-        Metrics::default()
-    }
-
     /// One answered request: its endpoint (`None`: not a protocol route),
     /// status, whether it was refused for its body's size, and how long it
     /// took. A refusal is counted by its reason too.
@@ -761,7 +757,7 @@ mod tests {
 
     #[test]
     fn requests_count_by_route_status_and_reason() {
-        let m = Metrics::new();
+        let m = Metrics::default();
         m.record_request(Some(Endpoint::Claim), 200, false, 0.0002);
         m.record_request(Some(Endpoint::Claim), 401, false, 0.0001);
         m.record_request(None, 404, false, 0.0001);
@@ -776,7 +772,7 @@ mod tests {
 
     #[test]
     fn job_events_drain_as_json_text() {
-        let m = Metrics::new();
+        let m = Metrics::default();
         assert_eq!(m.drain_events_json(), None);
         m.set_tracing(true);
         m.record_queue_wait("job_\"1", 1500.0);
@@ -791,7 +787,7 @@ mod tests {
 
     #[test]
     fn job_events_are_kept_only_while_tracing_and_bounded() {
-        let m = Metrics::new();
+        let m = Metrics::default();
         m.record_queue_wait("a", 10.0);
         assert!(m.drain_events().is_empty());
         m.set_tracing(true);
@@ -809,7 +805,7 @@ mod tests {
 
     #[test]
     fn the_json_and_the_exposition_carry_the_counts() {
-        let m = Metrics::new();
+        let m = Metrics::default();
         m.record_request(Some(Endpoint::Fetch), 200, false, 0.003);
         m.record_wait(WaitOutcome::NoRunner, 12.0);
         m.record_pairing(PairingEvent::Started);

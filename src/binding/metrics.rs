@@ -84,7 +84,7 @@ impl NativeMetrics {
     #[napi(constructor, catch_unwind)]
     pub fn new() -> Self {
         NativeMetrics {
-            inner: Arc::new(Metrics::new()),
+            inner: Arc::default(),
         }
     }
 
