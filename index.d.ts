@@ -296,14 +296,6 @@ export declare function capabilityFor(caps: readonly Capability[], kind: string)
 /** The deadline a claim stub carries (`crate::engine::rules::deadline_for`). */
 export declare function deadlineFor(deadlineAt: number | undefined | null, claimableAt: number | undefined | null, ttlMs: number, now: number): number
 
-/**
- * Why a device presented at `pair start` is refused, or `null`: its
- * encryption key must be signed by its identity, and each key text must be
- * the one canonical spelling of its bytes (`keys::device_identity_refusal`).
- * Never throws.
- */
-export declare function deviceIdentityRefusal(identity: unknown): string | null
-
 /** A site's settings, as `createFetchHandler` resolved them. */
 export interface EngineSettings {
   leaseMs: number

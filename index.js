@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { Engine, FailureBudget, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, deviceIdentityRefusal, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, signRequest, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { Engine, FailureBudget, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, signRequest, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
 export { Engine }
 export { FailureBudget }
 export { NativeMemoryStore }
@@ -784,7 +784,6 @@ export { SiteKeyring }
 export { canonicalRequest }
 export { capabilityFor }
 export { deadlineFor }
-export { deviceIdentityRefusal }
 export { formatSiteKeys }
 export { generateDeviceCode }
 export { generateJobId }

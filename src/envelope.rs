@@ -19,6 +19,7 @@ use zeroize::Zeroizing;
 use crate::b64;
 use crate::json::{self, JsStr};
 use crate::keys;
+use crate::vocabulary::vocabulary;
 use scratch::{with_scratch, with_seal_scratch};
 use sealed_box::{
     open_box_in_place, open_box_with_key, random_secret, seal_box_keyed_into,
@@ -87,25 +88,14 @@ pub struct Expected {
     pub direction: String,
 }
 
-/// Why an envelope did not open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenFailure {
-    NotForUs,
-    Unopenable,
-    Malformed,
-    BadSignature,
-    ContextMismatch,
-}
-
-impl OpenFailure {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OpenFailure::NotForUs => "not-for-us",
-            OpenFailure::Unopenable => "unopenable",
-            OpenFailure::Malformed => "malformed",
-            OpenFailure::BadSignature => "bad-signature",
-            OpenFailure::ContextMismatch => "context-mismatch",
-        }
+vocabulary! {
+    /// Why an envelope did not open.
+    pub OpenFailure {
+        NotForUs => "not-for-us",
+        Unopenable => "unopenable",
+        Malformed => "malformed",
+        BadSignature => "bad-signature",
+        ContextMismatch => "context-mismatch",
     }
 }
 

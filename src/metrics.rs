@@ -15,6 +15,7 @@
 //! the job latencies, the app records enqueues, approvals and waits.
 
 use std::collections::VecDeque;
+use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
@@ -279,10 +280,6 @@ fn index_of<T: PartialEq>(all: &[T], value: &T) -> usize {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Metrics {
-        Metrics::default()
-    }
-
     /// One answered request: its endpoint (`None`: not a protocol route),
     /// status, whether it was refused for its body's size, and how long it
     /// took. A refusal is counted by its reason too.
@@ -506,10 +503,7 @@ pub(crate) fn render_json(snapshot: &Snapshot, store: &StoreCounts, at_ms: f64) 
         o.bool("ok", store.ok);
     });
     match &store.jobs {
-        Some(jobs) => {
-            let labels: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-            out.obj("jobs", |o| json_counts(o, &labels, jobs))
-        }
+        Some(jobs) => out.obj("jobs", |o| json_counts(o, JobState::NAMES, jobs)),
         None => out.raw("jobs", "null"),
     };
     match &store.runners {
@@ -555,75 +549,66 @@ pub(crate) fn render_json(snapshot: &Snapshot, store: &StoreCounts, at_ms: f64) 
     out.end()
 }
 
-/// A Prometheus sample value: integers as integers, others in Rust's
-/// shortest round-trip form, which the text format's float grammar reads.
-fn prom_number(out: &mut String, value: f64) {
-    if value.is_finite() && value.fract() == 0.0 && value.abs() < 9.0e15 {
-        out.push_str(&(value as i64).to_string());
-    } else if value.is_nan() {
-        out.push_str("NaN");
-    } else if value.is_infinite() {
-        out.push_str(if value > 0.0 { "+Inf" } else { "-Inf" });
-    } else {
-        out.push_str(&value.to_string());
+/// The Prometheus text being written, and the family its samples belong to.
+struct Prom {
+    out: String,
+    name: &'static str,
+}
+
+impl Prom {
+    /// Start a family: its `# HELP` and `# TYPE` lines.
+    fn family(&mut self, name: &'static str, kind: &str, help: &str) -> &mut Self {
+        self.name = name;
+        let _ = write!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
+        self
     }
-}
 
-/// One family's `# HELP` and `# TYPE` lines.
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    out.push_str("# HELP ");
-    out.push_str(name);
-    out.push(' ');
-    out.push_str(help);
-    out.push_str("\n# TYPE ");
-    out.push_str(name);
-    out.push(' ');
-    out.push_str(kind);
-    out.push('\n');
-}
-
-/// One sample; `labels` are `(name, value)` pairs whose values come from
-/// the enumerations here (no escaping is ever needed).
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
-    out.push_str(name);
-    if !labels.is_empty() {
-        out.push('{');
+    /// One sample of the family, its name followed by `suffix`; `labels`
+    /// are `(name, value)` pairs whose values come from the enumerations
+    /// here (no escaping is ever needed). The value: integers as integers,
+    /// others in Rust's shortest round-trip form, which the text format's
+    /// float grammar reads.
+    fn sample(&mut self, suffix: &str, labels: &[(&str, &str)], value: f64) -> &mut Self {
+        let out = &mut self.out;
+        out.push_str(self.name);
+        out.push_str(suffix);
         for (at, (key, val)) in labels.iter().enumerate() {
-            if at > 0 {
-                out.push(',');
-            }
-            out.push_str(key);
-            out.push_str("=\"");
-            out.push_str(val);
-            out.push('"');
+            let _ = write!(out, "{}{key}=\"{val}\"", if at == 0 { '{' } else { ',' });
         }
-        out.push('}');
+        if !labels.is_empty() {
+            out.push('}');
+        }
+        let _ = if value.is_finite() && value.fract() == 0.0 && value.abs() < 9.0e15 {
+            writeln!(out, " {}", value as i64)
+        } else if value.is_infinite() {
+            writeln!(out, " {}", if value > 0.0 { "+Inf" } else { "-Inf" })
+        } else {
+            writeln!(out, " {value}")
+        };
+        self
     }
-    out.push(' ');
-    prom_number(out, value);
-    out.push('\n');
-}
 
-fn prom_histogram(out: &mut String, name: &str, labels: &[(&str, &str)], h: &HistogramSnapshot) {
-    let bucket = format!("{name}_bucket");
-    let mut cumulative = 0u64;
-    for (at, count) in h.counts.iter().enumerate() {
-        cumulative += count;
-        let le = h
-            .bounds
-            .get(at)
-            .map_or("+Inf".to_owned(), |b| b.to_string());
-        let mut with_le: Vec<(&str, &str)> = labels.to_vec();
-        with_le.push(("le", &le));
-        sample(out, &bucket, &with_le, cumulative as f64);
+    fn counts(&mut self, label: &str, names: &[&str], counts: &[u64]) -> &mut Self {
+        for (value, count) in names.iter().zip(counts) {
+            self.sample("", &[(label, value)], *count as f64);
+        }
+        self
     }
-    sample(out, &format!("{name}_sum"), labels, h.sum);
-    sample(out, &format!("{name}_count"), labels, cumulative as f64);
-}
 
-fn prom_counts(out: &mut String, name: &str, label: &str, names: &[&str], counts: &[u64]) {
-    for (value, count) in names.iter().zip(counts) {
-        sample(out, name, &[(label, value)], *count as f64);
+    fn histogram(&mut self, labels: &[(&str, &str)], h: &HistogramSnapshot) -> &mut Self {
+        let mut cumulative = 0u64;
+        for (at, count) in h.counts.iter().enumerate() {
+            cumulative += count;
+            let le = h
+                .bounds
+                .get(at)
+                .map_or("+Inf".to_owned(), |b| b.to_string());
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", &le));
+            self.sample("_bucket", &with_le, cumulative as f64);
+        }
+        self.sample("_sum", labels, h.sum)
+            .sample("_count", labels, cumulative as f64)
     }
 }
 
@@ -631,78 +616,46 @@ fn prom_counts(out: &mut String, name: &str, label: &str, names: &[&str], counts
 /// store's counts. Counts the store could not give are left out, and
 /// `byollm_store_up` says whether it answered.
 pub(crate) fn render_prometheus(snapshot: &Snapshot, store: &StoreCounts) -> String {
-    let mut out = String::with_capacity(16 * 1024);
+    let mut p = Prom {
+        out: String::with_capacity(16 * 1024),
+        name: "",
+    };
     if let Some(jobs) = &store.jobs {
-        family(
-            &mut out,
-            "byollm_jobs",
-            "gauge",
-            "Jobs in the store, by state.",
-        );
-        let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-        prom_counts(&mut out, "byollm_jobs", "state", &states, jobs);
+        p.family("byollm_jobs", "gauge", "Jobs in the store, by state.")
+            .counts("state", JobState::NAMES, jobs);
     }
     if let Some(r) = &store.runners {
-        family(&mut out, "byollm_runners", "gauge",
-            "Runners in the store: paired (not revoked), online (paired, heard from within the liveness window), revoked.");
-        prom_counts(
-            &mut out,
-            "byollm_runners",
-            "state",
-            &["paired", "online", "revoked"],
-            &[r.paired, r.online, r.revoked],
-        );
+        p.family("byollm_runners", "gauge",
+            "Runners in the store: paired (not revoked), online (paired, heard from within the liveness window), revoked.")
+            .counts("state", &["paired", "online", "revoked"], &[r.paired, r.online, r.revoked]);
     }
     if let Some(pending) = store.pairings_pending {
-        family(
-            &mut out,
+        p.family(
             "byollm_pairings_pending",
             "gauge",
             "Pairings waiting for approval, not expired.",
-        );
-        sample(&mut out, "byollm_pairings_pending", &[], pending as f64);
+        )
+        .sample("", &[], pending as f64);
     }
-    family(
-        &mut out,
+    p.family(
         "byollm_store_up",
         "gauge",
         "1 when the store answered this scrape's counts, else 0.",
-    );
-    sample(
-        &mut out,
-        "byollm_store_up",
-        &[],
-        if store.ok { 1.0 } else { 0.0 },
-    );
-
-    family(
-        &mut out,
+    )
+    .sample("", &[], if store.ok { 1.0 } else { 0.0 })
+    .family(
         "byollm_pairings_total",
         "counter",
         "Pairing events seen by this process.",
-    );
-    prom_counts(
-        &mut out,
-        "byollm_pairings_total",
-        "event",
-        PairingEvent::NAMES,
-        &snapshot.pairings,
-    );
-    family(
-        &mut out,
+    )
+    .counts("event", PairingEvent::NAMES, &snapshot.pairings)
+    .family(
         "byollm_jobs_enqueued_total",
         "counter",
         "Jobs enqueued by this process.",
-    );
-    sample(
-        &mut out,
-        "byollm_jobs_enqueued_total",
-        &[],
-        snapshot.enqueued as f64,
-    );
-
-    family(
-        &mut out,
+    )
+    .sample("", &[], snapshot.enqueued as f64)
+    .family(
         "byollm_requests_total",
         "counter",
         "Daemon requests answered by this process, by endpoint and status.",
@@ -711,94 +664,50 @@ pub(crate) fn render_prometheus(snapshot: &Snapshot, store: &StoreCounts) -> Str
         for (status, count) in Status::NAMES.iter().zip(counts) {
             // Every endpoint's 200, and any other status once seen.
             if *count > 0 || *status == "200" {
-                sample(
-                    &mut out,
-                    "byollm_requests_total",
-                    &[("endpoint", route_label(route)), ("status", status)],
-                    *count as f64,
-                );
+                let labels = [("endpoint", route_label(route)), ("status", *status)];
+                p.sample("", &labels, *count as f64);
             }
         }
     }
-    family(
-        &mut out,
+    p.family(
         "byollm_request_duration_seconds",
         "histogram",
         "Time from a daemon request's arrival to its answer, by endpoint.",
     );
     for (route, h) in snapshot.request_seconds.iter().enumerate() {
-        prom_histogram(
-            &mut out,
-            "byollm_request_duration_seconds",
-            &[("endpoint", route_label(route))],
-            h,
-        );
+        p.histogram(&[("endpoint", route_label(route))], h);
     }
-    family(
-        &mut out,
+    p.family(
         "byollm_refusals_total",
         "counter",
         "Refused daemon requests (audience: jobs a daemon released as refused), by reason.",
-    );
-    prom_counts(
-        &mut out,
-        "byollm_refusals_total",
-        "reason",
-        Refusal::NAMES,
-        &snapshot.refusals,
-    );
-
-    family(
-        &mut out,
+    )
+    .counts("reason", Refusal::NAMES, &snapshot.refusals)
+    .family(
         "byollm_job_queue_wait_seconds",
         "histogram",
         "Time from a job's enqueue to its first claim.",
-    );
-    prom_histogram(
-        &mut out,
-        "byollm_job_queue_wait_seconds",
-        &[],
-        &snapshot.queue_wait,
-    );
-    family(
-        &mut out,
+    )
+    .histogram(&[], &snapshot.queue_wait)
+    .family(
         "byollm_job_duration_seconds",
         "histogram",
         "Time from a job's enqueue to its accepted result.",
-    );
-    prom_histogram(
-        &mut out,
-        "byollm_job_duration_seconds",
-        &[],
-        &snapshot.job_total,
-    );
-
-    family(
-        &mut out,
+    )
+    .histogram(&[], &snapshot.job_total)
+    .family(
         "byollm_waits_total",
         "counter",
         "Waits for a job's result (handle.result()) ended, by outcome.",
-    );
-    prom_counts(
-        &mut out,
-        "byollm_waits_total",
-        "outcome",
-        WaitOutcome::NAMES,
-        &snapshot.waits,
-    );
-    family(
-        &mut out,
+    )
+    .counts("outcome", WaitOutcome::NAMES, &snapshot.waits)
+    .family(
         "byollm_wait_duration_seconds",
         "histogram",
         "How long a wait for a job's result (handle.result()) took.",
-    );
-    prom_histogram(
-        &mut out,
-        "byollm_wait_duration_seconds",
-        &[],
-        &snapshot.wait_seconds,
-    );
-    out
+    )
+    .histogram(&[], &snapshot.wait_seconds);
+    p.out
 }
 
 #[cfg(test)]
@@ -848,7 +757,7 @@ mod tests {
 
     #[test]
     fn requests_count_by_route_status_and_reason() {
-        let m = Metrics::new();
+        let m = Metrics::default();
         m.record_request(Some(Endpoint::Claim), 200, false, 0.0002);
         m.record_request(Some(Endpoint::Claim), 401, false, 0.0001);
         m.record_request(None, 404, false, 0.0001);
@@ -863,7 +772,7 @@ mod tests {
 
     #[test]
     fn job_events_drain_as_json_text() {
-        let m = Metrics::new();
+        let m = Metrics::default();
         assert_eq!(m.drain_events_json(), None);
         m.set_tracing(true);
         m.record_queue_wait("job_\"1", 1500.0);
@@ -878,7 +787,7 @@ mod tests {
 
     #[test]
     fn job_events_are_kept_only_while_tracing_and_bounded() {
-        let m = Metrics::new();
+        let m = Metrics::default();
         m.record_queue_wait("a", 10.0);
         assert!(m.drain_events().is_empty());
         m.set_tracing(true);
@@ -896,7 +805,7 @@ mod tests {
 
     #[test]
     fn the_json_and_the_exposition_carry_the_counts() {
-        let m = Metrics::new();
+        let m = Metrics::default();
         m.record_request(Some(Endpoint::Fetch), 200, false, 0.003);
         m.record_wait(WaitOutcome::NoRunner, 12.0);
         m.record_pairing(PairingEvent::Started);

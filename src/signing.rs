@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use crate::b64;
 use crate::json;
 use crate::keys::{self, KeyHandle};
+use crate::vocabulary::vocabulary;
 
 /// How far `issuedAt` may be from the verifier's clock, either way (inclusive).
 pub const MAX_CLOCK_SKEW_MS: f64 = 120_000.0;
@@ -25,19 +26,11 @@ pub struct RequestSignature {
     pub signature: String,
 }
 
-/// Why a signed request was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SignatureFailure {
-    Stale,
-    BadSignature,
-}
-
-impl SignatureFailure {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SignatureFailure::Stale => "stale",
-            SignatureFailure::BadSignature => "bad-signature",
-        }
+vocabulary! {
+    /// Why a signed request was refused.
+    pub SignatureFailure {
+        Stale => "stale",
+        BadSignature => "bad-signature",
     }
 }
 

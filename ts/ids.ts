@@ -16,11 +16,6 @@ export function generateJobId(): string {
   return native.generateJobId();
 }
 
-/** A fresh id per lease grant. */
-export function generateLeaseId(): string {
-  return native.generateLeaseId();
-}
-
 /** `XXXX-XXXX` over a 27-symbol alphabet without look-alike characters. */
 export function generateUserCode(): string {
   return native.generateUserCode();

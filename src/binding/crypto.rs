@@ -304,17 +304,6 @@ pub(super) fn verify_public_identity(identity: Unknown<'_>) -> bool {
     read_public_identity(&identity).is_some_and(|p| keys::verify_public_identity(&p))
 }
 
-/// Why a device presented at `pair start` is refused, or `null`: its
-/// encryption key must be signed by its identity, and each key text must be
-/// the one canonical spelling of its bytes (`keys::device_identity_refusal`).
-/// Never throws.
-#[napi(catch_unwind)]
-pub(super) fn device_identity_refusal(identity: Unknown<'_>) -> Option<&'static str> {
-    read_public_identity(&identity).map_or(Some(keys::DEVICE_UNSIGNED), |p| {
-        keys::device_identity_refusal(&p)
-    })
-}
-
 fn read_public_identity(identity: &Unknown<'_>) -> Option<PublicIdentity> {
     if identity.get_type().ok()? != ValueType::Object {
         return None;

@@ -36,13 +36,10 @@ fn count(n: f64) -> u64 {
 
 impl From<&JsStoreCounts> for StoreCounts {
     fn from(js: &JsStoreCounts) -> StoreCounts {
-        let jobs = js.jobs.as_ref().filter(|j| j.len() == 7).map(|j| {
-            let mut out = [0u64; 7];
-            for (slot, n) in out.iter_mut().zip(j) {
-                *slot = count(*n);
-            }
-            out
-        });
+        let jobs = js
+            .jobs
+            .as_deref()
+            .and_then(|j| <[f64; 7]>::try_from(j).ok());
         let runners = match js.runners.as_deref() {
             Some([paired, online, revoked]) => Some(RunnerCounts {
                 paired: count(*paired),
@@ -53,7 +50,7 @@ impl From<&JsStoreCounts> for StoreCounts {
         };
         StoreCounts {
             ok: js.ok,
-            jobs,
+            jobs: jobs.map(|j| j.map(count)),
             runners,
             pairings_pending: js.pairings_pending.map(count),
         }
@@ -87,7 +84,7 @@ impl NativeMetrics {
     #[napi(constructor, catch_unwind)]
     pub fn new() -> Self {
         NativeMetrics {
-            inner: Arc::new(Metrics::new()),
+            inner: Arc::default(),
         }
     }
 

@@ -7,6 +7,8 @@
 //! wrapper parses with one `JSON.parse` and shapes into the reference's
 //! record objects.
 
+use std::fmt::Write;
+
 use napi::bindgen_prelude::*;
 use napi::JsString;
 use napi_derive::napi;
@@ -437,11 +439,8 @@ impl NativeMemoryStore {
         });
         self.persist()?;
         self.out.clear();
-        self.out.push('[');
-        self.out.push(if result.accepted { '1' } else { '0' });
-        self.out.push(',');
-        self.out.push(if result.duplicate { '1' } else { '0' });
-        self.out.push(',');
+        let (accepted, duplicate) = (u8::from(result.accepted), u8::from(result.duplicate));
+        let _ = write!(self.out, "[{accepted},{duplicate},");
         match result.job {
             Some(r) => self.inner.push_job_json(r, &mut self.out),
             None => self.out.push_str("null"),

@@ -233,12 +233,9 @@ impl Answer {
         body.str("error", ErrorCode::RateLimited.as_str())
             .str("message", message)
             .num("retryAfter", f64::from(sources::RETRY_AFTER_SECONDS));
-        let body = body.end();
         Answer {
-            status: ErrorCode::RateLimited.status(),
-            body,
-            error: Some(ErrorCode::RateLimited),
-            cause: None,
+            body: body.end(),
+            ..Answer::refuse(ErrorCode::RateLimited, message)
         }
     }
 

@@ -2,6 +2,7 @@
 //! English messages (the enqueue error shows them).
 
 use crate::json::{js_number_to_string, Doc, Node, NodeId};
+use crate::vocabulary::vocabulary;
 
 /// One step of an issue path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,25 +11,17 @@ pub enum Seg {
     Index(usize),
 }
 
-/// What kind of thing a length check was looking at (zod's `origin`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    String,
-    Array,
-    Number,
-    Unknown,
+vocabulary! {
+    /// What kind of thing a length check was looking at (zod's `origin`).
+    pub Origin {
+        String => "string",
+        Array => "array",
+        Number => "number",
+        Unknown => "unknown",
+    }
 }
 
 impl Origin {
-    fn name(self) -> &'static str {
-        match self {
-            Origin::String => "string",
-            Origin::Array => "array",
-            Origin::Number => "number",
-            Origin::Unknown => "unknown",
-        }
-    }
-
     fn unit(self) -> Option<&'static str> {
         match self {
             Origin::String => Some("characters"),
@@ -115,18 +108,18 @@ impl Issue {
                 match origin.unit() {
                     Some(unit) => format!(
                         "Too small: expected {} to have {adj}{n} {unit}",
-                        origin.name()
+                        origin.as_str()
                     ),
-                    None => format!("Too small: expected {} to be {adj}{n}", origin.name()),
+                    None => format!("Too small: expected {} to be {adj}{n}", origin.as_str()),
                 }
             }
             IssueKind::TooBig { origin, maximum } => {
                 let n = js_number_to_string(*maximum);
                 match origin.unit() {
                     Some(unit) => {
-                        format!("Too big: expected {} to have <={n} {unit}", origin.name())
+                        format!("Too big: expected {} to have <={n} {unit}", origin.as_str())
                     }
-                    None => format!("Too big: expected {} to be <={n}", origin.name()),
+                    None => format!("Too big: expected {} to be <={n}", origin.as_str()),
                 }
             }
             IssueKind::UnrecognizedKeys { keys } => {
@@ -146,7 +139,7 @@ impl Issue {
                 found,
             } => format!(
                 "Too big: has {found} {unit} and the limit is {max}",
-                unit = measure.unit()
+                unit = measure.as_str()
             ),
         }
     }
@@ -184,7 +177,7 @@ impl Issue {
         };
         Some(format!(
             "{field} {verb} {found} {unit} and the limit is {max}",
-            unit = measure.unit()
+            unit = measure.as_str()
         ))
     }
 
@@ -225,24 +218,14 @@ pub(super) fn received(doc: &Doc, value: Option<NodeId>) -> String {
     }
 }
 
-/// What a [`super::Schema::Bounded`] counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Measure {
-    /// The items of an array.
-    Items,
-    /// The code points of a string (as zod's string lengths count them).
-    Chars,
-    /// The bytes of the validated value written as compact JSON.
-    JsonBytes,
-}
-
-impl Measure {
-    /// The unit as a refusal names it.
-    pub fn unit(self) -> &'static str {
-        match self {
-            Measure::Items => "items",
-            Measure::Chars => "characters",
-            Measure::JsonBytes => "bytes as JSON",
-        }
+vocabulary! {
+    /// What a [`super::Schema::Bounded`] counts, named as a refusal names it.
+    pub Measure {
+        /// The items of an array.
+        Items => "items",
+        /// The code points of a string (as zod's string lengths count them).
+        Chars => "characters",
+        /// The bytes of the validated value written as compact JSON.
+        JsonBytes => "bytes as JSON",
     }
 }

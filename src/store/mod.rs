@@ -38,6 +38,7 @@ use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine as _};
 
 use crate::audience::Audience;
 use crate::envelope::deferred::DeferredSeal;
+use crate::vocabulary::vocabulary;
 use index::{reach_of, Entry, Indexes, Key, Reach};
 
 pub(crate) use out::{split_json_array, JOB_KEYS};
@@ -46,49 +47,21 @@ pub(crate) use people::{PairingStore, RUNNER_KEYS};
 /// The reference's default time a claimable job may wait: 15 minutes.
 pub(crate) const DEFAULT_TTL_MS: f64 = 900_000.0;
 
-/// A job's lifecycle state (protocol `JobState`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum JobState {
-    Queued,
-    Claimed,
-    Running,
-    Ok,
-    Error,
-    Canceled,
-    Expired,
+vocabulary! {
+    /// A job's lifecycle state (protocol `JobState`), in the protocol's
+    /// order (the metrics' order too).
+    pub(crate) JobState {
+        Queued => "queued",
+        Claimed => "claimed",
+        Running => "running",
+        Ok => "ok",
+        Error => "error",
+        Canceled => "canceled",
+        Expired => "expired",
+    }
 }
 
 impl JobState {
-    /// Every state, in the protocol's order (the metrics' order too).
-    pub(crate) const ALL: [JobState; 7] = [
-        JobState::Queued,
-        JobState::Claimed,
-        JobState::Running,
-        JobState::Ok,
-        JobState::Error,
-        JobState::Canceled,
-        JobState::Expired,
-    ];
-
-    /// The state [`JobState::as_str`] spells `text`.
-    pub(crate) fn parse(text: &str) -> Option<JobState> {
-        JobState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == text)
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            JobState::Queued => "queued",
-            JobState::Claimed => "claimed",
-            JobState::Running => "running",
-            JobState::Ok => "ok",
-            JobState::Error => "error",
-            JobState::Canceled => "canceled",
-            JobState::Expired => "expired",
-        }
-    }
-
     fn is_held(self) -> bool {
         matches!(self, JobState::Claimed | JobState::Running)
     }
