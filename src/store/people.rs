@@ -368,12 +368,12 @@ impl PairingStore {
     /// request is refused `rate-limited`). A pairing a source started within
     /// its share is never dropped for another's.
     pub(crate) fn start_pairing_json(&mut self, json: String, source: &str, now: f64) -> bool {
-        let Some((mut pairing, created_at)) = Pairing::parse(json) else {
-            return false;
-        };
         if self.source_full(source, now) {
             return false;
         }
+        let Some((mut pairing, created_at)) = Pairing::parse(json) else {
+            return false;
+        };
         if self.pairings.len() >= MAX_PAIRINGS && !self.by_hash.contains_key(&pairing.hash) {
             self.prune(now);
             if self.pairings.len() >= MAX_PAIRINGS {
