@@ -450,6 +450,10 @@ export interface ProtocolConstants {
   jobKeys: Array<string>
   /** A runner record's keys in the order every store's records have them. */
   runnerKeys: Array<string>
+  /** A SQL store writes a runner's liveness when the stored value is older. */
+  livenessWriteMs: number
+  /** How far a SQL store's stored liveness may lag a runner's last request. */
+  livenessSlackMs: number
 }
 
 /** Provenance for a completed job; `untrusted` derived from the audience. */

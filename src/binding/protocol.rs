@@ -3,7 +3,7 @@
 
 use napi_derive::napi;
 
-use crate::{envelope, payload, store, wire};
+use crate::{engine, envelope, payload, store, wire};
 
 /// The protocol constants the core and the shell both use.
 #[napi(object, js_name = "ProtocolConstants")]
@@ -31,6 +31,10 @@ pub(super) struct JsProtocolConstants {
     pub job_keys: Vec<String>,
     /// A runner record's keys in the order every store's records have them.
     pub runner_keys: Vec<String>,
+    /// A SQL store writes a runner's liveness when the stored value is older.
+    pub liveness_write_ms: f64,
+    /// How far a SQL store's stored liveness may lag a runner's last request.
+    pub liveness_slack_ms: f64,
 }
 
 #[napi(catch_unwind)]
@@ -48,6 +52,8 @@ pub(super) fn protocol_constants() -> JsProtocolConstants {
         envelope_keys: envelope::SEALED_ENVELOPE_KEYS.map(str::to_owned).to_vec(),
         job_keys: store::JOB_KEYS.map(str::to_owned).to_vec(),
         runner_keys: store::RUNNER_KEYS.map(str::to_owned).to_vec(),
+        liveness_write_ms: engine::rules::LIVENESS_WRITE_MS,
+        liveness_slack_ms: engine::rules::LIVENESS_SLACK_MS,
     }
 }
 

@@ -3,6 +3,16 @@
 
 use super::ops::Lease;
 
+/// A SQL store writes a runner's liveness only when the stored value is
+/// older than this: with the daemon's 10 s tick, on every fifth idle tick
+/// (supabase/migrations repeat the number).
+pub(crate) const LIVENESS_WRITE_MS: f64 = 45_000.0;
+
+/// How far a SQL store's stored liveness may lag a runner's last request,
+/// ever: the slack its liveness counts add to the app's window, so a live
+/// runner is never counted offline (supabase/migrations repeat the number).
+pub(crate) const LIVENESS_SLACK_MS: f64 = 50_000.0;
+
 /// The deadline a claim stub carries: the job's own, else the end of its
 /// TTL window (counted from now for a job that is not claimable yet).
 pub(crate) fn deadline_for(
