@@ -6,7 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as native from "../index.js";
-import { inspect, sealedOutcome } from "./helpers/inspect.mjs";
+import { inspect, payloadVerdict, provenance, sealedOutcome } from "./helpers/inspect.mjs";
 import {
   PairRequest,
   ClaimRequest,
@@ -361,9 +361,9 @@ test("provenanceFor matches, including key order", () => {
     if (g.chance(0.5)) input.stop = g.pick(["end", "length", "stop-sequence", "unknown"]);
     if (g.chance(0.5)) input.stopReported = g.chance(0.5);
     const theirs = provenanceFor(input);
-    const ours = native.provenanceFor(input);
+    const ours = provenance(input);
     assert.equal(JSON.stringify(ours), JSON.stringify(theirs));
-    assert.deepStrictEqual({ ...ours }, theirs);
+    assert.deepStrictEqual(ours, theirs);
   }
 });
 
@@ -374,11 +374,10 @@ function referencePayload(kind, payload) {
     const detail = parsed.error.issues.map((issue) => `${issue.path.join(".") || "(root)"}: ${issue.message}`).join("; ");
     return { ok: false, message: `invalid ${kind} payload — ${detail}` };
   }
-  const textLength = payloadTextLength(parsed.data);
-  return { ok: true, canonical: JSON.stringify(parsed.data.payload), textLength, sizeClass: sizeClassOf(textLength) };
+  return { ok: true, canonical: JSON.stringify(parsed.data.payload), sizeClass: sizeClassOf(payloadTextLength(parsed.data)) };
 }
 
-test("validatePayload: verdicts, canonical text and zod's exact messages", () => {
+test("an enqueue's payload: verdicts, canonical text and zod's exact messages", async () => {
   const rand = prng(SEED + 4);
   const g = makeGen(rand);
   const text = () =>
@@ -410,9 +409,11 @@ test("validatePayload: verdicts, canonical text and zod's exact messages", () =>
     // JSON.stringify text, see the deliberate difference below.)
     const value = json === undefined ? undefined : JSON.parse(JSON.stringify(JSON.parse(json)));
     const theirs = referencePayload(kind, value);
-    const ours = native.validatePayload(kind, value === undefined ? undefined : JSON.stringify(value));
+    const ours = await payloadVerdict(kind, value === undefined ? undefined : JSON.stringify(value));
     if (!theirs.ok) refusals++;
-    assert.deepStrictEqual({ ...ours }, theirs, `#${i} kind=${String(kind)} ${String(json).slice(0, 300)}`);
+    // Deliberate difference: an enqueue refuses what, sealed, would exceed one envelope's limit (no runner could fetch it).
+    if (theirs.ok && ours.message?.includes("so no runner could ever receive it")) continue;
+    assert.deepStrictEqual(ours, theirs, `#${i} kind=${String(kind)} ${String(json).slice(0, 300)}`);
   }
   assert.ok(refusals > 500 && refusals < 3_800, `refusals ${refusals}`);
 });
@@ -447,21 +448,21 @@ test("deliberate difference: an unregistered backendId reads as metered instead 
   assert.deepEqual({ ...native.runnerAvailability([runner], query, 1000, 35000) }, { available: true, candidates: 1 });
 });
 
-test("deliberate difference: a lone surrogate inside an unknown key's name prints as U+FFFD in the enqueue message", () => {
+test("deliberate difference: a lone surrogate inside an unknown key's name prints as U+FFFD in the enqueue message", async () => {
   // Messages cross into JavaScript as UTF-8; the verdict is the same.
   const payload = JSON.parse('{"prompt":"x","\\ud800":1}');
-  const ours = native.validatePayload("llm.generate", JSON.stringify(payload));
+  const ours = await payloadVerdict("llm.generate", JSON.stringify(payload));
   const theirs = referencePayload("llm.generate", payload);
   assert.equal(ours.ok, false);
   assert.equal(theirs.ok, false);
   assert.equal(ours.message, theirs.message.replace("\ud800", "\ufffd"));
 });
 
-test("deliberate difference: payload values JSON cannot carry are seen as JSON.stringify leaves them", () => {
+test("deliberate difference: payload values JSON cannot carry are seen as JSON.stringify leaves them", async () => {
   // The TS shell hands payloads to the core as JSON.stringify text, so an
   // Infinity prompt arrives as null (the reference names it "Infinity"); the
   // verdict, a refusal, is the same. Payloads are the app's own typed input.
-  const ours = native.validatePayload("llm.generate", JSON.stringify({ prompt: Infinity }));
+  const ours = await payloadVerdict("llm.generate", JSON.stringify({ prompt: Infinity }));
   const theirs = referencePayload("llm.generate", { prompt: Infinity });
   assert.equal(ours.ok, false);
   assert.equal(theirs.ok, false);
