@@ -394,8 +394,6 @@ export interface OpenResult {
   reason?: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch"
 }
 
-export declare function parseSealedOutcome(plaintext: string): SealedOutcome
-
 /** `NativeMemoryStore.enqueue`'s refusal: the payload validator's message. */
 export interface PayloadRefusal {
   message: string
@@ -499,17 +497,6 @@ export interface SealedEnvelope {
   senderKeyId: string
   direction: "payload" | "result"
   deadlineAt: number
-}
-
-/**
- * The plaintext of a result envelope: `{ok: true, value}` (the JSON text of
- * `{outcome, ran}` as the schema reads it) or `{ok: false, message}` with
- * the reference's message.
- */
-export interface SealedOutcome {
-  ok: boolean
-  value?: string
-  message?: string
 }
 
 /**

@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { Engine, FailureBudget, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, deadlineFor, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, verifyRequest } = nativeBinding
+const { Engine, FailureBudget, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, deadlineFor, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, protocolConstants, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, verifyRequest } = nativeBinding
 export { Engine }
 export { FailureBudget }
 export { NativeMemoryStore }
@@ -796,7 +796,6 @@ export { keyId }
 export { nativeVersion }
 export { normalizeUserCode }
 export { open }
-export { parseSealedOutcome }
 export { protocolConstants }
 export { refusalReason }
 export { runnerAvailability }

@@ -6,7 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as native from "../index.js";
-import { inspect, payloadVerdict, provenance, sealedOutcome } from "./helpers/inspect.mjs";
+import { inspect, keptRan, payloadVerdict, provenance, sealedOutcome } from "./helpers/inspect.mjs";
 import {
   PairRequest,
   ClaimRequest,
@@ -306,7 +306,7 @@ for (const endpoint of Object.keys(SCHEMAS)) {
   });
 }
 
-test("parseSealedOutcome accepts, rejects and rewrites like SealedOutcome.safeParse", () => {
+test("a sealed outcome is accepted, rejected and rewritten like SealedOutcome.safeParse", async () => {
   const rand = prng(SEED + 1);
   const g = makeGen(rand);
   const urls = ["https://a.example/x", " https://a.example/x\n", "http:example.com", "not a url", "mailto:x@y", "https://exa\tmple.com/", "https://[::1]/", "file:///etc", "", "https://", "\u00a0http://a/\u3000"];
@@ -326,13 +326,15 @@ test("parseSealedOutcome accepts, rejects and rewrites like SealedOutcome.safePa
     let theirs;
     try {
       const parsed = SealedOutcome.safeParse(JSON.parse(text));
-      theirs = parsed.success ? { ok: true, outcome: parsed.data.outcome, ran: parsed.data.ran } : { ok: false, message: "the sealed result was not an outcome" };
+      // The provenance's model is written as UTF-8: a lone surrogate in it reads back as U+FFFD.
+      const ran = parsed.success && { ...parsed.data.ran, model: parsed.data.ran.model.toWellFormed() };
+      theirs = parsed.success ? { ok: true, outcome: parsed.data.outcome, ran: keptRan(ran) } : { ok: false, message: "the sealed result was not an outcome" };
     } catch {
       theirs = { ok: false, message: "the sealed result was not valid JSON" };
     }
     // A device's plaintext nested deeper than 64 levels is not read (a deliberate difference).
     if (nestsDeeperThan(text, 64)) theirs = { ok: false, message: "the sealed result was not valid JSON" };
-    const ours = sealedOutcome(text);
+    const ours = await sealedOutcome(text);
     // The outcome is kept as JSON text (the store's record), as JSON.stringify writes it (-0 as 0).
     assert.deepStrictEqual(ours, JSON.parse(JSON.stringify(theirs)), `#${i}: ${text}`);
     if (ours.ok) accepted++;
@@ -353,7 +355,7 @@ test("inspectRequest's version refusals over odd versions and bodies match the r
   }
 });
 
-test("provenanceFor matches, including key order", () => {
+test("the provenance the site writes matches provenanceFor, including key order", async () => {
   const rand = prng(SEED + 3);
   const g = makeGen(rand);
   for (let i = 0; i < 2_000; i++) {
@@ -361,7 +363,7 @@ test("provenanceFor matches, including key order", () => {
     if (g.chance(0.5)) input.stop = g.pick(["end", "length", "stop-sequence", "unknown"]);
     if (g.chance(0.5)) input.stopReported = g.chance(0.5);
     const theirs = provenanceFor(input);
-    const ours = provenance(input);
+    const ours = await provenance(input);
     assert.equal(JSON.stringify(ours), JSON.stringify(theirs));
     assert.deepStrictEqual(ours, theirs);
   }

@@ -40,9 +40,9 @@ test("an enqueue's payload: the refusal messages and the canonical sealed text",
   assert.equal(ok.sizeClass, record.sizeClass);
 });
 
-test("a result's provenance matches provenance.json, key order included", () => {
+test("a result's provenance matches provenance.json, key order included", async () => {
   for (const c of vector("provenance.json").cases) {
-    assert.equal(JSON.stringify(provenance(c.input)), JSON.stringify(c.expected));
+    assert.equal(JSON.stringify(await provenance(c.input)), JSON.stringify(c.expected));
   }
 });
 
@@ -91,11 +91,11 @@ test("runnerAvailability reasons", () => {
   assert.equal(native.runnerAvailability([runner("b", [cap("llm.chat", "team")])], q("a"), 1000, 35000).reason, "audience-admits-nobody");
 });
 
-test("parseSealedOutcome: messages for bad JSON and non-outcomes", () => {
-  assert.deepEqual({ ...sealedOutcome("{") }, { ok: false, message: "the sealed result was not valid JSON" });
-  assert.deepEqual({ ...sealedOutcome("null") }, { ok: false, message: "the sealed result was not an outcome" });
-  const ok = sealedOutcome('{"outcome":{"outcome":"canceled"},"ran":{"model":"m","backendClass":"process","durationMs":0,"stop":"unknown"}}');
-  assert.deepEqual({ ...ok }, { ok: true, outcome: { outcome: "canceled" }, ran: { model: "m", backendClass: "process", durationMs: 0, stop: "unknown" } });
+test("a sealed outcome: messages for bad JSON and non-outcomes", async () => {
+  assert.deepEqual(await sealedOutcome("{"), { ok: false, message: "the sealed result was not valid JSON" });
+  assert.deepEqual(await sealedOutcome("null"), { ok: false, message: "the sealed result was not an outcome" });
+  const ok = await sealedOutcome('{"outcome":{"outcome":"canceled"},"ran":{"model":"m","backendClass":"process","durationMs":0,"stop":"unknown"}}');
+  assert.deepEqual(ok, { ok: true, outcome: { outcome: "canceled" }, ran: { model: "m", backendClass: "process", stop: "unknown" } });
 });
 
 test("inspectRequest works in worker threads and after a worker exits", async () => {

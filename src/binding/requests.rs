@@ -1,9 +1,8 @@
 //! The request exports (their types: the generated `index.d.ts`): a body's
-//! inspection and a sealed outcome's, as the engine makes them, for the
-//! tests that hold them to the reference's zod schemas and for the
-//! validation benchmark. Validated values leave as their JSON text (lone
-//! surrogates escaped), which `JSON.parse` turns into what zod's
-//! `safeParse(...).data` would be.
+//! inspection as the engine makes it, for the tests that hold it to the
+//! reference's zod schemas and for the validation benchmark. The validated
+//! body leaves as its JSON text (lone surrogates escaped), which
+//! `JSON.parse` turns into what zod's `safeParse(...).data` would be.
 
 // `#[napi]` items compile to nothing under `cfg(test)`, leaving their helpers unused there.
 #![cfg_attr(test, allow(dead_code))]
@@ -11,7 +10,7 @@
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use crate::wire::{self, Endpoint, Inspection, SealedOutcomeResult, WireError};
+use crate::wire::{self, Endpoint, Inspection, WireError};
 
 pub(super) fn type_error(message: impl Into<String>) -> Error {
     Error::new(Status::InvalidArg, message.into())
@@ -99,34 +98,4 @@ pub(super) fn inspect_request(endpoint: String, raw_body: String) -> Result<JsIn
         error: error.map(JsWireError::from),
         body,
     })
-}
-
-/// The plaintext of a result envelope: `{ok: true, value}` (the JSON text of
-/// `{outcome, ran}` as the schema reads it) or `{ok: false, message}` with
-/// the reference's message.
-#[napi(object, js_name = "SealedOutcome")]
-pub(super) struct JsSealedOutcome {
-    pub ok: bool,
-    pub value: Option<String>,
-    pub message: Option<String>,
-}
-
-#[napi(catch_unwind)]
-pub(super) fn parse_sealed_outcome(env: Env, plaintext: String) -> JsSealedOutcome {
-    match wire::parse_sealed_outcome(&plaintext, &node_url_ok(&env)) {
-        SealedOutcomeResult::Ok { doc, outcome } => {
-            let mut value = String::new();
-            outcome.write_json(&doc, &mut value);
-            JsSealedOutcome {
-                ok: true,
-                value: Some(value),
-                message: None,
-            }
-        }
-        SealedOutcomeResult::Refused(message) => JsSealedOutcome {
-            ok: false,
-            value: None,
-            message: Some(message.to_owned()),
-        },
-    }
 }
