@@ -143,7 +143,7 @@ export declare class NativeMemoryStore {
    * record's row (see `create`), or the validator's refusal (nothing
    * stored).
    */
-  enqueue(keyring: SiteKeyring, kind: unknown, payloadJson: string | undefined | null, jobId: string, envelopeDeadlineAt: number, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, now: number): string | { message: string }
+  enqueue(keyring: SiteKeyring, kind: unknown, payloadJson: string | undefined | null, envelopeDeadlineAt: number, job: EnqueuedJob, now: number): string | { message: string }
   /**
    * Store a payload `SiteKeyring.prepareCheckedAsync` validated, as
    * `enqueue` stores one: the new record's row. `kind` is the one it was
@@ -292,7 +292,8 @@ export interface EngineSettings {
 
 /**
  * An enqueued job's fields besides its kind and payload, as `create` takes
- * them (`purposeJson`: `JSON.stringify` of `purpose`).
+ * them (`purposeJson`: `JSON.stringify` of `purpose`), for `enqueue` and
+ * `enqueuePrepared`.
  */
 export interface EnqueuedJob {
   id: string

@@ -374,21 +374,7 @@ export function enqueueInPlace(
   if (args === null) return null;
   const { native, lazy, notify } = inPlaceStores.get(store) as InPlace;
   if ("json" in payload && (payload.json === undefined || payload.json.length <= threshold)) {
-    const answer = native.enqueue(
-      keyring,
-      kind,
-      payload.json,
-      args.id,
-      envelopeDeadlineAt,
-      args.owner,
-      args.audience,
-      args.purposeJson,
-      args.audienceAllow,
-      args.dependsOn,
-      args.ttlMs,
-      args.deadlineAt,
-      now,
-    );
+    const answer = native.enqueue(keyring, kind, payload.json, envelopeDeadlineAt, args, now);
     if (typeof answer !== "string") return answer;
     const record = jobFromJson(answer, lazy) as JobRecord;
     notify();

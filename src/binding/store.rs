@@ -651,7 +651,8 @@ impl NativeMemoryStore {
 }
 
 /// An enqueued job's fields besides its kind and payload, as `create` takes
-/// them (`purposeJson`: `JSON.stringify` of `purpose`).
+/// them (`purposeJson`: `JSON.stringify` of `purpose`), for `enqueue` and
+/// `enqueuePrepared`.
 #[napi(object, js_name = "EnqueuedJob")]
 pub struct JsEnqueuedJob {
     pub id: String,
@@ -662,6 +663,31 @@ pub struct JsEnqueuedJob {
     pub depends_on: Option<Vec<String>>,
     pub ttl_ms: Option<f64>,
     pub deadline_at: Option<f64>,
+}
+
+impl JsEnqueuedJob {
+    /// The job `create` stores: these fields, with its kind, envelope and
+    /// size class (the id lists move into it).
+    fn input<'a>(
+        &'a mut self,
+        kind: &'a str,
+        envelope: EnvelopeInput<'a>,
+        size_class: &'a str,
+    ) -> JobInput<'a> {
+        JobInput {
+            id: &self.id,
+            kind,
+            envelope,
+            size_class,
+            owner: &self.owner,
+            audience: self.audience.as_deref(),
+            purpose_json: self.purpose_json.as_deref(),
+            audience_allow: self.audience_allow.take(),
+            depends_on: self.depends_on.take(),
+            ttl_ms: self.ttl_ms,
+            deadline_at: self.deadline_at,
+        }
+    }
 }
 
 // -- calls that also need the site's keys -----------------------------------
@@ -680,15 +706,8 @@ impl NativeMemoryStore {
         keyring: &SiteKeyring,
         kind: Unknown<'_>,
         payload_json: Option<String>,
-        job_id: String,
         envelope_deadline_at: f64,
-        owner: String,
-        audience: Option<String>,
-        purpose_json: Option<String>,
-        audience_allow: Option<Vec<String>>,
-        depends_on: Option<Vec<String>>,
-        ttl_ms: Option<f64>,
-        deadline_at: Option<f64>,
+        mut job: JsEnqueuedJob,
         now: f64,
     ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
         let (kind_text, display) = super::rules::payload_kind(kind)?;
@@ -697,7 +716,7 @@ impl NativeMemoryStore {
             kind_text.as_deref(),
             &display,
             payload_json.as_deref(),
-            &job_id,
+            &job.id,
             envelope_deadline_at,
         ) {
             Ok(valid) => valid,
@@ -711,24 +730,13 @@ impl NativeMemoryStore {
             keyring.handle(),
             &self.inner,
             valid.canonical,
-            &job_id,
+            &job.id,
             envelope_deadline_at,
         )
         .map_err(seal_error)?;
-        let input = JobInput {
-            id: &job_id,
-            // The validator accepted the kind, so it is a string.
-            kind: kind_text.as_deref().unwrap_or_default(),
-            envelope: at_rest.as_input(),
-            size_class: valid.size_class.as_str(),
-            owner: &owner,
-            audience: audience.as_deref(),
-            purpose_json: purpose_json.as_deref(),
-            audience_allow,
-            depends_on,
-            ttl_ms,
-            deadline_at,
-        };
+        // The validator accepted the kind, so it is a string.
+        let kind = kind_text.unwrap_or_default();
+        let input = job.input(&kind, at_rest.as_input(), valid.size_class.as_str());
         self.create_job(env, input, now).map(Either::A)
     }
 
@@ -741,7 +749,7 @@ impl NativeMemoryStore {
         env: &'env Env,
         prepared: &mut PreparedPayload,
         kind: String,
-        job: JsEnqueuedJob,
+        mut job: JsEnqueuedJob,
         now: f64,
     ) -> Result<JsString<'env>> {
         let Some((at_rest, size_class)) = prepared.prepared.take() else {
@@ -752,19 +760,7 @@ impl NativeMemoryStore {
         if self.inner.get(&job.id).is_none() {
             crate::payload::seal_later(&at_rest);
         }
-        let input = JobInput {
-            id: &job.id,
-            kind: &kind,
-            envelope: at_rest.as_input(),
-            size_class,
-            owner: &job.owner,
-            audience: job.audience.as_deref(),
-            purpose_json: job.purpose_json.as_deref(),
-            audience_allow: job.audience_allow,
-            depends_on: job.depends_on,
-            ttl_ms: job.ttl_ms,
-            deadline_at: job.deadline_at,
-        };
+        let input = job.input(&kind, at_rest.as_input(), size_class);
         self.create_job(env, input, now)
     }
 }
