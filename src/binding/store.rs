@@ -316,23 +316,17 @@ impl NativeMemoryStore {
             (_, Some(json)) => EnvelopeInput::Raw(json),
             _ => EnvelopeInput::Raw("null"),
         };
-        self.create_job(
-            env,
-            JobInput {
-                id: &id,
-                kind: &kind,
-                envelope,
-                size_class: &size_class,
-                owner: &owner,
-                audience: audience.as_deref(),
-                purpose_json: purpose_json.as_deref(),
-                audience_allow,
-                depends_on,
-                ttl_ms,
-                deadline_at,
-            },
-            now,
-        )
+        let mut job = JsEnqueuedJob {
+            id,
+            owner,
+            audience,
+            purpose_json,
+            audience_allow,
+            depends_on,
+            ttl_ms,
+            deadline_at,
+        };
+        self.create_job(env, job.input(&kind, envelope, &size_class), now)
     }
 
     #[napi(catch_unwind)]
