@@ -10,11 +10,8 @@
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
+use super::crypto::invalid;
 use crate::wire::{self, Endpoint, Inspection, WireError};
-
-pub(super) fn type_error(message: impl Into<String>) -> Error {
-    Error::new(Status::InvalidArg, message.into())
-}
 
 /// The URL check zod's `z.url()` makes: Node's own `URL.canParse`. Only
 /// reached for a sealed outcome's `artifactUrl`.
@@ -79,7 +76,7 @@ pub(super) struct JsInspection {
 #[napi(catch_unwind)]
 pub(super) fn inspect_request(endpoint: String, raw_body: String) -> Result<JsInspection> {
     let ep = Endpoint::parse(&endpoint)
-        .ok_or_else(|| type_error(format!("unknown protocol endpoint: {endpoint}")))?;
+        .ok_or_else(|| invalid(format!("unknown protocol endpoint: {endpoint}")))?;
     // Request schemas hold no URLs.
     let inspection = wire::inspect_request(ep, &raw_body, &|_| false);
     let stage = inspection.stage().to_owned();

@@ -12,7 +12,7 @@ use napi::bindgen_prelude::*;
 use napi::JsValue;
 use napi_derive::napi;
 
-use super::requests::type_error;
+use super::crypto::invalid;
 use crate::audience::{self, Audience, CapabilityView, OfferScope, RunnerView};
 use crate::wire;
 
@@ -71,7 +71,7 @@ pub(super) fn is_audience(text: String) -> bool {
 }
 
 fn offer_scope_of(s: &str) -> Result<OfferScope> {
-    OfferScope::parse(s).ok_or_else(|| type_error(format!("unknown offer scope: {s}")))
+    OfferScope::parse(s).ok_or_else(|| invalid(format!("unknown offer scope: {s}")))
 }
 
 #[napi(object, js_name = "AvailabilityCapability")]
@@ -107,7 +107,7 @@ fn read_runner(obj: &Object<'_>) -> Result<RunnerFields> {
     Ok(RunnerFields {
         owner: obj
             .get("owner")?
-            .ok_or_else(|| type_error("runner record without owner"))?,
+            .ok_or_else(|| invalid("runner record without owner"))?,
         revoked,
         last_heartbeat_at,
         capabilities: obj.get("capabilities")?.unwrap_or_default(),

@@ -550,10 +550,7 @@ impl NativeMemoryStore {
     #[napi(catch_unwind)]
     pub fn create_pairing(&mut self, record_json: String) -> Result<()> {
         if !self.inner.people.create_pairing_json(record_json) {
-            return Err(Error::new(
-                Status::InvalidArg,
-                "a pairing record must be a JSON-compatible object",
-            ));
+            return Err(invalid("a pairing record must be a JSON-compatible object"));
         }
         self.persist()
     }
