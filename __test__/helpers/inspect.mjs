@@ -10,7 +10,6 @@ export function inspect(endpoint, text) {
   return r.stage === "ok" ? { stage: "ok", body: JSON.parse(r.body) } : { stage: r.stage, status: r.status, error: { ...r.error } };
 }
 
-
 const T0 = 1767225600000;
 const SITE = native.generateKeys(T0);
 const RING = new native.SiteKeyring(SITE);
