@@ -58,6 +58,11 @@ fn json_or_null(json: &str) -> &str {
     }
 }
 
+/// A store's refusal as a JS `Error` with its message.
+fn failed(error: impl std::fmt::Display) -> Error {
+    Error::from_reason(error.to_string())
+}
+
 /// `text` as a JS string. Most answers are pure ASCII (ids, base64url,
 /// numbers); V8 takes those as Latin-1 without a UTF-8 decoding pass.
 pub(super) fn js_text<'env>(env: &'env Env, text: &str) -> Result<JsString<'env>> {
@@ -84,9 +89,7 @@ impl NativeMemoryStore {
     /// store in memory only) before the call answers.
     pub(super) fn persist(&mut self) -> Result<()> {
         match self.durable.as_mut() {
-            Some(file) => file
-                .flush(&mut self.inner)
-                .map_err(|error| Error::from_reason(error.to_string())),
+            Some(file) => file.flush(&mut self.inner).map_err(failed),
             None => Ok(()),
         }
     }
@@ -181,8 +184,8 @@ impl NativeMemoryStore {
                 } else {
                     Sync::Normal
                 };
-                let (file, store) = Durable::open(std::path::Path::new(&path), options, sync)
-                    .map_err(|error| Error::from_reason(error.to_string()))?;
+                let (file, store) =
+                    Durable::open(std::path::Path::new(&path), options, sync).map_err(failed)?;
                 (store, Some(file))
             }
             None => (Store::new(options), None),
@@ -205,9 +208,7 @@ impl NativeMemoryStore {
     #[napi(catch_unwind)]
     pub fn close(&mut self) -> Result<()> {
         match self.durable.as_mut() {
-            Some(file) => file
-                .close(&mut self.inner)
-                .map_err(|error| Error::from_reason(error.to_string())),
+            Some(file) => file.close(&mut self.inner).map_err(failed),
             None => Ok(()),
         }
     }
@@ -216,8 +217,7 @@ impl NativeMemoryStore {
     /// the problems it lists.
     #[napi(catch_unwind)]
     pub fn integrity_check(path: String) -> Result<String> {
-        crate::store::durable::integrity_check(std::path::Path::new(&path))
-            .map_err(|error| Error::from_reason(error.to_string()))
+        crate::store::durable::integrity_check(std::path::Path::new(&path)).map_err(failed)
     }
 
     /// From now on records carry `[]` in place of a large sealed envelope
@@ -585,7 +585,7 @@ impl NativeMemoryStore {
             .people
             .approve(&user_code, &owner, &runner_id, now)
             .map(str::to_owned)
-            .map_err(|e| Error::from_reason(e.to_string()))?;
+            .map_err(failed)?;
         self.persist()?;
         Ok(runner)
     }
