@@ -143,7 +143,7 @@ export declare class NativeMemoryStore {
    * record's row (see `create`), or the validator's refusal (nothing
    * stored).
    */
-  enqueue(keyring: SiteKeyring, kind: unknown, payloadJson: string | undefined | null, jobId: string, envelopeDeadlineAt: number, owner: string, audience: string | undefined | null, purposeJson: string | undefined | null, audienceAllow: Array<string> | undefined | null, dependsOn: Array<string> | undefined | null, ttlMs: number | undefined | null, deadlineAt: number | undefined | null, now: number): string | { message: string }
+  enqueue(keyring: SiteKeyring, kind: unknown, payloadJson: string | undefined | null, envelopeDeadlineAt: number, job: EnqueuedJob, now: number): string | { message: string }
   /**
    * Store a payload `SiteKeyring.prepareCheckedAsync` validated, as
    * `enqueue` stores one: the new record's row. `kind` is the one it was
@@ -217,23 +217,17 @@ export declare class PreparedPayload {}
 export declare class SiteKeyring {
   /**
    * Parses both private keys; throws a clear error when they are not keys.
-   * Consistency of the public half is a separate question: `isConsistent()`.
+   * Consistency of the public half is the engine's question.
    */
   constructor(keys: StoredKeys)
   get keyId(): string
-  publicIdentity(): PublicIdentity
-  isConsistent(): boolean
   /**
-   * Seal a job payload to the site itself, for storage at rest (on the
-   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
-   */
-  sealPayload(plaintext: string, jobId: string, deadlineAt: number): SealedEnvelope | Promise<SealedEnvelope>
-  /**
-   * `validatePayload` then `sealPayload` of its canonical text, in one
-   * call: the canonical text (as long as the payload) never crosses to
-   * JavaScript. Inline for a payload up to [`ASYNC_CRYPTO_THRESHOLD`]
-   * bytes, on the thread pool above (validation included: for a large
-   * payload it is milliseconds of parsing). A payload that is a plain
+   * A payload validated as enqueue does and its canonical text sealed to
+   * the site itself, for storage at rest, in one call: the canonical text
+   * (as long as the payload) never crosses to JavaScript. Inline for a
+   * payload up to [`ASYNC_CRYPTO_THRESHOLD`] bytes, on the thread pool
+   * above (validation included: for a large payload it is milliseconds
+   * of parsing). A payload that is a plain
    * object of string values may come as its `keys` and `values` instead
    * of `payloadJson`: its JSON text is then written on the thread pool
    * rather than by `JSON.stringify`, which scans a megabyte prompt a
@@ -285,14 +279,6 @@ export interface AvailabilityQuery {
   audienceAllow?: readonly string[]
 }
 
-export declare function canonicalRequest(endpoint: string, runnerId: string, issuedAt: number, body: string): string
-
-/**
- * The first capability whose `kind` is `kind` (the same object, not a
- * copy), or `undefined`.
- */
-export declare function capabilityFor(caps: readonly Capability[], kind: string): Capability | undefined
-
 /** The deadline a claim stub carries (`crate::engine::rules::deadline_for`). */
 export declare function deadlineFor(deadlineAt: number | undefined | null, claimableAt: number | undefined | null, ttlMs: number, now: number): number
 
@@ -306,7 +292,8 @@ export interface EngineSettings {
 
 /**
  * An enqueued job's fields besides its kind and payload, as `create` takes
- * them (`purposeJson`: `JSON.stringify` of `purpose`).
+ * them (`purposeJson`: `JSON.stringify` of `purpose`), for `enqueue` and
+ * `enqueuePrepared`.
  */
 export interface EnqueuedJob {
   id: string
@@ -344,8 +331,6 @@ export declare function generateJobId(): string
 
 /** `generateSiteKeys(now = Date.now())`. */
 export declare function generateKeys(now?: number | undefined | null): StoredKeys
-
-export declare function generateLeaseId(): string
 
 export declare function generateRunnerId(): string
 
@@ -410,16 +395,6 @@ export interface OpenResult {
   reason?: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch"
 }
 
-export declare function parseSealedOutcome(plaintext: string): SealedOutcome
-
-export interface PayloadCheck {
-  ok: boolean
-  canonical?: string
-  textLength?: number
-  sizeClass?: "small" | "medium" | "large"
-  message?: string
-}
-
 /** `NativeMemoryStore.enqueue`'s refusal: the payload validator's message. */
 export interface PayloadRefusal {
   message: string
@@ -456,27 +431,11 @@ export interface ProtocolConstants {
   livenessSlackMs: number
 }
 
-/** Provenance for a completed job; `untrusted` derived from the audience. */
-export declare function provenanceFor(input: ProvenanceInput): ResultProvenance
-
-export interface ProvenanceInput {
-  /** The job's audience as stored (an unknown spelling is echoed, untrusted). */
-  audience: string
-  runnerId: string
-  runnerOwner: string
-  backendClass: "http" | "process"
-  model: string
-  stop?: "end" | "length" | "stop-sequence" | "unknown"
-  stopReported?: boolean
-}
-
 export interface PublicIdentity {
   identity: string
   encryption: string
   encryptionSig: string
 }
-
-export declare function publicIdentityOf(keys: StoredKeys): PublicIdentity
 
 /**
  * The refusal reason an answer's status stands for (`tooLarge`: refused
@@ -490,13 +449,6 @@ export interface RequestSignature {
   signature: string
 }
 
-export interface RequestToSign {
-  endpoint: string
-  runnerId: string
-  issuedAt: number
-  body: string
-}
-
 /**
  * `acceptResult`'s answer: `accepted`, the JSON text of `{outcome,
  * provenance}` (V8 builds the objects from text faster than they are
@@ -506,17 +458,6 @@ export interface ResultAcceptance {
   ok: boolean
   accepted?: string
   why?: string
-}
-
-export interface ResultProvenance {
-  audience: string
-  runnerId: string
-  runnerOwner: string
-  backendClass: string
-  model: string
-  untrusted: boolean
-  stop?: string
-  stopReported?: boolean
 }
 
 /** Who a result is accepted from (`crate::result::Source`). */
@@ -560,17 +501,6 @@ export interface SealedEnvelope {
 }
 
 /**
- * The plaintext of a result envelope: `{ok: true, value}` (the JSON text of
- * `{outcome, ran}` as the schema reads it) or `{ok: false, message}` with
- * the reference's message.
- */
-export interface SealedOutcome {
-  ok: boolean
-  value?: string
-  message?: string
-}
-
-/**
  * `sealChecked`'s answer: the at-rest envelope and the payload's size
  * class, or the validator's message.
  */
@@ -590,18 +520,6 @@ export interface SealOptions {
 
 /** Constant time for equal lengths; `false` (never a throw) on malformed input. */
 export declare function secretsMatch(a: string, b: string): boolean
-
-/**
- * What `signRequest` returns: `runnerId` is echoed back exactly as given
- * (as UTF-16, so even a lone surrogate survives).
- */
-export interface SignedRequest {
-  runnerId: string
-  issuedAt: number
-  signature: string
-}
-
-export declare function signRequest(keys: StoredKeys, req: RequestToSign): SignedRequest
 
 /**
  * `siteKeysFromEnv` given the variable's name and value; the shell reads
@@ -653,16 +571,6 @@ export interface StoredKeys {
 
 /** The too-large message for `bytes` (the limit is the body cap). */
 export declare function tooLargeMessage(bytes: number): string
-
-/**
- * Validate `{kind, payload}` as enqueue does. `kind` may be any JS value
- * (the message prints it with `String(kind)`); `payloadJson` is
- * `JSON.stringify(payload)`, or `undefined` for an absent payload.
- */
-export declare function validatePayload(kind: unknown, payloadJson: string | undefined): { ok: true; canonical: string; textLength: number; sizeClass: "small" | "medium" | "large" } | { ok: false; message: string }
-
-/** Never throws: anything that is not an object of three strings is `false`. */
-export declare function verifyPublicIdentity(identity: unknown): boolean
 
 export declare function verifyRequest(opts: VerifyRequestOptions): null | "stale" | "bad-signature"
 

@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { Engine, FailureBudget, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, canonicalRequest, capabilityFor, deadlineFor, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateLeaseId, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, parseSealedOutcome, protocolConstants, provenanceFor, publicIdentityOf, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, signRequest, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, validatePayload, verifyPublicIdentity, verifyRequest } = nativeBinding
+const { Engine, FailureBudget, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, deadlineFor, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, protocolConstants, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, verifyRequest } = nativeBinding
 export { Engine }
 export { FailureBudget }
 export { NativeMemoryStore }
@@ -781,14 +781,11 @@ export { NativeMetrics }
 export { PendingRequest }
 export { PreparedPayload }
 export { SiteKeyring }
-export { canonicalRequest }
-export { capabilityFor }
 export { deadlineFor }
 export { formatSiteKeys }
 export { generateDeviceCode }
 export { generateJobId }
 export { generateKeys }
-export { generateLeaseId }
 export { generateRunnerId }
 export { generateUserCode }
 export { hashSecret }
@@ -799,22 +796,16 @@ export { keyId }
 export { nativeVersion }
 export { normalizeUserCode }
 export { open }
-export { parseSealedOutcome }
 export { protocolConstants }
-export { provenanceFor }
-export { publicIdentityOf }
 export { refusalReason }
 export { runnerAvailability }
 export { runnerCounts }
 export { seal }
 export { secretsMatch }
-export { signRequest }
 export { siteKeysFromEnvValue }
 export { sqlTextIn }
 export { sqlTextMark }
 export { sqlTextOut }
 export { tooLargeMessage }
-export { validatePayload }
-export { verifyPublicIdentity }
 export { verifyRequest }
 export const __napiBindingTarget = __napiLoadedBindingTarget

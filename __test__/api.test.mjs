@@ -3,6 +3,7 @@
 // heartbeats and reports, while the app enqueues, waits and reads the result.
 // Also: enqueue refusals, availability reasons, delivery timing, the cloud
 // lane against an in-process fake relay, keygen.
+import * as deviceKeys from "../scripts/device-keys.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -31,7 +32,7 @@ class Daemon {
   constructor(post, { offerScope = "private", kind = "llm.generate" } = {}) {
     this.post = post;
     this.keys = native.generateKeys(Date.now());
-    this.identity = native.publicIdentityOf(this.keys);
+    this.identity = deviceKeys.publicIdentityOf(this.keys);
     this.keyId = native.keyId(this.identity.identity);
     this.capabilities = [{ kind, service: "local", backendId: "ollama", backendClass: "http", model: "m1", offerScope }];
   }
@@ -40,7 +41,7 @@ class Daemon {
     const text = JSON.stringify({ protocolVersion: "2", ...body });
     const headers = { "content-type": "application/json" };
     if (sign) {
-      const sig = native.signRequest(this.keys, { endpoint, runnerId: this.runnerId, issuedAt: Date.now(), body: text });
+      const sig = deviceKeys.signRequest(this.keys, { endpoint, runnerId: this.runnerId, issuedAt: Date.now(), body: text });
       headers["x-byollm-runner"] = sig.runnerId;
       headers["x-byollm-issued-at"] = String(sig.issuedAt);
       headers["x-byollm-signature"] = sig.signature;
@@ -62,7 +63,7 @@ class Daemon {
     const runner = await app.approvePairing({ userCode: start.body.userCode, owner });
     const poll = await this.call("pair", { action: "poll", deviceCode: start.body.deviceCode }, { sign: false });
     assert.equal(poll.body.status, "approved");
-    assert.deepEqual(poll.body.sites, { [SITE_KEY_ID]: native.publicIdentityOf(SITE) });
+    assert.deepEqual(poll.body.sites, { [SITE_KEY_ID]: deviceKeys.publicIdentityOf(SITE) });
     this.runnerId = runner.id;
     this.site = poll.body.sites[SITE_KEY_ID];
     return runner;
@@ -365,7 +366,7 @@ test("keygen prints a usable identity; --help prints the usage", () => {
   const line = out.stdout.split("\n").find((l) => l.startsWith("BYOLLM_SITE_KEYS="));
   const keys = JSON.parse(Buffer.from(line.slice(17), "base64").toString("utf8"));
   assert.equal(out.stdout, formatSiteKeys(keys));
-  assert.equal(native.verifyPublicIdentity(native.publicIdentityOf(keys)), true);
+  assert.equal(deviceKeys.verifyPublicIdentity(deviceKeys.publicIdentityOf(keys)), true);
   const help = spawnSync(process.execPath, [bin, "--help"], { encoding: "utf8" });
   assert.equal(help.status, 0);
   assert.match(help.stdout, /^usage: npx --no keygen\n\nGenerates this site's byollm identity/);

@@ -5,6 +5,7 @@
 // pairings pruned once expired, memory bounded under a flood). Only our
 // package: the reference's behaviour for each is in the comments and in
 // docs/security.md ("The reference's weak spots").
+import * as deviceKeys from "../scripts/device-keys.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
@@ -189,7 +190,7 @@ function maximalStart(device) {
 
 test("pair start keeps only bounded fields; more is the reference's schema refusal", async () => {
   const { handlers } = site();
-  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const device = deviceKeys.publicIdentityOf(native.generateKeys(T0));
   const maximal = maximalStart(device);
   assert.equal((await handlers.handle("pair", maximal, auth)).status, 200);
   const over = structuredClone(maximal);
@@ -215,7 +216,7 @@ test("pair start keeps only bounded fields; more is the reference's schema refus
 
 test("identity keys padded with junk, padding or the other alphabet do not verify at pair start", async () => {
   const { handlers } = site();
-  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const device = deviceKeys.publicIdentityOf(native.generateKeys(T0));
   const refused = {
     status: 400,
     body: {
@@ -232,12 +233,12 @@ test("identity keys padded with junk, padding or the other alphabet do not verif
     ["a padded signature", { ...device, encryptionSig: `${device.encryptionSig}==` }],
   ]) {
     // The reference's lenient decoding verifies every one of these.
-    assert.equal(native.verifyPublicIdentity(changed), true, name);
+    assert.equal(deviceKeys.verifyPublicIdentity(changed), true, name);
     assert.deepEqual(await handlers.handle("pair", startBody(changed), auth), refused, name);
   }
   assert.equal((await handlers.handle("pair", startBody(device), auth)).status, 200);
   // A key its identity did not sign keeps the reference's answer.
-  const other = native.publicIdentityOf(native.generateKeys(T0));
+  const other = deviceKeys.publicIdentityOf(native.generateKeys(T0));
   assert.deepEqual(await handlers.handle("pair", startBody({ ...device, encryption: other.encryption }), auth), {
     status: 400,
     body: { error: "bad-request", message: "the device's encryption key is not signed by the identity it was presented with" },
@@ -247,7 +248,7 @@ test("identity keys padded with junk, padding or the other alphabet do not verif
 test("pair start never hands out a user code a live pairing holds", async () => {
   const store = new MemoryStore();
   const { handlers, clock } = site({ store });
-  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const device = deviceKeys.publicIdentityOf(native.generateKeys(T0));
   const asked = [];
   // The store reports the first three codes it is asked about as held by a
   // live pairing (as a code collision would look).
@@ -274,7 +275,7 @@ test("pair start never hands out a user code a live pairing holds", async () => 
 
 test("approval acts only on the pending, unexpired pairing with the code", async () => {
   const { app, store, clock } = site();
-  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const device = deviceKeys.publicIdentityOf(native.generateKeys(T0));
   const record = (hash, expiresAt) => ({
     device,
     deviceCodeHash: hash,
@@ -301,7 +302,7 @@ test("approval acts only on the pending, unexpired pairing with the code", async
 });
 
 test("30,000 maximal pair starts from 1,000 sources leave memory bounded, and a sweep removes expired pairings", { timeout: 300_000 }, async () => {
-  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const device = deviceKeys.publicIdentityOf(native.generateKeys(T0));
   const body = maximalStart(device);
   // Warm the allocator and the JIT on a store of its own, then measure a fresh one from there.
   const warm = site();
@@ -416,7 +417,7 @@ test("a bound refusal comes after the signature check: strangers learn nothing a
 
 test("ByollmHandlers.handle (parsed bodies) answers a bound refusal with the same message", async () => {
   const { handlers } = site();
-  const device = native.publicIdentityOf(native.generateKeys(T0));
+  const device = deviceKeys.publicIdentityOf(native.generateKeys(T0));
   const body = startBody(device, { capabilities: [{ ...capability(0), knownModels: Array(65).fill("m") }] });
   assert.deepEqual(await handlers.handle("pair", body, auth), overBound("capabilities[0].knownModels has 65 items and the limit is 64"));
 });

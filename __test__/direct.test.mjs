@@ -7,6 +7,7 @@
 // (operations run in place) and one on the same store behind a proxy (a JS
 // store to the handler). The same requests go to both; lease ids are random,
 // so each side's are mapped onto placeholders before comparing.
+import * as deviceKeys from "../scripts/device-keys.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -59,7 +60,7 @@ function jsStore(inner) {
 async function pairRunner(store, device = DEVICE, runnerId = RUNNER, owner = "bob") {
   const userCode = `CODE-${runnerId}`;
   await store.createPairing({
-    device: native.publicIdentityOf(device),
+    device: deviceKeys.publicIdentityOf(device),
     deviceCodeHash: `hash-${runnerId}`,
     userCode,
     state: "pending",
@@ -78,7 +79,7 @@ async function pairRunner(store, device = DEVICE, runnerId = RUNNER, owner = "bo
 
 /** The jobs both sites hold, with the same ids and the same at-rest envelopes. */
 function jobInputs() {
-  const sealed = (id, prompt) => keyring.sealPayload(JSON.stringify({ prompt }), id, T0 + 86_400_000);
+  const sealed = (id, prompt) => keyring.sealChecked("llm.generate", JSON.stringify({ prompt }), undefined, undefined, id, T0 + 86_400_000).envelope;
   return [
     { id: "job-a", kind: "llm.generate", envelope: sealed("job-a", "first"), sizeClass: "small", owner: "bob" },
     {
@@ -121,7 +122,7 @@ async function site({ direct }) {
 
 function signed(endpoint, body, { device = DEVICE, runnerId = RUNNER, issuedAt, text } = {}) {
   const raw = text ?? JSON.stringify(body);
-  const sig = native.signRequest(device, { endpoint, runnerId, issuedAt, body: raw });
+  const sig = deviceKeys.signRequest(device, { endpoint, runnerId, issuedAt, body: raw });
   return {
     raw,
     headers: {

@@ -1,7 +1,8 @@
 // Shared by the hardening, malformed-input and load tests: a site (store,
 // app, fetch handler) from either implementation, mounted on node:http over
-// loopback, and a daemon that speaks the wire protocol with our native
-// crypto (byte-compatible with the reference's, so it drives both).
+// loopback, and a daemon that speaks the wire protocol (requests signed
+// with node:crypto, payloads opened with the addon), which drives both.
+import * as deviceKeys from "../scripts/device-keys.mjs";
 import http from "node:http";
 import * as native from "../index.js";
 import { oursStore } from "./helpers/diff-stores.mjs";
@@ -99,7 +100,7 @@ export class Daemon {
     this.capabilities = capabilities;
     this.clock = clock;
     this.keys = native.generateKeys(Date.now());
-    this.identity = native.publicIdentityOf(this.keys);
+    this.identity = deviceKeys.publicIdentityOf(this.keys);
     this.keyId = native.keyId(this.identity.identity);
   }
 
@@ -116,7 +117,7 @@ export class Daemon {
   async send(endpoint, text, { sign = true, runnerId = this.runnerId, issuedAt = this.now(), mutateSignature, headers = {} } = {}) {
     const h = { ...headers };
     if (sign) {
-      const sig = native.signRequest(this.keys, { endpoint, runnerId, issuedAt, body: text });
+      const sig = deviceKeys.signRequest(this.keys, { endpoint, runnerId, issuedAt, body: text });
       h["x-byollm-runner"] = sig.runnerId;
       h["x-byollm-issued-at"] = String(sig.issuedAt);
       h["x-byollm-signature"] = mutateSignature ? mutateSignature(sig.signature) : sig.signature;

@@ -2,6 +2,7 @@
 // from the native store, and the fetch answer's text is written by the core
 // with the reseal rather than JSON.stringify'd. Both must give exactly the bytes the plain
 // path would. No reference package is imported, so this runs under Node 20 too.
+import * as deviceKeys from "../scripts/device-keys.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as native from "../index.js";
@@ -14,7 +15,7 @@ async function call(handler, keys, runnerId, endpoint, body, sign = true) {
   const text = JSON.stringify({ protocolVersion: "2", ...body });
   const headers = { "content-type": "application/json" };
   if (sign) {
-    const sig = native.signRequest(keys, { endpoint, runnerId, issuedAt: Date.now(), body: text });
+    const sig = deviceKeys.signRequest(keys, { endpoint, runnerId, issuedAt: Date.now(), body: text });
     headers["x-byollm-runner"] = sig.runnerId;
     headers["x-byollm-issued-at"] = String(sig.issuedAt);
     headers["x-byollm-signature"] = sig.signature;
@@ -28,7 +29,7 @@ test("a 300 KB prompt: fetch answers canonical JSON the device opens to the exac
   const app = new ByollmApp({ store, siteKeys: SITE });
   const handler = createFetchHandler({ store, siteKeys: SITE, verificationUrl: `${ORIGIN}/runners` });
   const keys = native.generateKeys(Date.now());
-  const identity = native.publicIdentityOf(keys);
+  const identity = deviceKeys.publicIdentityOf(keys);
   const capabilities = [{ kind: "llm.generate", service: "local", backendId: "ollama", backendClass: "http", model: "m1", offerScope: "private" }];
 
   const start = await call(handler, keys, undefined, "pair", { action: "start", daemon: { version: "0.1.1", label: "t", platform: "linux" }, device: identity, capabilities }, false);

@@ -4,6 +4,7 @@
 // versions, missing and garbled signature headers, stale and future
 // timestamps, unknown and revoked runners, schema violations per endpoint).
 // Ours must answer each with the reference's status and body, never a 500.
+import * as deviceKeys from "../scripts/device-keys.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
@@ -62,7 +63,7 @@ const JSON_HEADERS = { "content-type": "application/json" };
 
 /** Signature headers for `text` at `endpoint` by `daemon`. */
 function signed(daemon, endpoint, text, { issuedAt = Date.now(), runnerId = daemon.runnerId } = {}) {
-  const sig = native.signRequest(daemon.keys, { endpoint, runnerId, issuedAt, body: text });
+  const sig = deviceKeys.signRequest(daemon.keys, { endpoint, runnerId, issuedAt, body: text });
   return {
     ...JSON_HEADERS,
     "x-byollm-runner": sig.runnerId,

@@ -7,6 +7,7 @@
 // The floods are driven in process through ByollmHandlers (the source in
 // its AuthContext); createFetchHandler's `source` option and its
 // `retry-after` header are checked on their own.
+import * as deviceKeys from "../scripts/device-keys.mjs";
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -25,7 +26,7 @@ const SHARE = 64;
 const MAX_PAIRINGS = 4096;
 const RETRY_AFTER = 30;
 
-const device = native.publicIdentityOf(native.generateKeys(T0));
+const device = deviceKeys.publicIdentityOf(native.generateKeys(T0));
 const START_BODY = {
   protocolVersion: "2",
   action: "start",

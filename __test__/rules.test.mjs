@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import * as native from "../index.js";
-import { inspect, sealedOutcome } from "./helpers/inspect.mjs";
+import { inspect, payloadVerdict, provenance, sealedOutcome } from "./helpers/inspect.mjs";
 
 const vector = (name) => JSON.parse(readFileSync(new URL(`../tests/vectors/${name}`, import.meta.url), "utf8"));
 const misc = vector("misc.json");
@@ -25,24 +25,24 @@ test("tooLargeMessage matches misc.json", () => {
   for (const { bytes, tooLargeMessage } of misc.tooLarge) assert.equal(native.tooLargeMessage(bytes), tooLargeMessage);
 });
 
-test("validatePayload gives the enqueue refusal messages and the canonical sealed text", () => {
+test("an enqueue's payload: the refusal messages and the canonical sealed text", async () => {
   let n = 0;
   for (const { input, result } of misc.enqueueRefusals) {
     if (!result.error.message.startsWith("invalid ")) continue;
-    const r = native.validatePayload(input.kind, input.payload === undefined ? undefined : JSON.stringify(input.payload));
-    assert.deepEqual({ ...r }, { ok: false, message: result.error.message });
+    const r = await payloadVerdict(input.kind, input.payload === undefined ? undefined : JSON.stringify(input.payload));
+    assert.deepEqual(r, { ok: false, message: result.error.message });
     n++;
   }
   assert.ok(n >= 7);
   const { input, sealedPlaintext, record } = misc.enqueueStores;
-  const ok = native.validatePayload(input.kind, JSON.stringify(input.payload));
+  const ok = await payloadVerdict(input.kind, JSON.stringify(input.payload));
   assert.equal(ok.canonical, sealedPlaintext);
   assert.equal(ok.sizeClass, record.sizeClass);
 });
 
-test("provenanceFor matches provenance.json, key order included", () => {
+test("a result's provenance matches provenance.json, key order included", async () => {
   for (const c of vector("provenance.json").cases) {
-    assert.equal(JSON.stringify(native.provenanceFor(c.input)), JSON.stringify(c.expected));
+    assert.equal(JSON.stringify(await provenance(c.input)), JSON.stringify(c.expected));
   }
 });
 
@@ -91,17 +91,11 @@ test("runnerAvailability reasons", () => {
   assert.equal(native.runnerAvailability([runner("b", [cap("llm.chat", "team")])], q("a"), 1000, 35000).reason, "audience-admits-nobody");
 });
 
-test("capabilityFor returns the first matching capability itself, or undefined", () => {
-  const caps = [{ kind: "llm.chat", n: 1 }, { kind: "llm.generate", n: 2 }, { kind: "llm.generate", n: 3 }];
-  assert.equal(native.capabilityFor(caps, "llm.generate"), caps[1]);
-  assert.equal(native.capabilityFor(caps, "llm.embed"), undefined);
-});
-
-test("parseSealedOutcome: messages for bad JSON and non-outcomes", () => {
-  assert.deepEqual({ ...sealedOutcome("{") }, { ok: false, message: "the sealed result was not valid JSON" });
-  assert.deepEqual({ ...sealedOutcome("null") }, { ok: false, message: "the sealed result was not an outcome" });
-  const ok = sealedOutcome('{"outcome":{"outcome":"canceled"},"ran":{"model":"m","backendClass":"process","durationMs":0,"stop":"unknown"}}');
-  assert.deepEqual({ ...ok }, { ok: true, outcome: { outcome: "canceled" }, ran: { model: "m", backendClass: "process", durationMs: 0, stop: "unknown" } });
+test("a sealed outcome: messages for bad JSON and non-outcomes", async () => {
+  assert.deepEqual(await sealedOutcome("{"), { ok: false, message: "the sealed result was not valid JSON" });
+  assert.deepEqual(await sealedOutcome("null"), { ok: false, message: "the sealed result was not an outcome" });
+  const ok = await sealedOutcome('{"outcome":{"outcome":"canceled"},"ran":{"model":"m","backendClass":"process","durationMs":0,"stop":"unknown"}}');
+  assert.deepEqual(ok, { ok: true, outcome: { outcome: "canceled" }, ran: { model: "m", backendClass: "process", stop: "unknown" } });
 });
 
 test("inspectRequest works in worker threads and after a worker exits", async () => {

@@ -1,8 +1,7 @@
 // SiteKeyring.sealChecked: enqueue's validation and at-rest seal in one
-// native call, inline or on the thread pool by the payload's size. It must answer exactly what validatePayload followed by
-// sealPayload of the canonical text would: the same refusal messages, the same
-// size class, and an envelope that opens to the canonical text. No reference
-// package, so it also runs on Node 20.
+// native call, inline or on the thread pool by the payload's size: the
+// validator's refusal messages, the size class, and an envelope that opens to
+// the canonical text. No reference package, so it also runs on Node 20.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as native from "../index.js";
@@ -24,45 +23,44 @@ function openAtRest(envelope, jobId) {
   return opened.plaintext;
 }
 
+/** Each case with the validator's answer: `[kind, payload, message]` refused, `[kind, payload, canonical, sizeClass]` accepted. */
 const cases = [
-  ["llm.generate", { prompt: "hello" }],
+  ["llm.generate", { prompt: "hello" }, '{"prompt":"hello"}', "small"],
   // Keys out of schema order and an unknown-spelling normalisation are the
   // validator's business; the sealed text must be its canonical form.
-  ["llm.generate", { system: "be brief", prompt: "é \u2028 \"q\" \n" }],
-  ["llm.generate", { prompt: "x".repeat(70_000) }],
-  ["llm.chat", { messages: [{ role: "user", content: "hi" }] }],
-  ["llm.generate", { prompt: 3 }],
-  ["llm.generate", {}],
-  ["no.such.kind", { prompt: "x" }],
-  [42, { prompt: "x" }],
-  ["llm.generate", undefined],
+  ["llm.generate", { system: "be brief", prompt: "é \u2028 \"q\" \n" }, '{"prompt":"é \u2028 \\"q\\" \\n","system":"be brief"}', "small"],
+  ["llm.generate", { prompt: "x".repeat(70_000) }, `{"prompt":"${"x".repeat(70_000)}"}`, "large"],
+  ["llm.chat", { messages: [{ role: "user", content: "hi" }] }, '{"messages":[{"role":"user","content":"hi"}]}', "small"],
+  ["llm.generate", { prompt: 3 }, "invalid llm.generate payload — payload.prompt: Invalid input: expected string, received number"],
+  ["llm.generate", {}, "invalid llm.generate payload — payload.prompt: Invalid input: expected string, received undefined"],
+  ["no.such.kind", { prompt: "x" }, "invalid no.such.kind payload — kind: Invalid discriminator value. Expected 'llm.generate' | 'llm.chat'"],
+  [42, { prompt: "x" }, "invalid 42 payload — kind: Invalid discriminator value. Expected 'llm.generate' | 'llm.chat'"],
+  ["llm.generate", undefined, "invalid llm.generate payload — payload: Invalid input: expected object, received undefined"],
 ];
 
-test("sealChecked answers as validatePayload + sealPayload, on the thread pool past 64 KiB", async () => {
+test("sealChecked: the validator's verdict and the sealed canonical text, on the thread pool past 64 KiB", async () => {
   let n = 0;
-  for (const [kind, payload] of cases) {
+  for (const [kind, payload, text, sizeClass] of cases) {
     const json = payload === undefined ? undefined : JSON.stringify(payload);
-    const separate = native.validatePayload(kind, json);
     const answer = ring.sealChecked(kind, json, undefined, undefined, `job-${n}`, T0 + 86_400_000);
     assert.equal(answer instanceof Promise, (json?.length ?? 0) > 64 * 1024, `inline or pooled for ${json?.length} units`);
     const fused = await answer;
-    assert.equal(fused.ok, separate.ok, `verdict for ${String(kind)} ${json?.slice(0, 40)}`);
-    if (!separate.ok) {
-      assert.equal(fused.message, separate.message);
+    assert.equal(fused.ok, sizeClass !== undefined, `verdict for ${String(kind)} ${json?.slice(0, 40)}`);
+    if (!fused.ok) {
+      assert.equal(fused.message, text);
       assert.equal(fused.envelope, undefined);
     } else {
-      assert.equal(fused.sizeClass, separate.sizeClass);
+      assert.equal(fused.sizeClass, sizeClass);
       assert.deepEqual(Object.keys(fused.envelope), ["ciphertext", "recipientKeyId", "senderKeyId", "direction", "deadlineAt"]);
       assert.equal(fused.envelope.deadlineAt, T0 + 86_400_000);
-      assert.equal(openAtRest(fused.envelope, `job-${n}`), separate.canonical);
+      assert.equal(openAtRest(fused.envelope, `job-${n}`), text);
     }
     n += 1;
   }
   assert.ok(n === cases.length);
 });
 
-test("sealChecked: a kind that cannot become a string throws like validatePayload", () => {
-  assert.throws(() => native.validatePayload(Symbol("k"), "{}"));
+test("sealChecked: a kind that cannot become a string throws", () => {
   assert.throws(() => ring.sealChecked(Symbol("k"), "{}", undefined, undefined, "job", T0));
 });
 

@@ -21,6 +21,7 @@
 //
 // The last line is `RESULT <json>`; the exit code is 1 on any violation.
 import { Worker, isMainThread, parentPort, workerData } from "node:worker_threads";
+import * as deviceKeys from "./device-keys.mjs";
 import { xorshift32 } from "./prng.mjs";
 import http from "node:http";
 import { fileURLToPath } from "node:url";
@@ -101,7 +102,7 @@ async function workerMain() {
 
   async function call(d, endpoint, body) {
     const text = JSON.stringify({ protocolVersion: "2", ...body });
-    const sig = native.signRequest(d.keys, { endpoint, runnerId: d.runnerId, issuedAt: Date.now(), body: text });
+    const sig = deviceKeys.signRequest(d.keys, { endpoint, runnerId: d.runnerId, issuedAt: Date.now(), body: text });
     const r = await post(`/byollm/${endpoint}`, text, {
       "x-byollm-runner": sig.runnerId,
       "x-byollm-issued-at": String(sig.issuedAt),
@@ -115,7 +116,7 @@ async function workerMain() {
   }
 
   async function daemon(d) {
-    const keyId = native.keyId(native.publicIdentityOf(d.keys).identity);
+    const keyId = native.keyId(deviceKeys.publicIdentityOf(d.keys).identity);
     const active = new Map(); // jobId → { leaseId, cancel }
     let lastBeat = 0;
     async function beat() {
@@ -284,7 +285,7 @@ export async function load({ daemons: nDaemons = 50, jobs: nJobs = 10_000, worke
   const daemons = [];
   for (let i = 0; i < nDaemons; i++) {
     const keys = native.generateKeys(Date.now());
-    const device = native.publicIdentityOf(keys);
+    const device = deviceKeys.publicIdentityOf(keys);
     const post = async (body) => {
       const r = await fetch(`${url}/byollm/pair`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ protocolVersion: "2", ...body }) });
       return r.json();

@@ -7,6 +7,8 @@
 //   {"runtime": "...", "ok": true|false, "steps": {...}, "error"?: "..."}
 // and exits 0 only when every step that could run passed.
 
+import * as deviceKeys from "./device-keys.mjs";
+
 const steps = {};
 let failure;
 
@@ -47,7 +49,7 @@ const hasCrypto = () => native && typeof native.generateKeys === "function" && t
 await step("keygen", async () => {
   if (!hasCrypto()) return "skipped: this build of the addon exports no crypto yet";
   const keys = native.generateKeys(Date.now());
-  check(native.verifyPublicIdentity(native.publicIdentityOf(keys)), "fresh keys verify");
+  check(deviceKeys.verifyPublicIdentity(deviceKeys.publicIdentityOf(keys)), "fresh keys verify");
   check(/^BYOLLM(-[0-9A-Z]{4}){6}$/.test(native.keyId(keys.identityPublic)), "key id format");
 });
 
@@ -76,7 +78,7 @@ await step("sign/verify", async () => {
   const keys = native.generateKeys(Date.now());
   const now = Date.now();
   const req = { endpoint: "claim", runnerId: "runner_smoke", issuedAt: now, body: '{"max":1}' };
-  const signature = native.signRequest(keys, req);
+  const signature = deviceKeys.signRequest(keys, req);
   const verify = (over) =>
     native.verifyRequest({ identityPublic: keys.identityPublic, endpoint: "claim", body: req.body, signature, now, ...over });
   check(verify({}) === null, "fresh signature verifies");
@@ -143,7 +145,7 @@ await step("job cycle", async () => {
     const text = JSON.stringify(body);
     const headers = { "content-type": "application/json" };
     if (signed) {
-      const sig = native.signRequest(device, { endpoint, runnerId, issuedAt: Date.now(), body: text });
+      const sig = deviceKeys.signRequest(device, { endpoint, runnerId, issuedAt: Date.now(), body: text });
       headers["x-byollm-runner"] = sig.runnerId;
       headers["x-byollm-issued-at"] = String(sig.issuedAt);
       headers["x-byollm-signature"] = sig.signature;
@@ -159,7 +161,7 @@ await step("job cycle", async () => {
       protocolVersion: "2",
       action: "start",
       daemon: { version: "0.1.1", label: "smoke", platform: "linux" },
-      device: native.publicIdentityOf(device),
+      device: deviceKeys.publicIdentityOf(device),
       capabilities: [CAP],
     },
     false,

@@ -100,32 +100,19 @@ vocabulary! {
 }
 
 /// Why sealing failed (the reference throws in these cases).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SealError {
     /// The sender's `identityPrivate` is unusable.
+    #[error("cannot seal: sender keys: {0}")]
     SenderKey(keys::KeyError),
-    /// The recipient encryption key does not decode to 32 bytes.
+    #[error(
+        "cannot seal: the recipient encryption key must be 32 bytes of base64url, got {0} bytes"
+    )]
     RecipientKeyLength(usize),
     /// The recipient key is of small order: libsodium refuses to seal to it.
+    #[error("cannot seal: the recipient encryption key is a small-order point (no shared secret)")]
     RecipientKeyWeak,
 }
-
-impl std::fmt::Display for SealError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SealError::SenderKey(e) => write!(f, "cannot seal: sender keys: {e}"),
-            SealError::RecipientKeyLength(n) => write!(
-                f,
-                "cannot seal: the recipient encryption key must be 32 bytes of base64url, got {n} bytes"
-            ),
-            SealError::RecipientKeyWeak => f.write_str(
-                "cannot seal: the recipient encryption key is a small-order point (no shared secret)",
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SealError {}
 
 /// The length of the ciphertext text (base64url) a seal of `plaintext`
 /// with `context` gives, whatever the keys: the signed body, its signature

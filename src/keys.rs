@@ -100,31 +100,16 @@ pub struct PublicIdentity {
 }
 
 /// Why key material could not be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
-    /// `identityPrivate` is not a PKCS#8 Ed25519 private key.
+    #[error("identityPrivate is not a base64 PKCS#8 Ed25519 private key")]
     IdentityPrivate,
-    /// `encryptionPrivate` is not a PKCS#8 X25519 private key.
+    #[error("encryptionPrivate is not a base64 PKCS#8 X25519 private key")]
     EncryptionPrivate,
     /// The object does not match the strict `StoredKeys` schema.
+    #[error("not a valid StoredKeys object: {0}")]
     Schema(&'static str),
 }
-
-impl std::fmt::Display for KeyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            KeyError::IdentityPrivate => {
-                f.write_str("identityPrivate is not a base64 PKCS#8 Ed25519 private key")
-            }
-            KeyError::EncryptionPrivate => {
-                f.write_str("encryptionPrivate is not a base64 PKCS#8 X25519 private key")
-            }
-            KeyError::Schema(why) => write!(f, "not a valid StoredKeys object: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for KeyError {}
 
 /// Is `n` a positive safe integer (`z.number().int().positive()`)?
 pub fn is_positive_safe_integer(n: f64) -> bool {

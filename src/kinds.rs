@@ -110,40 +110,25 @@ pub struct ValidPayload {
 /// Why an enqueue's payload is refused. Its text ([`std::fmt::Display`]) is
 /// the reference's message, `invalid <kind> payload — <detail>`, with the
 /// kind as JS `String(kind)` spells it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PayloadRefusal {
     /// `JSON.stringify(payload)` gave no JSON text.
+    #[error("invalid {kind} payload \u{2014} payload: the payload is not JSON-serialisable")]
     NotSerialisable { kind: String },
     /// The schema's issues, each `path: message`.
+    #[error("invalid {kind} payload \u{2014} {}", issues.join("; "))]
     Invalid { kind: String, issues: Vec<String> },
     /// Valid, but no kind or payload came out (the schema makes it unreachable).
+    #[error("invalid {kind} payload")]
     Unread { kind: String },
     /// Sealed for its runner its envelope would be `size` long, over the
     /// `limit` on one envelope (both as the refusal words them).
+    #[error("invalid {kind} payload \u{2014} sealed for its runner it would be {size} and the limit on one envelope is {limit}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs.")]
     Undeliverable {
         kind: String,
         size: String,
         limit: String,
     },
-}
-
-impl std::fmt::Display for PayloadRefusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PayloadRefusal::NotSerialisable { kind } => write!(
-                f,
-                "invalid {kind} payload \u{2014} payload: the payload is not JSON-serialisable"
-            ),
-            PayloadRefusal::Invalid { kind, issues } => {
-                write!(f, "invalid {kind} payload \u{2014} {}", issues.join("; "))
-            }
-            PayloadRefusal::Unread { kind } => write!(f, "invalid {kind} payload"),
-            PayloadRefusal::Undeliverable { kind, size, limit } => write!(
-                f,
-                "invalid {kind} payload \u{2014} sealed for its runner it would be {size} and the limit on one envelope is {limit}, so no runner could ever receive it. Shorten it, or split the work into smaller jobs."
-            ),
-        }
-    }
 }
 
 /// Validate an enqueue payload as `KindedPayload.safeParse({kind, payload})`

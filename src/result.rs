@@ -86,15 +86,11 @@ impl Accepted {
     /// `{"outcome":…,"provenance":…}`: what a store the engine does not run in
     /// place is handed.
     pub(crate) fn to_json(&self) -> Option<String> {
-        let outcome = self.outcome_json();
         let provenance = self.provenance_json()?;
-        let mut out = String::with_capacity(outcome.len() + provenance.len() + 30);
-        out.push_str("{\"outcome\":");
-        out.push_str(&outcome);
-        out.push_str(",\"provenance\":");
-        out.push_str(&provenance);
-        out.push('}');
-        Some(out)
+        let mut out = json::Obj::new();
+        out.raw("outcome", &self.outcome_json())
+            .raw("provenance", &provenance);
+        Some(out.end())
     }
 }
 

@@ -144,6 +144,91 @@ mod tests {
         }
     }
 
+    fn vectors(text: &str) -> serde_json::Value {
+        serde_json::from_str(text).unwrap_or_default()
+    }
+
+    fn text(v: &serde_json::Value) -> &str {
+        v.as_str().unwrap_or_default()
+    }
+
+    /// A party of `keys.fixture.json`.
+    fn party(v: &serde_json::Value) -> KeyHandle {
+        let keys = StoredKeys {
+            version: 1,
+            identity_public: text(&v["identityPublic"]).to_owned(),
+            identity_private: crate::keys::SecretText::new(text(&v["identityPrivate"]).to_owned()),
+            encryption_public: text(&v["encryptionPublic"]).to_owned(),
+            encryption_private: crate::keys::SecretText::new(
+                text(&v["encryptionPrivate"]).to_owned(),
+            ),
+            encryption_sig: text(&v["encryptionSig"]).to_owned(),
+            created_at: v["createdAt"].as_u64().unwrap_or_default(),
+        };
+        KeyHandle::new(keys).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_golden_canonical_requests_and_signatures() {
+        let fixture = vectors(include_str!("../tests/vectors/keys.fixture.json"));
+        let v = vectors(include_str!("../tests/vectors/signatures.json"));
+        let signed = v["signed"].as_array().cloned().unwrap_or_default();
+        assert!(!signed.is_empty());
+        for c in &signed {
+            let i = &c["input"];
+            let (endpoint, runner_id, body) =
+                (text(&i["endpoint"]), text(&i["runnerId"]), text(&i["body"]));
+            let issued_at = i["issuedAt"].as_f64().unwrap_or_default();
+            let canonical = canonical_request(endpoint, runner_id, issued_at, body);
+            assert_eq!(canonical, text(&c["canonicalUtf8"]), "{}", c["name"]);
+            let keys = party(&fixture[text(&c["signedBy"])]);
+            let sig = sign_request(&keys, endpoint, runner_id, issued_at, body);
+            assert_eq!(
+                sig.signature,
+                text(&c["signature"]["signature"]),
+                "{}",
+                c["name"]
+            );
+        }
+    }
+
+    #[test]
+    fn the_golden_public_identities() {
+        let v = vectors(include_str!("../tests/vectors/keys.json"));
+        let cases = v["verifyPublicIdentity"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(!cases.is_empty());
+        for c in &cases {
+            let i = &c["input"];
+            let identity = crate::keys::PublicIdentity {
+                identity: text(&i["identity"]).to_owned(),
+                encryption: text(&i["encryption"]).to_owned(),
+                encryption_sig: text(&i["encryptionSig"]).to_owned(),
+            };
+            let expected = c["expected"].as_bool().unwrap_or_default();
+            assert_eq!(
+                keys::verify_public_identity(&identity),
+                expected,
+                "{}",
+                c["name"]
+            );
+        }
+        for p in v["parties"]
+            .as_object()
+            .into_iter()
+            .flat_map(|o| o.values())
+        {
+            let public = party(&p["storedKeys"]).public_identity();
+            assert_eq!(public.identity, text(&p["publicIdentity"]["identity"]));
+            assert_eq!(
+                public.encryption_sig,
+                text(&p["publicIdentity"]["encryptionSig"])
+            );
+        }
+    }
+
     #[test]
     fn canonical_shape() {
         let c = canonical_request("claim", "runner_1", 1_767_225_660_000.0, "");

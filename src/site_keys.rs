@@ -61,43 +61,31 @@ pub fn format_site_keys(keys: &StoredKeys) -> String {
     out
 }
 
-/// The three ways reading site keys from the environment fails.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The three ways reading site keys from the environment fails, in the
+/// reference's exact messages: they name the variable and the fix, because
+/// the person reading a boot log is the one who can fix it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SiteKeysError {
+    #[error(
+        "{0} is not set. Generate a site identity once with \
+         `npx --package @byollm/server keygen` and set it as {0}. \
+         Do not generate keys at startup: every instance would get a \
+         different identity and daemons would pin one and be refused by \
+         another."
+    )]
     NotSet(String),
+    #[error(
+        "{0} is not base64-encoded JSON. It should be exactly what \
+         `npx --package @byollm/server keygen` printed."
+    )]
     NotBase64Json(String),
+    #[error(
+        "{0} does not contain a valid site identity. Regenerate it \
+         with `npx --package @byollm/server keygen` — and if this site \
+         has already paired daemons, they will need to pair again."
+    )]
     NotSiteIdentity(String),
 }
-
-impl std::fmt::Display for SiteKeysError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The reference's exact messages: they name the variable and the fix,
-        // because the person reading a boot log is the one who can fix it.
-        match self {
-            SiteKeysError::NotSet(var) => write!(
-                f,
-                "{var} is not set. Generate a site identity once with \
-                 `npx --package @byollm/server keygen` and set it as {var}. \
-                 Do not generate keys at startup: every instance would get a \
-                 different identity and daemons would pin one and be refused by \
-                 another."
-            ),
-            SiteKeysError::NotBase64Json(var) => write!(
-                f,
-                "{var} is not base64-encoded JSON. It should be exactly what \
-                 `npx --package @byollm/server keygen` printed."
-            ),
-            SiteKeysError::NotSiteIdentity(var) => write!(
-                f,
-                "{var} does not contain a valid site identity. Regenerate it \
-                 with `npx --package @byollm/server keygen` — and if this site \
-                 has already paired daemons, they will need to pair again."
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SiteKeysError {}
 
 /// `siteKeysFromEnv(variable, env)` given the variable's value: missing or
 /// empty, then lenient base64 → UTF-8 → JSON, then the strict schema. It does

@@ -109,25 +109,14 @@ export async function waitWithPush(
 
   // Each wait settles its own promise (one delivery object serves every
   // job of the app; waits must never answer each other).
-  let resolve!: (r: DeliveredResult) => void;
-  let reject!: (e: unknown) => void;
-  const settled = new Promise<DeliveredResult>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
+  // The first of finish/fail settles the wait; a promise ignores the rest.
   let done = false;
-  const finish = (r: DeliveredResult): void => {
-    if (!done) {
-      done = true;
-      resolve(r);
-    }
-  };
-  const fail = (e: unknown): void => {
-    if (!done) {
-      done = true;
-      reject(e);
-    }
-  };
+  let finish!: (r: DeliveredResult) => void;
+  let fail!: (e: unknown) => void;
+  const settled = new Promise<DeliveredResult>((resolve, reject) => {
+    finish = (r) => { done = true; resolve(r); };
+    fail = (e) => { done = true; reject(e); };
+  });
   // Every asynchronous path ends in finish/fail: an escaped rejection
   // would be unhandled and end the process.
   const check = (): void => {

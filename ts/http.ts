@@ -79,7 +79,7 @@ async function readBody(request: Request, cap: number): Promise<BodyRead> {
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      if (!ArrayBuffer.isView(value)) return { failed: true };
+      if (!(value instanceof Uint8Array)) return { failed: true };
       total += value.byteLength;
       if (total > cap) {
         reader.cancel().catch(() => undefined);
@@ -90,17 +90,7 @@ async function readBody(request: Request, cap: number): Promise<BodyRead> {
   } catch {
     return { failed: true };
   }
-  let bytes: Uint8Array;
-  if (chunks.length === 1) bytes = chunks[0] as Uint8Array;
-  else {
-    bytes = new Uint8Array(total);
-    let at = 0;
-    for (const chunk of chunks) {
-      bytes.set(chunk, at);
-      at += chunk.byteLength;
-    }
-  }
-  return { failed: false, text: UTF8.decode(bytes) };
+  return { failed: false, text: UTF8.decode(chunks.length === 1 ? (chunks[0] as Uint8Array) : Buffer.concat(chunks, total)) };
 }
 
 function json(status: number, body: unknown): Response {

@@ -209,6 +209,11 @@ function jobFromJson(text: string | null | undefined, lazy: NativeMemoryStoreHan
   return text == null ? null : jobRecordFromRow(JSON.parse(text) as JobRow, lazy);
 }
 
+/** A record the native side sent as JSON text, or null for none. */
+function parsed<T>(text: string | null | undefined): Promise<T | null> {
+  return Promise.resolve(text == null ? null : (JSON.parse(text) as T));
+}
+
 function jobsFromJson(text: string | string[], lazy: NativeMemoryStoreHandle | undefined): JobRecord[] {
   // A huge answer (a sweep after an outage, allJobs on a big store) comes in
   // several arrays: one string could not hold it.
@@ -369,21 +374,7 @@ export function enqueueInPlace(
   if (args === null) return null;
   const { native, lazy, notify } = inPlaceStores.get(store) as InPlace;
   if ("json" in payload && (payload.json === undefined || payload.json.length <= threshold)) {
-    const answer = native.enqueue(
-      keyring,
-      kind,
-      payload.json,
-      args.id,
-      envelopeDeadlineAt,
-      args.owner,
-      args.audience,
-      args.purposeJson,
-      args.audienceAllow,
-      args.dependsOn,
-      args.ttlMs,
-      args.deadlineAt,
-      now,
-    );
+    const answer = native.enqueue(keyring, kind, payload.json, envelopeDeadlineAt, args, now);
     if (typeof answer !== "string") return answer;
     const record = jobFromJson(answer, lazy) as JobRecord;
     notify();
@@ -562,8 +553,7 @@ export class MemoryStore implements ByollmStore {
       ),
       this[LAZY],
     ) as JobRecord;
-    this[NOTIFY]();
-    return Promise.resolve(record);
+    return changed(this, record);
   }
 
   get(jobId: string): Promise<JobRecord | null> {
@@ -575,12 +565,7 @@ export class MemoryStore implements ByollmStore {
     for (const cap of args.capabilities) {
       caps.push(refText(cap.kind), refText(cap.backendId), refText(cap.offerScope));
     }
-    const claimed = jobsFromJson(
-      this[NATIVE].claim(args.runnerId, args.runnerOwner, caps, args.max, args.leaseMs, args.now),
-      this[LAZY],
-    );
-    this[NOTIFY]();
-    return Promise.resolve(claimed);
+    return changed(this, jobsFromJson(this[NATIVE].claim(args.runnerId, args.runnerOwner, caps, args.max, args.leaseMs, args.now), this[LAZY]));
   }
 
   renewLeases(args: RenewArgs): Promise<RenewResult> {
@@ -594,14 +579,11 @@ export class MemoryStore implements ByollmStore {
       if (expiresAt == null) lost.push({ jobId: ref.jobId, leaseId: ref.leaseId });
       else renewed.push({ jobId: ref.jobId, expiresAt });
     }
-    this[NOTIFY]();
-    return Promise.resolve({ renewed, lost });
+    return changed(this, { renewed, lost });
   }
 
   adopt(args: AdoptArgs): Promise<JobRecord | null> {
-    const record = jobFromJson(this[NATIVE].adopt(args.jobId, args.leaseId, args.expiresAt, args.now), this[LAZY]);
-    this[NOTIFY]();
-    return Promise.resolve(record);
+    return changed(this, jobFromJson(this[NATIVE].adopt(args.jobId, args.leaseId, args.expiresAt, args.now), this[LAZY]));
   }
 
   complete(args: CompleteArgs): Promise<CompleteResult> {
@@ -622,29 +604,22 @@ export class MemoryStore implements ByollmStore {
     );
     const [accepted, duplicate, row] = JSON.parse(text) as [0 | 1, 0 | 1, JobRow | null];
     const job = row === null ? null : jobRecordFromRow(row, this[LAZY]);
-    this[NOTIFY]();
-    if (duplicate === 1) return Promise.resolve({ accepted: false, duplicate: true, job });
-    return Promise.resolve({ accepted: accepted === 1, job });
+    return changed(this, duplicate === 1 ? { accepted: false, duplicate: true, job } : { accepted: accepted === 1, job });
   }
 
   release(args: ReleaseArgs): Promise<string[]> {
     const leases = args.leases;
     const released = this[NATIVE].release(args.runnerId, flatRefs(leases), args.reason === "refused", args.now);
-    this[NOTIFY]();
-    return Promise.resolve(released.map((at) => (leases[at] as LeaseRef).jobId));
+    return changed(this, released.map((at) => (leases[at] as LeaseRef).jobId));
   }
 
   expireDue(now: number): Promise<JobRecord[]> {
-    const changed = jobsFromJson(this[NATIVE].expireDue(now), this[LAZY]);
-    this[NOTIFY]();
-    return Promise.resolve(changed);
+    return changed(this, jobsFromJson(this[NATIVE].expireDue(now), this[LAZY]));
   }
 
   cancel(jobId: string, now: number): Promise<JobRecord | null> {
     if (typeof jobId !== "string") return Promise.resolve(null);
-    const record = jobFromJson(this[NATIVE].cancel(jobId, now), this[LAZY]);
-    this[NOTIFY]();
-    return Promise.resolve(record);
+    return changed(this, jobFromJson(this[NATIVE].cancel(jobId, now), this[LAZY]));
   }
 
   listClaimedBy(runnerId: string): Promise<JobRecord[]> {
@@ -715,15 +690,11 @@ export class MemoryStore implements ByollmStore {
   }
 
   getPairingByDeviceCodeHash(hash: string): Promise<PairingRecord | null> {
-    if (typeof hash !== "string") return Promise.resolve(null);
-    const text = this[NATIVE].pairingByHash(hash);
-    return Promise.resolve(text == null ? null : (JSON.parse(text) as PairingRecord));
+    return parsed(typeof hash === "string" ? this[NATIVE].pairingByHash(hash) : null);
   }
 
   getPairingByUserCode(userCode: string): Promise<PairingRecord | null> {
-    if (typeof userCode !== "string") return Promise.resolve(null);
-    const text = this[NATIVE].pairingByCode(userCode);
-    return Promise.resolve(text == null ? null : (JSON.parse(text) as PairingRecord));
+    return parsed(typeof userCode === "string" ? this[NATIVE].pairingByCode(userCode) : null);
   }
 
   /** Throws synchronously on refusal, as the reference does. */
@@ -754,19 +725,11 @@ export class MemoryStore implements ByollmStore {
    * returned record changes nothing that requests authenticate against.
    */
   getRunner(runnerId: string): Promise<RunnerRecord | null> {
-    if (typeof runnerId !== "string") return Promise.resolve(null);
-    const text = this[NATIVE].runner(runnerId);
-    return Promise.resolve(text == null ? null : (JSON.parse(text) as RunnerRecord));
+    return parsed(typeof runnerId === "string" ? this[NATIVE].runner(runnerId) : null);
   }
 
   touchRunner(args: TouchArgs): Promise<RunnerRecord | null> {
-    const text = this[NATIVE].touchRunner(
-      args.runnerId,
-      jsonOf(args.capabilities),
-      jsonOf(args.daemonVersion),
-      args.now,
-    );
-    return Promise.resolve(text == null ? null : (JSON.parse(text) as RunnerRecord));
+    return parsed(this[NATIVE].touchRunner(args.runnerId, jsonOf(args.capabilities), jsonOf(args.daemonVersion), args.now));
   }
 
   revokeRunner(runnerId: string, now: number): Promise<void> {
@@ -793,6 +756,12 @@ function checkStoredJob(input: StoredJobInput): void {
   optionalStrings(where, "dependsOn", input.dependsOn);
   optionalNumber(where, "ttlMs", input.ttlMs);
   optionalNumber(where, "deadlineAt", input.deadlineAt);
+}
+
+/** Tell the store's watchers what the call changed, then answer `value`. */
+function changed<T>(store: MemoryStore, value: T): Promise<T> {
+  store[NOTIFY]();
+  return Promise.resolve(value);
 }
 
 /** The prototype's methods as defined above, for `runsInPlace`. */

@@ -9,7 +9,6 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use napi::bindgen_prelude::*;
-use napi::ValueType;
 use napi_derive::napi;
 
 use super::strings::{AsciiFirstString, KeyText};
@@ -17,7 +16,7 @@ use crate::envelope::{self, OpenFailure, Text};
 use crate::fingerprint;
 use crate::ids;
 use crate::json::JsStr;
-use crate::keys::{self, is_positive_safe_integer, PublicIdentity, StoredKeys};
+use crate::keys::{is_positive_safe_integer, PublicIdentity, StoredKeys};
 use crate::signing::{self, RequestSignature};
 use crate::site_keys;
 
@@ -107,25 +106,6 @@ pub(super) struct JsRequestSignature {
     pub runner_id: String,
     pub issued_at: f64,
     pub signature: String,
-}
-
-/// What `signRequest` returns: `runnerId` is echoed back exactly as given
-/// (as UTF-16, so even a lone surrogate survives).
-#[napi(object)]
-pub(super) struct SignedRequest {
-    #[napi(ts_type = "string")]
-    pub runner_id: Utf16String,
-    pub issued_at: f64,
-    pub signature: String,
-}
-
-#[napi(object)]
-pub(super) struct RequestToSign {
-    pub endpoint: String,
-    #[napi(ts_type = "string")]
-    pub runner_id: Utf16String,
-    pub issued_at: f64,
-    pub body: String,
 }
 
 #[napi(object)]
@@ -290,42 +270,6 @@ pub(super) fn generate_keys(now: Option<f64>) -> Result<JsStoredKeys> {
 }
 
 #[napi(catch_unwind)]
-pub(super) fn public_identity_of(keys: JsStoredKeys) -> JsPublicIdentity {
-    JsPublicIdentity {
-        identity: keys.identity_public,
-        encryption: keys.encryption_public,
-        encryption_sig: keys.encryption_sig,
-    }
-}
-
-/// Never throws: anything that is not an object of three strings is `false`.
-#[napi(catch_unwind)]
-pub(super) fn verify_public_identity(identity: Unknown<'_>) -> bool {
-    read_public_identity(&identity).is_some_and(|p| keys::verify_public_identity(&p))
-}
-
-fn read_public_identity(identity: &Unknown<'_>) -> Option<PublicIdentity> {
-    if identity.get_type().ok()? != ValueType::Object {
-        return None;
-    }
-    // SAFETY: the value was just checked to be an object.
-    let object: Object<'_> = unsafe { identity.cast().ok()? };
-    let text = |name: &str| -> Option<String> {
-        let value: Unknown<'_> = object.get(name).ok()??;
-        if value.get_type().ok()? != ValueType::String {
-            return None;
-        }
-        // SAFETY: checked to be a string.
-        unsafe { value.cast::<String>().ok() }
-    };
-    Some(PublicIdentity {
-        identity: text("identity")?,
-        encryption: text("encryption")?,
-        encryption_sig: text("encryptionSig")?,
-    })
-}
-
-#[napi(catch_unwind)]
 pub(super) fn key_id(identity_public: String) -> String {
     fingerprint::key_id(&identity_public)
 }
@@ -403,34 +347,6 @@ pub(super) fn open(opts: OpenOptions) -> JsOpenResult {
 
 // ---------------------------------------------------------------- request signatures
 
-#[napi(catch_unwind)]
-pub(super) fn canonical_request(
-    endpoint: String,
-    runner_id: String,
-    issued_at: f64,
-    body: String,
-) -> String {
-    signing::canonical_request(&endpoint, &runner_id, issued_at, &body)
-}
-
-#[napi(catch_unwind)]
-pub(super) fn sign_request(keys: JsStoredKeys, req: RequestToSign) -> Result<SignedRequest> {
-    let signer =
-        keys::parse_signing_key(&keys.identity_private).map_err(|e| invalid(e.to_string()))?;
-    // The canonical bytes take the UTF-8 form (a lone surrogate as U+FFFD,
-    // which is what Node's UTF-8 encoding writes too).
-    let runner_id = String::from_utf16_lossy(&req.runner_id);
-    let canonical = signing::canonical_request(&req.endpoint, &runner_id, req.issued_at, &req.body);
-    let signature = crate::b64::encode_url(
-        &ed25519_dalek::Signer::sign(&signer, canonical.as_bytes()).to_bytes(),
-    );
-    Ok(SignedRequest {
-        runner_id: req.runner_id,
-        issued_at: req.issued_at,
-        signature,
-    })
-}
-
 #[napi(catch_unwind, ts_return_type = "null | \"stale\" | \"bad-signature\"")]
 pub(super) fn verify_request(opts: VerifyRequestOptions) -> Option<&'static str> {
     let key = signing::pinned_key(&opts.identity_public);
@@ -470,11 +386,6 @@ pub(super) fn generate_runner_id() -> String {
 #[napi(catch_unwind)]
 pub(super) fn generate_job_id() -> String {
     ids::generate_job_id()
-}
-
-#[napi(catch_unwind)]
-pub(super) fn generate_lease_id() -> String {
-    ids::generate_lease_id()
 }
 
 #[napi(catch_unwind)]

@@ -217,7 +217,7 @@ pub(super) fn device_from_js(device: &JsPublicIdentity) -> PublicIdentity {
 #[napi]
 impl SiteKeyring {
     /// Parses both private keys; throws a clear error when they are not keys.
-    /// Consistency of the public half is a separate question: `isConsistent()`.
+    /// Consistency of the public half is the engine's question.
     #[napi(constructor, catch_unwind)]
     pub fn new(keys: JsStoredKeys) -> Result<Self> {
         let handle =
@@ -232,42 +232,12 @@ impl SiteKeyring {
         self.inner.key_id().to_string()
     }
 
-    #[napi(catch_unwind)]
-    pub fn public_identity(&self) -> JsPublicIdentity {
-        self.inner.public_identity().into()
-    }
-
-    #[napi(catch_unwind)]
-    pub fn is_consistent(&self) -> bool {
-        self.inner.is_consistent()
-    }
-
-    /// Seal a job payload to the site itself, for storage at rest (on the
-    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
-    #[napi(
-        catch_unwind,
-        ts_return_type = "SealedEnvelope | Promise<SealedEnvelope>"
-    )]
-    pub fn seal_payload(
-        &self,
-        plaintext: String,
-        job_id: String,
-        deadline_at: f64,
-    ) -> Result<NowOrLater<SealedEnvelope, JsSealedEnvelope>> {
-        let large = plaintext.len() > ASYNC_CRYPTO_THRESHOLD;
-        let handle = self.inner.clone();
-        let run = move || {
-            crate::payload::seal_at_rest_now(&handle, &plaintext, &job_id, deadline_at)
-                .map_err(seal_error)
-        };
-        now_or_pooled(run, JsSealedEnvelope::from, large)
-    }
-
-    /// `validatePayload` then `sealPayload` of its canonical text, in one
-    /// call: the canonical text (as long as the payload) never crosses to
-    /// JavaScript. Inline for a payload up to [`ASYNC_CRYPTO_THRESHOLD`]
-    /// bytes, on the thread pool above (validation included: for a large
-    /// payload it is milliseconds of parsing). A payload that is a plain
+    /// A payload validated as enqueue does and its canonical text sealed to
+    /// the site itself, for storage at rest, in one call: the canonical text
+    /// (as long as the payload) never crosses to JavaScript. Inline for a
+    /// payload up to [`ASYNC_CRYPTO_THRESHOLD`] bytes, on the thread pool
+    /// above (validation included: for a large payload it is milliseconds
+    /// of parsing). A payload that is a plain
     /// object of string values may come as its `keys` and `values` instead
     /// of `payloadJson`: its JSON text is then written on the thread pool
     /// rather than by `JSON.stringify`, which scans a megabyte prompt a

@@ -71,7 +71,7 @@ impl From<StoreCounts> for JsStoreCounts {
 }
 
 fn parsed<T>(value: Option<T>, what: &str, text: &str) -> Result<T> {
-    value.ok_or_else(|| Error::new(Status::InvalidArg, format!("unknown {what}: {text}")))
+    value.ok_or_else(|| super::crypto::invalid(format!("unknown {what}: {text}")))
 }
 
 #[napi]

@@ -1,9 +1,8 @@
 //! The request exports (their types: the generated `index.d.ts`): a body's
-//! inspection and a sealed outcome's, as the engine makes them, for the
-//! tests that hold them to the reference's zod schemas and for the
-//! validation benchmark. Validated values leave as their JSON text (lone
-//! surrogates escaped), which `JSON.parse` turns into what zod's
-//! `safeParse(...).data` would be.
+//! inspection as the engine makes it, for the tests that hold it to the
+//! reference's zod schemas and for the validation benchmark. The validated
+//! body leaves as its JSON text (lone surrogates escaped), which
+//! `JSON.parse` turns into what zod's `safeParse(...).data` would be.
 
 // `#[napi]` items compile to nothing under `cfg(test)`, leaving their helpers unused there.
 #![cfg_attr(test, allow(dead_code))]
@@ -11,11 +10,8 @@
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use crate::wire::{self, Endpoint, Inspection, SealedOutcomeResult, WireError};
-
-pub(super) fn type_error(message: impl Into<String>) -> Error {
-    Error::new(Status::InvalidArg, message.into())
-}
+use super::crypto::invalid;
+use crate::wire::{self, Endpoint, Inspection, WireError};
 
 /// The URL check zod's `z.url()` makes: Node's own `URL.canParse`. Only
 /// reached for a sealed outcome's `artifactUrl`.
@@ -80,7 +76,7 @@ pub(super) struct JsInspection {
 #[napi(catch_unwind)]
 pub(super) fn inspect_request(endpoint: String, raw_body: String) -> Result<JsInspection> {
     let ep = Endpoint::parse(&endpoint)
-        .ok_or_else(|| type_error(format!("unknown protocol endpoint: {endpoint}")))?;
+        .ok_or_else(|| invalid(format!("unknown protocol endpoint: {endpoint}")))?;
     // Request schemas hold no URLs.
     let inspection = wire::inspect_request(ep, &raw_body, &|_| false);
     let stage = inspection.stage().to_owned();
@@ -99,34 +95,4 @@ pub(super) fn inspect_request(endpoint: String, raw_body: String) -> Result<JsIn
         error: error.map(JsWireError::from),
         body,
     })
-}
-
-/// The plaintext of a result envelope: `{ok: true, value}` (the JSON text of
-/// `{outcome, ran}` as the schema reads it) or `{ok: false, message}` with
-/// the reference's message.
-#[napi(object, js_name = "SealedOutcome")]
-pub(super) struct JsSealedOutcome {
-    pub ok: bool,
-    pub value: Option<String>,
-    pub message: Option<String>,
-}
-
-#[napi(catch_unwind)]
-pub(super) fn parse_sealed_outcome(env: Env, plaintext: String) -> JsSealedOutcome {
-    match wire::parse_sealed_outcome(&plaintext, &node_url_ok(&env)) {
-        SealedOutcomeResult::Ok { doc, outcome } => {
-            let mut value = String::new();
-            outcome.write_json(&doc, &mut value);
-            JsSealedOutcome {
-                ok: true,
-                value: Some(value),
-                message: None,
-            }
-        }
-        SealedOutcomeResult::Refused(message) => JsSealedOutcome {
-            ok: false,
-            value: None,
-            message: Some(message.to_owned()),
-        },
-    }
 }

@@ -1,8 +1,9 @@
 //! The protocol-rules exports (their types: the generated `index.d.ts`):
-//! payload validation, the lease and stub rules, the too-large message, the
-//! audience vocabulary, provenance, `capabilityFor` and runner availability. Request bodies are in [`super::requests`].
+//! an enqueue's kind, the stub deadline, the too-large message, the
+//! audience vocabulary and runner availability. Request bodies are in
+//! [`super::requests`].
 //!
-//! Conversions only; the rules live in `wire`, `kinds`, `audience`.
+//! Conversions only; the rules live in `wire`, `engine::rules`, `audience`.
 
 // `#[napi]` items compile to nothing under `cfg(test)`, leaving their helpers unused there.
 #![cfg_attr(test, allow(dead_code))]
@@ -11,57 +12,11 @@ use napi::bindgen_prelude::*;
 use napi::JsValue;
 use napi_derive::napi;
 
-use super::requests::type_error;
-use crate::audience::{
-    self, Audience, BackendClass, CapabilityView, OfferScope, ProvenanceInput, RunnerView,
-};
-use crate::kinds;
+use super::crypto::invalid;
+use crate::audience::{self, Audience, CapabilityView, OfferScope, RunnerView};
 use crate::wire;
 
 // ------------------------------------------------------------ payloads
-
-#[napi(object, js_name = "PayloadCheck")]
-pub(super) struct JsPayloadCheck {
-    pub ok: bool,
-    pub canonical: Option<String>,
-    pub text_length: Option<u32>,
-    #[napi(ts_type = "\"small\" | \"medium\" | \"large\"")]
-    pub size_class: Option<String>,
-    pub message: Option<String>,
-}
-
-/// Validate `{kind, payload}` as enqueue does. `kind` may be any JS value
-/// (the message prints it with `String(kind)`); `payloadJson` is
-/// `JSON.stringify(payload)`, or `undefined` for an absent payload.
-#[napi(
-    catch_unwind,
-    ts_args_type = "kind: unknown, payloadJson: string | undefined",
-    ts_return_type = "{ ok: true; canonical: string; textLength: number; sizeClass: \"small\" | \"medium\" | \"large\" } | { ok: false; message: string }"
-)]
-pub(super) fn validate_payload(
-    kind: Unknown<'_>,
-    payload_json: Option<String>,
-) -> Result<JsPayloadCheck> {
-    let (kind_text, display) = payload_kind(kind)?;
-    Ok(
-        match kinds::validate_payload(kind_text.as_deref(), &display, payload_json.as_deref()) {
-            Ok(v) => JsPayloadCheck {
-                ok: true,
-                canonical: Some(v.canonical),
-                text_length: Some(u32::try_from(v.text_length).unwrap_or(u32::MAX)),
-                size_class: Some(v.size_class.as_str().to_owned()),
-                message: None,
-            },
-            Err(refusal) => JsPayloadCheck {
-                ok: false,
-                canonical: None,
-                text_length: None,
-                size_class: None,
-                message: Some(refusal.to_string()),
-            },
-        },
-    )
-}
 
 /// An enqueue's `kind` as the payload validator takes it: the string when it
 /// is one, and the text its error message shows (`String(kind)`) either way.
@@ -116,94 +71,7 @@ pub(super) fn is_audience(text: String) -> bool {
 }
 
 fn offer_scope_of(s: &str) -> Result<OfferScope> {
-    OfferScope::parse(s).ok_or_else(|| type_error(format!("unknown offer scope: {s}")))
-}
-
-#[napi(object, js_name = "ProvenanceInput")]
-pub(super) struct JsProvenanceInput {
-    /// The job's audience as stored (an unknown spelling is echoed, untrusted).
-    pub audience: String,
-    pub runner_id: String,
-    pub runner_owner: String,
-    #[napi(ts_type = "\"http\" | \"process\"")]
-    pub backend_class: String,
-    pub model: String,
-    #[napi(ts_type = "\"end\" | \"length\" | \"stop-sequence\" | \"unknown\"")]
-    pub stop: Option<String>,
-    pub stop_reported: Option<bool>,
-}
-
-#[napi(object, js_name = "ResultProvenance")]
-pub(super) struct JsResultProvenance {
-    pub audience: String,
-    pub runner_id: String,
-    pub runner_owner: String,
-    pub backend_class: String,
-    pub model: String,
-    pub untrusted: bool,
-    pub stop: Option<String>,
-    pub stop_reported: Option<bool>,
-}
-
-/// Provenance for a completed job; `untrusted` derived from the audience.
-#[napi(catch_unwind)]
-pub(super) fn provenance_for(input: JsProvenanceInput) -> Result<JsResultProvenance> {
-    let backend_class = BackendClass::parse(&input.backend_class)
-        .ok_or_else(|| type_error(format!("unknown backend class: {}", input.backend_class)))?;
-    let stop = match &input.stop {
-        Some(s) => Some(
-            audience::StopReason::parse(s)
-                .ok_or_else(|| type_error(format!("unknown stop reason: {s}")))?,
-        ),
-        None => None,
-    };
-    let p = audience::provenance_for(&ProvenanceInput {
-        audience: &input.audience,
-        runner_id: &input.runner_id,
-        runner_owner: &input.runner_owner,
-        backend_class,
-        model: &input.model,
-        stop,
-        stop_reported: input.stop_reported,
-    });
-    Ok(JsResultProvenance {
-        audience: p.audience,
-        runner_id: p.runner_id,
-        runner_owner: p.runner_owner,
-        backend_class: p.backend_class.as_str().to_owned(),
-        model: p.model,
-        untrusted: p.untrusted,
-        stop: p.stop.map(|s| s.as_str().to_owned()),
-        stop_reported: p.stop_reported,
-    })
-}
-
-/// The first capability whose `kind` is `kind` (the same object, not a
-/// copy), or `undefined`.
-#[napi(
-    catch_unwind,
-    ts_args_type = "caps: readonly Capability[], kind: string",
-    ts_return_type = "Capability | undefined"
-)]
-pub(super) fn capability_for<'a>(
-    caps: Array<'a>,
-    kind: String,
-) -> Result<Either<Object<'a>, Undefined>> {
-    for i in 0..caps.len() {
-        let Some(cap) = caps.get::<Object>(i)? else {
-            continue;
-        };
-        let cap_kind: Option<Unknown> = cap.get("kind")?;
-        let matches = match cap_kind {
-            Some(k) if k.get_type()? == ValueType::String => String::from_unknown(k)? == kind,
-            _ => false,
-        };
-        if matches {
-            return Ok(Either::A(cap));
-        }
-    }
-    // `Array.prototype.find` answers `undefined`, not `null`.
-    Ok(Either::B(()))
+    OfferScope::parse(s).ok_or_else(|| invalid(format!("unknown offer scope: {s}")))
 }
 
 #[napi(object, js_name = "AvailabilityCapability")]
@@ -239,7 +107,7 @@ fn read_runner(obj: &Object<'_>) -> Result<RunnerFields> {
     Ok(RunnerFields {
         owner: obj
             .get("owner")?
-            .ok_or_else(|| type_error("runner record without owner"))?,
+            .ok_or_else(|| invalid("runner record without owner"))?,
         revoked,
         last_heartbeat_at,
         capabilities: obj.get("capabilities")?.unwrap_or_default(),

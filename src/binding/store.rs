@@ -58,6 +58,11 @@ fn json_or_null(json: &str) -> &str {
     }
 }
 
+/// A store's refusal as a JS `Error` with its message.
+fn failed(error: impl std::fmt::Display) -> Error {
+    Error::from_reason(error.to_string())
+}
+
 /// `text` as a JS string. Most answers are pure ASCII (ids, base64url,
 /// numbers); V8 takes those as Latin-1 without a UTF-8 decoding pass.
 pub(super) fn js_text<'env>(env: &'env Env, text: &str) -> Result<JsString<'env>> {
@@ -84,9 +89,7 @@ impl NativeMemoryStore {
     /// store in memory only) before the call answers.
     pub(super) fn persist(&mut self) -> Result<()> {
         match self.durable.as_mut() {
-            Some(file) => file
-                .flush(&mut self.inner)
-                .map_err(|error| Error::from_reason(error.to_string())),
+            Some(file) => file.flush(&mut self.inner).map_err(failed),
             None => Ok(()),
         }
     }
@@ -181,8 +184,8 @@ impl NativeMemoryStore {
                 } else {
                     Sync::Normal
                 };
-                let (file, store) = Durable::open(std::path::Path::new(&path), options, sync)
-                    .map_err(|error| Error::from_reason(error.to_string()))?;
+                let (file, store) =
+                    Durable::open(std::path::Path::new(&path), options, sync).map_err(failed)?;
                 (store, Some(file))
             }
             None => (Store::new(options), None),
@@ -205,9 +208,7 @@ impl NativeMemoryStore {
     #[napi(catch_unwind)]
     pub fn close(&mut self) -> Result<()> {
         match self.durable.as_mut() {
-            Some(file) => file
-                .close(&mut self.inner)
-                .map_err(|error| Error::from_reason(error.to_string())),
+            Some(file) => file.close(&mut self.inner).map_err(failed),
             None => Ok(()),
         }
     }
@@ -216,8 +217,7 @@ impl NativeMemoryStore {
     /// the problems it lists.
     #[napi(catch_unwind)]
     pub fn integrity_check(path: String) -> Result<String> {
-        crate::store::durable::integrity_check(std::path::Path::new(&path))
-            .map_err(|error| Error::from_reason(error.to_string()))
+        crate::store::durable::integrity_check(std::path::Path::new(&path)).map_err(failed)
     }
 
     /// From now on records carry `[]` in place of a large sealed envelope
@@ -316,23 +316,17 @@ impl NativeMemoryStore {
             (_, Some(json)) => EnvelopeInput::Raw(json),
             _ => EnvelopeInput::Raw("null"),
         };
-        self.create_job(
-            env,
-            JobInput {
-                id: &id,
-                kind: &kind,
-                envelope,
-                size_class: &size_class,
-                owner: &owner,
-                audience: audience.as_deref(),
-                purpose_json: purpose_json.as_deref(),
-                audience_allow,
-                depends_on,
-                ttl_ms,
-                deadline_at,
-            },
-            now,
-        )
+        let mut job = JsEnqueuedJob {
+            id,
+            owner,
+            audience,
+            purpose_json,
+            audience_allow,
+            depends_on,
+            ttl_ms,
+            deadline_at,
+        };
+        self.create_job(env, job.input(&kind, envelope, &size_class), now)
     }
 
     #[napi(catch_unwind)]
@@ -556,10 +550,7 @@ impl NativeMemoryStore {
     #[napi(catch_unwind)]
     pub fn create_pairing(&mut self, record_json: String) -> Result<()> {
         if !self.inner.people.create_pairing_json(record_json) {
-            return Err(Error::new(
-                Status::InvalidArg,
-                "a pairing record must be a JSON-compatible object",
-            ));
+            return Err(invalid("a pairing record must be a JSON-compatible object"));
         }
         self.persist()
     }
@@ -594,7 +585,7 @@ impl NativeMemoryStore {
             .people
             .approve(&user_code, &owner, &runner_id, now)
             .map(str::to_owned)
-            .map_err(|e| Error::from_reason(e.to_string()))?;
+            .map_err(failed)?;
         self.persist()?;
         Ok(runner)
     }
@@ -651,7 +642,8 @@ impl NativeMemoryStore {
 }
 
 /// An enqueued job's fields besides its kind and payload, as `create` takes
-/// them (`purposeJson`: `JSON.stringify` of `purpose`).
+/// them (`purposeJson`: `JSON.stringify` of `purpose`), for `enqueue` and
+/// `enqueuePrepared`.
 #[napi(object, js_name = "EnqueuedJob")]
 pub struct JsEnqueuedJob {
     pub id: String,
@@ -662,6 +654,31 @@ pub struct JsEnqueuedJob {
     pub depends_on: Option<Vec<String>>,
     pub ttl_ms: Option<f64>,
     pub deadline_at: Option<f64>,
+}
+
+impl JsEnqueuedJob {
+    /// The job `create` stores: these fields, with its kind, envelope and
+    /// size class (the id lists move into it).
+    fn input<'a>(
+        &'a mut self,
+        kind: &'a str,
+        envelope: EnvelopeInput<'a>,
+        size_class: &'a str,
+    ) -> JobInput<'a> {
+        JobInput {
+            id: &self.id,
+            kind,
+            envelope,
+            size_class,
+            owner: &self.owner,
+            audience: self.audience.as_deref(),
+            purpose_json: self.purpose_json.as_deref(),
+            audience_allow: self.audience_allow.take(),
+            depends_on: self.depends_on.take(),
+            ttl_ms: self.ttl_ms,
+            deadline_at: self.deadline_at,
+        }
+    }
 }
 
 // -- calls that also need the site's keys -----------------------------------
@@ -680,15 +697,8 @@ impl NativeMemoryStore {
         keyring: &SiteKeyring,
         kind: Unknown<'_>,
         payload_json: Option<String>,
-        job_id: String,
         envelope_deadline_at: f64,
-        owner: String,
-        audience: Option<String>,
-        purpose_json: Option<String>,
-        audience_allow: Option<Vec<String>>,
-        depends_on: Option<Vec<String>>,
-        ttl_ms: Option<f64>,
-        deadline_at: Option<f64>,
+        mut job: JsEnqueuedJob,
         now: f64,
     ) -> Result<Either<JsString<'env>, JsPayloadRefusal>> {
         let (kind_text, display) = super::rules::payload_kind(kind)?;
@@ -697,7 +707,7 @@ impl NativeMemoryStore {
             kind_text.as_deref(),
             &display,
             payload_json.as_deref(),
-            &job_id,
+            &job.id,
             envelope_deadline_at,
         ) {
             Ok(valid) => valid,
@@ -711,24 +721,13 @@ impl NativeMemoryStore {
             keyring.handle(),
             &self.inner,
             valid.canonical,
-            &job_id,
+            &job.id,
             envelope_deadline_at,
         )
         .map_err(seal_error)?;
-        let input = JobInput {
-            id: &job_id,
-            // The validator accepted the kind, so it is a string.
-            kind: kind_text.as_deref().unwrap_or_default(),
-            envelope: at_rest.as_input(),
-            size_class: valid.size_class.as_str(),
-            owner: &owner,
-            audience: audience.as_deref(),
-            purpose_json: purpose_json.as_deref(),
-            audience_allow,
-            depends_on,
-            ttl_ms,
-            deadline_at,
-        };
+        // The validator accepted the kind, so it is a string.
+        let kind = kind_text.unwrap_or_default();
+        let input = job.input(&kind, at_rest.as_input(), valid.size_class.as_str());
         self.create_job(env, input, now).map(Either::A)
     }
 
@@ -741,7 +740,7 @@ impl NativeMemoryStore {
         env: &'env Env,
         prepared: &mut PreparedPayload,
         kind: String,
-        job: JsEnqueuedJob,
+        mut job: JsEnqueuedJob,
         now: f64,
     ) -> Result<JsString<'env>> {
         let Some((at_rest, size_class)) = prepared.prepared.take() else {
@@ -752,19 +751,7 @@ impl NativeMemoryStore {
         if self.inner.get(&job.id).is_none() {
             crate::payload::seal_later(&at_rest);
         }
-        let input = JobInput {
-            id: &job.id,
-            kind: &kind,
-            envelope: at_rest.as_input(),
-            size_class,
-            owner: &job.owner,
-            audience: job.audience.as_deref(),
-            purpose_json: job.purpose_json.as_deref(),
-            audience_allow: job.audience_allow,
-            depends_on: job.depends_on,
-            ttl_ms: job.ttl_ms,
-            deadline_at: job.deadline_at,
-        };
+        let input = job.input(&kind, at_rest.as_input(), size_class);
         self.create_job(env, input, now)
     }
 }

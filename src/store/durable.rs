@@ -48,41 +48,25 @@ pub(crate) enum Sync {
 }
 
 /// Why the durable file could not be opened or written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum DurableError {
     /// Another process (or another store in this one) has the file open.
+    #[error("the store file {0} is in use by another process (or another store in this one): one store owns a file")]
     Locked(String),
     /// The file is not a store this version can read.
+    #[error("the store file is not readable: {0}")]
     Format(String),
     /// The file at the path is not a store's (another program's SQLite
     /// database, or not a database at all): refused before anything in it
     /// changed.
+    #[error("the file {path} is not a byollm store ({why}); it was left as it is. Give MemoryStore({{ path }}) a file it created, or a path where none exists yet")]
     Foreign { path: String, why: String },
     /// SQLite refused (I/O error, disk full, not a database, …).
+    #[error("the store file could not be written: {0}")]
     Sqlite(String),
-    /// The store was closed.
+    #[error("this store is closed")]
     Closed,
 }
-
-impl fmt::Display for DurableError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DurableError::Locked(path) => write!(
-                f,
-                "the store file {path} is in use by another process (or another store in this one): one store owns a file"
-            ),
-            DurableError::Format(why) => write!(f, "the store file is not readable: {why}"),
-            DurableError::Foreign { path, why } => write!(
-                f,
-                "the file {path} is not a byollm store ({why}); it was left as it is. Give MemoryStore({{ path }}) a file it created, or a path where none exists yet"
-            ),
-            DurableError::Sqlite(why) => write!(f, "the store file could not be written: {why}"),
-            DurableError::Closed => f.write_str("this store is closed"),
-        }
-    }
-}
-
-impl std::error::Error for DurableError {}
 
 impl From<rusqlite::Error> for DurableError {
     fn from(error: rusqlite::Error) -> Self {

@@ -379,19 +379,15 @@ impl Store {
 
     /// `[{jobId, leaseId}]` as JSON.
     pub(crate) fn lease_refs_json(refs: &[LeaseRef]) -> String {
-        let mut out = String::from("[");
-        for (at, r) in refs.iter().enumerate() {
-            if at > 0 {
-                out.push(',');
-            }
-            out.push_str("{\"jobId\":");
-            write_json_str(&r.job_id, &mut out);
-            out.push_str(",\"leaseId\":");
-            write_json_str(&r.lease_id, &mut out);
-            out.push('}');
-        }
-        out.push(']');
-        out
+        let items: Vec<String> = refs
+            .iter()
+            .map(|r| {
+                let mut item = json::Obj::new();
+                item.str("jobId", &r.job_id).str("leaseId", &r.lease_id);
+                item.end()
+            })
+            .collect();
+        format!("[{}]", items.join(","))
     }
 }
 

@@ -8,7 +8,6 @@
 //! order.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt;
 
 use crate::json::{self, json_string, write_json_str, Doc, Node, NodeId};
 use crate::keys::PublicIdentity;
@@ -30,24 +29,15 @@ pub(crate) const RUNNER_KEYS: [&str; 10] = [
 ];
 
 /// Why `approvePairing` refused; `Display` is the reference's exact message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ApproveError {
+    #[error("unknown pairing code: {0}")]
     Unknown(String),
+    #[error("pairing code has expired")]
     Expired,
+    #[error("pairing is already {0}")]
     Already(String),
 }
-
-impl fmt::Display for ApproveError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ApproveError::Unknown(code) => write!(f, "unknown pairing code: {code}"),
-            ApproveError::Expired => f.write_str("pairing code has expired"),
-            ApproveError::Already(state) => write!(f, "pairing is already {state}"),
-        }
-    }
-}
-
-impl std::error::Error for ApproveError {}
 
 /// A record's JSON text parsed, when it is the text of an object.
 fn object(json: &str) -> Option<(Doc, NodeId)> {

@@ -12,6 +12,7 @@
 import type { SupabaseClient } from "@supabase/supabase-js";
 import { REFUSAL_CODES, sqlStore, sqlValues, type SqlCall } from "../sql-store.js";
 import type { ByollmStore } from "../types.js";
+import { watchJobRow } from "./realtime.js";
 
 export interface SupabaseStoreOptions {
   /** A client built with the **service role** key. */
@@ -44,23 +45,11 @@ export function supabaseStore(options: SupabaseStoreOptions): ByollmStore {
     ...(options.defaultTtlMs === undefined ? {} : { defaultTtlMs: options.defaultTtlMs }),
     // Realtime: a row change on the job from any process reaches the watcher.
     subscribe(jobId, onChange) {
-      const channel = db
-        .channel(`byollm_job_${jobId}`)
-        .on("postgres_changes", { event: "UPDATE", schema: "public", table: "byollm_jobs", filter: `id=eq.${jobId}` }, () => {
-          try {
-            onChange();
-          } catch {
-            // A watcher's failure is its own.
-          }
-        })
-        .subscribe();
+      const stop = watchJobRow(db, jobId, onChange);
       let live = true;
       return () => {
-        if (!live) return;
+        if (live) void stop();
         live = false;
-        // Nothing awaits an unsubscribe; a rejected removal must not become
-        // an unhandled rejection.
-        db.removeChannel(channel).catch(() => undefined);
       };
     },
   });

@@ -8,14 +8,25 @@ import type { PollingDeliveryDeps, ResultDelivery } from "../types.js";
 
 /** `ByollmAppOptions.delivery` for an app on Supabase. */
 export function supabaseRealtimeDelivery(client: SupabaseClient): (deps: PollingDeliveryDeps) => ResultDelivery {
-  const listen = (jobId: string, onChange: () => void): (() => Promise<void>) => {
-    const channel = client
-      .channel(`byollm_job_${jobId}`)
-      .on("postgres_changes", { event: "UPDATE", schema: "public", table: "byollm_jobs", filter: `id=eq.${jobId}` }, onChange)
-      .subscribe();
-    return async () => {
-      await client.removeChannel(channel).catch(() => undefined);
-    };
-  };
+  const listen = (jobId: string, onChange: () => void) => watchJobRow(client, jobId, onChange);
   return (deps) => ({ waitFor: (jobId, options) => waitWithPush(deps, listen, jobId, options) });
+}
+
+/**
+ * Call `onChange` (its failure is its own) on every update of the job's row,
+ * from any process, until the returned function removes the channel (which
+ * never rejects: nothing may be left to reject unhandled).
+ */
+export function watchJobRow(client: SupabaseClient, jobId: string, onChange: () => void): () => Promise<void> {
+  const channel = client
+    .channel(`byollm_job_${jobId}`)
+    .on("postgres_changes", { event: "UPDATE", schema: "public", table: "byollm_jobs", filter: `id=eq.${jobId}` }, () => {
+      try {
+        onChange();
+      } catch {
+        // A watcher's failure is its own.
+      }
+    })
+    .subscribe();
+  return () => client.removeChannel(channel).then(() => undefined, () => undefined);
 }
