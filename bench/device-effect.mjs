@@ -19,6 +19,7 @@ import * as protocol from "@byollm/protocol";
 import { cycles, loadImpls } from "./full-cycle.mjs";
 import * as lean from "./lean-device.mjs";
 import { native as n } from "../dist/native.js";
+import { publicIdentityOf, signRequest } from "../scripts/device-keys.mjs";
 
 const arg = (name, fallback) => {
   const hit = process.argv.find((a) => a.startsWith(`--${name}=`));
@@ -30,8 +31,8 @@ const rounds = arg("rounds", 6);
 const nativeDevice = {
   generateKeys: (now) => n.generateKeys(now),
   keyId: (id) => n.keyId(id),
-  signRequest: (keys, req) => n.signRequest(keys, req),
-  publicIdentityOf: (keys) => n.publicIdentityOf(keys),
+  signRequest,
+  publicIdentityOf,
   open: async (opts) => n.open(opts),
   seal: async (opts) => n.seal(opts),
 };

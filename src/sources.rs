@@ -4,7 +4,7 @@
 //!
 //! `pair start` is the one endpoint anyone may call unsigned, so what it
 //! leaves behind is bounded per source (the store's share, see
-//! [`crate::store::people::SOURCE_SHARE`]), and lookups that find nothing
+//! `SOURCE_SHARE` in `store/people.rs`), and lookups that find nothing
 //! (a poll of an unknown device code, an approval of an unknown user code)
 //! are bounded per source here: a source past its budget is refused
 //! `rate-limited` before any store read.
