@@ -92,8 +92,10 @@ if ! as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
   # Unix socket in our own directory (the default /var/run/postgresql may not
   # exist without the Debian service), TCP on loopback only. fsync off: test
   # data is disposable and the suites create and drop databases often.
+  # 9>&-: the server must not inherit the lock's descriptor, or it would
+  # hold the lock for its whole life and every later run would wait forever.
   as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start \
-    -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" >&2
+    -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" >&2 9>&-
 fi
 
 # Wait until it accepts connections (pg_ctl -w normally covers this).

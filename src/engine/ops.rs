@@ -445,7 +445,7 @@ pub(crate) enum Output {
     Pairing(Option<Pairing>),
     /// `wake_at`: of an empty claim, when it could find a job with no row
     /// changing (`INFINITY`: never), as a SQL store tells it; `None` when
-    /// the store does not (see [`super::idle`]).
+    /// the store does not (the idle memo reads it).
     Claimed {
         runner: Fresh,
         jobs: Vec<Stub>,
