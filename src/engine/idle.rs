@@ -127,6 +127,7 @@ impl Idle {
             && (!team || self.team <= stamp)
     }
 
+    /// `None` while the channel is not healthy: nothing asked then is remembered.
     fn ask(
         &mut self,
         beat: bool,
@@ -134,7 +135,10 @@ impl Idle {
         team: bool,
         runner: &ops::Runner,
         now: f64,
-    ) -> Ask {
+    ) -> Option<Ask> {
+        if !self.healthy {
+            return None;
+        }
         let mut ask = Ask {
             beat,
             shape: self.hasher.hash_one(shape),
@@ -143,7 +147,7 @@ impl Idle {
             answered: false,
         };
         let Some(Some(entry)) = self.memos.get(&runner.id).map(|m| m[usize::from(beat)]) else {
-            return ask;
+            return Some(ask);
         };
         let owner = (!beat).then_some(runner.owner.as_str());
         ask.answered = entry.shape == ask.shape
@@ -158,7 +162,7 @@ impl Idle {
                 self.due.insert(runner.id.clone(), now);
             }
         }
-        ask
+        Some(ask)
     }
 
     fn answered(&mut self, ask: &Ask, runner: &ops::Runner, until: f64) {
@@ -284,7 +288,7 @@ impl Site {
         runner: &ops::Runner,
         now: f64,
     ) -> Option<Ask> {
-        Some(self.idle()?.ask(beat, shape, team, runner, now))
+        self.idle()?.ask(beat, shape, team, runner, now)
     }
 
     /// The store's empty claim, trusted until `wake_at` (`INFINITY`: no job
@@ -372,14 +376,15 @@ mod tests {
         idle.healthy = true;
         for at in 0..n {
             let r = runner(at);
-            let ask = idle.ask(true, "caps", false, &r, 0.0);
+            let ask = idle.ask(true, "caps", false, &r, 0.0).expect("healthy");
             idle.answered(&ask, &r, LIVENESS_SLACK_MS);
         }
         idle
     }
 
     fn answers(idle: &mut Idle, n: usize, now: f64) -> bool {
-        idle.ask(true, "caps", false, &runner(n), now).answered
+        idle.ask(true, "caps", false, &runner(n), now)
+            .is_some_and(|ask| ask.answered)
     }
 
     #[test]
@@ -387,7 +392,7 @@ mod tests {
         let mut idle = with_beats(MEMOS);
         assert!(answers(&mut idle, 0, 1.0), "used: now the most recent");
         let r = runner(MEMOS);
-        let ask = idle.ask(true, "caps", false, &r, 0.0);
+        let ask = idle.ask(true, "caps", false, &r, 0.0).expect("healthy");
         idle.answered(&ask, &r, LIVENESS_SLACK_MS);
         assert_eq!(idle.memos.len(), MEMOS);
         assert!(answers(&mut idle, 0, 1.0) && answers(&mut idle, MEMOS, 1.0));
