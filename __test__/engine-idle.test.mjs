@@ -9,6 +9,8 @@
 // batches.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { createFetchHandler, generateSiteKeys } from "../dist/index.js";
 import { sqlStore, sqlStorePaths } from "../dist/sql-store.js";
 import { Device, CAP } from "./helpers/device.mjs";
@@ -227,4 +229,22 @@ test("liveness writes that come due are flushed through touchRunners, in one bat
   assert.equal(warned.length, 1, warned.join("\n"));
   a.clock.t += 4_000;
   assert.deepEqual((await tick(db, a.device)).calls, ["byollm_heartbeat_for"], "at the slack: the store");
+});
+
+test("a handler that is dropped stops listening: subscriptions do not pile up", async () => {
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc");
+  const db = fakeDatabase();
+  const { store, channel } = idleStore(db);
+  for (let at = 0; at < 20; at += 1) {
+    const { device } = site(db, store);
+    await tick(db, device);
+  }
+  assert.equal(channel.subscribers.length, 20, "one per handler, from its first request");
+  for (let round = 0; round < 20 && channel.subscribers.length > 1; round += 1) {
+    gc();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  // The last handler made may still be held by the test's own frames.
+  assert.ok(channel.subscribers.length <= 1, `${channel.subscribers.length} left`);
 });
