@@ -911,6 +911,24 @@ fn only_a_stores_answer_with_wake_at_or_seen_at_and_a_healthy_channel_is_remembe
         )],
     );
     assert!(!skipped(&site, sql(&fx, Endpoint::Heartbeat, BEAT, NOW)));
+    // A `wakeAt` or `seenAt` that is not a time is the store's fault.
+    for (op, answer) in [
+        (
+            "claim",
+            format!(r#"{{"runner":{LIVE},"jobs":[],"wakeAt":"soon"}}"#),
+        ),
+        (
+            "heartbeat",
+            format!(r#"{{"runner":{LIVE},"lost":[],"cancel":[],"seenAt":true}}"#),
+        ),
+    ] {
+        let (endpoint, body) = match op {
+            "claim" => (Endpoint::Claim, CLAIM),
+            _ => (Endpoint::Heartbeat, BEAT),
+        };
+        let (answer, _) = script(sql(&fx, endpoint, body, NOW), &site, &[(op, &answer)]);
+        assert_eq!(answer.status, 500, "{op}");
+    }
     // The channel goes down: everything forgotten, nothing remembered.
     let site = idle_site(&fx, CLAIM);
     site.idle_health(false);
