@@ -27,6 +27,24 @@ export declare class Engine {
   /** `handle`, served on our own store in place (see `status`). */
   handleNative(store: NativeMemoryStore, endpoint: string, body: string | undefined, signedEndpoint: string, signedBody: string, signature: unknown, now: number, source?: string): string | PendingRequest
   /**
+   * A key of the store's notification channel (`o:<owner>`, `t`,
+   * `r:<runnerId>`, `*`): what idle runners were told that it may change
+   * is forgotten.
+   */
+  idleKey(key: string): void
+  /**
+   * The channel is (or is no longer) proven live. Idle requests are
+   * answered from memory only while it is; every change forgets everything.
+   */
+  idleHealth(healthy: boolean): void
+  /**
+   * The liveness writes due, `[{"runnerId","now"}]` (at most 1,000),
+   * handed out once: for `byollm_touch_runners`.
+   */
+  idleDue(): string
+  /** `byollm_touch_runners`'s answer, as JSON text. */
+  idleSeen(answer: string): void
+  /**
    * The status of the answer the last `serveNative` or `handleNative`
    * call returned as text.
    */

@@ -66,7 +66,7 @@ const AREAS = {
   },
   postgres: {
     about: "postgresStore and its migrations on this checkout's PostgreSQL",
-    files: /^(postgres|metrics-postgres|engine-faults|engine-stores)/,
+    files: /^(postgres|metrics-postgres|engine-faults|engine-stores|engine-idle)/,
   },
   supabase: {
     about: "supabaseStore through supabase-js and the PostgREST stand-in",

@@ -7,7 +7,7 @@ import { native, PROTOCOL, type NativeMemoryStoreHandle, type PendingRequest } f
 import { nativeStoreOf, warnIfServerless } from "./memory.js";
 import { recorderFor, type Registry } from "./metrics.js";
 import { methodOperations, perform, type Operations } from "./operations.js";
-import { sqlOperations } from "./sql-store.js";
+import { sqlStorePaths, type SqlStorePaths } from "./sql-store.js";
 import type { AuthContext, ByollmStore, Endpoint, HandlerConfig, HandlerResult } from "./types.js";
 
 export type { AuthContext, HandlerConfig, HandlerResult };
@@ -17,6 +17,57 @@ export const SERVED_PROTOCOL_VERSION = PROTOCOL.version;
 
 /** How long one store operation may take before the request is answered `server-error`. */
 const DEFAULT_STORE_TIMEOUT_MS = 30_000;
+
+/** How often liveness writes that came due are flushed, at most. */
+const IDLE_FLUSH_MS = 1_000;
+
+type Engine = InstanceType<typeof native.Engine>;
+
+/** Each watched engine's unsubscribe, run once the engine is collected (handlers have no close). */
+const unwatch = new FinalizationRegistry<() => void>((stop) => stop());
+
+/**
+ * Feed a SQL store's notification channel to `engine` (which then answers an
+ * idle runner's repeated requests itself; see src/engine/idle.rs), and write
+ * the liveness those answers owe through `touchRunners`, in batches, at most
+ * once a second and one batch at a time. Only a weak reference to the engine
+ * is held: a handler that is dropped stops listening when it is collected.
+ */
+function watchIdle(engine: Engine, paths: SqlStorePaths, now: () => number): void {
+  const { idle } = paths;
+  const touch = paths.touchRunners?.bind(paths);
+  if (idle === undefined || touch === undefined) return;
+  const ref = new WeakRef(engine);
+  const unsubscribe = idle.subscribe(
+    (key) => ref.deref()?.idleKey(key),
+    (healthy) => ref.deref()?.idleHealth(healthy),
+  );
+  let flushing = false;
+  let warned = false;
+  const flush = (): void => {
+    const due = flushing ? undefined : ref.deref()?.idleDue();
+    if (due === undefined || due === "[]") return;
+    flushing = true;
+    touch(JSON.parse(due) as { runnerId: string; now: number }[], now())
+      .then(
+        (seen) => ref.deref()?.idleSeen(JSON.stringify(seen)),
+        (error: unknown) => {
+          // Nothing is put back: each runner's next heartbeat past the slack goes to the store.
+          if (!warned) console.warn(`byollm: writing idle runners' liveness failed; their heartbeats go to the database when it is due: ${String(error)}`);
+          warned = true;
+        },
+      )
+      .finally(() => {
+        flushing = false;
+      });
+  };
+  const timer = setInterval(flush, IDLE_FLUSH_MS);
+  timer.unref();
+  unwatch.register(engine, () => {
+    clearInterval(timer);
+    unsubscribe();
+  });
+}
 
 /** Our native store, and the bell for its watchers. */
 type InPlace = { readonly native: NativeMemoryStoreHandle; readonly notify: () => void };
@@ -77,6 +128,7 @@ export class Endpoints {
   readonly #methods: Operations;
   readonly #now: () => number;
   readonly #timeoutMs: number;
+  #watching = false;
 
   constructor(config: HandlerConfig) {
     const settings = {
@@ -109,7 +161,7 @@ export class Endpoints {
     if (inPlace !== undefined) {
       return this.#inPlace(endpoint, inPlace, this.#engine.serveNative(inPlace.native, endpoint, body, runnerId, issuedAt, signature, now, source));
     }
-    const sql = sqlOperations(this.#store);
+    const sql = this.#sql();
     return this.#finish(endpoint, this.#engine.request(endpoint, body, runnerId, issuedAt, signature, now, sql !== undefined, source), sql);
   }
 
@@ -126,9 +178,19 @@ export class Endpoints {
     if (inPlace !== undefined) {
       return this.#inPlace(endpoint, inPlace, this.#engine.handleNative(inPlace.native, endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sourceOf(auth)));
     }
-    const sql = sqlOperations(this.#store);
+    const sql = this.#sql();
     const p = this.#engine.handle(endpoint, json, auth.endpoint, auth.rawBody, auth.signature, now, sql !== undefined, sourceOf(auth));
     return this.#finish(endpoint, p, sql);
+  }
+
+  /** A SQL store's one-call operations; from its first request on, its notification channel feeds the engine. */
+  #sql(): Operations | undefined {
+    const paths = sqlStorePaths(this.#store);
+    if (paths?.idle !== undefined && !this.#watching) {
+      this.#watching = true;
+      watchIdle(this.#engine, paths, this.#now);
+    }
+    return paths?.operations;
   }
 
   /** A request on our store, answered in place (its text) or to finish. */

@@ -157,6 +157,16 @@ export interface SqlStorePaths {
   sweepGet(jobId: string, now: number): Promise<JobRecord | null>;
   /** The metrics' store counts in one call (`byollm_metrics`: jobs by state from maintained counts). */
   metricCounts(now: number, livenessMs: number): Promise<StoreCounts>;
+  readonly idle?: {
+    /** Calls onKey for every notification key (ping excluded); onHealth(true) once the channel is
+     *  proven live (LISTEN active and a self-sent ping heard back), onHealth(false) the moment it is
+     *  not (error, end, a ping not heard within 15 s). Returns unsubscribe. The first subscriber opens
+     *  the connection; it stays open until the store's close() (or the last unsubscribe). */
+    subscribe(onKey: (key: string) => void, onHealth: (healthy: boolean) => void): () => void;
+  };
+  /** byollm_touch_runners, answered parsed. */
+  touchRunners?(runners: readonly { runnerId: string; now: number }[], now: number):
+    Promise<{ runnerId: string; seenAt: number | null; revoked: boolean }[]>;
 }
 
 const PATHS = Symbol("byollm.sqlStorePaths");
@@ -173,11 +183,6 @@ export function sqlStorePaths(store: ByollmStore): SqlStorePaths | undefined {
     if ((store as unknown as Record<string, unknown>)[name] !== method) return undefined;
   }
   return paths;
-}
-
-/** The engine's operations on a store built by `sqlStore`, else undefined. */
-export function sqlOperations(store: ByollmStore): Operations | undefined {
-  return sqlStorePaths(store)?.operations;
 }
 
 /** The SQL function behind each engine operation (src/engine/ops.rs), which takes its arguments by name. */

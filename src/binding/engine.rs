@@ -278,6 +278,34 @@ impl Engine {
         self.in_place(env, store, pending)
     }
 
+    /// A key of the store's notification channel (`o:<owner>`, `t`,
+    /// `r:<runnerId>`, `*`): what idle runners were told that it may change
+    /// is forgotten.
+    #[napi(catch_unwind)]
+    pub fn idle_key(&self, key: String) {
+        self.site.idle_key(&key);
+    }
+
+    /// The channel is (or is no longer) proven live. Idle requests are
+    /// answered from memory only while it is; every change forgets everything.
+    #[napi(catch_unwind)]
+    pub fn idle_health(&self, healthy: bool) {
+        self.site.idle_health(healthy);
+    }
+
+    /// The liveness writes due, `[{"runnerId","now"}]` (at most 1,000),
+    /// handed out once: for `byollm_touch_runners`.
+    #[napi(catch_unwind)]
+    pub fn idle_due(&self) -> String {
+        self.site.idle_due()
+    }
+
+    /// `byollm_touch_runners`'s answer, as JSON text.
+    #[napi(catch_unwind)]
+    pub fn idle_seen(&self, answer: String) {
+        self.site.idle_seen(&answer);
+    }
+
     /// The status of the answer the last `serveNative` or `handleNative`
     /// call returned as text.
     #[napi(getter, catch_unwind)]

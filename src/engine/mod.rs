@@ -40,6 +40,7 @@ use crate::signing::{self, RequestSignature};
 use crate::sources::{self, Sources};
 use crate::wire::{self, Endpoint, ErrorCode, Inspection, WireError};
 
+mod idle;
 pub(crate) mod native;
 pub(crate) mod ops;
 pub(crate) mod rules;
@@ -52,8 +53,10 @@ pub(crate) use ops::{Fault, Op, Output};
 pub(crate) const MAX_OPS: usize = 9;
 
 /// How many runners' identities a site remembers for stores that re-read
-/// the runner with each request's work (the oldest read is forgotten first).
-const KNOWN_RUNNERS: usize = 4096;
+/// the runner with each request's work (the oldest read is forgotten first):
+/// a fleet's idle requests skip the store only for runners remembered here
+/// (about 0.5 kB each).
+const KNOWN_RUNNERS: usize = 65_536;
 
 /// How many fresh user codes `pair start` tries before it gives up.
 const USER_CODE_DRAWS: usize = 8;
@@ -88,6 +91,8 @@ pub(crate) struct Site {
     /// `{"<site key id>":{identity,encryption,encryptionSig}}`, written once.
     sites_json: String,
     known: Mutex<LruCache<String, ops::Runner>>,
+    /// What idle runners were last told (see [`idle`]).
+    idle: Mutex<idle::Idle>,
     /// Where what only the engine sees is counted (`None`: metrics off).
     metrics: Option<Arc<Metrics>>,
     /// Request sources as kept, and their failure budgets.
@@ -119,6 +124,7 @@ impl Site {
             verification_url: settings.verification_url,
             sites_json,
             known: Mutex::new(LruCache::new(KNOWN_RUNNERS)),
+            idle: Mutex::new(idle::Idle::new()),
             metrics: settings.metrics,
             sources,
         }
@@ -700,15 +706,24 @@ async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
             });
         }
     }
+    let capabilities = body.json("capabilities");
+    let max = body.number("max");
+    let team = matched.iter().any(|c| c.offer_scope == "team");
+    let ask = cx
+        .site
+        .idle_ask(false, (&capabilities, max.to_bits()), team, runner, now);
+    if ask.as_ref().is_some_and(|ask| ask.answered) {
+        return claim_answer(&[], cx.site.keys.key_id(), cx.site.lease_ms, now).map(Answer::ok);
+    }
     // The capabilities of this request, not the stored ones: a daemon that
     // just lost a backend must not be handed work for it.
     let out = cx
         .op(Op::Claim {
             runner_id: runner.id.clone(),
             runner_owner: runner.owner.clone(),
-            capabilities: body.json("capabilities"),
+            capabilities,
             matched,
-            max: body.number("max"),
+            max,
             lease_ms: cx.site.lease_ms,
             now,
         })
@@ -716,11 +731,15 @@ async fn claim(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
     let Output::Claimed {
         runner: fresh,
         jobs,
+        wake_at,
     } = out
     else {
         return Err(mismatch("claim"));
     };
     check_fresh(cx, runner, fresh)?;
+    if let (Some(ask), Some(wake_at), true) = (&ask, wake_at, jobs.is_empty()) {
+        cx.site.idle_claimed(ask, runner, wake_at, now);
+    }
     cx.site.count(|m| {
         for job in jobs.iter().filter(|job| job.attempts == 1.0) {
             m.record_queue_wait(&job.id, now - job.created_at);
@@ -827,12 +846,23 @@ async fn fetch(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
 
 async fn heartbeat(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answer> {
     let now = cx.req.now;
+    let capabilities = body.json("capabilities");
+    let daemon_version = body.text("daemonVersion");
+    let leases = body.refs("activeLeases");
+    let ask = leases.is_empty().then(|| {
+        let shape = (&capabilities, daemon_version);
+        cx.site.idle_ask(true, shape, false, runner, now)
+    });
+    let ask = ask.flatten();
+    if ask.as_ref().is_some_and(|ask| ask.answered) {
+        return Ok(heartbeat_answer(cx, &[], &[]));
+    }
     let out = cx
         .op(Op::Heartbeat {
             runner_id: runner.id.clone(),
-            capabilities: body.json("capabilities"),
-            daemon_version: body.text("daemonVersion").to_owned(),
-            leases: body.refs("activeLeases"),
+            capabilities,
+            daemon_version: daemon_version.to_owned(),
+            leases,
             lease_ms: cx.site.lease_ms,
             now,
         })
@@ -841,18 +871,27 @@ async fn heartbeat(cx: &Cx<'_>, runner: &ops::Runner, body: &Body) -> Flow<Answe
         runner: fresh,
         lost,
         cancel,
+        seen_at,
     } = out
     else {
         return Err(mismatch("heartbeat"));
     };
     check_fresh(cx, runner, fresh)?;
+    if let (Some(ask), Some(seen_at), true) = (&ask, seen_at, lost.is_empty() && cancel.is_empty())
+    {
+        cx.site.idle_beat(ask, runner, seen_at);
+    }
+    Ok(heartbeat_answer(cx, &cancel, &lost))
+}
+
+fn heartbeat_answer(cx: &Cx<'_>, cancel: &[ops::Ref], lost: &[ops::Ref]) -> Answer {
     let mut out = Obj::new();
     out.raw("sites", &cx.site.sites_json)
         .raw("awaitingConsent", "[]")
-        .with("cancel", |out| ops::push_refs(out, &cancel))
-        .with("lost", |out| ops::push_refs(out, &lost))
-        .num("serverTime", now);
-    Ok(Answer::ok(out.end()))
+        .with("cancel", |out| ops::push_refs(out, cancel))
+        .with("lost", |out| ops::push_refs(out, lost))
+        .num("serverTime", cx.req.now);
+    Answer::ok(out.end())
 }
 
 /// A device's result, opened: the plaintext, or why it did not open.

@@ -64,6 +64,7 @@ pub(crate) fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
             Output::Claimed {
                 runner: None,
                 jobs: claimed.into_iter().filter_map(|r| stub(store, r)).collect(),
+                wake_at: None,
             }
         }
         Op::Job { job_id, .. } => Output::Job {
@@ -100,6 +101,7 @@ pub(crate) fn run(store: &mut Store, op: &Op) -> Result<Output, Fault> {
                 runner: None,
                 lost,
                 cancel: cancel_requests(store, runner_id),
+                seen_at: None,
             }
         }
         Op::Complete {

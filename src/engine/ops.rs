@@ -443,18 +443,25 @@ pub(crate) enum Output {
     Refused,
     Runner(Option<Runner>),
     Pairing(Option<Pairing>),
+    /// `wake_at`: of an empty claim, when it could find a job with no row
+    /// changing (`INFINITY`: never), as a SQL store tells it; `None` when
+    /// the store does not (the idle memo reads it).
     Claimed {
         runner: Fresh,
         jobs: Vec<Stub>,
+        wake_at: Option<f64>,
     },
     Job {
         runner: Fresh,
         job: Option<Job>,
     },
+    /// `seen_at`: the runner's stored liveness after the call, as a SQL
+    /// store tells it.
     Heartbeat {
         runner: Fresh,
         lost: Vec<Ref>,
         cancel: Vec<Ref>,
+        seen_at: Option<f64>,
     },
     /// `accepted`: the job's end state (JSON text) and its enqueue time,
     /// when the store completed it.
@@ -513,11 +520,13 @@ impl Op {
                 Op::Claim { .. } => Output::Claimed {
                     runner: fresh,
                     jobs: Vec::new(),
+                    wake_at: None,
                 },
                 Op::Heartbeat { .. } => Output::Heartbeat {
                     runner: fresh,
                     lost: Vec::new(),
                     cancel: Vec::new(),
+                    seen_at: None,
                 },
                 Op::ResultFor { .. } => Output::ResultFor {
                     runner: fresh,
@@ -538,6 +547,14 @@ impl Op {
             Op::Claim { .. } => Output::Claimed {
                 runner: fresh,
                 jobs: r.list(r.field(root, "jobs")?, Read::stub)?,
+                // Present and `null`: nothing becomes claimable by itself.
+                wake_at: match doc.get(root, "wakeAt") {
+                    Some(id) => Some(
+                        r.maybe(id, |r, id| r.number(id, "wakeAt"))?
+                            .unwrap_or(f64::INFINITY),
+                    ),
+                    None => None,
+                },
             },
             Op::Job { .. } => Output::Job {
                 runner: fresh,
@@ -547,6 +564,7 @@ impl Op {
                 runner: fresh,
                 lost: r.list(r.field(root, "lost")?, Read::lease_ref)?,
                 cancel: r.list(r.field(root, "cancel")?, Read::lease_ref)?,
+                seen_at: r.optional(root, "seenAt")?,
             },
             Op::ResultFor { .. } => {
                 let accepted = r.flag(root, "accepted")?;

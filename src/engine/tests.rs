@@ -776,3 +776,322 @@ fn every_request_asks_for_a_bounded_number_of_operations() {
         assert!(machine.answer().is_some());
     }
 }
+
+// ---------------------------------------------------------------- the idle memo
+
+const BEAT: &str = r#"{"protocolVersion":"2","runnerId":"r1","daemonVersion":"0.1.1","capabilities":[],"activeLeases":[]}"#;
+const TEAM_CLAIM: &str = r#"{"protocolVersion":"2","runnerId":"r1","capabilities":[{"kind":"llm.generate","service":"s","backendId":"ollama","backendClass":"http","model":"m","offerScope":"team"}],"max":1}"#;
+const LIVE: &str = r#"{"id":"r1","revokedAt":null}"#;
+
+/// A SQL store's request (it re-reads the runner with the work) at `now`.
+fn sql(fx: &Fixture, endpoint: Endpoint, body: &str, now: f64) -> Request {
+    Request {
+        rereads: true,
+        now,
+        ..request(
+            endpoint,
+            body,
+            Some(signed(&fx.device, endpoint, body, now)),
+        )
+    }
+}
+
+/// A SQL store's empty claim, with `wakeAt`.
+fn empty_claim(wake_at: &str) -> String {
+    format!(r#"{{"runner":{LIVE},"jobs":[],"wakeAt":{wake_at}}}"#)
+}
+
+/// A SQL store's quiet heartbeat, with `seenAt`.
+fn quiet_beat(seen_at: f64) -> String {
+    format!(r#"{{"runner":{LIVE},"lost":[],"cancel":[],"seenAt":{seen_at}}}"#)
+}
+
+/// A site whose channel is healthy, with `r1` verified and its empty claim
+/// and quiet heartbeat remembered (liveness written at `NOW`).
+fn idle_site(fx: &Fixture, claim: &str) -> Arc<Site> {
+    let site = site_of(&fx.keys);
+    site.idle_health(true);
+    let runner = runner_json(&fx.device, "null");
+    let (first, _) = script(
+        sql(fx, Endpoint::Claim, claim, NOW),
+        &site,
+        &[("runner", &runner), ("claim", &empty_claim("null"))],
+    );
+    assert_eq!(first.status, 200);
+    script(
+        sql(fx, Endpoint::Heartbeat, BEAT, NOW),
+        &site,
+        &[("heartbeat", &quiet_beat(NOW))],
+    );
+    site
+}
+
+/// Whether the request is answered with no store operation (else it asks for `op`).
+fn skipped(site: &Arc<Site>, req: Request) -> bool {
+    !matches!(Machine::start(Arc::clone(site), req).step(), Step::Store(_))
+}
+
+#[test]
+fn an_idle_runners_claim_and_heartbeat_are_answered_with_the_stores_own_bytes() {
+    let fx = fixture_with(false);
+    let site = idle_site(&fx, CLAIM);
+    let later = NOW + 10_000.0;
+    // Through the store, on a site that remembers nothing: the bytes to match.
+    let plain = site_of(&fx.keys);
+    let runner = runner_json(&fx.device, "null");
+    let (claim, _) = script(
+        sql(&fx, Endpoint::Claim, CLAIM, later),
+        &plain,
+        &[("runner", &runner), ("claim", &empty_claim("null"))],
+    );
+    let (beat, _) = script(
+        sql(&fx, Endpoint::Heartbeat, BEAT, later),
+        &plain,
+        &[("heartbeat", &quiet_beat(NOW))],
+    );
+    // From the memo: no operation at all, the same bytes.
+    assert_eq!(
+        script(sql(&fx, Endpoint::Claim, CLAIM, later), &site, &[]).0,
+        claim
+    );
+    assert_eq!(
+        script(sql(&fx, Endpoint::Heartbeat, BEAT, later), &site, &[]).0,
+        beat
+    );
+    // Another shape goes to the store: capabilities, max, daemon version, leases.
+    let other_max = CLAIM.replace(r#""max":1"#, r#""max":2"#);
+    let other_version = BEAT.replace("0.1.1", "0.1.2");
+    let leases = BEAT.replace(
+        r#""activeLeases":[]"#,
+        r#""activeLeases":[{"jobId":"j","leaseId":"l"}]"#,
+    );
+    for (endpoint, body) in [
+        (Endpoint::Claim, TEAM_CLAIM),
+        (Endpoint::Claim, &other_max),
+        (Endpoint::Heartbeat, &other_version),
+        (Endpoint::Heartbeat, &leases),
+    ] {
+        assert!(!skipped(&site, sql(&fx, endpoint, body, later)), "{body}");
+    }
+}
+
+#[test]
+fn only_a_stores_answer_with_wake_at_or_seen_at_and_a_healthy_channel_is_remembered() {
+    let fx = fixture_with(false);
+    let runner = runner_json(&fx.device, "null");
+    let site = site_of(&fx.keys);
+    site.idle_health(true);
+    script(
+        sql(&fx, Endpoint::Claim, CLAIM, NOW),
+        &site,
+        &[
+            ("runner", &runner),
+            ("claim", &format!(r#"{{"runner":{LIVE},"jobs":[]}}"#)),
+        ],
+    );
+    assert!(!skipped(&site, sql(&fx, Endpoint::Claim, CLAIM, NOW)));
+    script(
+        sql(&fx, Endpoint::Heartbeat, BEAT, NOW),
+        &site,
+        &[(
+            "heartbeat",
+            &format!(r#"{{"runner":{LIVE},"lost":[],"cancel":[]}}"#),
+        )],
+    );
+    assert!(!skipped(&site, sql(&fx, Endpoint::Heartbeat, BEAT, NOW)));
+    // A heartbeat that told of a cancel is not remembered.
+    script(
+        sql(&fx, Endpoint::Heartbeat, BEAT, NOW),
+        &site,
+        &[(
+            "heartbeat",
+            &format!(
+                r#"{{"runner":{LIVE},"lost":[],"cancel":[{{"jobId":"j","leaseId":"l"}}],"seenAt":{NOW}}}"#
+            ),
+        )],
+    );
+    assert!(!skipped(&site, sql(&fx, Endpoint::Heartbeat, BEAT, NOW)));
+    // A `wakeAt` or `seenAt` that is not a time is the store's fault.
+    for (op, answer) in [
+        (
+            "claim",
+            format!(r#"{{"runner":{LIVE},"jobs":[],"wakeAt":"soon"}}"#),
+        ),
+        (
+            "heartbeat",
+            format!(r#"{{"runner":{LIVE},"lost":[],"cancel":[],"seenAt":true}}"#),
+        ),
+    ] {
+        let (endpoint, body) = match op {
+            "claim" => (Endpoint::Claim, CLAIM),
+            _ => (Endpoint::Heartbeat, BEAT),
+        };
+        let (answer, _) = script(sql(&fx, endpoint, body, NOW), &site, &[(op, &answer)]);
+        assert_eq!(answer.status, 500, "{op}");
+    }
+    // The channel goes down: everything forgotten, nothing remembered.
+    let site = idle_site(&fx, CLAIM);
+    site.idle_health(false);
+    assert!(!skipped(&site, sql(&fx, Endpoint::Claim, CLAIM, NOW)));
+    script(
+        sql(&fx, Endpoint::Claim, CLAIM, NOW),
+        &site,
+        &[("claim", &empty_claim("null"))],
+    );
+    assert!(!skipped(&site, sql(&fx, Endpoint::Claim, CLAIM, NOW)));
+    // Back up: still forgotten.
+    site.idle_health(true);
+    assert!(!skipped(&site, sql(&fx, Endpoint::Claim, CLAIM, NOW)));
+}
+
+#[test]
+fn a_key_makes_what_it_may_have_changed_go_to_the_store() {
+    let fx = fixture_with(false);
+    let later = NOW + 1.0;
+    let claim = |site: &Arc<Site>| skipped(site, sql(&fx, Endpoint::Claim, CLAIM, later));
+    let beat = |site: &Arc<Site>| skipped(site, sql(&fx, Endpoint::Heartbeat, BEAT, later));
+    // Another owner's job, a team job for a private runner, a ping's kin: nothing.
+    let site = idle_site(&fx, CLAIM);
+    site.idle_key("o:alice");
+    site.idle_key("r:r2");
+    site.idle_key("t");
+    assert!(claim(&site) && beat(&site));
+    // Its owner's job: the claim asks; the heartbeat does not care.
+    site.idle_key("o:bob");
+    assert!(!claim(&site) && beat(&site));
+    // A team job, for a runner that offers team scope.
+    let site = idle_site(&fx, TEAM_CLAIM);
+    site.idle_key("t");
+    assert!(!skipped(
+        &site,
+        sql(&fx, Endpoint::Claim, TEAM_CLAIM, later)
+    ));
+    // The runner itself, and anything: both ask, and its identity is read again.
+    for key in ["r:r1", "*", "something new"] {
+        let site = idle_site(&fx, CLAIM);
+        site.idle_key(key);
+        for req in [
+            sql(&fx, Endpoint::Claim, CLAIM, later),
+            sql(&fx, Endpoint::Heartbeat, BEAT, later),
+        ] {
+            let machine = Machine::start(Arc::clone(&site), req);
+            assert!(
+                matches!(machine.step(), Step::Store(op) if op.name() == "runner"),
+                "{key}"
+            );
+        }
+    }
+    // Revoked meanwhile: the read refuses it.
+    let site = idle_site(&fx, CLAIM);
+    site.idle_key("r:r1");
+    let (answer, _) = script(
+        sql(&fx, Endpoint::Claim, CLAIM, later),
+        &site,
+        &[("runner", &runner_json(&fx.device, "5"))],
+    );
+    assert_eq!(answer.status, 403);
+}
+
+#[test]
+fn a_key_or_health_change_while_the_store_works_keeps_its_answer_from_being_remembered() {
+    let fx = fixture_with(false);
+    let runner = runner_json(&fx.device, "null");
+    let change: [&dyn Fn(&Site); 4] = [
+        &|s| s.idle_key("o:bob"),
+        &|s| s.idle_key("r:r1"),
+        &|s| s.idle_key("*"),
+        &|s| s.idle_health(true),
+    ];
+    for (at, change) in change.iter().enumerate() {
+        let site = site_of(&fx.keys);
+        site.idle_health(true);
+        let mut machine = Machine::start(Arc::clone(&site), sql(&fx, Endpoint::Claim, CLAIM, NOW));
+        let Step::Store(op) = machine.step() else {
+            panic!("asks the runner")
+        };
+        let got = Got::Store(op.output_from_json(&runner));
+        machine.resume(got);
+        let Step::Store(op) = machine.step() else {
+            panic!("asks the claim")
+        };
+        let got = Got::Store(op.output_from_json(&empty_claim("null")));
+        change(&site);
+        machine.resume(got);
+        assert_eq!(machine.answer().map(|a| a.status), Some(200));
+        assert!(
+            !skipped(&site, sql(&fx, Endpoint::Claim, CLAIM, NOW)),
+            "change {at}"
+        );
+    }
+    // A key before the claim is asked does not stop it being remembered.
+    let site = site_of(&fx.keys);
+    site.idle_health(true);
+    site.idle_key("o:bob");
+    script(
+        sql(&fx, Endpoint::Claim, CLAIM, NOW),
+        &site,
+        &[("runner", &runner), ("claim", &empty_claim("null"))],
+    );
+    assert!(skipped(&site, sql(&fx, Endpoint::Claim, CLAIM, NOW)));
+}
+
+#[test]
+fn an_empty_claim_is_trusted_until_its_wake_at_and_five_minutes_at_most() {
+    let fx = fixture_with(false);
+    let site = site_of(&fx.keys);
+    site.idle_health(true);
+    let runner = runner_json(&fx.device, "null");
+    let wake = NOW + 30_000.0;
+    script(
+        sql(&fx, Endpoint::Claim, CLAIM, NOW),
+        &site,
+        &[
+            ("runner", &runner),
+            ("claim", &empty_claim(&wake.to_string())),
+        ],
+    );
+    assert!(skipped(&site, sql(&fx, Endpoint::Claim, CLAIM, wake - 1.0)));
+    assert!(!skipped(&site, sql(&fx, Endpoint::Claim, CLAIM, wake)));
+    let site = idle_site(&fx, CLAIM);
+    assert!(skipped(
+        &site,
+        sql(&fx, Endpoint::Claim, CLAIM, NOW + 299_999.0)
+    ));
+    assert!(!skipped(
+        &site,
+        sql(&fx, Endpoint::Claim, CLAIM, NOW + 300_000.0)
+    ));
+}
+
+#[test]
+fn a_skipped_heartbeat_puts_its_liveness_write_in_the_due_set_and_the_slack_bounds_it() {
+    let fx = fixture_with(false);
+    let site = idle_site(&fx, CLAIM);
+    let at = |ms: f64| sql(&fx, Endpoint::Heartbeat, BEAT, NOW + ms);
+    // Written at NOW: nothing due before 45 s.
+    assert!(skipped(&site, at(44_999.0)));
+    assert_eq!(site.idle_due(), "[]");
+    assert!(skipped(&site, at(45_000.0)));
+    assert!(skipped(&site, at(46_000.0)));
+    let due = format!(r#"[{{"runnerId":"r1","now":{}}}]"#, NOW + 46_000.0);
+    assert_eq!(site.idle_due(), due, "the latest time, once");
+    assert_eq!(site.idle_due(), "[]", "handed out once");
+    // Unwritten (the flush failed): at the slack, the store writes it.
+    assert!(skipped(&site, at(49_999.0)));
+    assert!(!skipped(&site, at(50_000.0)));
+    // Written by the flush: the runner is quiet for another 45 s.
+    site.idle_seen(&format!(r#"[{{"runnerId":"r1","seenAt":{},"revoked":false}},{{"runnerId":"r9","seenAt":1,"revoked":false}}]"#, NOW + 46_000.0));
+    site.idle_due();
+    assert!(skipped(&site, at(90_999.0)));
+    assert_eq!(site.idle_due(), "[]");
+    assert!(skipped(&site, at(95_999.0)));
+    assert!(!skipped(&site, at(96_000.0)));
+    // The flush finds it revoked: its memo and identity are forgotten.
+    site.idle_seen(r#"[{"runnerId":"r1","seenAt":null,"revoked":true}]"#);
+    let machine = Machine::start(Arc::clone(&site), at(1.0));
+    assert!(matches!(machine.step(), Step::Store(op) if op.name() == "runner"));
+    // Not understood: nothing changes, nothing breaks.
+    for nonsense in ["", "{", "{}", "[1,{\"runnerId\":7}]"] {
+        site.idle_seen(nonsense);
+    }
+}
