@@ -10,8 +10,10 @@ pub(crate) const LIVENESS_WRITE_MS: f64 = 45_000.0;
 
 /// How far a SQL store's stored liveness may lag a runner's last request,
 /// ever: the slack its liveness counts add to the app's window, so a live
-/// runner is never counted offline (supabase/migrations repeat the number).
-pub(crate) const LIVENESS_SLACK_MS: f64 = 50_000.0;
+/// runner is never counted offline. Wider than `LIVENESS_WRITE_MS` by more
+/// than the daemon's longest tick (11.5 s), so the heartbeat that makes a
+/// write due always lands before it and is answered without the store.
+pub(crate) const LIVENESS_SLACK_MS: f64 = 60_000.0;
 
 /// The deadline a claim stub carries: the job's own, else the end of its
 /// TTL window (counted from now for a job that is not claimable yet).

@@ -2,6 +2,7 @@
 //! and step by step with canned store answers, as the TypeScript shell feeds
 //! a JavaScript or SQL store's.
 
+use super::rules::LIVENESS_SLACK_MS;
 use super::*;
 use crate::envelope::{self, Text};
 use crate::json;
@@ -1077,15 +1078,15 @@ fn a_skipped_heartbeat_puts_its_liveness_write_in_the_due_set_and_the_slack_boun
     assert_eq!(site.idle_due(), due, "the latest time, once");
     assert_eq!(site.idle_due(), "[]", "handed out once");
     // Unwritten (the flush failed): at the slack, the store writes it.
-    assert!(skipped(&site, at(49_999.0)));
-    assert!(!skipped(&site, at(50_000.0)));
+    assert!(skipped(&site, at(LIVENESS_SLACK_MS - 1.0)));
+    assert!(!skipped(&site, at(LIVENESS_SLACK_MS)));
     // Written by the flush: the runner is quiet for another 45 s.
     site.idle_seen(&format!(r#"[{{"runnerId":"r1","seenAt":{},"revoked":false}},{{"runnerId":"r9","seenAt":1,"revoked":false}}]"#, NOW + 46_000.0));
     site.idle_due();
     assert!(skipped(&site, at(90_999.0)));
     assert_eq!(site.idle_due(), "[]");
-    assert!(skipped(&site, at(95_999.0)));
-    assert!(!skipped(&site, at(96_000.0)));
+    assert!(skipped(&site, at(46_000.0 + LIVENESS_SLACK_MS - 1.0)));
+    assert!(!skipped(&site, at(46_000.0 + LIVENESS_SLACK_MS)));
     // The flush finds it revoked: its memo and identity are forgotten.
     site.idle_seen(r#"[{"runnerId":"r1","seenAt":null,"revoked":true}]"#);
     let machine = Machine::start(Arc::clone(&site), at(1.0));
