@@ -13,6 +13,7 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { createFetchHandler, generateSiteKeys } from "../dist/index.js";
 import { sqlStore, sqlStorePaths } from "../dist/sql-store.js";
+import { PROTOCOL } from "../dist/native.js";
 import { Device, CAP } from "./helpers/device.mjs";
 
 const SITE_KEYS = generateSiteKeys();
@@ -227,7 +228,10 @@ test("liveness writes that come due are flushed through touchRunners, in one bat
   }
   assert.equal(channel.touched.length, 3);
   assert.equal(warned.length, 1, warned.join("\n"));
-  a.clock.t += 4_000;
+  // Still stored as written at T0 + 45 s: answered just short of the slack, at it the store.
+  a.clock.t = T0 + 45_000 + PROTOCOL.livenessSlackMs - 1;
+  assert.deepEqual((await tick(db, a.device)).calls, []);
+  a.clock.t += 1;
   assert.deepEqual((await tick(db, a.device)).calls, ["byollm_heartbeat_for"], "at the slack: the store");
 });
 
