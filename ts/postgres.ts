@@ -12,15 +12,7 @@ import { readdir, readFile } from "node:fs/promises";
 import pg from "pg";
 import type { Pool, PoolClient, PoolConfig } from "pg";
 import { waitWithPush } from "./delivery.js";
-import {
-  REFUSAL_CODES,
-  sqlStore,
-  sqlStringOut,
-  Watchers,
-  type SqlCall,
-  type SqlParam,
-  type SqlStoreOptions,
-} from "./sql-store.js";
+import { REFUSAL_CODES, sqlStore, sqlStringOut, Watchers, type SqlCall, type SqlParam, type SqlStoreOptions } from "./sql-store.js";
 import type { ByollmStore, PollingDeliveryDeps, ResultDelivery } from "./types.js";
 
 export type PostgresStoreOptions = (
