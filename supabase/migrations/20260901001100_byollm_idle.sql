@@ -52,6 +52,114 @@ create index if not exists byollm_jobs_inflight_team_idx
   on byollm_jobs (lease_expires_at) where state in ('claimed', 'running') and lease_runner is not null and audience = 'team';
 
 -- ---------------------------------------------------------------------------
+-- The sweep's probes, each on its own index whatever the statistics say
+-- ---------------------------------------------------------------------------
+
+-- Every claim starts with the sweep, and an idle sweep is its four probes.
+-- As plain EXISTS, the planner could serve a probe from any index whose
+-- predicate covers it: with many jobs in flight and a table full of ended
+-- jobs (whose lease columns are all null) it estimated hundreds of adopted
+-- leases and walked byollm_jobs_lease_idx, every job in flight, on every
+-- sweep (1.3 ms at 10,000 in flight). Each probe now asks for the first row
+-- in the order of the index made for it (expiry, due time, insertion), which
+-- only that index gives without a sort. Passes, order and answer as before.
+create or replace function byollm_sweep(p_now bigint) returns jsonb
+language plpgsql volatile security definer
+as $$
+declare
+  v_now timestamptz := byollm_at(p_now);
+  v_before timestamptz := byollm_at(p_now - 120000);
+  v_reclaimed jsonb := '[]';
+  v_adopted jsonb := '[]';
+  v_expired jsonb := '[]';
+  v_stale_pairings boolean;
+  v_lapsed boolean;
+  v_adopted_due boolean;
+  v_queued_due boolean;
+begin
+  select (select 1 from byollm_pairings where expires_at <= v_before
+           and not (state = 'approved' and collected_at is null)
+          order by expires_at limit 1) is not null,
+         (select 1 from byollm_jobs
+           where state in ('claimed', 'running') and lease_expires_at <= v_now
+             and lease_id is not null and lease_runner is not null
+          order by lease_expires_at limit 1) is not null,
+         (select 1 from byollm_jobs
+           where lease_id is not null and lease_runner is null
+             and state in ('claimed', 'running')
+             and coalesce(deadline_at,
+                          coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now
+          order by byollm_seq limit 1) is not null,
+         (select 1 from byollm_jobs
+           where state = 'queued' and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now
+          order by byollm_due_at(claimable_at, ttl_ms, deadline_at) limit 1) is not null
+    into v_stale_pairings, v_lapsed, v_adopted_due, v_queued_due;
+  if v_stale_pairings then
+    perform byollm_prune_pairings(p_now);
+  end if;
+  if v_lapsed then
+    with due as (
+      select id from byollm_jobs
+       where state in ('claimed', 'running')
+         and lease_expires_at <= v_now
+         and lease_id is not null and lease_runner is not null
+       for update skip locked
+    ), changed as (
+      update byollm_jobs j
+         set state = 'queued', lease_id = null, lease_runner = null, lease_expires_at = null,
+             completed_by_lease_id = null, claimable_at = v_now, updated_at = v_now
+        from due where j.id = due.id
+      returning j
+    )
+    select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_reclaimed
+      from changed c;
+  end if;
+
+  -- Adopted leases carry the relay's expiry, which this clock does not
+  -- enforce; they are few (cloud lane only) and all in flight.
+  if v_adopted_due then
+    with due as (
+      select id from byollm_jobs
+       where state in ('claimed', 'running')
+         and lease_id is not null and lease_runner is null
+         and coalesce(deadline_at,
+                      coalesce(claimable_at, v_now) + ttl_ms * interval '1 millisecond') <= v_now
+       for update skip locked
+    ), changed as (
+      update byollm_jobs j
+         set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
+             completed_by_lease_id = null, updated_at = v_now
+        from due where j.id = due.id
+      returning j
+    )
+    select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_adopted
+      from changed c;
+  end if;
+
+  -- A job requeued above restarts its TTL window now: with a zero TTL it
+  -- is due in this same pass.
+  if v_queued_due or v_reclaimed <> '[]' then
+    with due as (
+      select id from byollm_jobs
+       where state = 'queued'
+         and byollm_due_at(claimable_at, ttl_ms, deadline_at) <= v_now
+       for update skip locked
+    ), changed as (
+      update byollm_jobs j
+         set state = 'expired', lease_id = null, lease_runner = null, lease_expires_at = null,
+             completed_by_lease_id = null, updated_at = v_now
+        from due where j.id = due.id
+      returning j
+    )
+    select coalesce(jsonb_agg(byollm_job_json(c.j) order by (c.j).byollm_seq), '[]') into v_expired
+      from changed c;
+  end if;
+
+  return v_reclaimed || v_adopted || v_expired;
+end;
+$$;
+
+-- ---------------------------------------------------------------------------
 -- Heartbeat: liveness written coalesced
 -- ---------------------------------------------------------------------------
 
