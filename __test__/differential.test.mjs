@@ -220,6 +220,23 @@ const DELIBERATE = [
     label: /^body variants \/ claim: depth (64 extra key|200 extra key|5000 extra key|200 objects|5000 in model)$|^mutation #\d+ .*deep nesting/,
     ours: (v) => v.status === 400 && v.body?.error === "bad-request" && v.body.message === "request body nests arrays and objects deeper than 64 levels",
   },
+  {
+    // A SQL store writes liveness coalesced: the record read back after a
+    // heartbeat may hold an older lastHeartbeatAt, by less than the core's
+    // LIVENESS_SLACK_MS (50 s); everything else is the reference's.
+    id: "SQL stores write a heartbeat's liveness at most every 45 s",
+    doc: ["docs/differences.md", "a heartbeat writes the runner's liveness (`lastHeartbeatAt`) only when"],
+    label: /^mutation #\d+ heartbeat .*: runners$/,
+    ours: (v, r) => {
+      const strip = (x) => JSON.stringify(x.value.map(({ lastHeartbeatAt: _, ...rest }) => rest));
+      return (
+        Array.isArray(v?.value) &&
+        v.value.length === r.value.length &&
+        strip(v) === strip(r) &&
+        v.value.every((x, i) => x.lastHeartbeatAt <= r.value[i].lastHeartbeatAt && r.value[i].lastHeartbeatAt - x.lastHeartbeatAt < 50_000)
+      );
+    },
+  },
 ];
 
 /**

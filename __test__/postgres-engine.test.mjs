@@ -66,7 +66,8 @@ test("the engine's operations answer what it reads: the runner as {revokedAt}, c
   const beat = JSON.parse(
     await ops("heartbeat", { runnerId: runner.id, capabilities: [CAP], daemonVersion: "0.1.1", leases: [{ jobId: queued.id, leaseId: stub.lease.id }], leaseMs: 60_000, now: T0 + 2 }),
   );
-  assert.deepEqual(beat, { runner: { revokedAt: null }, lost: [], cancel: [] });
+  // seenAt: the stored liveness (the approval's, on the real clock, is later than T0).
+  assert.deepEqual(beat, { runner: { revokedAt: null }, lost: [], cancel: [], seenAt: (await store.getRunner(runner.id)).lastHeartbeatAt });
 
   // Not the holder's lease: nothing written, the job as the engine checks a lease on it.
   const outcome = { outcome: "ok", text: "done" };

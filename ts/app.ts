@@ -16,7 +16,7 @@ import { generateJobId, generateRunnerId, normalizeUserCode } from "./ids.js";
 import { bindApp, recorderFor, snapshotOf, type MetricsSnapshot, type Registry } from "./metrics.js";
 import { enqueueInPlace, runsInPlace, sweptResult, type PayloadSource } from "./memory.js";
 import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
-import { sqlStorePaths } from "./sql-store.js";
+import { livenessWindow, sqlStorePaths } from "./sql-store.js";
 import type {
   AvailabilityQuery,
   ByollmAppOptions,
@@ -250,7 +250,7 @@ export class ByollmApp {
       runners,
       { kind, owner, audience, ...(audienceAllow === undefined ? {} : { audienceAllow }) },
       now,
-      this.#livenessMs,
+      livenessWindow(this.#store, this.#livenessMs),
     );
     return answer.available
       ? { available: true, candidates: answer.candidates }

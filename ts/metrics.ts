@@ -7,7 +7,7 @@ import { NoRunnerAvailableError, ResultTimeoutError } from "./errors.js";
 import { nativeStoreCounts } from "./memory.js";
 import { native, PROTOCOL, type NativeMetricsHandle, type StoreCounts } from "./native.js";
 import { attachOtel, type OtelHooks } from "./otel.js";
-import { sqlStorePaths } from "./sql-store.js";
+import { livenessWindow, sqlStorePaths } from "./sql-store.js";
 import type { MetricsSnapshot, WaitOutcome } from "./metrics-snapshot.js";
 import type { ByollmStore, DeliveredResult, Endpoint, JobRecord, WaitOptions } from "./types.js";
 
@@ -117,7 +117,7 @@ async function storeCounts(source: MetricsSource): Promise<StoreCounts> {
     const own = nativeStoreCounts(store, now, livenessMs);
     if (own !== undefined) return own;
     const paths = sqlStorePaths(store);
-    if (paths !== undefined) return await paths.metricCounts(now, livenessMs);
+    if (paths !== undefined) return await paths.metricCounts(now, livenessWindow(store, livenessMs));
     // A store of the app's own: runners from its listing, nothing else.
     return { ok: true, runners: native.runnerCounts(await store.listRunners(), now, livenessMs) };
   } catch {

@@ -7,6 +7,7 @@
 // Time: the caller's `now` (ByollmApp's and the handlers' injectable clock) is
 // passed to SQL as epoch milliseconds; the functions never read the database
 // clock, so a fake clock drives leases and TTLs here exactly as in memory.
+import { randomUUID } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import pg from "pg";
 import type { Pool, PoolClient, PoolConfig } from "pg";
@@ -38,6 +39,16 @@ export type PostgresStoreOptions = (
    * prepared statements between transactions. Default false.
    */
   readonly preparedStatements?: boolean;
+  /**
+   * Hold one connection of the store's own (not from the pool) listening on
+   * `byollm_work`, so the handlers learn from the database which idle
+   * daemons' answers may have changed and answer the others without a query.
+   * Default true, except where `process.env.VERCEL` is set (a serverless
+   * function must not hold a connection). Behind a transaction-mode pooler
+   * no notification arrives; the channel then never counts as live and
+   * every request goes to the database, as with false.
+   */
+  readonly notifications?: boolean;
 };
 
 export interface PostgresStore extends ByollmStore {
@@ -121,16 +132,153 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     }
   };
 
+  const channel =
+    (options.notifications ?? process.env["VERCEL"] === undefined)
+      ? new WorkChannel(
+          // The pool's own settings (pg-pool keeps them as `options`).
+          () => new pg.Client(owned ? { ...options.poolConfig, connectionString: options.connectionString } : pool.options),
+          (payload) => pool.query("select pg_notify($1, $2)", [WORK_CHANNEL, payload]),
+        )
+      : undefined;
   const storeOptions: SqlStoreOptions = {
     ...(options.defaultTtlMs === undefined ? {} : { defaultTtlMs: options.defaultTtlMs }),
     subscribe: (jobId, onChange) => watchers.subscribe(jobId, onChange),
+    ...(channel === undefined ? {} : { idle: { subscribe: (onKey, onHealth) => channel.subscribe(onKey, onHealth) } }),
   };
   const store = sqlStore(call, storeOptions);
   return Object.assign(store, {
     async close(): Promise<void> {
+      channel?.close();
       if (owned) await pool.end();
     },
   });
+}
+
+/** The channel the migrations send work keys on (20260901001100_byollm_idle.sql). */
+const WORK_CHANNEL = "byollm_work";
+/** How often the channel proves itself live, and how long a ping may take to come back. */
+const PING_EVERY_MS = 10_000;
+const PING_WITHIN_MS = 15_000;
+/** Reconnection backoff: the first wait, doubled after each failure up to the last. */
+const RETRY_FIRST_MS = 500;
+const RETRY_MAX_MS = 30_000;
+
+type IdleListener = { onKey: (key: string) => void; onHealth: (healthy: boolean) => void };
+
+/**
+ * `SqlStorePaths.idle` for postgresStore: one connection of its own listening
+ * on `byollm_work`, open while anyone subscribes. It counts as healthy only
+ * once a ping it sent through the pool has come back on it, so a channel that
+ * cannot deliver (a transaction-mode pooler, a dead socket) is never trusted.
+ * Its socket and timers never keep the process alive.
+ */
+class WorkChannel {
+  readonly #listeners = new Set<IdleListener>();
+  #client: pg.Client | undefined;
+  #healthy = false;
+  /** Logged since the channel was last healthy (one line per loss). */
+  #warned = false;
+  #retryMs = RETRY_FIRST_MS;
+  /** The ping in flight, and when it counts as lost. */
+  #nonce: string | undefined;
+  #deadline: NodeJS.Timeout | undefined;
+  /** The ping interval, or the reconnection wait. */
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly connect: () => pg.Client,
+    private readonly send: (payload: string) => Promise<unknown>,
+  ) {}
+
+  subscribe(onKey: (key: string) => void, onHealth: (healthy: boolean) => void): () => void {
+    const listener = { onKey, onHealth };
+    this.#listeners.add(listener);
+    if (this.#listeners.size === 1) this.#open();
+    else if (this.#healthy) onHealth(true);
+    return () => {
+      if (this.#listeners.delete(listener) && this.#listeners.size === 0) this.close();
+    };
+  }
+
+  /** Ends the connection and every timer (the store's close()). */
+  close(): void {
+    this.#drop();
+    this.#listeners.clear();
+    this.#warned = false;
+    this.#retryMs = RETRY_FIRST_MS;
+  }
+
+  #health(healthy: boolean): void {
+    if (this.#healthy === healthy) return;
+    this.#healthy = healthy;
+    for (const l of [...this.#listeners]) l.onHealth(healthy);
+  }
+
+  /** Unhealthy now; the connection and its timers gone. */
+  #drop(): void {
+    const client = this.#client;
+    this.#client = undefined;
+    this.#nonce = undefined;
+    clearTimeout(this.#deadline);
+    clearTimeout(this.#timer);
+    this.#health(false);
+    if (client !== undefined) {
+      client.removeAllListeners("notification");
+      void client.end().catch(() => undefined);
+    }
+  }
+
+  #open(): void {
+    const client = this.connect();
+    this.#client = client;
+    const lost = (): void => {
+      if (this.#client !== client) return;
+      this.#drop();
+      if (!this.#warned) {
+        this.#warned = true;
+        console.warn(
+          "byollm: the notification channel (LISTEN byollm_work) is down; idle daemon requests now go to the database until it is back",
+        );
+      }
+      this.#timer = setTimeout(() => this.#listeners.size > 0 && this.#client === undefined && this.#open(), this.#retryMs).unref();
+      this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
+    };
+    client.on("error", lost);
+    client.on("end", lost);
+    client.on("notification", (n) => {
+      const key = n.payload ?? "";
+      if (n.channel !== WORK_CHANNEL) return;
+      if (!key.startsWith("ping:")) {
+        for (const l of [...this.#listeners]) l.onKey(key);
+      } else if (key === `ping:${this.#nonce}`) {
+        this.#nonce = undefined;
+        clearTimeout(this.#deadline);
+        this.#retryMs = RETRY_FIRST_MS;
+        this.#warned = false;
+        this.#health(true);
+      }
+    });
+    const ping = (): void => {
+      if (this.#nonce !== undefined || this.#client !== client) return;
+      const nonce = randomUUID();
+      this.#nonce = nonce;
+      this.#deadline = setTimeout(() => this.#nonce === nonce && lost(), PING_WITHIN_MS).unref();
+      this.send(`ping:${nonce}`).catch(() => undefined);
+    };
+    const unref = (): void => (client as unknown as { connection: { stream: { unref(): void } } }).connection.stream.unref();
+    unref();
+    client
+      .connect()
+      .then(() => {
+        unref(); // the socket may have been replaced (TLS)
+        return client.query(`listen ${WORK_CHANNEL}`);
+      })
+      .then(() => {
+        if (this.#client !== client) return;
+        ping();
+        this.#timer = setInterval(ping, PING_EVERY_MS).unref();
+      }, lost);
+  }
 }
 
 /** The migration files shipped with the package, in the order to apply them. */

@@ -52,6 +52,8 @@ export interface SqlStoreOptions {
    * allows missed calls, and delivery polls anyway).
    */
   readonly subscribe?: (jobId: string, onChange: () => void) => () => void;
+  /** The store's notification channel (SqlStorePaths.idle), where it has one. */
+  readonly idle?: SqlStorePaths["idle"];
 }
 
 // Epoch ms cross into SQL as bigint; a fractional clock is truncated to the
@@ -185,6 +187,15 @@ export function sqlStorePaths(store: ByollmStore): SqlStorePaths | undefined {
   return paths;
 }
 
+/**
+ * The window a liveness count over `store`'s runners uses: `livenessMs`, plus
+ * PROTOCOL.livenessSlackMs for a SQL store, whose heartbeats write liveness
+ * coalesced (byollm_heartbeat_for), so the stored value may lag a runner's
+ * last request by up to that much.
+ */
+export const livenessWindow = (store: ByollmStore, livenessMs: number): number =>
+  sqlStorePaths(store) === undefined ? livenessMs : livenessMs + PROTOCOL.livenessSlackMs;
+
 /** The SQL function behind each engine operation (src/engine/ops.rs), which takes its arguments by name. */
 const OPERATIONS = {
   runner: "byollm_get_runner",
@@ -261,6 +272,7 @@ const FUNCTIONS = {
   byollm_heartbeat_for: ["runnerId", "capabilities", "daemonVersion", "leases", "leaseMs", "now"],
   byollm_result_for: ["runnerId", "jobId", "leaseId", "outcome", "provenance", "now"],
   byollm_metrics: ["now", "livenessMs"],
+  byollm_touch_runners: ["runners", "now"],
   byollm_sweep_get_job: ["jobId", "now"],
   byollm_create_job: ["job", "now"],
   byollm_get_job: ["jobId"],
@@ -290,7 +302,7 @@ type SqlFunction = keyof typeof FUNCTIONS;
 type Param = (typeof FUNCTIONS)[SqlFunction][number];
 
 /** How each parameter is typed on the SQL side: `text` unless listed here. */
-const JSONB_PARAMS = new Set<Param>(["capabilities", "leases", "holder", "outcome", "provenance", "job", "pairing"]);
+const JSONB_PARAMS = new Set<Param>(["capabilities", "leases", "holder", "outcome", "provenance", "job", "pairing", "runners"]);
 const BIGINT_PARAMS = new Set<Param>(["leaseMs", "expiresAt", "now", "livenessMs"]);
 const sqlType = (field: Param): SqlArgType =>
   JSONB_PARAMS.has(field) ? "jsonb" : BIGINT_PARAMS.has(field) ? "bigint" : field === "max" ? "integer" : "text";
@@ -390,6 +402,15 @@ export function sqlStore(call: SqlCaller, options: SqlStoreOptions = {}): Byollm
       const numbers = (v: unknown): number[] => list(v).map(Number);
       return { ok: true, jobs: numbers(out["jobs"]), runners: numbers(out["runners"]), pairingsPending: Number(out["pairingsPending"]) };
     },
+
+    async touchRunners(runners, now) {
+      const given = runners.map((r) => ({ runnerId: r.runnerId, now: ms(r.now) }));
+      return list(await run("byollm_touch_runners", { runners: given, now })).map((r) => {
+        const x = obj(r, "runner liveness");
+        return { runnerId: x["runnerId"] as string, seenAt: x["seenAt"] as number | null, revoked: x["revoked"] === true };
+      });
+    },
+    ...(options.idle === undefined ? {} : { idle: options.idle }),
   };
 
   const store: ByollmStore = {
