@@ -23,6 +23,7 @@ import sodium from "libsodium-wrappers";
 import * as H from "./helpers/differential.mjs";
 import { DUP, RAW, prng, raw, toText } from "./helpers/raw-json.mjs";
 import { closeStores, STORE } from "./helpers/diff-stores.mjs";
+import { PROTOCOL } from "../dist/native.js";
 
 // DIFF_STORE (helpers/diff-stores.mjs) names the store ours runs on; the
 // reference always runs on its MemoryStore.
@@ -223,7 +224,7 @@ const DELIBERATE = [
   {
     // A SQL store writes liveness coalesced: the record read back after a
     // heartbeat may hold an older lastHeartbeatAt, by less than the core's
-    // LIVENESS_SLACK_MS (50 s); everything else is the reference's.
+    // LIVENESS_SLACK_MS (60 s); everything else is the reference's.
     id: "SQL stores write a heartbeat's liveness at most every 45 s",
     doc: ["docs/differences.md", "a heartbeat writes the runner's liveness (`lastHeartbeatAt`) only when"],
     label: /^mutation #\d+ heartbeat .*: runners$/,
@@ -233,7 +234,7 @@ const DELIBERATE = [
         Array.isArray(v?.value) &&
         v.value.length === r.value.length &&
         strip(v) === strip(r) &&
-        v.value.every((x, i) => x.lastHeartbeatAt <= r.value[i].lastHeartbeatAt && r.value[i].lastHeartbeatAt - x.lastHeartbeatAt < 50_000)
+        v.value.every((x, i) => x.lastHeartbeatAt <= r.value[i].lastHeartbeatAt && r.value[i].lastHeartbeatAt - x.lastHeartbeatAt < PROTOCOL.livenessSlackMs)
       );
     },
   },

@@ -6,6 +6,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { ByollmApp, createFetchHandler, createMetricsHandler, generateSiteKeys } from "../dist/index.js";
+import { PROTOCOL } from "../dist/native.js";
 import { postgresStore } from "../dist/postgres.js";
 import { Device, ORIGIN } from "./helpers/device.mjs";
 import { parseExposition, sampleValue } from "./helpers/prometheus.mjs";
@@ -101,8 +102,8 @@ test("runners and pending pairings by the in-memory store's rules", async () => 
   assert.deepEqual(m.runners, { paired: 1, online: 1, revoked: 1 });
   assert.equal(m.pairings.pending, 1);
   // A SQL store writes liveness coalesced: its window is livenessMs plus the
-  // core's slack (10 + 50 s here).
-  now += 60_000;
+  // core's slack.
+  now += 10_000 + PROTOCOL.livenessSlackMs;
   assert.equal((await app.metrics()).runners.online, 1, "within livenessMs + the slack");
   now += 1;
   m = await app.metrics();

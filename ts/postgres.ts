@@ -82,7 +82,7 @@ function statementOf(call: SqlCall): { name: string; text: string } {
     // it from being parsed once per parameter); the answer leaves as text,
     // which the store reads itself.
     const inner = `select ${call.fn}(${call.params.map((p) => `${p[0]} => ${fromArgs(p)}`).join(", ")}) as r from (select $1::jsonb as a offset 0) x`;
-    text = `select s.r::text as r, current_setting('byollm.changed', true) as changed from (${inner} offset 0) s`;
+    text = `select s.r::text as r, current_setting('byollm.changed', true) as changed, current_setting('byollm.keys', true) as keys from (${inner} offset 0) s`;
     statements.set(name, text);
   }
   return { name, text };
@@ -112,7 +112,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     try {
       const { name, text } = statementOf(c);
       const values = [c.args];
-      type Row = { r: unknown; changed: string | null };
+      type Row = { r: unknown; changed: string | null; keys: string | null };
       const result = prepared ? await pool.query<Row>({ name, text, values }) : await pool.query<Row>(text, values);
       const row = result.rows[0];
       const changed = (row?.changed ?? "")
@@ -120,6 +120,8 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
         .filter((id) => id !== "")
         .map(sqlStringOut);
       if (changed.length > 0) watchers.notify(changed);
+      // What this call changed, for this process's handlers before the answer is used.
+      for (const key of (row?.keys ?? "").split("\n")) if (key !== "") channel?.key(key);
       return row?.r ?? null;
     } catch (error) {
       const e = error as { code?: string; message?: string };
@@ -200,6 +202,11 @@ class WorkChannel {
     };
   }
 
+  /** A key for every listener (heard on the channel, or of this process's own write). */
+  key(key: string): void {
+    for (const l of [...this.#listeners]) l.onKey(key);
+  }
+
   /** Ends the connection and every timer (the store's close()). */
   close(): void {
     this.#drop();
@@ -249,7 +256,7 @@ class WorkChannel {
       const key = n.payload ?? "";
       if (n.channel !== WORK_CHANNEL) return;
       if (!key.startsWith("ping:")) {
-        for (const l of [...this.#listeners]) l.onKey(key);
+        this.key(key);
       } else if (key === `ping:${this.#nonce}`) {
         this.#nonce = undefined;
         clearTimeout(this.#deadline);

@@ -387,8 +387,13 @@ $$;
 create or replace function byollm_notify_work(p_key text) returns void
 language plpgsql volatile
 as $$
+declare
+  v_key text := case when octet_length(p_key) > 7000 or strpos(p_key, chr(10)) > 0 then '*' else p_key end;
 begin
-  perform pg_notify('byollm_work', case when octet_length(p_key) > 7000 then '*' else p_key end);
+  perform pg_notify('byollm_work', v_key);
+  -- The same keys for the process that wrote, with its call's answer
+  -- (postgresStore reads byollm.keys): its own next request needs no notification.
+  perform set_config('byollm.keys', coalesce(current_setting('byollm.keys', true), '') || v_key || chr(10), true);
 end;
 $$;
 
