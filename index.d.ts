@@ -249,11 +249,6 @@ export declare class SiteKeyring {
    */
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): FetchAnswer | null | Promise<FetchAnswer | null>
   /**
-   * Open a device's result envelope addressed to this site (on the
-   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
-   */
-  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
-  /**
    * Open a device's result for `jobId` and accept it, or refuse it with
    * the reference's message (`crate::result`): the one call per result of
    * a store the engine does not run in place, and of the cloud lane (on the thread pool

@@ -12,7 +12,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::strings::{AsciiFirstString, KeyText};
-use crate::envelope::{self, OpenFailure, Text};
+use crate::envelope::{self, Text};
 use crate::fingerprint;
 use crate::ids;
 use crate::json::JsStr;
@@ -75,7 +75,7 @@ pub(super) struct JsOpenExpected {
 
 /// `{ok: true, plaintext}` or `{ok: false, reason}` (absent fields are not set).
 #[napi(object, js_name = "OpenResult")]
-pub struct JsOpenResult {
+pub(super) struct JsOpenResult {
     pub ok: bool,
     #[napi(ts_type = "string")]
     pub plaintext: Option<Either3<Latin1String, Utf16String, String>>,
@@ -225,22 +225,6 @@ pub(super) fn js_text(text: JsStr) -> Either3<Latin1String, Utf16String, String>
     }
 }
 
-/// An open's answer.
-pub(super) fn open_result_with(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult {
-    match result {
-        Ok(text) => JsOpenResult {
-            ok: true,
-            plaintext: Some(js_text(text)),
-            reason: None,
-        },
-        Err(reason) => JsOpenResult {
-            ok: false,
-            plaintext: None,
-            reason: Some(reason.as_str().to_string()),
-        },
-    }
-}
-
 pub(super) fn seal_error(e: envelope::SealError) -> Error {
     invalid(e.to_string())
 }
@@ -336,13 +320,23 @@ pub(super) fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
     ts_return_type = "{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
 )]
 pub(super) fn open(opts: OpenOptions) -> JsOpenResult {
-    let opened = envelope::open_with_keys(
+    match envelope::open_with_keys(
         &opts.envelope.into(),
         &opts.recipient_keys.encryption_private,
         &opts.sender_identity_public,
         &core_expected(opts.expected),
-    );
-    open_result_with(opened)
+    ) {
+        Ok(text) => JsOpenResult {
+            ok: true,
+            plaintext: Some(js_text(text)),
+            reason: None,
+        },
+        Err(reason) => JsOpenResult {
+            ok: false,
+            plaintext: None,
+            reason: Some(reason.as_str().to_string()),
+        },
+    }
 }
 
 // ---------------------------------------------------------------- request signatures
