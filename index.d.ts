@@ -55,8 +55,6 @@ export declare class NativeMemoryStore {
    * `fullSync` fsyncs every commit (durable across a power loss).
    */
   constructor(defaultTtlMs?: number | undefined | null, retentionMs?: number | undefined | null, path?: string | undefined | null, fullSync?: boolean | undefined | null)
-  /** Whether this store is written through to a file. */
-  get durable(): boolean
   /**
    * Write anything pending and close the file (releasing it for another
    * process). Later changes throw. Nothing for a store in memory.
@@ -87,8 +85,6 @@ export declare class NativeMemoryStore {
    * over each, one per device and at most 4,096).
    */
   storeCounts(now: number, livenessMs: number): StoreCounts
-  /** Number of stored jobs. */
-  get size(): number
   /**
    * `create`. The envelope comes either as its five parts (the shape `seal`
    * produces) or, for any other shape, as `envelopeJson`.
