@@ -61,11 +61,6 @@ export declare class NativeMemoryStore {
    */
   close(): void
   /**
-   * SQLite's `PRAGMA integrity_check` of a closed store file: `"ok"` or
-   * the problems it lists.
-   */
-  static integrityCheck(path: string): string
-  /**
    * From now on records carry `[]` in place of a large sealed envelope
    * (16 KiB of ciphertext and up); `sealedEnvelope(id)` reads it. A 1 MB prompt's envelope would
    * otherwise cross into JS on every create, claim, get and complete,

@@ -207,12 +207,6 @@ impl NativeMemoryStore {
         }
     }
 
-    /// SQLite's `PRAGMA integrity_check` of a closed store file: `"ok"` or
-    /// the problems it lists.
-    #[napi(catch_unwind)]
-    pub fn integrity_check(path: String) -> Result<String> {
-        crate::store::durable::integrity_check(std::path::Path::new(&path)).map_err(failed)
-    }
 
     /// From now on records carry `[]` in place of a large sealed envelope
     /// (16 KiB of ciphertext and up); `sealedEnvelope(id)` reads it. A 1 MB prompt's envelope would
