@@ -8,34 +8,12 @@
 // reference's record objects. Every rule lives in Rust.
 import { optionalNumber, optionalStrings, text } from "./args.js";
 import {
-  hostPath,
-  native,
-  PROTOCOL,
-  type EnqueuedJob,
-  type NativeMemoryStoreHandle,
-  type NativeMetricsHandle,
-  type SiteKeyringHandle,
-  type StoreCounts,
+  hostPath, native, PROTOCOL, type EnqueuedJob, type NativeMemoryStoreHandle, type NativeMetricsHandle, type SiteKeyringHandle, type StoreCounts,
 } from "./native.js";
 import { OPERATION_METHODS } from "./operations.js";
 import type {
-  AdoptArgs,
-  DeliveredResult,
-  ApproveArgs,
-  ByollmStore,
-  ClaimArgs,
-  CompleteArgs,
-  CompleteResult,
-  JobRecord,
-  LeaseRef,
-  MemoryStoreOptions,
-  PairingRecord,
-  ReleaseArgs,
-  RenewArgs,
-  RenewResult,
-  RunnerRecord,
-  StoredJobInput,
-  TouchArgs,
+  AdoptArgs, DeliveredResult, ApproveArgs, ByollmStore, ClaimArgs, CompleteArgs, CompleteResult, JobRecord, LeaseRef, MemoryStoreOptions,
+  PairingRecord, ReleaseArgs, RenewArgs, RenewResult, RunnerRecord, StoredJobInput, TouchArgs,
 } from "./types.js";
 
 /** A record as the native side sends it (layout documented in src/store/out.rs). */
