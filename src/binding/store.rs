@@ -207,7 +207,6 @@ impl NativeMemoryStore {
         }
     }
 
-
     /// From now on records carry `[]` in place of a large sealed envelope
     /// (16 KiB of ciphertext and up); `sealedEnvelope(id)` reads it. A 1 MB prompt's envelope would
     /// otherwise cross into JS on every create, claim, get and complete,
