@@ -326,12 +326,13 @@ export declare function hashSecret(secret: string): string
 
 /**
  * A body's inspection: the stage it reached (`ok`, `json`, `version`,
- * `schema`), the answer a failed stage gets, the validated body's JSON text.
+ * `schema`), the answer a failed stage gets (its status and JSON body, as
+ * the engine sends it), the validated body's JSON text.
  */
 export interface Inspection {
   stage: string
   status?: number
-  error?: WireErrorBody
+  error?: string
   body?: string
 }
 
@@ -567,12 +568,4 @@ export interface VerifyRequestOptions {
   signature: RequestSignature
   now: number
   maxSkewMs?: number
-}
-
-/** `WireErrorBody`: `{error, message, supported?, minimum?}`. */
-export interface WireErrorBody {
-  error: string
-  message: string
-  supported?: Array<string>
-  minimum?: string
 }
