@@ -315,8 +315,8 @@ export declare function generateDeviceCode(): string
 
 export declare function generateJobId(): string
 
-/** `generateSiteKeys(now = Date.now())`. */
-export declare function generateKeys(now?: number | undefined | null): StoredKeys
+/** `generateSiteKeys(now)`: the shell supplies the default, `Date.now()`. */
+export declare function generateKeys(now: number): StoredKeys
 
 export declare function generateRunnerId(): string
 

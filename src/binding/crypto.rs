@@ -6,8 +6,6 @@
 //! to JavaScript are `#[napi(object)]` structs, whose field order is the key
 //! order JavaScript sees.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
@@ -229,28 +227,19 @@ pub(super) fn seal_error(e: envelope::SealError) -> Error {
     invalid(e.to_string())
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(1)
-}
-
 // ---------------------------------------------------------------- keys
 
-/// `generateSiteKeys(now = Date.now())`.
+/// `generateSiteKeys(now)`: the shell supplies the default, `Date.now()`.
 #[napi(catch_unwind)]
-pub(super) fn generate_keys(now: Option<f64>) -> Result<JsStoredKeys> {
-    let now = match now {
-        None => now_ms(),
-        Some(n) if is_positive_safe_integer(n) => n as u64,
-        Some(_) => {
-            return Err(invalid(
-                "generateKeys: now must be a positive integer (epoch ms)",
-            ))
-        }
-    };
-    Ok(JsStoredKeys::from_core(site_keys::generate_site_keys(now)))
+pub(super) fn generate_keys(now: f64) -> Result<JsStoredKeys> {
+    if !is_positive_safe_integer(now) {
+        return Err(invalid(
+            "generateKeys: now must be a positive integer (epoch ms)",
+        ));
+    }
+    Ok(JsStoredKeys::from_core(site_keys::generate_site_keys(
+        now as u64,
+    )))
 }
 
 #[napi(catch_unwind)]
