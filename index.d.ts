@@ -73,18 +73,11 @@ export declare class NativeMemoryStore {
    * `fullSync` fsyncs every commit (durable across a power loss).
    */
   constructor(defaultTtlMs?: number | undefined | null, retentionMs?: number | undefined | null, path?: string | undefined | null, fullSync?: boolean | undefined | null)
-  /** Whether this store is written through to a file. */
-  get durable(): boolean
   /**
    * Write anything pending and close the file (releasing it for another
    * process). Later changes throw. Nothing for a store in memory.
    */
   close(): void
-  /**
-   * SQLite's `PRAGMA integrity_check` of a closed store file: `"ok"` or
-   * the problems it lists.
-   */
-  static integrityCheck(path: string): string
   /**
    * From now on records carry `[]` in place of a large sealed envelope
    * (16 KiB of ciphertext and up); `sealedEnvelope(id)` reads it. A 1 MB prompt's envelope would
@@ -105,8 +98,6 @@ export declare class NativeMemoryStore {
    * over each, one per device and at most 4,096).
    */
   storeCounts(now: number, livenessMs: number): StoreCounts
-  /** Number of stored jobs. */
-  get size(): number
   /**
    * `create`. The envelope comes either as its five parts (the shape `seal`
    * produces) or, for any other shape, as `envelopeJson`.
@@ -267,11 +258,6 @@ export declare class SiteKeyring {
    */
   resealForDevice(atRest: SealedEnvelope, jobId: string, createdAt: number, device: PublicIdentity): FetchAnswer | null | Promise<FetchAnswer | null>
   /**
-   * Open a device's result envelope addressed to this site (on the
-   * thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
-   */
-  openResult(envelope: SealedEnvelope, jobId: string, deviceIdentity: string): { ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" } | Promise<{ ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }>
-  /**
    * Open a device's result for `jobId` and accept it, or refuse it with
    * the reference's message (`crate::result`): the one call per result of
    * a store the engine does not run in place, and of the cloud lane (on the thread pool
@@ -347,8 +333,8 @@ export declare function generateDeviceCode(): string
 
 export declare function generateJobId(): string
 
-/** `generateSiteKeys(now = Date.now())`. */
-export declare function generateKeys(now?: number | undefined | null): StoredKeys
+/** `generateSiteKeys(now)`: the shell supplies the default, `Date.now()`. */
+export declare function generateKeys(now: number): StoredKeys
 
 export declare function generateRunnerId(): string
 
@@ -358,12 +344,13 @@ export declare function hashSecret(secret: string): string
 
 /**
  * A body's inspection: the stage it reached (`ok`, `json`, `version`,
- * `schema`), the answer a failed stage gets, the validated body's JSON text.
+ * `schema`), the answer a failed stage gets (its status and JSON body, as
+ * the engine sends it), the validated body's JSON text.
  */
 export interface Inspection {
   stage: string
   status?: number
-  error?: WireErrorBody
+  error?: string
   body?: string
 }
 
@@ -599,12 +586,4 @@ export interface VerifyRequestOptions {
   signature: RequestSignature
   now: number
   maxSkewMs?: number
-}
-
-/** `WireErrorBody`: `{error, message, supported?, minimum?}`. */
-export interface WireErrorBody {
-  error: string
-  message: string
-  supported?: Array<string>
-  minimum?: string
 }

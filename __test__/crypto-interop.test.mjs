@@ -156,7 +156,7 @@ test(`SiteKeyring reseal and result round trips against the reference (${CASES /
       direction: "payload",
     });
     assert.deepEqual(opened, { ok: true, plaintext: payload });
-    // The device's result, sealed by the reference, opened by the keyring.
+    // The device's result, sealed by the reference, opened by the core with the site's keys.
     const outcome = randomText(r, { lone: true });
     const result = await ref.seal({
       plaintext: outcome,
@@ -164,7 +164,12 @@ test(`SiteKeyring reseal and result round trips against the reference (${CASES /
       recipientEncryptionPublic: site.encryptionPublic,
       context: { jobId, senderKeyId: ref.keyId(device.identityPublic), recipientKeyId: ring.keyId, deadlineAt: T0, direction: "result" },
     });
-    const got = await ring.openResult(result, jobId, device.identityPublic);
+    const got = native.open({
+      envelope: result,
+      recipientKeys: site,
+      senderIdentityPublic: device.identityPublic,
+      expected: { jobId, senderKeyId: ref.keyId(device.identityPublic), recipientKeyId: ring.keyId, direction: "result" },
+    });
     assert.deepEqual(got, { ok: true, plaintext: outcome });
   }
 });

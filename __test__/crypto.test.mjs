@@ -42,8 +42,6 @@ test("generateKeys: shape, key order, consistency, fresh every call", () => {
   assert.match(a.encryptionSig, /^[A-Za-z0-9_-]{86}$/);
   assert.equal(deviceKeys.verifyPublicIdentity(deviceKeys.publicIdentityOf(a)), true);
   assert.notEqual(native.generateKeys(T0).identityPublic, a.identityPublic);
-  const now = native.generateKeys();
-  assert.ok(Math.abs(now.createdAt - Date.now()) < 60_000);
   assert.throws(() => native.generateKeys(-1), /positive integer/);
 });
 
@@ -177,7 +175,7 @@ test("ids, codes and secrets", () => {
   assert.ok(native.generateRunnerId().startsWith("runner_"));
 });
 
-test("SiteKeyring: seal at rest, reseal to a device, open its result (inline when small)", async () => {
+test("SiteKeyring: seal at rest, reseal to a device (inline when small)", async () => {
   const ring = new native.SiteKeyring(fx.site);
   assert.equal(ring.keyId, keysJson.parties.site.keyId);
 
@@ -204,15 +202,6 @@ test("SiteKeyring: seal at rest, reseal to a device, open its result (inline whe
   // An at-rest envelope for another job does not open: null, not a throw.
   assert.equal(ring.resealForDevice(atRest, "other-job", T0, device), null);
 
-  const result = native.seal({
-    plaintext: "the outcome",
-    senderKeys: fx.device,
-    recipientEncryptionPublic: fx.site.encryptionPublic,
-    context: { jobId, senderKeyId: native.keyId(fx.device.identityPublic), recipientKeyId: ring.keyId, deadlineAt: T0 + 5, direction: "result" },
-  });
-  assert.deepEqual(ring.openResult(result, jobId, fx.device.identityPublic), { ok: true, plaintext: "the outcome" });
-  assert.deepEqual(ring.openResult(result, jobId, fx.stranger.identityPublic), { ok: false, reason: "not-for-us" });
-  assert.deepEqual(ring.openResult(result, "other", fx.device.identityPublic), { ok: false, reason: "context-mismatch" });
 });
 
 test("SiteKeyring.acceptResult: the outcome and the site's provenance, or the reference's refusal", async () => {

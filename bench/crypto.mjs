@@ -70,7 +70,6 @@ export async function run({ quick = false, clock = process.env.BYOLLM_BENCH_CLOC
   const bigOpts = quick ? { batches: 3, batchMs: 150, clock } : { batches: 7, batchMs: 600, clock };
   const site = ref.generateKeys(T0);
   const device = ref.generateKeys(T0);
-  const ring = new native.SiteKeyring(site);
   const rows = [];
   const add = (name, [r, o], target) => rows.push({ name, ref: r, ours: o, unit: "ops/s", ratio: o / r, target });
 
@@ -97,11 +96,6 @@ export async function run({ quick = false, clock = process.env.BYOLLM_BENCH_CLOC
     const check = native.open(openArgs);
     if (!check.ok || check.plaintext !== plaintext) throw new Error(`bench setup: open ${label} failed`);
     add(`open ${label}`, await race(() => ref.open(openArgs), () => native.open(openArgs), o), openTarget);
-    // The server's own path: the keyring with its keys parsed once.
-    add(
-      `open ${label} (SiteKeyring.openResult)`,
-      await race(() => ref.open(openArgs), () => ring.openResult(envelope, context.jobId, device.identityPublic), o),
-    );
   }
 
   const body = plaintextOf(1024);

@@ -47,7 +47,7 @@ export async function run({ quick = false, sizes } = {}) {
   const durable = durableImpl(ours, dir);
   const closeLast = () => {
     const last = durable.last();
-    if (last && last.store.native.durable) last.store.close();
+    last?.store.close();
     return last;
   };
   const rounds = quick ? 1 : 5;

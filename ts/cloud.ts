@@ -5,15 +5,7 @@
 import { EnqueueRefused, RelayUnavailable } from "./errors.js";
 import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
 import type {
-  ByollmStore,
-  CloudLaneOptions,
-  JobOutcome,
-  JobRecord,
-  PublicIdentity,
-  PumpReport,
-  ResultProvenance,
-  SealedEnvelope,
-  StoredKeys,
+  ByollmStore, CloudLaneOptions, JobOutcome, JobRecord, PublicIdentity, PumpReport, ResultProvenance, SealedEnvelope, StoredKeys,
 } from "./types.js";
 
 export { EnqueueRefused, RelayUnavailable };
@@ -72,12 +64,12 @@ export class CloudLane {
       // The job's own deadline, else the end of its TTL window.
       deadlineAt: native.deadlineFor(record.deadlineAt, record.claimableAt, record.ttlMs, this.#now()),
     };
-    await this.#post("enqueue", { siteId: this.#options.siteId, stub });
+    await this.#call("enqueue", { stub });
   }
 
   /** Tell the relay a job was cancelled here, so the device holding it hears at its next heartbeat. */
   async cancel(jobId: string): Promise<void> {
-    await this.#post("cancel", { siteId: this.#options.siteId, jobId });
+    await this.#call("cancel", { jobId });
   }
 
   /**
@@ -97,7 +89,7 @@ export class CloudLane {
   }
 
   async #cycle({ sealed, completed, refused }: PumpReport): Promise<void> {
-    const pending = (await this.#get("pending")) as { jobs: PendingClaim[] };
+    const pending = (await this.#call("pending")) as { jobs: PendingClaim[] };
     for (const claim of pending.jobs) {
       const record = await this.#store.get(claim.jobId);
       if (!record) continue;
@@ -126,11 +118,11 @@ export class CloudLane {
         refused.push(claim.jobId);
         continue;
       }
-      await this.#post("payload", { siteId: this.#options.siteId, jobId: claim.jobId, envelope });
+      await this.#call("payload", { jobId: claim.jobId, envelope });
       sealed.push(claim.jobId);
     }
 
-    const finished = (await this.#get("results")) as { jobs: FinishedJob[] };
+    const finished = (await this.#call("results")) as { jobs: FinishedJob[] };
     for (const done of finished.jobs) {
       const record = await this.#store.get(done.jobId);
       if (!record || record.state === "ok" || record.state === "error") continue;
@@ -156,16 +148,6 @@ export class CloudLane {
     }
   }
 
-  #headers(endpoint: string, rawBody: string): Record<string, string> {
-    const issuedAt = this.#now();
-    const signature = this.#keyring.signSiteRequest(endpoint, this.#options.siteId, issuedAt, rawBody);
-    return {
-      "x-byollm-site": this.#options.siteId,
-      "x-byollm-issued-at": String(issuedAt),
-      "x-byollm-signature": signature,
-    };
-  }
-
   async #answer(response: Response, endpoint: string): Promise<unknown> {
     if (response.ok) return response.json();
     let code = "";
@@ -186,40 +168,36 @@ export class CloudLane {
     throw new RelayUnavailable(`${endpoint}: ${code || "refused"} — ${message}`, retryable, code);
   }
 
-  async #post(endpoint: string, body: Record<string, unknown>): Promise<unknown> {
-    // The version first in every body, added here so no call can leave it out.
-    const rawBody = JSON.stringify({ protocolVersion: PROTOCOL_VERSION, ...body });
-    const response = await this.#send(endpoint, `${this.#options.relayOrigin}/relay/site/${endpoint}`, {
-      method: "POST",
-      headers: { "content-type": "application/json", ...this.#headers(endpoint, rawBody) },
-      body: rawBody,
-    });
-    return this.#answer(response, endpoint);
-  }
-
-  async #get(endpoint: string): Promise<unknown> {
-    // No body on a GET: the version rides in the query and the signature covers "".
-    const url =
-      `${this.#options.relayOrigin}/relay/site/${endpoint}` +
-      `?siteId=${encodeURIComponent(this.#options.siteId)}` +
-      `&protocolVersion=${encodeURIComponent(PROTOCOL_VERSION)}`;
-    const response = await this.#send(endpoint, url, { headers: this.#headers(endpoint, "") });
-    return this.#answer(response, endpoint);
-  }
-
   /**
-   * A relay that cannot be reached (refused connection, DNS failure, reset) is
+   * One signed call to the relay: a POST of `body` (the version and site id
+   * first, added here so no call can leave them out), or, without one, a GET
+   * whose version rides in the query and whose signature covers "". A relay
+   * that cannot be reached (refused connection, DNS failure, reset) is
    * "unavailable, try again", like a 503 from its ingress. The reference lets
-   * the raw `TypeError: fetch failed` escape instead, which callers cannot tell
-   * from a bug and which makes `pump()` throw rather than defer.
+   * the raw `TypeError: fetch failed` escape instead, which callers cannot
+   * tell from a bug and which makes `pump()` throw rather than defer.
    */
-  async #send(endpoint: string, url: string, init: RequestInit): Promise<Response> {
+  async #call(endpoint: string, body?: Record<string, unknown>): Promise<unknown> {
+    const { relayOrigin, siteId } = this.#options;
+    const rawBody = body === undefined ? "" : JSON.stringify({ protocolVersion: PROTOCOL_VERSION, siteId, ...body });
+    const issuedAt = this.#now();
+    const headers = {
+      "x-byollm-site": siteId,
+      "x-byollm-issued-at": String(issuedAt),
+      "x-byollm-signature": this.#keyring.signSiteRequest(endpoint, siteId, issuedAt, rawBody),
+    };
+    const query = `?siteId=${encodeURIComponent(siteId)}&protocolVersion=${encodeURIComponent(PROTOCOL_VERSION)}`;
+    let response: Response;
     try {
-      return await this.#fetch(url, init);
+      response = await this.#fetch(
+        `${relayOrigin}/relay/site/${endpoint}${body === undefined ? query : ""}`,
+        body === undefined ? { headers } : { method: "POST", headers: { "content-type": "application/json", ...headers }, body: rawBody },
+      );
     } catch (error) {
       const cause = (error as { cause?: { code?: unknown } }).cause;
       const detail = typeof cause?.code === "string" ? cause.code : error instanceof Error ? error.message : String(error);
       throw new RelayUnavailable(`${endpoint}: unreachable — ${detail}`, true, "");
     }
+    return this.#answer(response, endpoint);
   }
 }

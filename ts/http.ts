@@ -69,13 +69,8 @@ async function readBody(request: Request, cap: number): Promise<BodyRead> {
   if (stream === null) return { failed: false, text: "" };
   const chunks: Uint8Array[] = [];
   let total = 0;
-  let reader: ReadableStreamDefaultReader<Uint8Array>;
   try {
-    reader = stream.getReader();
-  } catch {
-    return { failed: true };
-  }
-  try {
+    const reader = stream.getReader();
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;

@@ -2,29 +2,19 @@
 import { native } from "./native.js";
 
 /** 32 random bytes, base64url: the secret a daemon polls pairing with. */
-export function generateDeviceCode(): string {
-  return native.generateDeviceCode();
-}
+export const generateDeviceCode = (): string => native.generateDeviceCode();
 
 /** `runner_<uuid v4>`. */
-export function generateRunnerId(): string {
-  return native.generateRunnerId();
-}
+export const generateRunnerId = (): string => native.generateRunnerId();
 
 /** A bare UUID v4 (the Supabase adapter's id columns are uuids). */
-export function generateJobId(): string {
-  return native.generateJobId();
-}
+export const generateJobId = (): string => native.generateJobId();
 
 /** `XXXX-XXXX` over a 27-symbol alphabet without look-alike characters. */
-export function generateUserCode(): string {
-  return native.generateUserCode();
-}
+export const generateUserCode = (): string => native.generateUserCode();
 
 /** Lowercase hex SHA-256 of the UTF-8 text; device codes are stored only as this. */
-export function hashSecret(secret: string): string {
-  return native.hashSecret(secret);
-}
+export const hashSecret = (secret: string): string => native.hashSecret(secret);
 
 /**
  * Constant-time comparison of two hex digests; never throws. Deliberate
@@ -32,14 +22,10 @@ export function hashSecret(secret: string): string {
  * hex-decode to different byte lengths ("zz" is 0 bytes, "ab" is 1), so a
  * malformed secret could turn a comparison into a crash; here that is false.
  */
-export function secretsMatch(aHex: string, bHex: string): boolean {
-  return native.secretsMatch(aHex, bHex);
-}
+export const secretsMatch = (aHex: string, bHex: string): boolean => native.secretsMatch(aHex, bHex);
 
 /**
  * Accept a pairing code however it was typed: uppercased, everything but
  * A-Z/0-9 dropped, and the dash put back when eight characters remain.
  */
-export function normalizeUserCode(input: string): string {
-  return native.normalizeUserCode(input);
-}
+export const normalizeUserCode = (input: string): string => native.normalizeUserCode(input);

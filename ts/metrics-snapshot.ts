@@ -22,6 +22,9 @@ export interface EndpointMetrics {
   readonly latency: MetricsHistogram;
 }
 
+/** A count for each name. */
+type Counts<K extends string> = Readonly<Record<K, number>>;
+
 /**
  * `app.metrics()`: counters and histograms of this process (Prometheus adds
  * them up across instances) and the store's counts of stored things (the
@@ -35,15 +38,7 @@ export interface MetricsSnapshot {
   readonly at: number;
   /** Whether the store answered; when it did not, its counts are null. */
   readonly store: { readonly ok: boolean };
-  readonly jobs: {
-    readonly queued: number;
-    readonly claimed: number;
-    readonly running: number;
-    readonly ok: number;
-    readonly error: number;
-    readonly canceled: number;
-    readonly expired: number;
-  } | null;
+  readonly jobs: Counts<"queued" | "claimed" | "running" | "ok" | "error" | "canceled" | "expired"> | null;
   /** Paired = not revoked; online = paired and heard from within the app's `livenessMs`. */
   readonly runners: { readonly paired: number; readonly online: number; readonly revoked: number } | null;
   readonly pairings: {
@@ -60,17 +55,12 @@ export interface MetricsSnapshot {
   readonly enqueued: number;
   /** Per endpoint, and `other` (not a protocol route, or not POST). */
   readonly endpoints: Readonly<Record<Endpoint | "other", EndpointMetrics>>;
-  /** `audience`: jobs a daemon released with reason `refused`. */
-  readonly refusals: {
-    readonly unauthorized: number;
-    readonly revoked: number;
-    readonly badRequest: number;
-    readonly notFound: number;
-    readonly bodyTooLarge: number;
-    readonly audience: number;
-    /** `rate-limited`: a source over its share of pending pairings or its budget of unknown device codes. */
-    readonly rateLimited: number;
-  };
+  /**
+   * `audience`: jobs a daemon released with reason `refused`. `rateLimited`
+   * (`rate-limited`): a source over its share of pending pairings or its
+   * budget of unknown device codes.
+   */
+  readonly refusals: Counts<"unauthorized" | "revoked" | "badRequest" | "notFound" | "bodyTooLarge" | "audience" | "rateLimited">;
   readonly jobLatency: {
     /** Enqueue → first claim. */
     readonly queueWait: MetricsHistogram;
@@ -79,16 +69,7 @@ export interface MetricsSnapshot {
   };
   /** How `handle.result()` waits ended, and how long they took. */
   readonly waits: {
-    readonly outcomes: {
-      readonly answered: number;
-      readonly canceled: number;
-      readonly expired: number;
-      readonly noRunner: number;
-      readonly timedOut: number;
-      readonly fallback: number;
-      readonly aborted: number;
-      readonly error: number;
-    };
+    readonly outcomes: Counts<"answered" | "canceled" | "expired" | "noRunner" | "timedOut" | "fallback" | "aborted" | "error">;
     readonly duration: MetricsHistogram;
   };
 }

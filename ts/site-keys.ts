@@ -13,11 +13,7 @@ export function generateSiteKeys(now: number = Date.now()): StoredKeys {
  * prints). Throws a message naming the variable and the fix when it is unset,
  * not base64 JSON, or not a valid identity.
  */
-export function siteKeysFromEnv(variable = "BYOLLM_SITE_KEYS", env: NodeJS.ProcessEnv = process.env): StoredKeys {
-  return native.siteKeysFromEnvValue(variable, env[variable]);
-}
+export const siteKeysFromEnv = (variable = "BYOLLM_SITE_KEYS", env: NodeJS.ProcessEnv = process.env): StoredKeys => native.siteKeysFromEnvValue(variable, env[variable]);
 
 /** The text keygen prints: the secret env line, the public identity, the fingerprint. */
-export function formatSiteKeys(keys: StoredKeys): string {
-  return native.formatSiteKeys(keys);
-}
+export const formatSiteKeys = (keys: StoredKeys): string => native.formatSiteKeys(keys);

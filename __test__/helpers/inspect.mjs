@@ -1,13 +1,13 @@
 // The core's rules as the tests compare them with the reference: a request
-// body's inspection (validated values as objects; the export hands them over
-// as JSON text), and the enqueue validator, a sealed outcome's reading and
+// body's inspection (validated values and refusals as objects; the export
+// hands them over as JSON text), and the enqueue validator, a sealed outcome's reading and
 // the provenance rule through the calls that ship.
 import * as native from "../../index.js";
 
 /** `{stage: "ok", body}` or `{stage, status, error}`. */
 export function inspect(endpoint, text) {
   const r = native.inspectRequest(endpoint, text);
-  return r.stage === "ok" ? { stage: "ok", body: JSON.parse(r.body) } : { stage: r.stage, status: r.status, error: { ...r.error } };
+  return r.stage === "ok" ? { stage: "ok", body: JSON.parse(r.body) } : { stage: r.stage, status: r.status, error: JSON.parse(r.error) };
 }
 
 const T0 = 1767225600000;

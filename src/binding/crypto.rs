@@ -6,13 +6,11 @@
 //! to JavaScript are `#[napi(object)]` structs, whose field order is the key
 //! order JavaScript sees.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::strings::{AsciiFirstString, KeyText};
-use crate::envelope::{self, OpenFailure, Text};
+use crate::envelope::{self, Text};
 use crate::fingerprint;
 use crate::ids;
 use crate::json::JsStr;
@@ -75,7 +73,7 @@ pub(super) struct JsOpenExpected {
 
 /// `{ok: true, plaintext}` or `{ok: false, reason}` (absent fields are not set).
 #[napi(object, js_name = "OpenResult")]
-pub struct JsOpenResult {
+pub(super) struct JsOpenResult {
     pub ok: bool,
     #[napi(ts_type = "string")]
     pub plaintext: Option<Either3<Latin1String, Utf16String, String>>,
@@ -225,48 +223,23 @@ pub(super) fn js_text(text: JsStr) -> Either3<Latin1String, Utf16String, String>
     }
 }
 
-/// An open's answer.
-pub(super) fn open_result_with(result: std::result::Result<JsStr, OpenFailure>) -> JsOpenResult {
-    match result {
-        Ok(text) => JsOpenResult {
-            ok: true,
-            plaintext: Some(js_text(text)),
-            reason: None,
-        },
-        Err(reason) => JsOpenResult {
-            ok: false,
-            plaintext: None,
-            reason: Some(reason.as_str().to_string()),
-        },
-    }
-}
-
 pub(super) fn seal_error(e: envelope::SealError) -> Error {
     invalid(e.to_string())
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(1)
-}
-
 // ---------------------------------------------------------------- keys
 
-/// `generateSiteKeys(now = Date.now())`.
+/// `generateSiteKeys(now)`: the shell supplies the default, `Date.now()`.
 #[napi(catch_unwind)]
-pub(super) fn generate_keys(now: Option<f64>) -> Result<JsStoredKeys> {
-    let now = match now {
-        None => now_ms(),
-        Some(n) if is_positive_safe_integer(n) => n as u64,
-        Some(_) => {
-            return Err(invalid(
-                "generateKeys: now must be a positive integer (epoch ms)",
-            ))
-        }
-    };
-    Ok(JsStoredKeys::from_core(site_keys::generate_site_keys(now)))
+pub(super) fn generate_keys(now: f64) -> Result<JsStoredKeys> {
+    if !is_positive_safe_integer(now) {
+        return Err(invalid(
+            "generateKeys: now must be a positive integer (epoch ms)",
+        ));
+    }
+    Ok(JsStoredKeys::from_core(site_keys::generate_site_keys(
+        now as u64,
+    )))
 }
 
 #[napi(catch_unwind)]
@@ -336,13 +309,23 @@ pub(super) fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
     ts_return_type = "{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
 )]
 pub(super) fn open(opts: OpenOptions) -> JsOpenResult {
-    let opened = envelope::open_with_keys(
+    match envelope::open_with_keys(
         &opts.envelope.into(),
         &opts.recipient_keys.encryption_private,
         &opts.sender_identity_public,
         &core_expected(opts.expected),
-    );
-    open_result_with(opened)
+    ) {
+        Ok(text) => JsOpenResult {
+            ok: true,
+            plaintext: Some(js_text(text)),
+            reason: None,
+        },
+        Err(reason) => JsOpenResult {
+            ok: false,
+            plaintext: None,
+            reason: Some(reason.as_str().to_string()),
+        },
+    }
 }
 
 // ---------------------------------------------------------------- request signatures

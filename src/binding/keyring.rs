@@ -9,8 +9,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::crypto::{
-    invalid, js_text, open_result_with, seal_error, JsOpenResult, JsPublicIdentity,
-    JsSealedEnvelope, JsStoredKeys,
+    invalid, js_text, seal_error, JsPublicIdentity, JsSealedEnvelope, JsStoredKeys,
 };
 use super::strings::ExactString;
 use super::tasks::{
@@ -74,9 +73,6 @@ impl JsSealedPayload {
 
 /// A payload validated, its at-rest seal prepared, or the validator's message.
 type Prepared = std::result::Result<(crate::payload::AtRestSeal, &'static str), String>;
-
-/// An opened result.
-type Opened = std::result::Result<JsStr, OpenFailure>;
 
 /// `NativeMemoryStore.enqueue`'s refusal: the payload validator's message.
 #[napi(object, js_name = "PayloadRefusal")]
@@ -333,31 +329,6 @@ impl SiteKeyring {
         };
         let to_js = |sealed: Option<SealedEnvelope>| sealed.map(JsFetchAnswer::from);
         now_or_pooled(move || inputs.reseal().map_err(seal_error), to_js, large)
-    }
-
-    /// Open a device's result envelope addressed to this site (on the
-    /// thread pool past [`ASYNC_CRYPTO_THRESHOLD`] bytes).
-    #[napi(
-        catch_unwind,
-        ts_return_type = "{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" } | Promise<{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }>"
-    )]
-    pub fn open_result(
-        &self,
-        envelope: JsSealedEnvelope,
-        job_id: String,
-        device_identity: String,
-    ) -> Result<NowOrLater<Opened, JsOpenResult>> {
-        let large = envelope.ciphertext.0.len() > ASYNC_CRYPTO_THRESHOLD;
-        let (handle, envelope) = (self.inner.clone(), SealedEnvelope::from(envelope));
-        let run = move || {
-            Ok(crate::result::open_result(
-                &handle,
-                &envelope,
-                &job_id,
-                &device_identity,
-            ))
-        };
-        now_or_pooled(run, open_result_with, large)
     }
 
     /// Open a device's result for `jobId` and accept it, or refuse it with

@@ -1,8 +1,9 @@
 //! The request exports (their types: the generated `index.d.ts`): a body's
 //! inspection as the engine makes it, for the tests that hold it to the
 //! reference's zod schemas and for the validation benchmark. The validated
-//! body leaves as its JSON text (lone surrogates escaped), which
-//! `JSON.parse` turns into what zod's `safeParse(...).data` would be.
+//! body and a refusal leave as JSON text (lone surrogates escaped), which
+//! `JSON.parse` turns into what zod's `safeParse(...).data` would be, or the
+//! refusal the engine answers with.
 
 // `#[napi]` items compile to nothing under `cfg(test)`, leaving their helpers unused there.
 #![cfg_attr(test, allow(dead_code))]
@@ -11,7 +12,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::crypto::invalid;
-use crate::wire::{self, Endpoint, Inspection, WireError};
+use crate::wire::{self, Endpoint, Inspection};
 
 /// The URL check zod's `z.url()` makes: Node's own `URL.canParse`. Only
 /// reached for a sealed outcome's `artifactUrl`.
@@ -29,45 +30,14 @@ pub(super) fn node_url_ok(env: &Env) -> impl Fn(&str) -> bool + '_ {
     }
 }
 
-/// `WireErrorBody`: `{error, message, supported?, minimum?}`.
-#[napi(object, js_name = "WireErrorBody")]
-pub(super) struct JsWireError {
-    pub error: String,
-    #[napi(ts_type = "string")]
-    pub message: Either<String, Utf16String>,
-    pub supported: Option<Vec<String>>,
-    pub minimum: Option<String>,
-}
-
-impl From<WireError> for JsWireError {
-    fn from(e: WireError) -> Self {
-        let (supported, minimum) = match e.version {
-            Some(v) => (
-                Some(v.supported.iter().map(|s| (*s).to_owned()).collect()),
-                Some(v.minimum.to_owned()),
-            ),
-            None => (None, None),
-        };
-        let message = match e.message.lone_utf16() {
-            Some(units) => Either::B(Utf16String::from(units.to_vec())),
-            None => Either::A(e.message.as_str().to_owned()),
-        };
-        JsWireError {
-            error: e.error.as_str().to_owned(),
-            message,
-            supported,
-            minimum,
-        }
-    }
-}
-
 /// A body's inspection: the stage it reached (`ok`, `json`, `version`,
-/// `schema`), the answer a failed stage gets, the validated body's JSON text.
+/// `schema`), the answer a failed stage gets (its status and JSON body, as
+/// the engine sends it), the validated body's JSON text.
 #[napi(object, js_name = "Inspection")]
 pub(super) struct JsInspection {
     pub stage: String,
     pub status: Option<u32>,
-    pub error: Option<JsWireError>,
+    pub error: Option<String>,
     pub body: Option<String>,
 }
 
@@ -92,7 +62,7 @@ pub(super) fn inspect_request(endpoint: String, raw_body: String) -> Result<JsIn
     Ok(JsInspection {
         stage,
         status: error.as_ref().map(|e| u32::from(e.status())),
-        error: error.map(JsWireError::from),
+        error: error.map(|e| e.to_json()),
         body,
     })
 }

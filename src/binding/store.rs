@@ -197,12 +197,6 @@ impl NativeMemoryStore {
         })
     }
 
-    /// Whether this store is written through to a file.
-    #[napi(getter, catch_unwind)]
-    pub fn durable(&self) -> bool {
-        self.durable.is_some()
-    }
-
     /// Write anything pending and close the file (releasing it for another
     /// process). Later changes throw. Nothing for a store in memory.
     #[napi(catch_unwind)]
@@ -211,13 +205,6 @@ impl NativeMemoryStore {
             Some(file) => file.close(&mut self.inner).map_err(failed),
             None => Ok(()),
         }
-    }
-
-    /// SQLite's `PRAGMA integrity_check` of a closed store file: `"ok"` or
-    /// the problems it lists.
-    #[napi(catch_unwind)]
-    pub fn integrity_check(path: String) -> Result<String> {
-        crate::store::durable::integrity_check(std::path::Path::new(&path)).map_err(failed)
     }
 
     /// From now on records carry `[]` in place of a large sealed envelope
@@ -270,12 +257,6 @@ impl NativeMemoryStore {
             pairings_pending: Some(people.pending_pairings(now)),
         }
         .into()
-    }
-
-    /// Number of stored jobs.
-    #[napi(getter, catch_unwind)]
-    pub fn size(&self) -> u32 {
-        self.inner.len() as u32
     }
 
     /// `create`. The envelope comes either as its five parts (the shape `seal`

@@ -94,25 +94,24 @@ pub(super) fn recall(
     (digest(sealed) == key.0).then_some(key.1)
 }
 
-/// Drop `sealed` from the table (tests: to open it the long way).
 #[cfg(test)]
-pub(super) fn forget(sealed: &[u8]) {
-    if let (Some(ephemeral), Ok(mut t)) = (ephemeral_of(sealed), table().lock()) {
-        t.remove(&ephemeral);
-    }
-}
-
-#[cfg(test)]
-pub(super) fn holds(sealed: &[u8]) -> bool {
-    ephemeral_of(sealed).is_some_and(|e| table().lock().is_ok_and(|t| t.contains_key(&e)))
-}
-
-#[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use super::{ephemeral_of, table};
     use crate::envelope::sealed_box::{box_key_bytes, seal_nonce};
     use crate::envelope::signed::{inner_json, signed_body};
     use crate::envelope::tests::*;
     use crate::envelope::*;
+
+    /// Drop `sealed` from the table (to open it the long way).
+    pub(in crate::envelope) fn forget(sealed: &[u8]) {
+        if let (Some(ephemeral), Ok(mut t)) = (ephemeral_of(sealed), table().lock()) {
+            t.remove(&ephemeral);
+        }
+    }
+
+    pub(in crate::envelope) fn holds(sealed: &[u8]) -> bool {
+        ephemeral_of(sealed).is_some_and(|e| table().lock().is_ok_and(|t| t.contains_key(&e)))
+    }
 
     #[cfg(not(edge))]
     #[test]
@@ -121,7 +120,7 @@ mod tests {
         let device = party(41);
         let at_rest = context(&site, &site);
         let env = seal_at_rest(&site, "payload");
-        assert!(own_seals::holds(&sealed_bytes(&env)));
+        assert!(holds(&sealed_bytes(&env)));
         assert_eq!(
             open_at_rest(&site, &env, &expected(&at_rest)),
             Ok("payload".into())
@@ -160,7 +159,7 @@ mod tests {
         ) else {
             panic!("seal")
         };
-        assert!(!own_seals::holds(&sealed_bytes(&to_device)));
+        assert!(!holds(&sealed_bytes(&to_device)));
     }
 
     #[cfg(not(edge))]
@@ -209,7 +208,7 @@ mod tests {
         let at_rest = context(&site, &site);
         let text = "p".repeat(own_seals::REMEMBER_BELOW);
         let env = seal_at_rest(&site, &text);
-        assert!(!own_seals::holds(&sealed_bytes(&env)));
+        assert!(!holds(&sealed_bytes(&env)));
         assert_eq!(
             open_at_rest(&site, &env, &expected(&at_rest)),
             Ok(text.clone())
@@ -217,7 +216,7 @@ mod tests {
         // Just under the size: remembered.
         let small = "p".repeat(own_seals::REMEMBER_BELOW / 2);
         let env = seal_at_rest(&site, &small);
-        assert!(own_seals::holds(&sealed_bytes(&env)));
+        assert!(holds(&sealed_bytes(&env)));
     }
 
     #[cfg(not(edge))]
@@ -228,10 +227,7 @@ mod tests {
         for _ in 0..own_seals::CAPACITY {
             seal_at_rest(&site, "y");
         }
-        assert!(
-            !own_seals::holds(&sealed_bytes(&first)),
-            "the oldest was evicted"
-        );
+        assert!(!holds(&sealed_bytes(&first)), "the oldest was evicted");
         // Still opens, the long way.
         let at_rest = context(&site, &site);
         assert_eq!(

@@ -118,17 +118,19 @@ mod made {
     }
 
     #[cfg(test)]
-    pub(in super::super) fn held(recipient: &[u8; 32]) -> usize {
-        pools()
-            .lock()
-            .ok()
-            .and_then(|p| p.peek(recipient).map(|pool| pool.spares.len()))
-            .unwrap_or(0)
+    pub(in super::super) mod for_tests {
+        pub(in crate::envelope) fn held(recipient: &[u8; 32]) -> usize {
+            super::pools()
+                .lock()
+                .ok()
+                .and_then(|p| p.peek(recipient).map(|pool| pool.spares.len()))
+                .unwrap_or(0)
+        }
     }
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
-pub(super) use made::{held, KEEP};
+pub(super) use made::{for_tests::held, KEEP};
 
 #[cfg(test)]
 mod tests {
@@ -177,7 +179,7 @@ mod tests {
                 "seal {n} does not open as a sealed box"
             );
             // And ours, the long way (not from the remembered seals).
-            own_seals::forget(&sealed);
+            own_seals::tests::forget(&sealed);
             let at_rest = context(&site, &site);
             assert_eq!(open_at_rest(&site, &env, &expected(&at_rest)), Ok(text));
         }

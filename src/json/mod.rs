@@ -253,12 +253,6 @@ impl Doc {
         }
     }
 
-    /// Number of values in the document.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
     /// `JSON.stringify` of the value at `id` (iterative, so any depth).
     pub fn to_json(&self, id: NodeId) -> String {
         enum Step {

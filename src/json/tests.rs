@@ -1,6 +1,13 @@
 use super::write::shortest_js_number;
 use super::*;
 
+impl Doc {
+    /// Number of values in the document.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
 /// The SIMD scan stops exactly where a byte-at-a-time scan does, for a
 /// special byte at every offset of blocks longer than one vector, and
 /// strings with long plain runs and escapes still parse to the same text.

@@ -788,17 +788,6 @@ fn load(conn: &Connection, store: &mut Store) -> Result<(), DurableError> {
     Ok(())
 }
 
-/// `PRAGMA integrity_check` of the file at `path` (opened read-only): `"ok"`
-/// or SQLite's list of problems. For tests and operators.
-pub(crate) fn integrity_check(path: &Path) -> Result<String, DurableError> {
-    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    let mut check = conn.prepare("pragma integrity_check")?;
-    let lines: Vec<String> = check
-        .query_map([], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
-    Ok(lines.join("\n"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

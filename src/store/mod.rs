@@ -472,11 +472,6 @@ impl Store {
         self.idx.by_state
     }
 
-    /// Number of stored jobs.
-    pub(crate) fn len(&self) -> usize {
-        self.by_id.len()
-    }
-
     fn job(&self, slot: u32) -> Option<&Job> {
         self.slots.get(slot as usize).and_then(|s| s.as_ref())
     }

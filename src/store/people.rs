@@ -782,15 +782,19 @@ impl PairingStore {
 
 /// What pairings hold, for the tests.
 #[cfg(test)]
-impl PairingStore {
-    /// Pending pairings `source` holds.
-    pub(crate) fn source_holds(&self, source: &str) -> usize {
-        self.by_source.get(source).map_or(0, BTreeSet::len)
-    }
+mod for_tests {
+    use super::*;
 
-    /// How many pairings are kept, and the bytes of their records.
-    pub(crate) fn pairing_footprint(&self) -> (usize, usize) {
-        let bytes = self.pairings.values().map(|p| p.json.len()).sum();
-        (self.pairings.len(), bytes)
+    impl PairingStore {
+        /// Pending pairings `source` holds.
+        pub(crate) fn source_holds(&self, source: &str) -> usize {
+            self.by_source.get(source).map_or(0, BTreeSet::len)
+        }
+
+        /// How many pairings are kept, and the bytes of their records.
+        pub(crate) fn pairing_footprint(&self) -> (usize, usize) {
+            let bytes = self.pairings.values().map(|p| p.json.len()).sum();
+            (self.pairings.len(), bytes)
+        }
     }
 }

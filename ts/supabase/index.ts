@@ -26,11 +26,8 @@ export function supabaseStore(options: SupabaseStoreOptions): ByollmStore {
   const db = options.client;
 
   const call = async (c: SqlCall): Promise<unknown> => {
-    const args: Record<string, unknown> = {};
     const values = sqlValues(c);
-    c.params.forEach(([name], i) => {
-      args[name] = values[i] ?? null;
-    });
+    const args = Object.fromEntries(c.params.map(([name], i) => [name, values[i] ?? null]));
     const { data, error } = await db.rpc(c.fn, args);
     if (error) {
       // The function's own refusal (e.g. "pairing code has expired") is
@@ -44,14 +41,7 @@ export function supabaseStore(options: SupabaseStoreOptions): ByollmStore {
   return sqlStore(call, {
     ...(options.defaultTtlMs === undefined ? {} : { defaultTtlMs: options.defaultTtlMs }),
     // Realtime: a row change on the job from any process reaches the watcher.
-    subscribe(jobId, onChange) {
-      const stop = watchJobRow(db, jobId, onChange);
-      let live = true;
-      return () => {
-        if (live) void stop();
-        live = false;
-      };
-    },
+    subscribe: (jobId, onChange) => watchJobRow(db, jobId, onChange),
   });
 }
 

@@ -14,8 +14,9 @@ export function supabaseRealtimeDelivery(client: SupabaseClient): (deps: Polling
 
 /**
  * Call `onChange` (its failure is its own) on every update of the job's row,
- * from any process, until the returned function removes the channel (which
- * never rejects: nothing may be left to reject unhandled).
+ * from any process, until the returned function removes the channel (once,
+ * however often it is called; it never rejects: nothing may be left to
+ * reject unhandled).
  */
 export function watchJobRow(client: SupabaseClient, jobId: string, onChange: () => void): () => Promise<void> {
   const channel = client
@@ -28,5 +29,6 @@ export function watchJobRow(client: SupabaseClient, jobId: string, onChange: () 
       }
     })
     .subscribe();
-  return () => client.removeChannel(channel).then(() => undefined, () => undefined);
+  let removed: Promise<void> | undefined;
+  return () => (removed ??= client.removeChannel(channel).then(() => undefined, () => undefined));
 }
