@@ -26,7 +26,7 @@ const MUTANTS = [
   { why: "a required field made optional", type: "SealedEnvelope", from: "  ciphertext: string;", to: "  ciphertext?: string;" },
   { why: "a mutable array made readonly", type: "Capability", from: "knownModels?: string[] | undefined;", to: "knownModels?: readonly string[] | undefined;" },
   { why: "an optional field no longer admits undefined", type: "Capability", from: "knownModels?: string[] | undefined;", to: "knownModels?: string[];" },
-  { why: "a backend id dropped", type: "Capability", from: ' | "codex-cli";', to: ";" },
+  { why: "a backend id dropped", type: "Capability", from: '  | "codex-cli";', to: ";" },
   { why: "a state dropped from the union", type: "JobState", from: '| "canceled" | "expired";', to: '| "canceled";' },
   { why: "a literal widened", type: "StoredKeys", from: "  version: 1;", to: "  version: number;" },
   { why: "`true` widened to boolean", type: "DeliveredResult", from: "fallback?: true | undefined;", to: "fallback?: boolean | undefined;" },

@@ -5,7 +5,15 @@
 import { EnqueueRefused, RelayUnavailable } from "./errors.js";
 import { native, PROTOCOL, type SiteKeyringHandle } from "./native.js";
 import type {
-  ByollmStore, CloudLaneOptions, JobOutcome, JobRecord, PublicIdentity, PumpReport, ResultProvenance, SealedEnvelope, StoredKeys,
+  ByollmStore,
+  CloudLaneOptions,
+  JobOutcome,
+  JobRecord,
+  PublicIdentity,
+  PumpReport,
+  ResultProvenance,
+  SealedEnvelope,
+  StoredKeys,
 } from "./types.js";
 
 export { EnqueueRefused, RelayUnavailable };

@@ -8,12 +8,34 @@
 // reference's record objects. Every rule lives in Rust.
 import { optionalNumber, optionalStrings, text } from "./args.js";
 import {
-  hostPath, native, PROTOCOL, type EnqueuedJob, type NativeMemoryStoreHandle, type NativeMetricsHandle, type SiteKeyringHandle, type StoreCounts,
+  hostPath,
+  native,
+  PROTOCOL,
+  type EnqueuedJob,
+  type NativeMemoryStoreHandle,
+  type NativeMetricsHandle,
+  type SiteKeyringHandle,
+  type StoreCounts,
 } from "./native.js";
 import { OPERATION_METHODS } from "./operations.js";
 import type {
-  AdoptArgs, DeliveredResult, ApproveArgs, ByollmStore, ClaimArgs, CompleteArgs, CompleteResult, JobRecord, LeaseRef, MemoryStoreOptions,
-  PairingRecord, ReleaseArgs, RenewArgs, RenewResult, RunnerRecord, StoredJobInput, TouchArgs,
+  AdoptArgs,
+  DeliveredResult,
+  ApproveArgs,
+  ByollmStore,
+  ClaimArgs,
+  CompleteArgs,
+  CompleteResult,
+  JobRecord,
+  LeaseRef,
+  MemoryStoreOptions,
+  PairingRecord,
+  ReleaseArgs,
+  RenewArgs,
+  RenewResult,
+  RunnerRecord,
+  StoredJobInput,
+  TouchArgs,
 } from "./types.js";
 
 /** A record as the native side sends it (layout documented in src/store/out.rs). */
@@ -51,7 +73,13 @@ function envelopeFromRow(envelope: unknown): unknown {
   if (!Array.isArray(envelope)) return envelope;
   return envelope.length === 1
     ? envelope[0]
-    : { ciphertext: envelope[0], recipientKeyId: envelope[1], senderKeyId: envelope[2], direction: envelope[3], deadlineAt: envelope[4] };
+    : {
+        ciphertext: envelope[0],
+        recipientKeyId: envelope[1],
+        senderKeyId: envelope[2],
+        direction: envelope[3],
+        deadlineAt: envelope[4],
+      };
 }
 
 /** Turn the accessor into a plain data property holding `value` (same key position). */
@@ -383,8 +411,14 @@ function inPlaceJobArgs(job: EnqueuedFields): EnqueuedJob | null {
     }
   }
   return {
-    id, owner, audience: audience ?? undefined, purposeJson, audienceAllow: allow, dependsOn: after,
-    ttlMs: ttlMs ?? undefined, deadlineAt: deadlineAt ?? undefined,
+    id,
+    owner,
+    audience: audience ?? undefined,
+    purposeJson,
+    audienceAllow: allow,
+    dependsOn: after,
+    ttlMs: ttlMs ?? undefined,
+    deadlineAt: deadlineAt ?? undefined,
   };
 }
 
@@ -502,11 +536,20 @@ export class MemoryStore implements ByollmStore {
     const parts = sealedParts(input.envelope);
     const record = jobFromJson(
       this[NATIVE].create(
-        input.id, input.kind, input.sizeClass, input.owner, input.audience ?? undefined,
+        input.id,
+        input.kind,
+        input.sizeClass,
+        input.owner,
+        input.audience ?? undefined,
         input.purpose === undefined ? undefined : jsonOf(input.purpose),
-        input.audienceAllow ? [...input.audienceAllow] : undefined, input.dependsOn ? [...input.dependsOn] : undefined,
-        input.ttlMs ?? undefined, input.deadlineAt ?? undefined,
-        parts, parts === undefined ? 0 : input.envelope.deadlineAt, parts === undefined ? jsonOf(input.envelope) : undefined, now,
+        input.audienceAllow ? [...input.audienceAllow] : undefined,
+        input.dependsOn ? [...input.dependsOn] : undefined,
+        input.ttlMs ?? undefined,
+        input.deadlineAt ?? undefined,
+        parts,
+        parts === undefined ? 0 : input.envelope.deadlineAt,
+        parts === undefined ? jsonOf(input.envelope) : undefined,
+        now,
       ),
       this[LAZY],
     ) as JobRecord;
@@ -549,9 +592,15 @@ export class MemoryStore implements ByollmStore {
     const outcome = args.outcome as { outcome?: unknown };
     const provenance = args.provenance as { runnerId?: unknown } | null | undefined;
     const text = this[NATIVE].complete(
-      args.jobId, args.runnerId, byLease, holder.by === "lease" ? holder.leaseId : holder.runnerId,
-      typeof outcome?.outcome === "string" ? outcome.outcome : "", jsonOf(args.outcome), jsonOf(args.provenance),
-      typeof provenance?.runnerId === "string" ? provenance.runnerId : undefined, args.now,
+      args.jobId,
+      args.runnerId,
+      byLease,
+      holder.by === "lease" ? holder.leaseId : holder.runnerId,
+      typeof outcome?.outcome === "string" ? outcome.outcome : "",
+      jsonOf(args.outcome),
+      jsonOf(args.provenance),
+      typeof provenance?.runnerId === "string" ? provenance.runnerId : undefined,
+      args.now,
     );
     const [accepted, duplicate, row] = JSON.parse(text) as [0 | 1, 0 | 1, JobRow | null];
     const job = row === null ? null : jobRecordFromRow(row, this[LAZY]);

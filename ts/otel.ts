@@ -197,7 +197,12 @@ class Otel implements OtelHooks {
     let context = this.#contexts.get(jobId);
     if (context === undefined) {
       const { traceId, spanId } = jobTraceContext(jobId);
-      context = this.#api.trace.setSpanContext(this.#api.ROOT_CONTEXT, { traceId, spanId, traceFlags: this.#api.TraceFlags.SAMPLED, isRemote: true });
+      context = this.#api.trace.setSpanContext(this.#api.ROOT_CONTEXT, {
+        traceId,
+        spanId,
+        traceFlags: this.#api.TraceFlags.SAMPLED,
+        isRemote: true,
+      });
       if (this.#contexts.size >= 256) this.#contexts.delete(this.#contexts.keys().next().value as string);
       this.#contexts.set(jobId, context);
     }
@@ -289,8 +294,10 @@ class Otel implements OtelHooks {
       const result = results.get(event.jobId);
       const end = result?.end ?? now;
       const links = result === undefined ? undefined : [{ context: result.span.spanContext() }];
-      const attributes = { "messaging.system": SYSTEM, "messaging.operation.name": "job" };
-      this.#span("byollm job", this.#api.SpanKind.INTERNAL, this.#jobContext(event.jobId), end - event.seconds * 1000, end, attributes, links);
+      this.#span("byollm job", this.#api.SpanKind.INTERNAL, this.#jobContext(event.jobId), end - event.seconds * 1000, end, {
+        "messaging.system": SYSTEM,
+        "messaging.operation.name": "job",
+      }, links);
     }
   }
 
@@ -308,7 +315,11 @@ class Otel implements OtelHooks {
     const { endpoint, status } = fact;
     const active = fact.active as OtelApi.Context;
     const operation = endpoint ?? "other";
-    const attributes: OtelApi.Attributes = { "messaging.system": SYSTEM, "messaging.operation.name": operation, "http.response.status_code": status };
+    const attributes: OtelApi.Attributes = {
+      "messaging.system": SYSTEM,
+      "messaging.operation.name": operation,
+      "http.response.status_code": status,
+    };
     const type = endpoint === null ? undefined : OPERATION_TYPE[endpoint];
     if (type !== undefined) attributes["messaging.operation.type"] = type;
     const reason = status === 200 ? null : native.refusalReason(status, fact.tooLarge);

@@ -31,8 +31,25 @@ export type BackendClass = "http" | "process";
 
 /** The 19 backend ids of the registry (protocol.md §8.3); any other id fails the schema. */
 export type BackendId =
-  | "ollama" | "mlx" | "llamacpp" | "vllm" | "lmstudio" | "jan" | "localai"
-  | "anthropic" | "openai" | "gemini" | "grok" | "groq" | "openrouter" | "together" | "deepseek" | "mistral" | "openai-http" | "claude-cli" | "codex-cli";
+  | "ollama"
+  | "mlx"
+  | "llamacpp"
+  | "vllm"
+  | "lmstudio"
+  | "jan"
+  | "localai"
+  | "anthropic"
+  | "openai"
+  | "gemini"
+  | "grok"
+  | "groq"
+  | "openrouter"
+  | "together"
+  | "deepseek"
+  | "mistral"
+  | "openai-http"
+  | "claude-cli"
+  | "codex-cli";
 
 /** Why a model stopped, as far as the backend said. */
 export type StopReason = "end" | "length" | "stop-sequence" | "unknown";

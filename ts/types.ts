@@ -3,7 +3,18 @@
 // (keys, envelopes, outcomes, capabilities) are declared in protocol-types.ts,
 // interchangeable with the reference protocol package's, so we do not depend on it.
 import type {
-  Audience, Capability, DeliveredResult, JobKind, JobOutcome, JobState, Lease, PayloadFor, PublicIdentity, ResultProvenance, SealedEnvelope, SizeClass,
+  Audience,
+  Capability,
+  DeliveredResult,
+  JobKind,
+  JobOutcome,
+  JobState,
+  Lease,
+  PayloadFor,
+  PublicIdentity,
+  ResultProvenance,
+  SealedEnvelope,
+  SizeClass,
   StoredKeys,
 } from "./protocol-types.js";
 
@@ -270,7 +281,9 @@ export interface ResultDelivery {
 export interface PollingDeliveryDeps {
   readonly read: (jobId: string) => Promise<DeliveredResult | null>;
   /** Absent where nothing can see runners (the cloud lane). */
-  readonly availability?: (jobId: string) => Promise<{ available: boolean; reason?: string; blocked: boolean }>;
+  readonly availability?: (
+    jobId: string,
+  ) => Promise<{ available: boolean; reason?: string; blocked: boolean }>;
   readonly sleep?: (ms: number) => Promise<void>;
   readonly now?: () => number;
   readonly graceMs?: number;
@@ -278,7 +291,12 @@ export interface PollingDeliveryDeps {
 
 // -------------------------------------------------------------------- app --
 
-export type NoRunnerReason = "no-runner-paired" | "no-runner-online" | "no-matching-capability" | "audience-admits-nobody" | "default-unusable";
+export type NoRunnerReason =
+  | "no-runner-paired"
+  | "no-runner-online"
+  | "no-matching-capability"
+  | "audience-admits-nobody"
+  | "default-unusable";
 
 export interface RunnerAvailability {
   readonly available: boolean;
