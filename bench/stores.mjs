@@ -120,7 +120,7 @@ export function postgresCpu(dataDir) {
   return ticks / 100;
 }
 
-function processCpu(pid) {
+export function processCpu(pid) {
   try {
     const text = readFileSync(`/proc/${pid}/stat`, "utf8");
     const f = text.slice(text.lastIndexOf(")") + 2).split(" ");
