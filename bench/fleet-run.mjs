@@ -32,7 +32,8 @@
 // instant of the round. Their daemons claim, fetch, open, seal and return
 // the result in the tick that got the job. Reported: each job's pickup delay,
 // claims that answered empty although the job had been claimable for ≥ 1 s in
-// both clocks (missed offers), lost jobs (not `ok` at the end), duplicated
+// both clocks and that ended before the claim that got it began (missed
+// offers; one running beside it finds the row locked and skips it, as it must), lost jobs (not `ok` at the end), duplicated
 // (offered to two claims, or completed twice: a bench-only trigger logs
 // every transition into `ok`, as bench/stores-concurrency.mjs does).
 import { fork } from "node:child_process";
@@ -55,18 +56,30 @@ const owner = (kind, i) => `${kind === "stream" ? "20000000" : "10000000"}-0000-
 
 export const loadavg = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
 
-/** Nanoseconds on a CPU of every backend of a database (a connected admin client's). */
-export async function backendCpuNs(admin) {
+/**
+ * Nanoseconds on a CPU of each backend of a database (a connected admin
+ * client's), by pid. `cpuSince(admin, earlier)` is the time since that
+ * sample: per backend, so one that started meanwhile counts from its start
+ * and one that ended (a pool closing an idle client) takes nothing away.
+ */
+export async function backendCpu(admin) {
   const { rows } = await admin.query("select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()");
-  let ns = 0;
+  const ns = new Map();
   for (const { pid } of rows) {
     try {
-      ns += Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[0]);
+      ns.set(pid, Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[0]));
     } catch {
       // exited since
     }
   }
   return ns;
+}
+
+/** Milliseconds of backend CPU since `earlier` (a backendCpu sample). */
+export async function cpuSince(admin, earlier) {
+  let ns = 0;
+  for (const [pid, now] of await backendCpu(admin)) ns += now - (earlier.get(pid) ?? 0);
+  return ns / 1e6;
 }
 
 /** Row writes on the two tables so far (flushed counts only: see `settle`). */
@@ -92,7 +105,7 @@ const pct = (xs, p) => {
 };
 
 /** The run; returns its figures. */
-export async function fleetRun({ quick = false, log = console.log, daemons = quick ? 2_000 : 20_000, measuredRounds = 2 } = {}) {
+export async function fleetRun({ quick = false, log = console.log, daemons = quick ? 2_000 : 20_000, measuredRounds = 1 } = {}) {
   const { url: adminUrl } = startPostgres();
   const dbUrl = await createDatabase(adminUrl, "byollm_bench_fleet_run");
   await migratePostgres({ connectionString: dbUrl, createRoles: true });
@@ -131,7 +144,7 @@ export async function fleetRun({ quick = false, log = console.log, daemons = qui
     gather(await all({ type: "round", r: 0, stream: true }));
     await new Promise((resolve) => setTimeout(resolve, 1_100));
     await all({ type: "settle" });
-    const pg0 = await backendCpuNs(admin);
+    const pg0 = await backendCpu(admin);
     const w0 = await rowWrites(admin);
     const cpu0 = children.map((c) => processCpu(c.pid));
     const m0 = performance.now();
@@ -145,16 +158,16 @@ export async function fleetRun({ quick = false, log = console.log, daemons = qui
       perRound.push(((performance.now() - r0) / 1000).toFixed(1));
     }
     const wallS = (performance.now() - m0) / 1000;
-    const pgMs = ((await backendCpuNs(admin)) - pg0) / 1e6;
+    const pgMs = await cpuSince(admin, pg0);
     const nodeMs = children.reduce((a, c, i) => a + (processCpu(c.pid) - cpu0[i]) * 1000, 0);
     await new Promise((resolve) => setTimeout(resolve, 1_100));
     await all({ type: "settle" });
     const writes = (await rowWrites(admin)) - w0;
-    // Drain: rounds until every job of the stream has ended (at most 3).
+    // Drain: rounds of the stream's daemons alone until every job of the stream has ended (at most 3).
     for (let r = measuredRounds + 1; r <= measuredRounds + 3; r++) {
       const { rows } = await admin.query("select count(*)::int as n from byollm_jobs where owner::text like '20000000-%' and state <> 'ok'");
       if (rows[0].n === 0) break;
-      gather(await all({ type: "round", r, stream: false }));
+      gather(await all({ type: "round", r, stream: false, streamDaemonsOnly: true }));
     }
 
     const { rows } = await admin.query(
@@ -178,9 +191,10 @@ export async function fleetRun({ quick = false, log = console.log, daemons = qui
         fakeDelays.push((pick.fakeT - job.fakeAt) / 1000);
         realDelays.push((pick.realT - job.realAt) / 1000);
       }
-      missed += logs.claims.filter(
-        (c) => c.owner === job.owner && !c.jobId && c.fakeT >= job.fakeAt + 1_000 && c.realT >= job.realAt + 1_000 && (!pick || c.realT < pick.realT),
-      ).length;
+      const misses = logs.claims.filter(
+        (c) => c.owner === job.owner && !c.jobId && c.fakeT >= job.fakeAt + 1_000 && c.realT >= job.realAt + 1_000 && (!pick || c.realEnd < pick.realT),
+      );
+      missed += misses.length;
     }
     const out = {
       daemons,
@@ -204,7 +218,7 @@ export async function fleetRun({ quick = false, log = console.log, daemons = qui
     };
     const f = (x, d = 3) => (x === null ? "—" : x.toFixed(d));
     log(
-      `    ${APPS} app processes, ${daemons.toLocaleString("en")} daemons, ${measuredRounds} measured rounds (${ticks.toLocaleString("en")} ticks, ${perRound.join(" + ")} s) + a warm-up and drain:` +
+      `    ${APPS} app processes, ${daemons.toLocaleString("en")} daemons, ${measuredRounds} measured round(s) (${ticks.toLocaleString("en")} ticks, ${perRound.join(" + ")} s), after a warm-up round:` +
         `\n    per idle tick: PostgreSQL CPU ${f(out.pgMsPerTick)} ms, row writes ${f(out.writesPerTick)}, Node CPU (4 apps, daemons' in-process share included) ${f(out.nodeMsPerTick)} ms` +
         ` (the stream's ${out.jobs} jobs included)` +
         `\n    pickup delay, clock s: median ${f(out.pickup.fakeS.median, 1)}, p99 ${f(out.pickup.fakeS.p99, 1)}, max ${f(out.pickup.fakeS.max, 1)};` +
@@ -281,7 +295,7 @@ async function appProcess() {
     state = { pool, app, send, mine, daemons, apps, c, T0 };
   }
 
-  async function round({ r, stream }) {
+  async function round({ r, stream, streamDaemonsOnly }) {
     const { app, send, mine, daemons, apps, c, T0 } = state;
     const base = T0 + r * TICK_MS;
     const step = TICK_MS / daemons;
@@ -294,7 +308,7 @@ async function appProcess() {
     const claims = [];
     const enqueued = [];
     let ticks = 0;
-    for (const d of mine) {
+    for (const d of streamDaemonsOnly ? mine.filter((x) => x.device) : mine) {
       const t = base + Math.round(d.k * step);
       while (due.length > 0 && due[0].t <= t) {
         const { s, t: at } = due.shift();
@@ -307,9 +321,10 @@ async function appProcess() {
         const beat = await d.device.heartbeat();
         const realT = Date.now();
         const claim = await d.device.claim();
+        const realEnd = Date.now();
         if (beat.status !== 200 || claim.status !== 200) throw new Error(`stream daemon ${d.k}: heartbeat ${beat.status}, claim ${claim.status} ${claim.text}`);
         const stub = claim.body.jobs[0];
-        claims.push({ owner: d.owner, fakeT: t, realT, jobId: stub?.id ?? null });
+        claims.push({ owner: d.owner, fakeT: t, realT, realEnd, jobId: stub?.id ?? null });
         if (stub) {
           const fetched = await d.device.fetchJob(stub);
           const payload = await d.device.open(stub, fetched.body.envelope);

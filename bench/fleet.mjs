@@ -31,7 +31,8 @@
 //               byollm_runners and byollm_jobs (the reference's tables have the
 //               same names); each window ends 1.1 s after its last request and
 //               with a statement on every pooled connection, so every backend
-//               has flushed its counts (PostgreSQL 15 flushes at most once a second)
+//               has flushed its counts (PostgreSQL 15 flushes at most once a
+//               second; the stand-in's through a bench-only function, bench_settle)
 //   PostgREST   requests the store's supabase-js client sent
 // Then the reference's figure and the ratio (reference / ours: higher is better).
 import { performance } from "node:perf_hooks";
@@ -50,7 +51,7 @@ import { applyReferenceSchema } from "../__test__/helpers/reference-schema.mjs";
 import { CAP, Device, ORIGIN } from "../__test__/helpers/device.mjs";
 import { countedClient, countedPool, createDatabase, cycles, fill, processCpu, startPostgres, startStandIn } from "./stores.mjs";
 import { fillStore } from "./full-cycle.mjs";
-import { backendCpuNs, fleetRun, loadavg, rowWrites, touchPool } from "./fleet-run.mjs";
+import { backendCpu, cpuSince, fleetRun, loadavg, rowWrites, touchPool } from "./fleet-run.mjs";
 
 const RUNNERS = 200;
 const TICK_MS = 10_000;
@@ -116,9 +117,12 @@ async function makeSite(name, env) {
     site.store = ref ? referenceSupabaseStore({ client: countedClient(standIn.url, counter) }) : supabaseStore({ client: countedClient(standIn.url, counter) });
     site.db = ref ? env.ref : env.ours;
     site.standInPid = standIn.pid;
-    // A statement on each of the stand-in's 4 connections: requests at once, uncounted.
+    // A statement on each of the stand-in's 4 connections: 8 calls at once,
+    // each holding its connection 50 ms (bench_settle), uncounted.
     const quiet = countedClient(standIn.url, { n: 0 });
-    site.settle = () => Promise.all(Array.from({ length: 12 }, () => quiet.from("byollm_runners").select("id").limit(1)));
+    site.settle = async () => {
+      for (const { error } of await Promise.all(Array.from({ length: 8 }, () => quiet.rpc("bench_settle")))) if (error) throw new Error(error.message);
+    };
     if (ref) await env.ref.admin.query("insert into auth.users (id) values ($1)", [site.owner]);
   }
   site.app = new site.impl.ByollmApp({ store: site.store, siteKeys: env.siteKeys, now });
@@ -165,7 +169,7 @@ async function streamJob(site, stream) {
 
 /** Measure `work` on a site: Node CPU, its database's backends, row writes, PostgREST requests. */
 async function measured(site, work) {
-  const pg0 = site.db ? await backendCpuNs(site.db.admin) : null;
+  const pg0 = site.db ? await backendCpu(site.db.admin) : null;
   const w0 = site.db ? await rowWrites(site.db.admin) : null;
   const rest0 = site.standInPid ? processCpu(site.standInPid) : null;
   const n0 = site.counter.n;
@@ -179,7 +183,7 @@ async function measured(site, work) {
   let pgMs = null;
   let writes = null;
   if (site.db) {
-    pgMs = (await backendCpuNs(site.db.admin) - pg0) / 1e6;
+    pgMs = await cpuSince(site.db.admin, pg0);
     await sleep(1_100);
     await site.settle();
     writes = (await rowWrites(site.db.admin)) - w0;
@@ -254,6 +258,7 @@ async function idleTick({ quick, log, stores }) {
   await env.ours.admin.connect();
   await env.ref.admin.connect();
   await applyReferenceSchema(env.ref.admin);
+  for (const { admin } of [env.ours, env.ref]) await admin.query("create function bench_settle() returns void language sql as $$ select pg_sleep(0.05) $$");
   await env.ref.admin.query(`insert into auth.users (id) select ('00000000-0000-4000-8000-' || lpad(to_hex(g), 12, '0'))::uuid from generate_series(0, 999) g`);
   env.oursStandIn = await startStandIn(oursUrl);
   env.refStandIn = await startStandIn(refUrl);
@@ -365,11 +370,43 @@ function table(results, notes) {
   return lines.join("\n");
 }
 
+const SIZING = [
+  ["ours postgresStore, notifications on", "`postgresStore`, notifications on"],
+  ["ours postgresStore, notifications off", "`postgresStore`, no notification channel"],
+  ["ours supabaseStore", "`supabaseStore` (PostgREST)"],
+  ["ours MemoryStore", "`MemoryStore` (one process)"],
+];
+const FLEETS = [1_000, 10_000, 100_000];
+
+/**
+ * docs/operations.md's sizing table from one condition's per-tick figures: N
+ * daemons tick N / 10 times a second; cores = ticks/s × ms per tick / 1000.
+ */
+export function sizing(byStore) {
+  const n = (x) => x.toLocaleString("en");
+  const cores = (ms, perSec) => (ms === null ? "—" : ((ms * perSec) / 1000).toFixed(ms * perSec >= 10_000 ? 1 : 2));
+  const out = [
+    "(each daemon cell: PostgreSQL cores · row writes/s · Node cores)\n",
+    `| store | per idle tick: Node CPU ms · PostgreSQL CPU ms · row writes | ${FLEETS.map((d) => `${n(d)} daemons (${n(d / 10)} ticks/s)`).join(" | ")} |`,
+    `|---|---|${FLEETS.map(() => "---").join("|")}|`,
+  ];
+  for (const [key, label] of SIZING) {
+    const s = byStore[key];
+    if (!s) continue;
+    const rest = s.requests === null ? "" : ` · ${f(s.requests, 1)} PostgREST requests`;
+    out.push(
+      `| ${label} | ${f(s.nodeMs, 3)} · ${f(s.pgMs, 3)} · ${f(s.writes, 2)}${rest} | ${FLEETS.map((d) => `${cores(s.pgMs, d / 10)} · ${s.writes === null ? "—" : n(Math.round((s.writes * d) / 10))} · ${cores(s.nodeMs, d / 10)}`).join(" | ")} |`,
+    );
+  }
+  return out.join("\n");
+}
+
 export async function run({ quick = false, log = console.log, stores = STORES } = {}) {
   const memo = typeof native.Engine?.prototype?.idleKey === "function";
   log(`  machine load at start: ${loadavg()}; engine idle memo in this build: ${memo ? "yes" : "no"}`);
   const tick = await idleTick({ quick, log, stores });
   log(table(tick.results, tick.notes));
+  for (const [condition, byStore] of Object.entries(tick.results)) log(`\n  sizing (docs/operations.md), ${condition}:\n${sizing(byStore)}`);
   log(`\n  full cycle, Node CPU per job (server side, bench/stores.mjs's cycles), postgresStore (default options) vs MemoryStore:`);
   const cycle = await cycleCost({ quick, log });
   log(`    postgresStore ${f(cycle.postgres, 3)} ms, MemoryStore ${f(cycle.memory, 3)} ms: ${f(cycle.postgres / cycle.memory)}x (target ≤ 2.5x)`);

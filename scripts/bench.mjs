@@ -150,7 +150,7 @@ async function runSection(key) {
   // A section whose own rows are shaped for its own report converts them.
   const rows = mod.benchRows ? mod.benchRows(raw) : raw;
   if (rows.length > 0) printRows(rows);
-  if (key === "stores") return { rows: raw };
+  if (key === "stores" || key === "fleet") return { rows: raw };
   if (key === "cycle") {
     console.log("  server side: time in the handler (in-process), or in the node:http request callback from the");
     console.log("  complete request body to res.end (over HTTP), plus app.enqueue and app.result; the simulated device's");
