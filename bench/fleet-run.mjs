@@ -17,9 +17,10 @@
 // pickup delay is reported in both clocks.
 //
 // Idle daemons are paired with the migrations' own functions
-// (byollm_create_pairing, byollm_approve_pairing_as: what the store's
-// createPairing and approvePairing call), 500 per statement; the HTTP flow for
-// 20,000 takes minutes. Their approvals are spread over the 50 s before the
+// (byollm_create_pairing, byollm_approve_pairing_as, byollm_consume_pairing_token:
+// what the store's createPairing and approvePairing and the daemon's collecting
+// poll call; collected pairings are pruned past the table's cap as usual), 500
+// per statement; the HTTP flow for 20,000 takes minutes. Their approvals are spread over the 50 s before the
 // run, so their liveness falls due on different rounds. Each idle daemon's two
 // requests are signed once for the middle of the run (issuedAt within the
 // protocol's 120 s window of every round: the server verifies every request
@@ -252,7 +253,8 @@ async function appProcess() {
     const flush = async () => {
       if (batch.length === 0) return;
       await pool.query(
-        `select count(*) from (select byollm_create_pairing(e.p), byollm_approve_pairing_as(e.p ->> 'userCode', e.p ->> 'o', e.p ->> 'rid', (e.p ->> 'at')::bigint)
+        `select count(*) from (select byollm_create_pairing(e.p), byollm_approve_pairing_as(e.p ->> 'userCode', e.p ->> 'o', e.p ->> 'rid', (e.p ->> 'at')::bigint),
+                                      byollm_consume_pairing_token(e.p ->> 'deviceCodeHash')
                                  from jsonb_array_elements($1::jsonb) e(p)) x`,
         [JSON.stringify(batch)],
       );
