@@ -250,14 +250,20 @@ async function appProcess() {
     const mine = [];
     const signedAt = T0 + 100_000;
     const batch = [];
-    const flush = async () => {
+    const flush = async (attempt = 0) => {
       if (batch.length === 0) return;
+      // Past the table's cap every pairing prunes the oldest collected ones;
+      // four processes' 500-row statements doing so at once can deadlock
+      // (40P01): the statement rolled back whole, it is sent again.
       await pool.query(
         `select count(*) from (select byollm_create_pairing(e.p), byollm_approve_pairing_as(e.p ->> 'userCode', e.p ->> 'o', e.p ->> 'rid', (e.p ->> 'at')::bigint),
                                       byollm_consume_pairing_token(e.p ->> 'deviceCodeHash')
                                  from jsonb_array_elements($1::jsonb) e(p)) x`,
         [JSON.stringify(batch)],
-      );
+      ).catch((error) => {
+        if (error.code !== "40P01" || attempt >= 5) throw error;
+        return flush(attempt + 1);
+      });
       batch.length = 0;
     };
     for (let k = c; k < daemons; k += apps) {

@@ -34,6 +34,12 @@
 //               has flushed its counts (PostgreSQL 15 flushes at most once a
 //               second; the stand-in's through a bench-only function, bench_settle)
 //   PostgREST   requests the store's supabase-js client sent
+// Ours tick 1,000 times a round (each runner 5 times); a reference store whose
+// tick is slow (its claims scan the backlog) as many as fit in ~4 s, at least
+// 10. postgresStore runs with `notifications: true` and `false`; a build whose
+// store has no channel (sqlStorePaths(store).idle) says so under the table,
+// and the header says whether the engine has its idle memo (Engine#idleKey).
+// PostgreSQL: bench/stores.mjs's (BYOLLM_BENCH_PG_DIR / _PORT pick another).
 // Then the reference's figure and the ratio (reference / ours: higher is better).
 import { performance } from "node:perf_hooks";
 import { randomUUID } from "node:crypto";
