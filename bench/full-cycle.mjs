@@ -191,7 +191,7 @@ function makeSite(impl, { fill = 0, metrics } = {}) {
  * - "history": `n` jobs that already ended (expired), as a long-running site
  *   accumulates them.
  */
-async function fillStore(site, n, population = "history") {
+export async function fillStore(site, n, population = "history") {
   if (!n) return;
   const t = Date.now() - 10_000;
   const backlog = population === "backlog";

@@ -34,13 +34,7 @@ export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons 
   await migratePostgres({ connectionString: dbUrl, createRoles: true });
   const admin = new pg.Client({ connectionString: dbUrl });
   await admin.connect();
-  await admin.query(`
-    create table if not exists bench_completions (job_id text not null, at timestamptz not null default clock_timestamp());
-    create or replace function bench_log_ok() returns trigger language plpgsql as $$
-    begin insert into bench_completions (job_id) values (new.id); return null; end $$;
-    drop trigger if exists bench_log_ok on byollm_jobs;
-    create trigger bench_log_ok after update of state on byollm_jobs for each row
-      when (new.state = 'ok') execute function bench_log_ok();`);
+  await logCompletions(admin);
 
   // Every app process has the same site keys, as every instance of a site does.
   const { generateSiteKeys } = await import("../dist/index.js");
@@ -102,6 +96,17 @@ export async function concurrency({ dbUrl, postgresCpu, jobs, apps = 4, daemons 
     for (const c of children) c.kill();
     await admin.end();
   }
+}
+
+/** A bench-only trigger: every transition of a job into `ok` is logged in bench_completions. */
+export async function logCompletions(admin) {
+  await admin.query(`
+    create table if not exists bench_completions (job_id text not null, at timestamptz not null default clock_timestamp());
+    create or replace function bench_log_ok() returns trigger language plpgsql as $$
+    begin insert into bench_completions (job_id) values (new.id); return null; end $$;
+    drop trigger if exists bench_log_ok on byollm_jobs;
+    create trigger bench_log_ok after update of state on byollm_jobs for each row
+      when (new.state = 'ok') execute function bench_log_ok();`);
 }
 
 // ------------------------------------------------------------------ an app process

@@ -14,6 +14,10 @@
 //                                 --concurrent-jobs=N sizes its concurrency part)
 //   npm run bench -- delivery     how soon handle.result() hears of a commit on
 //                                 PostgreSQL (only when named)
+//   npm run bench -- fleet        the idle tick (heartbeat + empty claim) on every
+//                                 store, and 4 app processes serving 20,000 idle
+//                                 daemons on one PostgreSQL (only when named;
+//                                 ~6 minutes, --quick: a smaller run)
 //   npm run bench -- leases       a heartbeat naming 1,000 and 10,000 leases:
 //                                 byollm_heartbeat_for against MemoryStore (in
 //                                 every full run; starts the stores bench's
@@ -58,6 +62,7 @@ const sections = [
   { key: "stores", file: "bench/stores.mjs", title: "SQL stores against stored job count (ours vs reference supabaseStore)", onlyWhenNamed: true },
   { key: "metrics-sql", file: "bench/metrics-sql.mjs", title: "byollm_metrics on PostgreSQL against stored job count", onlyWhenNamed: true },
   { key: "delivery", file: "bench/delivery.mjs", title: "Result delivery on PostgreSQL (ours postgresDelivery vs the reference's polling)", onlyWhenNamed: true },
+  { key: "fleet", file: "bench/fleet.mjs", title: "What an idle fleet of daemons costs: the idle tick on every store, the fleet run (starts PostgreSQL)", onlyWhenNamed: true },
 ];
 // Options a section takes from the command line (`--name=value`), passed to its run().
 const sectionOptions = {};
@@ -145,7 +150,7 @@ async function runSection(key) {
   // A section whose own rows are shaped for its own report converts them.
   const rows = mod.benchRows ? mod.benchRows(raw) : raw;
   if (rows.length > 0) printRows(rows);
-  if (key === "stores") return { rows: raw };
+  if (key === "stores" || key === "fleet") return { rows: raw };
   if (key === "cycle") {
     console.log("  server side: time in the handler (in-process), or in the node:http request callback from the");
     console.log("  complete request body to res.end (over HTTP), plus app.enqueue and app.result; the simulated device's");

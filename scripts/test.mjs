@@ -65,8 +65,8 @@ const AREAS = {
     files: /^(store-|durable-store|direct|fetch-stored|large-fetch|engine-stores)/,
   },
   postgres: {
-    about: "postgresStore and its migrations on this checkout's PostgreSQL",
-    files: /^(postgres|metrics-postgres|engine-faults|engine-stores|engine-idle)/,
+    about: "postgresStore and its migrations on this checkout's PostgreSQL, and the idle fleet across app processes",
+    files: /^(postgres|metrics-postgres|engine-faults|engine-stores|engine-idle|idle-)/,
   },
   supabase: {
     about: "supabaseStore through supabase-js and the PostgREST stand-in",
