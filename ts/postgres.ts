@@ -161,6 +161,7 @@ const WORK_CHANNEL = "byollm_work";
 /** How often the channel proves itself live, and how long a ping may take to come back. */
 const PING_EVERY_MS = 10_000;
 const PING_WITHIN_MS = 15_000;
+const PING_QUEUED_MS = 60_000;
 /** Reconnection backoff: the first wait, doubled after each failure up to the last. */
 const RETRY_FIRST_MS = 500;
 const RETRY_MAX_MS = 30_000;
@@ -269,8 +270,16 @@ class WorkChannel {
       if (this.#nonce !== undefined || this.#client !== client) return;
       const nonce = randomUUID();
       this.#nonce = nonce;
-      this.#deadline = setTimeout(() => this.#nonce === nonce && lost(), PING_WITHIN_MS).unref();
-      this.send(`ping:${nonce}`).catch(() => undefined);
+      // Lost when not heard within PING_WITHIN_MS of its NOTIFY committing:
+      // a pool busy with other work delays the ping, not the channel (the
+      // memo must not turn itself off just when the database is busiest);
+      // PING_QUEUED_MS bounds how long the pool may hold it.
+      const deadline = (ms: number): void => {
+        clearTimeout(this.#deadline);
+        this.#deadline = setTimeout(() => this.#nonce === nonce && lost(), ms).unref();
+      };
+      deadline(PING_QUEUED_MS);
+      this.send(`ping:${nonce}`).then(() => this.#nonce === nonce && deadline(PING_WITHIN_MS), lost);
     };
     const unref = (): void => (client as unknown as { connection: { stream: { unref(): void } } }).connection.stream.unref();
     unref();
