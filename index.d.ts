@@ -310,14 +310,6 @@ export interface EnqueuedJob {
   deadlineAt?: number
 }
 
-export interface EnvelopeContext {
-  jobId: string
-  senderKeyId: string
-  recipientKeyId: string
-  deadlineAt: number
-  direction: "payload" | "result"
-}
-
 /**
  * A payload resealed for a device: the envelope, and the fetch answer's
  * text as the core writes it (`payload::fetch_answer`).
@@ -369,36 +361,10 @@ export declare function isAudience(text: string): boolean
  */
 export declare function issuedAtHeader(text: string): number | null
 
-export declare function keyId(identityPublic: string): string
-
 /** Version of the native core, for diagnostics. */
 export declare function nativeVersion(): string
 
 export declare function normalizeUserCode(input: string): string
-
-/** Never throws for a bad envelope or bad keys: those are reasons. */
-export declare function open(opts: OpenOptions): { ok: true; plaintext: string } | { ok: false; reason: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch" }
-
-export interface OpenExpected {
-  jobId: string
-  senderKeyId: string
-  recipientKeyId: string
-  direction: "payload" | "result"
-}
-
-export interface OpenOptions {
-  envelope: SealedEnvelope
-  recipientKeys: StoredKeys
-  senderIdentityPublic: string
-  expected: OpenExpected
-}
-
-/** `{ok: true, plaintext}` or `{ok: false, reason}` (absent fields are not set). */
-export interface OpenResult {
-  ok: boolean
-  plaintext?: string
-  reason?: "not-for-us" | "unopenable" | "malformed" | "bad-signature" | "context-mismatch"
-}
 
 /** `NativeMemoryStore.enqueue`'s refusal: the payload validator's message. */
 export interface PayloadRefusal {
@@ -448,12 +414,6 @@ export interface PublicIdentity {
  */
 export declare function refusalReason(status: number, tooLarge: boolean): string | null
 
-export interface RequestSignature {
-  runnerId: string
-  issuedAt: number
-  signature: string
-}
-
 /**
  * `acceptResult`'s answer: `accepted`, the JSON text of `{outcome,
  * provenance}` (V8 builds the objects from text faster than they are
@@ -491,12 +451,6 @@ export interface RunnerAvailability {
  */
 export declare function runnerCounts(runners: readonly RunnerRecord[], now: number, livenessMs: number): Array<number>
 
-/**
- * The sender key is parsed on each call, as the reference does: the
- * server's own seals go through a `SiteKeyring`, which parses it once.
- */
-export declare function seal(opts: SealOptions): SealedEnvelope
-
 export interface SealedEnvelope {
   ciphertext: string
   recipientKeyId: string
@@ -514,13 +468,6 @@ export interface SealedPayload {
   envelope?: SealedEnvelope
   sizeClass?: string
   message?: string
-}
-
-export interface SealOptions {
-  plaintext: string
-  senderKeys: StoredKeys
-  recipientEncryptionPublic: string
-  context: EnvelopeContext
 }
 
 /** Constant time for equal lengths; `false` (never a throw) on malformed input. */
@@ -576,14 +523,3 @@ export interface StoredKeys {
 
 /** The too-large message for `bytes` (the limit is the body cap). */
 export declare function tooLargeMessage(bytes: number): string
-
-export declare function verifyRequest(opts: VerifyRequestOptions): null | "stale" | "bad-signature"
-
-export interface VerifyRequestOptions {
-  identityPublic: string
-  endpoint: string
-  body: string
-  signature: RequestSignature
-  now: number
-  maxSkewMs?: number
-}

@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { Engine, FailureBudget, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, deadlineFor, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, keyId, nativeVersion, normalizeUserCode, open, protocolConstants, refusalReason, runnerAvailability, runnerCounts, seal, secretsMatch, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage, verifyRequest } = nativeBinding
+const { Engine, FailureBudget, NativeMemoryStore, NativeMetrics, PendingRequest, PreparedPayload, SiteKeyring, deadlineFor, formatSiteKeys, generateDeviceCode, generateJobId, generateKeys, generateRunnerId, generateUserCode, hashSecret, inspectRequest, isAudience, issuedAtHeader, nativeVersion, normalizeUserCode, protocolConstants, refusalReason, runnerAvailability, runnerCounts, secretsMatch, siteKeysFromEnvValue, sqlTextIn, sqlTextMark, sqlTextOut, tooLargeMessage } = nativeBinding
 export { Engine }
 export { FailureBudget }
 export { NativeMemoryStore }
@@ -792,20 +792,16 @@ export { hashSecret }
 export { inspectRequest }
 export { isAudience }
 export { issuedAtHeader }
-export { keyId }
 export { nativeVersion }
 export { normalizeUserCode }
-export { open }
 export { protocolConstants }
 export { refusalReason }
 export { runnerAvailability }
 export { runnerCounts }
-export { seal }
 export { secretsMatch }
 export { siteKeysFromEnvValue }
 export { sqlTextIn }
 export { sqlTextMark }
 export { sqlTextOut }
 export { tooLargeMessage }
-export { verifyRequest }
 export const __napiBindingTarget = __napiLoadedBindingTarget

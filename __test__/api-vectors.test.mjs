@@ -3,9 +3,9 @@
 // enqueue refusals and the stored record, siteKeysFromEnv's three errors,
 // formatSiteKeys' exact text, the constructors' errors.
 import { test } from "node:test";
+import * as dev from "./helpers/device-crypto.mjs";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import * as native from "../index.js";
 import { ByollmApp, ByollmHandlers, MemoryStore, formatSiteKeys, siteKeysFromEnv, createFetchHandler } from "../dist/index.js";
 
 
@@ -45,7 +45,7 @@ test("enqueue stores the reference's record and seals the schema-ordered payload
   assert.equal(JSON.stringify(record), JSON.stringify(expected));
   assert.ok("purpose" in record && record.purpose === undefined);
   assert.ok("audienceAllow" in record && record.audienceAllow === undefined);
-  const opened = native.open({
+  const opened = dev.open({
     envelope: record.envelope,
     recipientKeys: SITE,
     senderIdentityPublic: SITE.identityPublic,

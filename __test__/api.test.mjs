@@ -4,6 +4,7 @@
 // Also: enqueue refusals, availability reasons, delivery timing, the cloud
 // lane against an in-process fake relay, keygen.
 import * as deviceKeys from "../scripts/device-keys.mjs";
+import * as dev from "./helpers/device-crypto.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -25,7 +26,7 @@ import { createHandler } from "../dist/next.js";
 
 const ORIGIN = "https://site.example";
 const SITE = generateSiteKeys();
-const SITE_KEY_ID = native.keyId(SITE.identityPublic);
+const SITE_KEY_ID = dev.keyId(SITE.identityPublic);
 
 /** A minimal daemon: signs every call with its own keys, opens payloads, seals results. */
 class Daemon {
@@ -33,7 +34,7 @@ class Daemon {
     this.post = post;
     this.keys = native.generateKeys(Date.now());
     this.identity = deviceKeys.publicIdentityOf(this.keys);
-    this.keyId = native.keyId(this.identity.identity);
+    this.keyId = dev.keyId(this.identity.identity);
     this.capabilities = [{ kind, service: "local", backendId: "ollama", backendClass: "http", model: "m1", offerScope }];
   }
 
@@ -76,7 +77,7 @@ class Daemon {
     for (const stub of claim.body.jobs) {
       const fetched = await this.call("fetch", { runnerId: this.runnerId, jobId: stub.id, leaseId: stub.lease.id });
       assert.equal(fetched.status, 200);
-      const opened = native.open({
+      const opened = dev.open({
         envelope: fetched.body.envelope,
         recipientKeys: this.keys,
         senderIdentityPublic: this.site.identity,
@@ -84,7 +85,7 @@ class Daemon {
       });
       assert.equal(opened.ok, true);
       const payload = JSON.parse(opened.plaintext);
-      const envelope = native.seal({
+      const envelope = dev.seal({
         plaintext: JSON.stringify({
           outcome: { outcome: "ok", text: text(payload) },
           ran: { model: "m1", backendClass: "http", durationMs: 3, stop: "end", stopReported: true },
@@ -270,7 +271,7 @@ test("cloud lane: publish a stub, pump seals to the claiming device and collects
     const issuedAt = Number(init.headers["x-byollm-issued-at"]);
     // The relay checks the site's signature over `site/<endpoint>`.
     assert.equal(
-      native.verifyRequest({
+      dev.verifyRequest({
         identityPublic: SITE.identityPublic,
         endpoint: `site/${endpoint}`,
         body,
@@ -292,14 +293,14 @@ test("cloud lane: publish a stub, pump seals to the claiming device and collects
     if (endpoint === "pending") return json(200, { jobs: pendingJobs });
     if (endpoint === "payload") {
       const { jobId, envelope } = JSON.parse(body);
-      const opened = native.open({
+      const opened = dev.open({
         envelope,
         recipientKeys: device.keys,
         senderIdentityPublic: SITE.identityPublic,
         expected: { jobId, senderKeyId: SITE_KEY_ID, recipientKeyId: device.keyId, direction: "payload" },
       });
       assert.equal(opened.ok, true);
-      resultEnvelope = native.seal({
+      resultEnvelope = dev.seal({
         plaintext: JSON.stringify({ outcome: { outcome: "ok", text: `done: ${JSON.parse(opened.plaintext).prompt}` }, ran: { model: "m2", backendClass: "process", durationMs: 1 } }),
         senderKeys: device.keys,
         recipientEncryptionPublic: SITE.encryptionPublic,

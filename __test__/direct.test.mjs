@@ -8,6 +8,7 @@
 // store to the handler). The same requests go to both; lease ids are random,
 // so each side's are mapped onto placeholders before comparing.
 import * as deviceKeys from "../scripts/device-keys.mjs";
+import * as dev from "./helpers/device-crypto.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -20,8 +21,8 @@ const keys = JSON.parse(readFileSync(new URL("../tests/vectors/keys.json", impor
 const SITE = keys.parties.site.storedKeys;
 const DEVICE = keys.parties.device.storedKeys;
 const STRANGER = keys.parties.stranger.storedKeys;
-const SITE_KEY_ID = native.keyId(SITE.identityPublic);
-const DEVICE_KEY_ID = native.keyId(DEVICE.identityPublic);
+const SITE_KEY_ID = dev.keyId(SITE.identityPublic);
+const DEVICE_KEY_ID = dev.keyId(DEVICE.identityPublic);
 const ORIGIN = "https://app.example";
 const T0 = 1_764_500_000_000;
 const RUNNER = "runner-direct-1";
@@ -152,13 +153,13 @@ function leaseNames() {
 }
 
 function resultEnvelope(jobId, { outcome = { outcome: "ok", text: `done ${jobId}` }, ran = { model: "m", backendClass: "http", durationMs: 3 }, plaintext, device = DEVICE } = {}) {
-  return native.seal({
+  return dev.seal({
     plaintext: plaintext ?? JSON.stringify({ outcome, ran }),
     senderKeys: device,
     recipientEncryptionPublic: SITE.encryptionPublic,
     context: {
       jobId,
-      senderKeyId: native.keyId(device.identityPublic),
+      senderKeyId: dev.keyId(device.identityPublic),
       recipientKeyId: SITE_KEY_ID,
       deadlineAt: T0 + 86_400_000,
       direction: "result",
@@ -238,7 +239,7 @@ test("claim, fetch and result: the same answers and the same store in place as t
     assert.deepEqual({ ...ea, ciphertext: "" }, { ...eb, ciphertext: "" });
     assert.equal(ea.recipientKeyId, DEVICE_KEY_ID);
     const open = (envelope) =>
-      native.open({
+      dev.open({
         envelope,
         recipientKeys: DEVICE,
         senderIdentityPublic: SITE.identityPublic,
@@ -435,7 +436,7 @@ test("enqueue on a plain MemoryStore: one native call, the same records and refu
     const b = await behind.get(id);
     assert.deepEqual({ ...a, envelope: null }, { ...b, envelope: null }, id);
     const opened = (record) =>
-      native.open({
+      dev.open({
         envelope: record.envelope,
         recipientKeys: SITE,
         senderIdentityPublic: SITE.identityPublic,
@@ -449,7 +450,7 @@ test("a payload enqueued natively is sealed at rest once: every read gives the s
   const store = new MemoryStore();
   const app = new ByollmApp({ store, siteKeys: SITE, now: () => T0 });
   const open = (envelope, id) =>
-    native.open({
+    dev.open({
       envelope,
       recipientKeys: SITE,
       senderIdentityPublic: SITE.identityPublic,
@@ -564,12 +565,12 @@ test("a job claimed again by another device after its lease lapsed is fetched se
   assert.equal(fetched.status, 200);
   assert.equal(servedNatively.fetch ?? 0, before + 1, "served by the direct lane");
   const envelope = JSON.parse(fetched.text).envelope;
-  assert.equal(envelope.recipientKeyId, native.keyId(STRANGER.identityPublic));
-  const opened = native.open({
+  assert.equal(envelope.recipientKeyId, dev.keyId(STRANGER.identityPublic));
+  const opened = dev.open({
     envelope,
     recipientKeys: STRANGER,
     senderIdentityPublic: SITE.identityPublic,
-    expected: { jobId: "job-a", senderKeyId: SITE_KEY_ID, recipientKeyId: native.keyId(STRANGER.identityPublic), direction: "payload" },
+    expected: { jobId: "job-a", senderKeyId: SITE_KEY_ID, recipientKeyId: dev.keyId(STRANGER.identityPublic), direction: "payload" },
   });
   assert.equal(opened.ok, true, JSON.stringify(opened));
   assert.equal(opened.plaintext, JSON.stringify({ prompt: "first" }));

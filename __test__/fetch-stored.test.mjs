@@ -3,8 +3,8 @@
 // recognise. The end-to-end bytes of a large fetch are held by
 // large-fetch.test.mjs. No reference package: runs on Node 20 too.
 import { test } from "node:test";
+import * as dev from "./helpers/device-crypto.mjs";
 import assert from "node:assert/strict";
-import * as native from "../index.js";
 import { ByollmApp, MemoryStore, generateSiteKeys } from "../dist/index.js";
 
 const SITE = generateSiteKeys();
@@ -14,11 +14,11 @@ test("a large payload enqueued on our store: its at-rest envelope is made later,
   const eager = new MemoryStore({ retentionMs: 1e12 });
   const prompt = "ü".repeat(70_000);
   const open = (envelope, id) =>
-    native.open({
+    dev.open({
       envelope,
       recipientKeys: SITE,
       senderIdentityPublic: SITE.identityPublic,
-      expected: { jobId: id, senderKeyId: native.keyId(SITE.identityPublic), recipientKeyId: native.keyId(SITE.identityPublic), direction: "payload" },
+      expected: { jobId: id, senderKeyId: dev.keyId(SITE.identityPublic), recipientKeyId: dev.keyId(SITE.identityPublic), direction: "payload" },
     });
   for (const store of [lazy, eager]) {
     const app = new ByollmApp({ store, siteKeys: SITE });

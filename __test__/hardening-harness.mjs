@@ -3,6 +3,7 @@
 // loopback, and a daemon that speaks the wire protocol (requests signed
 // with node:crypto, payloads opened with the addon), which drives both.
 import * as deviceKeys from "../scripts/device-keys.mjs";
+import * as dev from "./helpers/device-crypto.mjs";
 import http from "node:http";
 import * as native from "../index.js";
 import { oursStore } from "./helpers/diff-stores.mjs";
@@ -33,7 +34,7 @@ export async function makeSite(which, { clock, siteKeys, store: givenStore, leas
     basePath,
     ...(leaseMs ? { leaseMs } : {}),
   });
-  return { mod, keys, store, app, handler, now, siteKeyId: native.keyId(keys.identityPublic) };
+  return { mod, keys, store, app, handler, now, siteKeyId: dev.keyId(keys.identityPublic) };
 }
 
 /** Mount a `(Request) => Promise<Response>` handler on 127.0.0.1; resolves to `{ url, close }`. */
@@ -101,7 +102,7 @@ export class Daemon {
     this.clock = clock;
     this.keys = native.generateKeys(Date.now());
     this.identity = deviceKeys.publicIdentityOf(this.keys);
-    this.keyId = native.keyId(this.identity.identity);
+    this.keyId = dev.keyId(this.identity.identity);
   }
 
   now() {
@@ -159,7 +160,7 @@ export class Daemon {
   }
 
   openPayload(stub, envelope) {
-    return native.open({
+    return dev.open({
       envelope,
       recipientKeys: this.keys,
       senderIdentityPublic: this.site.identity,
@@ -169,7 +170,7 @@ export class Daemon {
 
   /** A sealed SealedOutcome for `stub`; `plaintext` overrides the sealed text. */
   sealResult(stub, outcome = { outcome: "ok", text: "done" }, { plaintext } = {}) {
-    return native.seal({
+    return dev.seal({
       plaintext:
         plaintext ??
         JSON.stringify({ outcome, ran: { model: "m1", backendClass: "http", durationMs: 1, stop: "end", stopReported: true } }),

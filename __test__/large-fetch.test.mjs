@@ -3,6 +3,7 @@
 // with the reseal rather than JSON.stringify'd. Both must give exactly the bytes the plain
 // path would. No reference package is imported, so this runs under Node 20 too.
 import * as deviceKeys from "../scripts/device-keys.mjs";
+import * as dev from "./helpers/device-crypto.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as native from "../index.js";
@@ -49,16 +50,16 @@ test("a 300 KB prompt: fetch answers canonical JSON the device opens to the exac
   assert.equal(fetched.text, JSON.stringify(body), "the core's text is what JSON.stringify writes");
   assert.deepEqual(Object.keys(body.envelope), ["ciphertext", "recipientKeyId", "senderKeyId", "direction", "deadlineAt"]);
   assert.ok(body.envelope.ciphertext.length > 64 * 1024, "large enough for the thread pool");
-  const opened = native.open({
+  const opened = dev.open({
     envelope: body.envelope,
     recipientKeys: keys,
     senderIdentityPublic: site.identity,
-    expected: { jobId: handle.id, senderKeyId: stub.site, recipientKeyId: native.keyId(identity.identity), direction: "payload" },
+    expected: { jobId: handle.id, senderKeyId: stub.site, recipientKeyId: dev.keyId(identity.identity), direction: "payload" },
   });
   assert.equal(opened.ok, true);
   assert.equal(JSON.parse(opened.plaintext).prompt, prompt);
   // The stored record still carries its own (site-sealed) envelope, read on demand.
   const record = await store.get(handle.id);
   assert.deepStrictEqual(record.envelope, handle.record.envelope);
-  assert.equal(record.envelope.recipientKeyId, native.keyId(SITE.identityPublic));
+  assert.equal(record.envelope.recipientKeyId, dev.keyId(SITE.identityPublic));
 });

@@ -1,7 +1,7 @@
 // The runtime matrix (scripts/runtime-matrix.mjs): the native package's smoke
-// test — keygen, seal/open, sign/verify, the edge module, one full in-memory
-// job cycle through dist/ — under Node 20, 22, 24, Bun and Deno. The runtimes
-// are npm packages, installed once into a temp dir on first use.
+// test — keygen, the edge module, one full in-memory job cycle through
+// dist/ — under Node 20, 22, 24, Bun and Deno. The runtimes are npm packages,
+// installed once into a temp dir on first use.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { formatRow, installRuntimes, runMatrix } from "../scripts/runtime-matrix.mjs";

@@ -4,11 +4,9 @@
 // collected inside the server's timed windows now and then, and its work
 // between requests leaves the server's caches cold. On a real deployment the
 // daemon is on another machine and none of that happens. This runs the same
-// in-process cycle, reference and ours interleaved, with three devices:
+// in-process cycle, reference and ours interleaved, with two devices:
 // - @byollm/protocol: the real daemon's library, and `npm run bench`'s device;
-// - plain libsodium (bench/lean-device.mjs): the same work, little garbage;
-// - this package's native crypto: the least work and garbage, shown as the
-//   limit, not used for any headline figure.
+// - plain libsodium (bench/lean-device.mjs): the same work, little garbage.
 // For each: jobs/s server side, the ratio, the garbage-collection time that
 // fell inside the server's windows, and the device's own time.
 //
@@ -18,8 +16,6 @@ import { PerformanceObserver } from "node:perf_hooks";
 import * as protocol from "@byollm/protocol";
 import { cycles, loadImpls } from "./full-cycle.mjs";
 import * as lean from "./lean-device.mjs";
-import { native as n } from "../dist/native.js";
-import { publicIdentityOf, signRequest } from "../scripts/device-keys.mjs";
 
 const arg = (name, fallback) => {
   const hit = process.argv.find((a) => a.startsWith(`--${name}=`));
@@ -28,18 +24,9 @@ const arg = (name, fallback) => {
 const fill = arg("fill", 1000);
 const rounds = arg("rounds", 6);
 
-const nativeDevice = {
-  generateKeys: (now) => n.generateKeys(now),
-  keyId: (id) => n.keyId(id),
-  signRequest,
-  publicIdentityOf,
-  open: async (opts) => n.open(opts),
-  seal: async (opts) => n.seal(opts),
-};
 const devices = [
   ["@byollm/protocol", protocol],
   ["plain libsodium", lean],
-  ["our native crypto", nativeDevice],
 ];
 
 const gcs = [];

@@ -21,6 +21,7 @@
 //
 // The last line is `RESULT <json>`; the exit code is 1 on any violation.
 import { Worker, isMainThread, parentPort, workerData } from "node:worker_threads";
+import * as dev from "../__test__/helpers/device-crypto.mjs";
 import * as deviceKeys from "./device-keys.mjs";
 import { xorshift32 } from "./prng.mjs";
 import http from "node:http";
@@ -116,7 +117,7 @@ async function workerMain() {
   }
 
   async function daemon(d) {
-    const keyId = native.keyId(deviceKeys.publicIdentityOf(d.keys).identity);
+    const keyId = dev.keyId(deviceKeys.publicIdentityOf(d.keys).identity);
     const active = new Map(); // jobId → { leaseId, cancel }
     let lastBeat = 0;
     async function beat() {
@@ -140,7 +141,7 @@ async function workerMain() {
     }
 
     async function report(stub, outcome) {
-      const envelope = native.seal({
+      const envelope = dev.seal({
         plaintext: JSON.stringify({ outcome, ran: { model: "m1", backendClass: "http", durationMs: 1, stop: "end", stopReported: true } }),
         senderKeys: d.keys,
         recipientEncryptionPublic: d.site.encryption,
@@ -158,7 +159,7 @@ async function workerMain() {
         emit({ type: "fetch-refused", jobId: stub.id, runnerId: d.runnerId, status: fetched.status });
         return;
       }
-      const opened = native.open({
+      const opened = dev.open({
         envelope: fetched.body.envelope,
         recipientKeys: d.keys,
         senderIdentityPublic: d.site.identity,

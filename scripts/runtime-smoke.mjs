@@ -2,12 +2,14 @@
 // under Node 20/22/24, Bun and Deno (Deno with --allow-ffi for the addon).
 //
 // It uses only what the package itself ships (the napi loader index.js and,
-// once built, the TypeScript API in dist/), never the reference packages, so
+// once built, the TypeScript API in dist/; the daemon's crypto from
+// __test__/helpers/device-crypto.mjs), never the reference packages, so
 // it runs on every runtime we claim. It prints exactly one JSON line:
 //   {"runtime": "...", "ok": true|false, "steps": {...}, "error"?: "..."}
 // and exits 0 only when every step that could run passed.
 
 import * as deviceKeys from "./device-keys.mjs";
+import * as dev from "../__test__/helpers/device-crypto.mjs";
 
 const steps = {};
 let failure;
@@ -44,46 +46,13 @@ await step("load addon", async () => {
   return `v${native.nativeVersion()}`;
 });
 
-const hasCrypto = () => native && typeof native.generateKeys === "function" && typeof native.seal === "function";
+const hasCrypto = () => native && typeof native.generateKeys === "function";
 
 await step("keygen", async () => {
   if (!hasCrypto()) return "skipped: this build of the addon exports no crypto yet";
   const keys = native.generateKeys(Date.now());
   check(deviceKeys.verifyPublicIdentity(deviceKeys.publicIdentityOf(keys)), "fresh keys verify");
-  check(/^BYOLLM(-[0-9A-Z]{4}){6}$/.test(native.keyId(keys.identityPublic)), "key id format");
-});
-
-await step("seal/open", async () => {
-  if (!hasCrypto()) return "skipped: this build of the addon exports no crypto yet";
-  const site = native.generateKeys(Date.now());
-  const device = native.generateKeys(Date.now());
-  const context = {
-    jobId: "job-smoke",
-    senderKeyId: native.keyId(site.identityPublic),
-    recipientKeyId: native.keyId(device.identityPublic),
-    deadlineAt: Date.now() + 60_000,
-    direction: "payload",
-  };
-  const plaintext = JSON.stringify({ prompt: "héllo 🙂 smoke" });
-  const envelope = await native.seal({ plaintext, senderKeys: site, recipientEncryptionPublic: device.encryptionPublic, context });
-  const { deadlineAt: _d, ...expected } = context;
-  const opened = await native.open({ envelope, recipientKeys: device, senderIdentityPublic: site.identityPublic, expected });
-  check(opened.ok && opened.plaintext === plaintext, "round trip");
-  const wrong = await native.open({ envelope, recipientKeys: device, senderIdentityPublic: device.identityPublic, expected });
-  check(!wrong.ok && wrong.reason === "bad-signature", "wrong sender refused");
-});
-
-await step("sign/verify", async () => {
-  if (!hasCrypto()) return "skipped: this build of the addon exports no crypto yet";
-  const keys = native.generateKeys(Date.now());
-  const now = Date.now();
-  const req = { endpoint: "claim", runnerId: "runner_smoke", issuedAt: now, body: '{"max":1}' };
-  const signature = deviceKeys.signRequest(keys, req);
-  const verify = (over) =>
-    native.verifyRequest({ identityPublic: keys.identityPublic, endpoint: "claim", body: req.body, signature, now, ...over });
-  check(verify({}) === null, "fresh signature verifies");
-  check(verify({ body: '{"max":2}' }) === "bad-signature", "changed body refused");
-  check(verify({ now: now + 10 * 60_000 }) === "stale", "old signature is stale");
+  check(/^BYOLLM(-[0-9A-Z]{4}){6}$/.test(new native.SiteKeyring(keys).keyId), "key id format");
 });
 
 // The WebAssembly edge module too, where it was built (npm run build:wasm):
@@ -104,23 +73,20 @@ await step("edge module", async () => {
     deadlineAt: Date.now() + 60_000,
     direction: "result",
   };
-  const envelope = await edge.seal({ plaintext: "edge ✓", senderKeys: device, recipientEncryptionPublic: site.encryptionPublic, context: { ...context, senderKeyId: context.recipientKeyId, recipientKeyId: context.senderKeyId } });
+  const plaintext = JSON.stringify({ outcome: { outcome: "ok", text: "edge ✓" }, ran: { model: "m", backendClass: "http", durationMs: 1 } });
+  const envelope = await edge.seal({ plaintext, senderKeys: device, recipientEncryptionPublic: site.encryptionPublic, context: { ...context, senderKeyId: context.recipientKeyId, recipientKeyId: context.senderKeyId } });
   const opened = await edge.open({
     envelope,
     recipientKeys: site,
     senderIdentityPublic: device.identityPublic,
     expected: { jobId: context.jobId, senderKeyId: context.recipientKeyId, recipientKeyId: context.senderKeyId, direction: "result" },
   });
-  check(opened.ok && opened.plaintext === "edge ✓", "edge round trip");
+  check(opened.ok && opened.plaintext === plaintext, "edge round trip");
   if (hasCrypto()) {
-    // Same core, two builds: what one seals the other opens.
-    const viaNative = await native.open({
-      envelope,
-      recipientKeys: site,
-      senderIdentityPublic: device.identityPublic,
-      expected: { jobId: context.jobId, senderKeyId: context.recipientKeyId, recipientKeyId: context.senderKeyId, direction: "result" },
-    });
-    check(viaNative.ok && viaNative.plaintext === "edge ✓", "native opens what the edge module sealed");
+    // Same core, two builds: what one seals the other accepts.
+    const source = { audience: "private", runnerId: "runner_smoke", runnerOwner: "owner-smoke" };
+    const viaNative = await new native.SiteKeyring(site).acceptResult(envelope, context.jobId, device.identityPublic, "ok", source);
+    check(viaNative.ok && JSON.parse(viaNative.accepted).outcome.text === "edge ✓", "native accepts what the edge module sealed");
   }
 });
 
@@ -139,7 +105,7 @@ await step("job cycle", async () => {
   const app = new api.ByollmApp({ store, siteKeys });
   const handler = api.createFetchHandler({ store, siteKeys, verificationUrl: "http://127.0.0.1/pair" });
   const device = native.generateKeys(Date.now());
-  const deviceKeyId = native.keyId(device.identityPublic);
+  const deviceKeyId = dev.keyId(device.identityPublic);
   let runnerId;
   const post = async (endpoint, body, signed = true) => {
     const text = JSON.stringify(body);
@@ -176,14 +142,14 @@ await step("job cycle", async () => {
   const stub = claim.jobs[0];
   check(stub && stub.id === handle.id, "claimed the enqueued job");
   const fetched = await post("fetch", { protocolVersion: "2", runnerId, jobId: stub.id, leaseId: stub.lease.id });
-  const opened = await native.open({
+  const opened = dev.open({
     envelope: fetched.envelope,
     recipientKeys: device,
     senderIdentityPublic: site.identity,
     expected: { jobId: stub.id, senderKeyId: siteKeyId, recipientKeyId: deviceKeyId, direction: "payload" },
   });
   check(opened.ok && JSON.parse(opened.plaintext).prompt === "smoke", "device opens the payload");
-  const envelope = await native.seal({
+  const envelope = dev.seal({
     plaintext: JSON.stringify({ outcome: { outcome: "ok", text: "smoked" }, ran: { model: "m", backendClass: "http", durationMs: 1 } }),
     senderKeys: device,
     recipientEncryptionPublic: site.encryption,

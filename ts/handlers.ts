@@ -79,8 +79,7 @@ type InPlace = { readonly native: NativeMemoryStoreHandle; readonly notify: () =
  * first request, so the mistake reads the same wherever it is seen first.
  */
 export function publicOriginProblem(value: string | undefined = process.env.PUBLIC_ORIGIN): string | undefined {
-  const url = value !== undefined && URL.canParse(value) ? new URL(value) : undefined;
-  if (url !== undefined && (url.protocol === "https:" || url.protocol === "http:")) return undefined;
+  if (isHttpUrl(value)) return undefined;
   return (
     `PUBLIC_ORIGIN must be the absolute http(s) origin people and daemons reach this site at ` +
     `(e.g. https://app.example, or http://localhost:3000 in development); ` +
@@ -88,12 +87,15 @@ export function publicOriginProblem(value: string | undefined = process.env.PUBL
   );
 }
 
+/** Whether `value` is an absolute http(s) URL. */
+const isHttpUrl = (value: unknown): boolean =>
+  typeof value === "string" && URL.canParse(value) && ["https:", "http:"].includes(new URL(value).protocol);
+
 // The daemon prints this URL next to the pairing code and refuses a pair
 // answer whose URL is not absolute: a missing origin (`undefined/pair`) would
 // fail every pairing, so it fails here, once, when the handler is built.
 function checkVerificationUrl(value: unknown): void {
-  const url = typeof value === "string" && URL.canParse(value) ? new URL(value) : undefined;
-  if (url === undefined || (url.protocol !== "https:" && url.protocol !== "http:")) {
+  if (!isHttpUrl(value)) {
     throw new Error(
       `verificationUrl must be an absolute http(s) URL, the page where a person approves a pairing code ` +
         `(e.g. https://app.example/pair); got ${JSON.stringify(value) ?? String(value)}. ` +

@@ -136,10 +136,12 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
 
   const channel =
     (options.notifications ?? process.env["VERCEL"] === undefined)
-      ? new WorkChannel(
+      ? new ListenChannel(
+          WORK_CHANNEL,
           // The pool's own settings (pg-pool keeps them as `options`).
           () => new pg.Client(owned ? { ...options.poolConfig, connectionString: options.connectionString } : pool.options),
           (payload) => pool.query("select pg_notify($1, $2)", [WORK_CHANNEL, payload]),
+          "byollm: the notification channel (LISTEN byollm_work) is down; idle daemon requests now go to the database until it is back",
         )
       : undefined;
   const storeOptions: SqlStoreOptions = {
@@ -166,17 +168,19 @@ const PING_QUEUED_MS = 60_000;
 const RETRY_FIRST_MS = 500;
 const RETRY_MAX_MS = 30_000;
 
-type IdleListener = { onKey: (key: string) => void; onHealth: (healthy: boolean) => void };
+type ChannelListener = { onKey: (key: string) => void; onHealth: (healthy: boolean) => void };
 
 /**
- * `SqlStorePaths.idle` for postgresStore: one connection of its own listening
- * on `byollm_work`, open while anyone subscribes. It counts as healthy only
- * once a ping it sent through the pool has come back on it, so a channel that
- * cannot deliver (a transaction-mode pooler, a dead socket) is never trusted.
- * Its socket and timers never keep the process alive.
+ * One connection of its own listening on a channel, open while anyone
+ * subscribes, reconnecting (0.5 s, doubling to 30 s) while anyone still does.
+ * With `send` (postgresStore's `byollm_work`, `SqlStorePaths.idle`) it counts
+ * as healthy only once a ping it sent through the pool has come back on it, so
+ * a channel that cannot deliver (a transaction-mode pooler, a dead socket) is
+ * never trusted; without, once it listens. `down` is logged once per loss. Its
+ * socket and timers never keep the process alive.
  */
-class WorkChannel {
-  readonly #listeners = new Set<IdleListener>();
+class ListenChannel {
+  readonly #listeners = new Set<ChannelListener>();
   #client: pg.Client | undefined;
   #healthy = false;
   /** Logged since the channel was last healthy (one line per loss). */
@@ -189,8 +193,10 @@ class WorkChannel {
   #timer: NodeJS.Timeout | undefined;
 
   constructor(
+    private readonly channel: string,
     private readonly connect: () => pg.Client,
-    private readonly send: (payload: string) => Promise<unknown>,
+    private readonly send?: (payload: string) => Promise<unknown>,
+    private readonly down?: string,
   ) {}
 
   subscribe(onKey: (key: string) => void, onHealth: (healthy: boolean) => void): () => void {
@@ -242,32 +248,32 @@ class WorkChannel {
     const lost = (): void => {
       if (this.#client !== client) return;
       this.#drop();
-      if (!this.#warned) {
-        this.#warned = true;
-        console.warn(
-          "byollm: the notification channel (LISTEN byollm_work) is down; idle daemon requests now go to the database until it is back",
-        );
-      }
+      if (!this.#warned && this.down !== undefined) console.warn(this.down);
+      this.#warned = true;
       this.#timer = setTimeout(() => this.#listeners.size > 0 && this.#client === undefined && this.#open(), this.#retryMs).unref();
       this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
     };
     client.on("error", lost);
     client.on("end", lost);
+    const up = (): void => {
+      this.#retryMs = RETRY_FIRST_MS;
+      this.#warned = false;
+      this.#health(true);
+    };
     client.on("notification", (n) => {
       const key = n.payload ?? "";
-      if (n.channel !== WORK_CHANNEL) return;
+      if (n.channel !== this.channel) return;
       if (!key.startsWith("ping:")) {
         this.key(key);
       } else if (key === `ping:${this.#nonce}`) {
         this.#nonce = undefined;
         clearTimeout(this.#deadline);
-        this.#retryMs = RETRY_FIRST_MS;
-        this.#warned = false;
-        this.#health(true);
+        up();
       }
     });
+    const send = this.send;
     const ping = (): void => {
-      if (this.#nonce !== undefined || this.#client !== client) return;
+      if (this.#nonce !== undefined || this.#client !== client || send === undefined) return;
       const nonce = randomUUID();
       this.#nonce = nonce;
       // Lost when not heard within PING_WITHIN_MS of its NOTIFY committing:
@@ -279,7 +285,7 @@ class WorkChannel {
         this.#deadline = setTimeout(() => this.#nonce === nonce && lost(), ms).unref();
       };
       deadline(PING_QUEUED_MS);
-      this.send(`ping:${nonce}`).then(() => this.#nonce === nonce && deadline(PING_WITHIN_MS), lost);
+      send(`ping:${nonce}`).then(() => this.#nonce === nonce && deadline(PING_WITHIN_MS), lost);
     };
     const unref = (): void => (client as unknown as { connection: { stream: { unref(): void } } }).connection.stream.unref();
     unref();
@@ -287,10 +293,11 @@ class WorkChannel {
       .connect()
       .then(() => {
         unref(); // the socket may have been replaced (TLS)
-        return client.query(`listen ${WORK_CHANNEL}`);
+        return client.query(`listen ${this.channel}`);
       })
       .then(() => {
         if (this.#client !== client) return;
+        if (send === undefined) return up();
         ping();
         this.#timer = setInterval(ping, PING_EVERY_MS).unref();
       }, lost);
@@ -364,76 +371,29 @@ const ENDED_CHANNEL = "byollm_job_ended";
  * `ByollmAppOptions.delivery` on a plain PostgreSQL: `handle.result()`
  * hears that its job ended the moment the ending transaction commits
  * (LISTEN/NOTIFY), from whichever app process ended it, instead of on the
- * next poll. One connection listens for all of the app's waits, held only
- * while some wait is open (from `pool`, or its own from `connectionString`);
- * if it drops, the waits re-read their jobs and the next wait listens again.
- * Runner liveness is still polled, as with every delivery.
+ * next poll. One connection (with `pool`'s settings, or `connectionString`)
+ * listens for all of the app's waits, held only while some wait is open; if
+ * it drops, the waits re-read their jobs and it reconnects. Runner liveness
+ * is still polled, as with every delivery.
  */
 export function postgresDelivery(
   target: { pool: Pool } | { connectionString: string },
 ): (deps: PollingDeliveryDeps) => ResultDelivery {
   const waiters = new Watchers();
-  let listening: Promise<{ client: pg.Client | PoolClient; release: () => void }> | null = null;
-
-  const drop = (conn: { release: () => void }): void => {
-    listening = null;
-    conn.release();
-  };
-  const open = (): Promise<{ client: pg.Client | PoolClient; release: () => void }> => {
-    const connecting = (async () => {
-      let client: pg.Client | PoolClient;
-      let release: () => void;
-      if ("pool" in target) {
-        const c = await target.pool.connect();
-        client = c;
-        release = () => c.release(true);
-      } else {
-        const c = new pg.Client({ connectionString: target.connectionString });
-        await c.connect();
-        client = c;
-        release = () => void c.end().catch(() => undefined);
-      }
-      const conn = { client, release };
-      client.on("notification", (n) => {
-        if (n.channel === ENDED_CHANNEL && n.payload !== undefined) waiters.notify([sqlStringOut(n.payload)]);
-      });
-      client.on("error", () => {
-        // Notifications may have been missed: every wait reads its job again.
-        if (listening === connecting) drop(conn);
-        waiters.notifyAll();
-      });
-      await client.query(`listen ${ENDED_CHANNEL}`);
-      return conn;
-    })();
-    listening = connecting;
-    return connecting;
-  };
-
-  const listen = (jobId: string, onChange: () => void): (() => Promise<void>) => {
+  const channel = new ListenChannel(
+    ENDED_CHANNEL,
+    () => new pg.Client("pool" in target ? target.pool.options : { connectionString: target.connectionString }),
+  );
+  let stop: (() => void) | undefined;
+  const listen = (jobId: string, onChange: () => void): (() => void) => {
+    // Listening, or no longer: a notification may have been missed, so every wait reads its job again.
+    stop ??= channel.subscribe((id) => waiters.notify([sqlStringOut(id)]), () => waiters.notifyAll());
     const unsubscribe = waiters.subscribe(jobId, onChange);
-    const ready = (listening ?? open()).then(
-      // Listening now: a notification sent before this point is not heard,
-      // so the job is read once more.
-      () => onChange(),
-      () => {
-        listening = null;
-        onChange();
-      },
-    );
-    return async () => {
-      await ready;
+    return () => {
       unsubscribe();
-      if (waiters.size === 0 && listening !== null) {
-        const closing = listening;
-        listening = null;
-        try {
-          const conn = await closing;
-          await conn.client.query(`unlisten ${ENDED_CHANNEL}`).catch(() => undefined);
-          conn.release();
-        } catch {
-          // It never connected; nothing to close.
-        }
-      }
+      if (waiters.size > 0) return;
+      stop?.();
+      stop = undefined;
     };
   };
 

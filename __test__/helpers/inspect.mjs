@@ -3,6 +3,7 @@
 // hands them over as JSON text), and the enqueue validator, a sealed outcome's reading and
 // the provenance rule through the calls that ship.
 import * as native from "../../index.js";
+import * as dev from "./device-crypto.mjs";
 
 /** `{stage: "ok", body}` or `{stage, status, error}`. */
 export function inspect(endpoint, text) {
@@ -14,14 +15,14 @@ const T0 = 1767225600000;
 const SITE = native.generateKeys(T0);
 const RING = new native.SiteKeyring(SITE);
 const DEVICE = native.generateKeys(T0);
-const DEVICE_KEY_ID = native.keyId(DEVICE.identityPublic);
+const DEVICE_KEY_ID = dev.keyId(DEVICE.identityPublic);
 
 /** The enqueue validator's verdict: `{ok: true, canonical, sizeClass}` (the sealed text) or `{ok: false, message}`. */
 export async function payloadVerdict(kind, json) {
   const r = await RING.sealChecked(kind, json, undefined, undefined, "job", T0);
   if (!r.ok) return { ok: false, message: r.message };
   const expected = { jobId: "job", senderKeyId: RING.keyId, recipientKeyId: RING.keyId, direction: "payload" };
-  const opened = native.open({ envelope: r.envelope, recipientKeys: SITE, senderIdentityPublic: SITE.identityPublic, expected });
+  const opened = dev.open({ envelope: r.envelope, recipientKeys: SITE, senderIdentityPublic: SITE.identityPublic, expected });
   return { ok: true, canonical: opened.plaintext, sizeClass: r.sizeClass };
 }
 
@@ -35,7 +36,7 @@ async function accepted(plaintext, source = { audience: "private", runnerId: "r"
     // Not JSON: refused before the disposition is read.
   }
   const context = { jobId: "job", senderKeyId: DEVICE_KEY_ID, recipientKeyId: RING.keyId, deadlineAt: T0, direction: "result" };
-  const envelope = native.seal({ plaintext, senderKeys: DEVICE, recipientEncryptionPublic: SITE.encryptionPublic, context });
+  const envelope = dev.seal({ plaintext, senderKeys: DEVICE, recipientEncryptionPublic: SITE.encryptionPublic, context });
   const r = await RING.acceptResult(envelope, "job", DEVICE.identityPublic, disposition, source);
   return r.ok ? JSON.parse(r.accepted) : { why: r.why };
 }

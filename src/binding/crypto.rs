@@ -1,6 +1,6 @@
-//! The free crypto exports: keys, key ids, envelopes, request signatures,
-//! ids and secrets, site keys, and the object shapes they share with the
-//! `SiteKeyring` (types: the generated `index.d.ts`).
+//! The free crypto exports: keys, site keys, ids and secrets, and the object
+//! shapes they share with the `SiteKeyring` (types: the generated
+//! `index.d.ts`).
 //!
 //! Conversions only: every rule lives in the core modules. Objects returned
 //! to JavaScript are `#[napi(object)]` structs, whose field order is the key
@@ -10,12 +10,10 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::strings::{AsciiFirstString, KeyText};
-use crate::envelope::{self, Text};
-use crate::fingerprint;
+use crate::envelope;
 use crate::ids;
 use crate::json::JsStr;
 use crate::keys::{is_positive_safe_integer, PublicIdentity, StoredKeys};
-use crate::signing::{self, RequestSignature};
 use crate::site_keys;
 
 // ---------------------------------------------------------------- shapes
@@ -50,70 +48,6 @@ pub struct JsSealedEnvelope {
     #[napi(ts_type = "\"payload\" | \"result\"")]
     pub direction: String,
     pub deadline_at: f64,
-}
-
-#[napi(object, js_name = "EnvelopeContext")]
-pub(super) struct JsEnvelopeContext {
-    pub job_id: String,
-    pub sender_key_id: String,
-    pub recipient_key_id: String,
-    pub deadline_at: f64,
-    #[napi(ts_type = "\"payload\" | \"result\"")]
-    pub direction: String,
-}
-
-#[napi(object, js_name = "OpenExpected")]
-pub(super) struct JsOpenExpected {
-    pub job_id: String,
-    pub sender_key_id: String,
-    pub recipient_key_id: String,
-    #[napi(ts_type = "\"payload\" | \"result\"")]
-    pub direction: String,
-}
-
-/// `{ok: true, plaintext}` or `{ok: false, reason}` (absent fields are not set).
-#[napi(object, js_name = "OpenResult")]
-pub(super) struct JsOpenResult {
-    pub ok: bool,
-    #[napi(ts_type = "string")]
-    pub plaintext: Option<Either3<Latin1String, Utf16String, String>>,
-    #[napi(
-        ts_type = "\"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\""
-    )]
-    pub reason: Option<String>,
-}
-
-#[napi(object)]
-pub(super) struct SealOptions {
-    pub plaintext: String,
-    pub sender_keys: JsStoredKeys,
-    pub recipient_encryption_public: String,
-    pub context: JsEnvelopeContext,
-}
-
-#[napi(object)]
-pub(super) struct OpenOptions {
-    pub envelope: JsSealedEnvelope,
-    pub recipient_keys: JsStoredKeys,
-    pub sender_identity_public: String,
-    pub expected: JsOpenExpected,
-}
-
-#[napi(object, js_name = "RequestSignature")]
-pub(super) struct JsRequestSignature {
-    pub runner_id: String,
-    pub issued_at: f64,
-    pub signature: String,
-}
-
-#[napi(object)]
-pub(super) struct VerifyRequestOptions {
-    pub identity_public: String,
-    pub endpoint: String,
-    pub body: String,
-    pub signature: JsRequestSignature,
-    pub now: f64,
-    pub max_skew_ms: Option<f64>,
 }
 
 // ---------------------------------------------------------------- conversions
@@ -243,11 +177,6 @@ pub(super) fn generate_keys(now: f64) -> Result<JsStoredKeys> {
 }
 
 #[napi(catch_unwind)]
-pub(super) fn key_id(identity_public: String) -> String {
-    fingerprint::key_id(&identity_public)
-}
-
-#[napi(catch_unwind)]
 pub(super) fn format_site_keys(keys: JsStoredKeys) -> Result<String> {
     Ok(site_keys::format_site_keys(&keys.to_core()?))
 }
@@ -266,87 +195,6 @@ pub(super) fn site_keys_from_env_value(
     site_keys::site_keys_from_env(&variable, value.as_deref())
         .map(JsStoredKeys::from_core)
         .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))
-}
-
-// ---------------------------------------------------------------- envelopes
-
-fn core_context(c: &JsEnvelopeContext) -> envelope::Context {
-    envelope::Context {
-        job_id: c.job_id.clone(),
-        sender_key_id: c.sender_key_id.clone(),
-        recipient_key_id: c.recipient_key_id.clone(),
-        deadline_at: c.deadline_at,
-        direction: c.direction.clone(),
-    }
-}
-
-fn core_expected(e: JsOpenExpected) -> envelope::Expected {
-    envelope::Expected {
-        job_id: e.job_id,
-        sender_key_id: e.sender_key_id,
-        recipient_key_id: e.recipient_key_id,
-        direction: e.direction,
-    }
-}
-
-/// The sender key is parsed on each call, as the reference does: the
-/// server's own seals go through a `SiteKeyring`, which parses it once.
-#[napi(catch_unwind)]
-pub(super) fn seal(opts: SealOptions) -> Result<JsSealedEnvelope> {
-    envelope::seal_with_keys(
-        Text::Utf8(&opts.plaintext),
-        &opts.sender_keys.identity_private,
-        &opts.recipient_encryption_public,
-        &core_context(&opts.context),
-    )
-    .map(JsSealedEnvelope::from)
-    .map_err(seal_error)
-}
-
-/// Never throws for a bad envelope or bad keys: those are reasons.
-#[napi(
-    catch_unwind,
-    ts_return_type = "{ ok: true; plaintext: string } | { ok: false; reason: \"not-for-us\" | \"unopenable\" | \"malformed\" | \"bad-signature\" | \"context-mismatch\" }"
-)]
-pub(super) fn open(opts: OpenOptions) -> JsOpenResult {
-    match envelope::open_with_keys(
-        &opts.envelope.into(),
-        &opts.recipient_keys.encryption_private,
-        &opts.sender_identity_public,
-        &core_expected(opts.expected),
-    ) {
-        Ok(text) => JsOpenResult {
-            ok: true,
-            plaintext: Some(js_text(text)),
-            reason: None,
-        },
-        Err(reason) => JsOpenResult {
-            ok: false,
-            plaintext: None,
-            reason: Some(reason.as_str().to_string()),
-        },
-    }
-}
-
-// ---------------------------------------------------------------- request signatures
-
-#[napi(catch_unwind, ts_return_type = "null | \"stale\" | \"bad-signature\"")]
-pub(super) fn verify_request(opts: VerifyRequestOptions) -> Option<&'static str> {
-    let key = signing::pinned_key(&opts.identity_public);
-    let signature = RequestSignature {
-        runner_id: opts.signature.runner_id,
-        issued_at: opts.signature.issued_at,
-        signature: opts.signature.signature,
-    };
-    signing::verify_request(
-        key.as_ref(),
-        &opts.endpoint,
-        &opts.body,
-        &signature,
-        opts.now,
-        opts.max_skew_ms.unwrap_or(signing::MAX_CLOCK_SKEW_MS),
-    )
-    .map(|failure| failure.as_str())
 }
 
 // ---------------------------------------------------------------- ids and secrets
