@@ -39,7 +39,9 @@ function counting(p) {
 
 async function site() {
   const { pool: counted, counter } = counting(pool);
-  const store = postgresStore({ pool: counted });
+  // The round trips of requests that reach the database: no notification
+  // channel (its pings would be counted, its memo would answer idle ones).
+  const store = postgresStore({ pool: counted, notifications: false });
   const siteKeys = generateSiteKeys();
   const app = new ByollmApp({ store, siteKeys });
   const handler = createFetchHandler({ store, siteKeys, verificationUrl: `${ORIGIN}/pair` });
