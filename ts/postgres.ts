@@ -282,7 +282,9 @@ class ListenChannel {
       // PING_QUEUED_MS bounds how long the pool may hold it.
       const deadline = (ms: number): void => {
         clearTimeout(this.#deadline);
-        this.#deadline = setTimeout(() => this.#nonce === nonce && lost(), ms).unref();
+        // Judged after the loop's next read of the sockets: a process whose
+        // event loop was busy past the deadline has the ping waiting unread.
+        this.#deadline = setTimeout(() => setImmediate(() => this.#nonce === nonce && lost()), ms).unref();
       };
       deadline(PING_QUEUED_MS);
       send(`ping:${nonce}`).then(() => this.#nonce === nonce && deadline(PING_WITHIN_MS), lost);
